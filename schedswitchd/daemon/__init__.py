@@ -1,0 +1,1 @@
+"""The service: socket server, wire models, leases and policy, switcher, systemd glue."""

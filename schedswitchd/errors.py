@@ -1,0 +1,119 @@
+"""The exception hierarchy: one root, one branch per floor.
+
+Every error carries a message a user can act on. The daemon maps each branch to a reply
+code (``SchedSwitchError.code``), so the branches are part of the wire contract.
+"""
+
+from __future__ import annotations
+
+
+class SchedSwitchError(Exception):
+    """Root of every error schedswitchd raises on purpose.
+
+    ``code`` is the stable, machine-readable name sent to socket clients.
+    """
+
+    code = "internal"
+
+
+# --- bpf/ (pure) ---------------------------------------------------------------------------
+
+
+class BtfError(SchedSwitchError):
+    """Malformed or unsupported BTF (kernel doc ``Documentation/bpf/btf.rst``).
+
+    ``where`` names the place: a byte offset, a type id or a section, as a short string.
+    """
+
+    code = "btf"
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.where = where
+        super().__init__(f"{message} (at {where})" if where else message)
+
+
+class ObjectError(SchedSwitchError):
+    """A BPF ELF object that cannot be understood (bad sections, symbols, relocations)."""
+
+    code = "object"
+
+
+class CoreError(SchedSwitchError):
+    """A CO-RE relocation that cannot be resolved consistently (e.g. ambiguous candidates)."""
+
+    code = "core"
+
+
+class CustomizationError(ObjectError):
+    """A pre-load edit of an object spec that does not fit (unknown variable, bad value)."""
+
+    code = "customization"
+
+
+# --- kernel/ ---------------------------------------------------------------------------------
+
+
+class KernelError(SchedSwitchError):
+    """Something the running kernel refused or lacks."""
+
+    code = "kernel"
+
+
+class BpfSyscallError(KernelError):
+    """A ``bpf(2)`` command failed.
+
+    Attributes: ``command`` (e.g. ``"BPF_PROG_LOAD"``), ``errno`` (int), ``errno_name``
+    (e.g. ``"EINVAL"``) and ``verifier_log`` (the verifier's text for program loads, else
+    ``None``).
+    """
+
+    code = "bpf_syscall"
+
+    def __init__(
+        self,
+        command: str,
+        errno: int,
+        message: str,
+        *,
+        verifier_log: str | None = None,
+    ) -> None:
+        import errno as errno_mod
+
+        self.command = command
+        self.errno = errno
+        self.errno_name = errno_mod.errorcode.get(errno, str(errno))
+        self.verifier_log = verifier_log
+        super().__init__(f"{command} failed with {self.errno_name}: {message}")
+
+
+class LoadError(KernelError):
+    """An object could not be loaded (missing kfunc, struct_ops mismatch, verifier, ...)."""
+
+    code = "load"
+
+
+class RegistryError(KernelError):
+    """The kernel BTF registry could not find or read a BTF it was asked for."""
+
+    code = "registry"
+
+
+class SchedExtError(KernelError):
+    """sched_ext did not reach the expected state (see ``/sys/kernel/sched_ext``)."""
+
+    code = "sched_ext"
+
+
+# --- daemon/ ---------------------------------------------------------------------------------
+
+
+class ConfigError(SchedSwitchError):
+    """A configuration file that does not validate; names the file, key and reason."""
+
+    code = "config"
+
+
+class ProtocolError(SchedSwitchError):
+    """A socket request that does not parse or is not allowed."""
+
+    code = "protocol"

@@ -9,7 +9,7 @@ BUILD := build
 APT_PACKAGES := clang llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils
 
-.PHONY: all deps test lint typecheck pytest demo bench clean
+.PHONY: all deps test lint typecheck pytest demo bench clean test-objects
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -32,8 +32,26 @@ lint: deps
 typecheck: deps
 	$(VENV)/bin/mypy
 
-pytest: deps
+pytest: deps test-objects
 	$(VENV)/bin/pytest -q
+
+# BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h
+# dumped from the host's running kernel (never committed).
+BPF_CLANG ?= clang
+BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86
+TEST_BPF_SRCS := $(wildcard tests/bpf/*.bpf.c)
+TEST_BPF_OBJS := $(patsubst tests/bpf/%.bpf.c,$(BUILD)/tests/bpf/%.bpf.o,$(TEST_BPF_SRCS))
+
+$(BUILD)/host/vmlinux.h: | $(BUILD)/.apt-stamp
+	@mkdir -p $(@D)
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp
+	@mv $@.tmp $@
+
+$(BUILD)/tests/bpf/%.bpf.o: tests/bpf/%.bpf.c $(wildcard tests/bpf/*.h) $(BUILD)/host/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(BPF_CFLAGS) -I$(BUILD)/host -Itests/bpf -c $< -o $@
+
+test-objects: $(TEST_BPF_OBJS)
 
 test: lint typecheck pytest
 

@@ -1,0 +1,353 @@
+"""The object spec: a compiled BPF ELF object described completely, without a kernel.
+
+:func:`schedswitchd.bpf.object.open_object` builds an :class:`ObjectSpec`; the kernel
+loader turns it into maps, programs and links in one pass. Every record here is a frozen
+dataclass; customisation (:mod:`schedswitchd.bpf.customize`) returns edited copies.
+
+Numbering conventions (from ``include/uapi/linux/bpf.h``): ``prog_type`` is a
+``BPF_PROG_TYPE_*`` value, ``expected_attach_type`` a ``BPF_*`` attach type, map ``type``
+a ``BPF_MAP_TYPE_*`` value. Instruction indices count 8-byte slots of the *linked*
+program (:mod:`schedswitchd.bpf.insn`); sizes and offsets are in bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from schedswitchd.bpf.core_types import CoreRelo
+
+if TYPE_CHECKING:
+    # btf.py is helper "btf"'s module (contracts.md); the ignore covers the window before it lands.
+    from schedswitchd.bpf.btf import Btf  # type: ignore[import-not-found, unused-ignore]
+
+# --- UAPI numbers used by the spec (include/uapi/linux/bpf.h) ------------------------------
+
+MAP_TYPE_ARRAY = 2
+MAP_TYPE_PROG_ARRAY = 3
+MAP_TYPE_ARRAY_OF_MAPS = 12
+MAP_TYPE_HASH_OF_MAPS = 13
+MAP_TYPE_STRUCT_OPS = 26
+MAP_TYPE_ARENA = 33
+
+F_NO_PREALLOC = 1 << 0
+F_NUMA_NODE = 1 << 2
+F_RDONLY_PROG = 1 << 7
+F_MMAPABLE = 1 << 10
+F_LINK = 1 << 13
+
+PIN_NONE = 0
+PIN_BY_NAME = 1
+
+PROG_TYPE_KPROBE = 2
+PROG_TYPE_TRACEPOINT = 5
+PROG_TYPE_RAW_TRACEPOINT = 17
+PROG_TYPE_TRACING = 26
+PROG_TYPE_STRUCT_OPS = 27
+PROG_TYPE_EXT = 28
+PROG_TYPE_LSM = 29
+PROG_TYPE_SYSCALL = 31
+
+ATTACH_NONE = 0
+ATTACH_TRACE_RAW_TP = 23
+ATTACH_TRACE_FENTRY = 24
+ATTACH_TRACE_FEXIT = 25
+ATTACH_MODIFY_RETURN = 26
+ATTACH_LSM_MAC = 27
+ATTACH_TRACE_ITER = 28
+ATTACH_STRUCT_OPS = 44
+
+
+class MapKind(Enum):
+    """Where a map comes from in the ELF file."""
+
+    DECLARED = "declared"  #: a BTF-defined map in ``.maps``
+    DATA = "data"  #: ``.data`` / ``.data.*``
+    RODATA = "rodata"  #: ``.rodata`` / ``.rodata.*`` (frozen after load)
+    BSS = "bss"  #: ``.bss`` / ``.bss.*`` (zero initialised)
+    KCONFIG = "kconfig"  #: ``.kconfig`` externs, filled by the loader, frozen
+    STRUCT_OPS = "struct_ops"  #: one variable of ``.struct_ops`` / ``.struct_ops.link``
+    ARENA = "arena"  #: a ``BPF_MAP_TYPE_ARENA`` declared in ``.maps``
+
+
+@dataclass(frozen=True, slots=True)
+class VariableSpec:
+    """A global variable inside a data section map.
+
+    ``offset``/``size`` in bytes inside the map value; ``type_id`` is the variable's type in
+    the object BTF (0 when the object has no BTF for it); ``static`` is true for ``static``
+    or ``__hidden`` (STV_HIDDEN) variables, which user space should not touch.
+    """
+
+    name: str
+    section: str
+    offset: int
+    size: int
+    type_id: int
+    static: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StructOpsMember:
+    """One member of a struct_ops variable's local struct type.
+
+    ``offset``/``size`` in bytes in the local struct; ``program`` is the name of the
+    program a function-pointer member is bound to (``None`` for scalars and unset
+    pointers); ``is_func_ptr`` says whether the member is a function pointer.
+    """
+
+    name: str
+    offset: int
+    size: int
+    type_id: int
+    is_func_ptr: bool
+    program: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StructOpsSpec:
+    """A variable in a ``.struct_ops`` / ``.struct_ops.link`` section.
+
+    ``type_name`` is the local struct's name (e.g. ``"tcp_congestion_ops"`` or
+    ``"sched_ext_ops"``), ``type_id`` its id in the object BTF, ``data`` the variable's
+    initial bytes in the *local* layout (function pointers are zero), ``link`` true for the
+    ``.struct_ops.link`` form (map flag ``BPF_F_LINK``).
+    """
+
+    var_name: str
+    section: str
+    type_name: str
+    type_id: int
+    data: bytes
+    link: bool
+    members: tuple[StructOpsMember, ...]
+
+    def member(self, name: str) -> StructOpsMember | None:
+        """The member called ``name``, or ``None``."""
+        for m in self.members:
+            if m.name == name:
+                return m
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class MapSpec:
+    """A map the loader must create, in creation order (``ObjectSpec.maps`` index = map index).
+
+    ``name`` is the ELF name (variable name, or section name like ``".rodata"`` for data
+    maps); ``kernel_name`` the name passed to ``BPF_MAP_CREATE`` (at most 15 bytes, libbpf's
+    naming). ``key_type_id``/``value_type_id`` are object BTF ids (0 = none; for data maps
+    ``value_type_id`` is the DATASEC). ``pinning`` is ``PIN_NONE``/``PIN_BY_NAME``.
+    ``inner`` describes a map-in-map's inner map; ``init_slots`` the ``.values`` initialiser
+    as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps
+    (``None`` for declared maps; zeros for ``.bss``). ``variables`` lists a data map's
+    variables, ``struct_ops`` a struct_ops map's variable. ``section_index`` is the ELF
+    section backing the map (data maps) or ``-1``.
+    """
+
+    name: str
+    kernel_name: str
+    kind: MapKind
+    type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int = 0
+    map_extra: int = 0
+    numa_node: int = 0
+    key_type_id: int = 0
+    value_type_id: int = 0
+    pinning: int = PIN_NONE
+    inner: MapSpec | None = None
+    init_slots: tuple[tuple[int, str], ...] = ()
+    data: bytes | None = None
+    variables: tuple[VariableSpec, ...] = ()
+    struct_ops: StructOpsSpec | None = None
+    section: str = ".maps"
+    section_index: int = -1
+
+    def variable(self, name: str) -> VariableSpec | None:
+        """The variable called ``name`` in this data map, or ``None``."""
+        for v in self.variables:
+            if v.name == name:
+                return v
+        return None
+
+
+class ExternKind(Enum):
+    """What an extern symbol stands for."""
+
+    KCONFIG = "kconfig"  #: ``__kconfig`` variable, value from the kernel config
+    KSYM_VAR = "ksym_var"  #: ``__ksym`` variable (typed when ``type_id`` != 0)
+    KFUNC = "kfunc"  #: ``__ksym`` function: a kfunc called from BPF
+
+
+class KconfigType(Enum):
+    """The storage class of a ``.kconfig`` extern (libbpf's ``kcfg_type``)."""
+
+    BOOL = "bool"
+    CHAR = "char"
+    TRISTATE = "tristate"  #: ``enum libbpf_tristate`` (n=0, y=1, m=2)
+    INT = "int"
+    CHAR_ARRAY = "char_array"
+
+
+@dataclass(frozen=True, slots=True)
+class ExternSpec:
+    """An undefined GLOBAL/WEAK symbol resolved by the loader.
+
+    ``essential_name`` is ``name`` without its last ``___flavour``; ``btf_id`` the local
+    VAR or FUNC id; ``type_id`` the VAR's type (0 for an untyped ``void`` ksym) or the
+    FUNC's FUNC_PROTO id. Kconfig externs also carry ``offset``/``size`` inside the
+    ``.kconfig`` map value, ``kconfig_type`` and, for ints, ``signed``.
+    """
+
+    name: str
+    essential_name: str
+    kind: ExternKind
+    weak: bool
+    btf_id: int
+    type_id: int
+    offset: int = 0
+    size: int = 0
+    kconfig_type: KconfigType | None = None
+    signed: bool = False
+
+
+class FixupKind(Enum):
+    """What the kernel side must patch into a linked instruction."""
+
+    #: ld_imm64 of a map: ``src_reg = BPF_PSEUDO_MAP_FD``, ``imm`` = fd of ``map_index``.
+    MAP_FD = "map_fd"
+    #: ld_imm64 of a map value address: ``src_reg = BPF_PSEUDO_MAP_VALUE``, ``imm`` = fd of
+    #: ``map_index``; the second slot's ``imm`` already holds ``offset``. Used for global
+    #: data, ``.kconfig`` externs (``extern`` set) and arena data.
+    MAP_VALUE = "map_value"
+    #: call of a kfunc ``extern``: ``src_reg = BPF_PSEUDO_KFUNC_CALL``, ``imm`` = BTF id,
+    #: ``off`` = fd_array index; an unresolved weak kfunc is poisoned instead.
+    KFUNC_CALL = "kfunc_call"
+    #: ld_imm64 of a ksym ``extern``: typed -> ``src_reg = BPF_PSEUDO_BTF_ID``, imm = BTF id,
+    #: second imm = module BTF fd (0 for vmlinux); kfunc address taken -> same with the FUNC
+    #: id; unresolved weak -> both imm 0 and ``src_reg`` 0.
+    KSYM = "ksym"
+
+
+@dataclass(frozen=True, slots=True)
+class Fixup:
+    """One kernel-side patch of a linked program instruction (see :class:`FixupKind`)."""
+
+    kind: FixupKind
+    insn_idx: int
+    map_index: int = -1
+    offset: int = 0
+    extern: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FuncInfo:
+    """``struct bpf_func_info`` with ``insn_idx`` in slots of the linked program."""
+
+    insn_idx: int
+    type_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LineInfo:
+    """``struct bpf_line_info``: ``file_name_off``/``line_off`` index the object BTF's
+    strings; ``line_col`` is ``line << 10 | column``."""
+
+    insn_idx: int
+    file_name_off: int
+    line_off: int
+    line_col: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSpec:
+    """An entry program, linked with the ``.text`` subprograms it calls.
+
+    ``insns`` are the linked instruction bytes (entry first, then used subprograms);
+    ``fixups`` the kernel-side patches; ``func_info``/``line_info`` re-based to the linked
+    instructions (record sizes for ``BPF_PROG_LOAD`` are 8 and 16 bytes);
+    ``core_relos`` CO-RE relocations indexed into ``insns``. ``attach_to`` is the section
+    suffix naming the attach target (``"sched_switch"`` for ``tp_btf/sched_switch``, the
+    struct_ops member name for ``struct_ops/NAME``, ``""`` when none); ``autoload`` is false
+    for ``?``-prefixed sections; ``subprograms`` names the appended ``.text`` functions in
+    order.
+    """
+
+    name: str
+    section: str
+    prog_type: int
+    expected_attach_type: int
+    attach_to: str
+    sleepable: bool
+    autoload: bool
+    insns: bytes
+    fixups: tuple[Fixup, ...] = ()
+    func_info: tuple[FuncInfo, ...] = ()
+    line_info: tuple[LineInfo, ...] = ()
+    core_relos: tuple[CoreRelo, ...] = ()
+    subprograms: tuple[str, ...] = ()
+    btf_func_id: int = 0
+
+    @property
+    def insn_count(self) -> int:
+        """Number of 8-byte instruction slots in :attr:`insns`."""
+        return len(self.insns) // 8
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectSpec:
+    """A whole BPF object.
+
+    ``name`` is the file name up to its first dot (libbpf's object name); ``btf`` the
+    object's own BTF after libbpf-style fix-ups (DATASEC sizes and offsets, extern VARs),
+    ready for ``BPF_BTF_LOAD`` through ``btf.raw`` (``None`` if the object has no ``.BTF``).
+    ``maps`` are in creation order; fixups refer to them by index. ``kmod_btfs`` are the
+    module names declared in ``.kmod_btfs`` (``None`` when the section is absent, which
+    means "search every module" -- unlike an empty tuple, "no modules").
+    """
+
+    name: str
+    license: str
+    kern_version: int
+    btf: Btf | None
+    programs: tuple[ProgramSpec, ...]
+    maps: tuple[MapSpec, ...]
+    externs: tuple[ExternSpec, ...] = ()
+    kmod_btfs: tuple[str, ...] | None = None
+
+    def program(self, name: str) -> ProgramSpec:
+        """The program called ``name``; ``KeyError`` if absent."""
+        for p in self.programs:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def map(self, name: str) -> MapSpec:
+        """The map called ``name`` (ELF name); ``KeyError`` if absent."""
+        for m in self.maps:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def map_index(self, name: str) -> int:
+        """Index of the map called ``name`` in :attr:`maps`; ``KeyError`` if absent."""
+        for i, m in enumerate(self.maps):
+            if m.name == name:
+                return i
+        raise KeyError(name)
+
+    def extern(self, name: str) -> ExternSpec:
+        """The extern called ``name``; ``KeyError`` if absent."""
+        for e in self.externs:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    @property
+    def struct_ops_maps(self) -> tuple[MapSpec, ...]:
+        """The STRUCT_OPS maps, in map order."""
+        return tuple(m for m in self.maps if m.kind is MapKind.STRUCT_OPS)

@@ -1,0 +1,39 @@
+"""Fixtures for the BPF object tests: where ``make test-objects`` puts the compiled
+``tests/bpf/*.bpf.c`` objects (``build/tests/bpf/*.bpf.o``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BPF_SRC_DIR = REPO / "tests" / "bpf"
+BPF_BUILD_DIR = REPO / "build" / "tests" / "bpf"
+
+
+@pytest.fixture(scope="session")
+def bpf_build_dir() -> Path:
+    """The directory holding the compiled test objects."""
+    return BPF_BUILD_DIR
+
+
+@pytest.fixture(scope="session")
+def bpf_object() -> Callable[[str], Path]:
+    """``bpf_object("maps")`` -> path of ``build/tests/bpf/maps.bpf.o``.
+
+    Fails the test (not skips) when the object is missing or older than its source, since
+    ``make test`` builds every object before running pytest.
+    """
+
+    def find(name: str) -> Path:
+        obj = BPF_BUILD_DIR / f"{name}.bpf.o"
+        src = BPF_SRC_DIR / f"{name}.bpf.c"
+        if not obj.is_file():
+            pytest.fail(f"{obj} is missing: run `make test-objects` (or `make test`)")
+        if src.is_file() and src.stat().st_mtime > obj.stat().st_mtime:
+            pytest.fail(f"{obj} is older than {src}: run `make test-objects`")
+        return obj
+
+    return find

@@ -9,7 +9,7 @@ BUILD := build
 APT_PACKAGES := clang llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils
 
-.PHONY: all deps test lint typecheck pytest demo bench clean test-objects
+.PHONY: all deps kernel test lint typecheck pytest demo bench clean test-objects
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -25,6 +25,11 @@ $(VENV)/.stamp: pyproject.toml $(BUILD)/.apt-stamp
 
 deps: $(VENV)/.stamp
 
+# Debian sid's sched_ext kernel, cached machine-wide in /var/cache/schedswitchd/kernel
+# (downloaded once, ~125 MB; a complete cache is reused without network).
+kernel: deps
+	@$(VPY) -m tools.sidkernel >/dev/null
+
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -32,7 +37,7 @@ lint: deps
 typecheck: deps
 	$(VENV)/bin/mypy
 
-pytest: deps test-objects
+pytest: deps kernel test-objects
 	$(VENV)/bin/pytest -q
 
 # BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h

@@ -1,0 +1,520 @@
+"""Kernel uevents (``NETLINK_KOBJECT_UEVENT``) through one pyroute2 socket, with subscriptions.
+
+The kernel broadcasts a datagram on multicast group 1 whenever a kobject is added, removed or
+changed (``lib/kobject_uevent.c``). Its payload is ``ACTION@DEVPATH\\0`` followed by
+``KEY=VALUE\\0`` pairs, always including ``ACTION``, ``DEVPATH``, ``SUBSYSTEM`` and ``SEQNUM``.
+Two families matter here:
+
+* modules: ``add@/module/NAME`` after a module finished loading and ``remove@/module/NAME``
+  when it is unloaded (``SUBSYSTEM=module``, ``kernel/module/main.c``);
+* sched_ext: ``add@/kernel/sched_ext/root`` when a BPF scheduler is enabled and
+  ``remove@/kernel/sched_ext/root`` when it is disabled, with ``SUBSYSTEM=sched_ext`` and
+  ``SCXOPS=<ops name>`` (``kernel/sched/ext.c``, ``scx_uevent()``).
+
+:class:`UeventListener` owns one pyroute2 ``AsyncUeventSocket`` and runs its reader either in
+a dedicated thread (:meth:`UeventListener.start`) or as a task of the caller's asyncio loop
+(:meth:`UeventListener.start_async`). The socket is always created and read by the thread
+that runs its loop: pyroute2 keeps per-thread state, and reading one socket from a second
+thread returned nothing when this was tried in the sched_ext VM.
+
+If the kernel drops events because the socket buffer overflowed (``ENOBUFS``), the listener
+reopens the socket and calls its ``on_overflow`` subscribers, who must re-read whatever state
+they derive from events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import logging
+import socket
+import struct
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+from schedswitchd.errors import KernelError
+
+log = logging.getLogger(__name__)
+
+#: Multicast group of uevents sent by the kernel itself (udevd re-broadcasts on group 2).
+KERNEL_GROUP: Final = 1
+#: Largest uevent the kernel builds (``UEVENT_BUFFER_SIZE`` in ``include/linux/kobject.h``).
+UEVENT_BUFFER_SIZE: Final = 2048
+
+MODULE_SUBSYSTEM: Final = "module"
+SCHED_EXT_SUBSYSTEM: Final = "sched_ext"
+
+
+class UeventParseError(KernelError):
+    """A datagram on the uevent socket that is not a kernel uevent."""
+
+    code = "uevent"
+
+
+class Action(enum.StrEnum):
+    """``kobject_action`` names (``lib/kobject_uevent.c``, ``kobject_actions[]``)."""
+
+    ADD = "add"
+    REMOVE = "remove"
+    CHANGE = "change"
+    MOVE = "move"
+    ONLINE = "online"
+    OFFLINE = "offline"
+    BIND = "bind"
+    UNBIND = "unbind"
+
+
+@dataclass(frozen=True, slots=True)
+class Uevent:
+    """One kernel uevent.
+
+    ``action`` is an :class:`Action` for the eight kernel actions, else the raw string;
+    ``devpath`` is relative to ``/sys`` (``/module/nf_tables``); ``subsystem`` is ``""`` when
+    the kernel sent none; ``seqnum`` is the kernel's ``SEQNUM`` (``None`` when absent, e.g.
+    in synthetic test events); ``env`` holds every ``KEY=VALUE`` pair, in arrival order.
+    """
+
+    action: Action | str
+    devpath: str
+    subsystem: str
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    seqnum: int | None = None
+
+    @property
+    def module_name(self) -> str | None:
+        """The module name for ``SUBSYSTEM=module`` events (``/module/NAME``), else ``None``."""
+        if self.subsystem != MODULE_SUBSYSTEM or not self.devpath.startswith("/module/"):
+            return None
+        name = self.devpath[len("/module/") :]
+        return name if name and "/" not in name else None
+
+    @property
+    def scx_ops(self) -> str | None:
+        """The scheduler's ops name for ``SUBSYSTEM=sched_ext`` events (``SCXOPS``)."""
+        if self.subsystem != SCHED_EXT_SUBSYSTEM:
+            return None
+        return self.env.get("SCXOPS")
+
+
+def make_uevent(
+    action: Action | str,
+    devpath: str,
+    subsystem: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    seqnum: int | None = None,
+) -> Uevent:
+    """Build a :class:`Uevent` as the kernel would send it (``ACTION``/``DEVPATH``/... filled).
+
+    Used for synthetic events (tests, or the daemon replaying state after an overflow).
+    """
+    full = {"ACTION": str(action), "DEVPATH": devpath, "SUBSYSTEM": subsystem}
+    if env:
+        full.update(env)
+    if seqnum is not None:
+        full["SEQNUM"] = str(seqnum)
+    return Uevent(_action(str(action)), devpath, subsystem, MappingProxyType(full), seqnum)
+
+
+def _action(text: str) -> Action | str:
+    try:
+        return Action(text)
+    except ValueError:
+        return text
+
+
+def parse_uevent(data: bytes | bytearray | memoryview) -> Uevent:
+    """Parse one kernel uevent datagram (format in ``lib/kobject_uevent.c``).
+
+    Raises :class:`UeventParseError` for udevd's ``libudev`` messages, empty or oversized
+    datagrams, a header without ``@``, non-UTF-8 text, or a header that disagrees with the
+    ``ACTION``/``DEVPATH`` keys.
+    """
+    raw = bytes(data)
+    if not raw:
+        raise UeventParseError("empty uevent datagram")
+    if len(raw) > 8 * UEVENT_BUFFER_SIZE:
+        raise UeventParseError(f"uevent datagram of {len(raw)} bytes is too large")
+    if raw.startswith(b"libudev\x00"):
+        raise UeventParseError("udevd (libudev) message, not a kernel uevent")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UeventParseError(f"uevent is not UTF-8 at byte {exc.start}") from None
+    parts = text.split("\x00")
+    header = parts[0]
+    action_text, sep, devpath = header.partition("@")
+    if not sep or not action_text or not devpath.startswith("/"):
+        raise UeventParseError(f"uevent header {header[:80]!r} is not ACTION@DEVPATH")
+    env: dict[str, str] = {}
+    for item in parts[1:]:
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UeventParseError(f"uevent field {item[:80]!r} is not KEY=VALUE")
+        env[key] = value
+    if env.get("ACTION", action_text) != action_text:
+        raise UeventParseError(f"uevent ACTION={env['ACTION']!r} disagrees with {header!r}")
+    if env.get("DEVPATH", devpath) != devpath:
+        raise UeventParseError(f"uevent DEVPATH={env['DEVPATH']!r} disagrees with {header!r}")
+    seq_text = env.get("SEQNUM")
+    seqnum: int | None = None
+    if seq_text is not None:
+        if not seq_text.isdigit():
+            raise UeventParseError(f"uevent SEQNUM={seq_text!r} is not a number")
+        seqnum = int(seq_text)
+    return Uevent(
+        _action(action_text),
+        devpath,
+        env.get("SUBSYSTEM", ""),
+        MappingProxyType(env),
+        seqnum,
+    )
+
+
+Match = str | Callable[[Uevent], bool] | None
+"""A subscription filter: a subsystem name, a predicate, or ``None`` for every event."""
+
+
+class Subscription:
+    """Handle returned by the ``subscribe`` methods; :meth:`cancel` (or ``with``) ends it."""
+
+    __slots__ = ("_cancel", "_done")
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self._cancel = cancel
+        self._done = False
+
+    @property
+    def active(self) -> bool:
+        return not self._done
+
+    def cancel(self) -> None:
+        """Stop delivering to this subscriber; idempotent."""
+        if not self._done:
+            self._done = True
+            self._cancel()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+
+@dataclass(slots=True)
+class ListenerStats:
+    """Counters of one listener: events delivered to the dispatcher, datagrams that did not
+    parse, overflows (``ENOBUFS``: events lost, socket reopened), callback exceptions."""
+
+    events: int = 0
+    malformed: int = 0
+    overflows: int = 0
+    callback_errors: int = 0
+
+
+class _RawMarshal:
+    """pyroute2 marshal that hands each datagram through untouched.
+
+    pyroute2's own uevent marshal flattens the payload into an ``nlmsg``; we keep the bytes so
+    that one parser (:func:`parse_uevent`) serves both the socket and the tests.
+    """
+
+    def is_enough(self, msg: Any) -> bool:
+        return False
+
+    def parse(
+        self,
+        data: bytes,
+        seq: int | None = None,
+        callback: Any = None,
+        skip_alien_seq: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        yield {"header": {"error": None}, "raw": bytes(data)}
+
+
+class UeventListener:
+    """One kernel-uevent reader with subscriptions; runs in a thread or under asyncio.
+
+    Thread use::
+
+        with UeventListener() as ev:                  # start() ... stop()
+            sub = ev.subscribe("module", callback)    # callback(Uevent) in the reader thread
+
+    asyncio use (callbacks run in the loop; keep them short)::
+
+        ev = UeventListener()
+        await ev.start_async()
+        ...
+        await ev.stop_async()
+
+    ``rcvbuf`` is the socket receive buffer in bytes (the kernel doubles it). Callback
+    exceptions are logged and counted, never propagated into the reader.
+    """
+
+    def __init__(self, *, rcvbuf: int = 1 << 20) -> None:
+        self._rcvbuf = rcvbuf
+        self._lock = threading.Lock()
+        self._subs: dict[int, tuple[Callable[[Uevent], bool], Callable[[Uevent], None]]] = {}
+        self._overflow_subs: dict[int, Callable[[], None]] = {}
+        self._next_key = 0
+        self.stats = ListenerStats()
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, match: Match, callback: Callable[[Uevent], None]) -> Subscription:
+        """Call ``callback(event)`` for events whose subsystem equals ``match`` (a str), for
+        which ``match(event)`` is true (a callable), or for all events (``None``)."""
+        pred: Callable[[Uevent], bool]
+        if match is None:
+            pred = _always
+        elif isinstance(match, str):
+            subsystem = match
+
+            def pred(ev: Uevent) -> bool:
+                return ev.subsystem == subsystem
+
+        else:
+            pred = match
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            self._subs[key] = (pred, callback)
+        return Subscription(lambda: self._drop(self._subs, key))
+
+    def subscribe_modules(self, callback: Callable[[Uevent], None]) -> Subscription:
+        """Module ``add``/``remove`` events; ``event.module_name`` is the module's name."""
+
+        def pred(ev: Uevent) -> bool:
+            return ev.module_name is not None and ev.action in (Action.ADD, Action.REMOVE)
+
+        return self.subscribe(pred, callback)
+
+    def subscribe_sched_ext(self, callback: Callable[[Uevent], None]) -> Subscription:
+        """sched_ext root kobject events: ``add`` = a scheduler enabled, ``remove`` = disabled;
+        ``event.scx_ops`` is its ops name."""
+        return self.subscribe(SCHED_EXT_SUBSYSTEM, callback)
+
+    def on_overflow(self, callback: Callable[[], None]) -> Subscription:
+        """Call ``callback()`` after events were lost (socket overflow) and the socket was
+        reopened: state derived from events must be re-read."""
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            self._overflow_subs[key] = callback
+        return Subscription(lambda: self._drop(self._overflow_subs, key))
+
+    def _drop(self, table: dict[int, Any], key: int) -> None:
+        with self._lock:
+            table.pop(key, None)
+
+    def dispatch(self, event: Uevent) -> None:
+        """Deliver ``event`` to matching subscribers in the calling thread.
+
+        The reader calls this for each kernel event; tests and the daemon may call it with
+        synthetic events (:func:`make_uevent`).
+        """
+        with self._lock:
+            subs = list(self._subs.values())
+            self.stats.events += 1
+        for pred, callback in subs:
+            try:
+                if pred(event):
+                    callback(event)
+            except Exception:
+                self.stats.callback_errors += 1
+                log.exception("uevent subscriber failed on %s@%s", event.action, event.devpath)
+
+    def _overflowed(self) -> None:
+        with self._lock:
+            subs = list(self._overflow_subs.values())
+            self.stats.overflows += 1
+        for callback in subs:
+            try:
+                callback()
+            except Exception:
+                self.stats.callback_errors += 1
+                log.exception("uevent overflow subscriber failed")
+
+    # --- the reader ------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True while a reader (thread or task) is bound and reading."""
+        if self._task is not None and self._task.done():
+            return False
+        return self._ready.is_set()
+
+    async def run(self) -> None:
+        """Read and dispatch kernel uevents until cancelled (in the running loop).
+
+        Sets :attr:`running` once the socket is bound, so events emitted after that are seen.
+        Raises ``OSError`` if the socket cannot be opened or bound.
+        """
+        try:
+            while True:
+                async with self._socket() as sock:
+                    self._ready.set()
+                    await self._read(sock)
+                # _read returned: the socket overflowed; reopen, then let subscribers resync.
+                self._overflowed()
+        finally:
+            self._ready.clear()
+
+    @contextlib.asynccontextmanager
+    async def _socket(self) -> AsyncIterator[Any]:
+        from pyroute2.netlink.uevent import AsyncUeventSocket
+
+        sock = AsyncUeventSocket()
+        try:
+            sock.set_marshal(_RawMarshal())
+            sock.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
+            await sock.bind(groups=KERNEL_GROUP)
+            yield sock
+        finally:
+            sock.close()
+
+    async def _read(self, sock: Any) -> None:
+        while True:
+            async for msg in sock.get():
+                raw: bytes = msg.get("raw", b"")
+                err = _netlink_error(raw)
+                if err is not None:
+                    # pyroute2 queues a NLMSG_ERROR record when recv() fails (ENOBUFS after
+                    # an overflow) and refuses further use of the socket.
+                    log.warning("uevent socket error %s: events lost, reopening", err)
+                    return
+                try:
+                    event = parse_uevent(raw)
+                except UeventParseError as exc:
+                    self.stats.malformed += 1
+                    log.debug("ignored datagram on uevent socket: %s", exc)
+                    continue
+                self.dispatch(event)
+
+    # thread mode
+
+    def start(self, *, timeout_s: float = 5.0) -> None:
+        """Start the reader in a daemon thread; return once the socket is bound.
+
+        Raises ``RuntimeError`` if already running, ``OSError`` if the socket failed, and
+        ``TimeoutError`` if it was not bound within ``timeout_s`` seconds.
+        """
+        if self._thread is not None or self._task is not None:
+            raise RuntimeError("uevent listener already started")
+        self._error = None
+        self._ready.clear()
+        self._thread = threading.Thread(target=self._thread_main, name="uevents", daemon=True)
+        self._thread.start()
+        while not self._ready.wait(0.01):
+            if not self._thread.is_alive() or self._error is not None:
+                thread, self._thread = self._thread, None
+                thread.join()
+                err = self._error
+                raise err if isinstance(err, Exception) else OSError("uevent reader died")
+            timeout_s -= 0.01
+            if timeout_s <= 0:
+                self.stop()
+                raise TimeoutError("uevent socket not bound in time")
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._thread_loop = loop
+        try:
+            self._task = loop.create_task(self.run())
+            loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:
+            self._error = exc
+            log.exception("uevent reader thread failed")
+        finally:
+            self._task = None
+            loop.close()
+            self._thread_loop = None
+
+    def stop(self, *, timeout_s: float = 5.0) -> None:
+        """Stop a reader started by :meth:`start`; idempotent."""
+        thread = self._thread
+        if thread is None:
+            return
+        loop, task = self._thread_loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(task.cancel)
+        thread.join(timeout_s)
+        self._thread = None
+
+    def __enter__(self) -> UeventListener:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # asyncio mode
+
+    async def start_async(self, *, timeout_s: float = 5.0) -> None:
+        """Start the reader as a task of the running loop; return once the socket is bound.
+
+        Raises ``RuntimeError`` if already running, the socket's ``OSError`` if it failed,
+        ``TimeoutError`` after ``timeout_s`` seconds.
+        """
+        if self._thread is not None or self._task is not None:
+            raise RuntimeError("uevent listener already started")
+        self._ready.clear()
+        task = asyncio.get_running_loop().create_task(self.run(), name="uevents")
+        self._task = task
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not self._ready.is_set():
+            if task.done():
+                self._task = None
+                task.result()  # raises the reader's error
+                raise OSError("uevent reader ended before binding")
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop_async()
+                raise TimeoutError("uevent socket not bound in time")
+            await asyncio.sleep(0.005)
+
+    async def stop_async(self) -> None:
+        """Cancel a reader started by :meth:`start_async` and wait for it; idempotent."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _always(_: Uevent) -> bool:
+    return True
+
+
+_NLMSG_ERROR: Final = 2
+
+
+def _netlink_error(raw: bytes) -> str | None:
+    """The errno name if ``raw`` is a netlink ``NLMSG_ERROR`` record, else ``None``.
+
+    A kernel uevent starts with an ASCII action name, so it never matches.
+    """
+    if len(raw) < 20:
+        return None
+    length, msg_type = struct.unpack_from("=IH", raw)
+    # pyroute2 packs its record with native alignment, so the bytes may exceed nlmsg_len.
+    if length > len(raw) or msg_type != _NLMSG_ERROR:
+        return None
+    (code,) = struct.unpack_from("=i", raw, 16)
+    code = abs(code)
+    return errno.errorcode.get(code, str(code))

@@ -1,0 +1,160 @@
+"""Reading /sys/kernel/sched_ext: file formats from kernel/sched/ext.c, written to a directory.
+
+The host kernel has no sched_ext, so the real directory is only checked for the clear
+"unavailable" error; the VM tests exercise a live scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.errors import SchedExtError
+from schedswitchd.kernel import sched_ext
+from schedswitchd.kernel.sched_ext import SchedExtUnavailable, ScxState
+from schedswitchd.kernel.uevents import UeventListener, make_uevent
+
+
+def _sysfs(tmp_path: Path, state: str = "disabled", ops: str | None = None) -> Path:
+    root = tmp_path / "sched_ext"
+    root.mkdir()
+    (root / "state").write_text(f"{state}\n")
+    (root / "switch_all").write_text("0\n")
+    (root / "nr_rejected").write_text("0\n")
+    (root / "hotplug_seq").write_text("3\n")
+    (root / "enable_seq").write_text("7\n")
+    if ops is not None:
+        _attach(root, ops)
+    return root
+
+
+def _attach(root: Path, ops: str) -> None:
+    (root / "root").mkdir(exist_ok=True)
+    (root / "root" / "ops").write_text(f"{ops}\n")
+    (root / "root" / "events").write_text(
+        "SCX_EV_SELECT_CPU_FALLBACK 12\nSCX_EV_DISPATCH_KEEP_LAST 0\n"
+    )
+    (root / "state").write_text("enabled\n")
+
+
+def test_host_without_sched_ext_is_a_clear_error() -> None:
+    if sched_ext.available():
+        pytest.skip("this kernel has sched_ext")
+    with pytest.raises(SchedExtUnavailable, match="CONFIG_SCHED_CLASS_EXT"):
+        sched_ext.read_status()
+    with pytest.raises(SchedExtUnavailable):
+        sched_ext.wait_for_state("enabled", timeout_s=0.01)
+
+
+def test_status_disabled(tmp_path: Path) -> None:
+    st = sched_ext.read_status(_sysfs(tmp_path))
+    assert st.state is ScxState.DISABLED
+    assert st.ops is None and st.events == {}
+    assert (st.switch_all, st.nr_rejected, st.hotplug_seq, st.enable_seq) == (False, 0, 3, 7)
+
+
+def test_status_enabled_with_ops_and_events(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path, ops="simple")
+    (root / "switch_all").write_text("1\n")
+    st = sched_ext.read_status(root)
+    assert st.state is ScxState.ENABLED and st.ops == "simple" and st.switch_all
+    assert st.events["SCX_EV_SELECT_CPU_FALLBACK"] == 12
+    assert sched_ext.read_ops(root) == "simple"
+
+
+def test_older_kernel_without_enable_seq(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    (root / "enable_seq").unlink()
+    assert sched_ext.read_status(root).enable_seq is None
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("state", "sleepy\n"), ("nr_rejected", "many\n"), ("root/events", "X\n")],
+)
+def test_malformed_files(tmp_path: Path, name: str, text: str) -> None:
+    root = _sysfs(tmp_path, ops="simple")
+    (root / name).write_text(text)
+    with pytest.raises(SchedExtError):
+        sched_ext.read_status(root)
+
+
+def test_missing_required_file(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    (root / "hotplug_seq").unlink()
+    with pytest.raises(SchedExtError, match="hotplug_seq"):
+        sched_ext.read_status(root)
+
+
+def test_wait_returns_once_state_and_ops_match(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    timer = threading.Timer(0.05, _attach, (root, "simple"))
+    timer.start()
+    t0 = time.monotonic()
+    st = sched_ext.wait_for_state("enabled", ops="simple", root=root, timeout_s=2)
+    timer.join()
+    assert st.ops == "simple" and time.monotonic() - t0 < 1.5
+
+
+def test_wait_times_out_naming_last_state(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path, ops="other")
+    with pytest.raises(SchedExtError, match=r"enabled with ops 'simple'.*ops='other'"):
+        sched_ext.wait_for_state(ScxState.ENABLED, ops="simple", root=root, timeout_s=0.05)
+
+
+def test_wait_several_states(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path, state="disabling")
+    st = sched_ext.wait_for_state({ScxState.DISABLING, ScxState.DISABLED}, root=root, timeout_s=0.1)
+    assert st.state is ScxState.DISABLING
+
+
+def test_wait_wakes_on_uevent_before_poll_interval(tmp_path: Path) -> None:
+    # With a 10 s poll interval only the uevent can end the wait in time.
+    root = _sysfs(tmp_path)
+    listener = UeventListener()
+
+    def enable() -> None:
+        _attach(root, "simple")
+        listener.dispatch(
+            make_uevent("add", "/kernel/sched_ext/root", "sched_ext", {"SCXOPS": "simple"})
+        )
+
+    timer = threading.Timer(0.05, enable)
+    timer.start()
+    t0 = time.monotonic()
+    st = sched_ext.wait_for_state(
+        "enabled", root=root, timeout_s=5, interval_s=10, listener=listener
+    )
+    timer.join()
+    assert st.ops == "simple" and time.monotonic() - t0 < 2
+
+
+def test_async_wait(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    listener = UeventListener()
+
+    async def main() -> sched_ext.SchedExtStatus:
+        loop = asyncio.get_running_loop()
+
+        def enable() -> None:
+            _attach(root, "simple")
+            listener.dispatch(make_uevent("add", "/kernel/sched_ext/root", "sched_ext"))
+
+        loop.call_later(0.05, enable)
+        return await sched_ext.async_wait_for_state(
+            "enabled", root=root, timeout_s=5, interval_s=10, listener=listener
+        )
+
+    t0 = time.monotonic()
+    assert asyncio.run(main()).state is ScxState.ENABLED
+    assert time.monotonic() - t0 < 2
+
+
+def test_async_wait_timeout(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    with pytest.raises(SchedExtError, match="did not reach enabled"):
+        asyncio.run(sched_ext.async_wait_for_state("enabled", root=root, timeout_s=0.03))

@@ -1,0 +1,721 @@
+"""The BTF reader: raw BTF bytes -> :class:`Btf`, with lazy decoding and lazy name indexes.
+
+Format: kernel doc ``Documentation/bpf/btf.rst`` and UAPI ``include/uapi/linux/btf.h``. A raw
+BTF blob is a 24-byte (or longer) header, a type section of variable-length records (every
+field a 32-bit word), and a string section of NUL-terminated strings. Split BTF (a kernel
+module's BTF) continues its base: its type ids start at ``base.end_id`` and its string offsets
+at the end of the base's string section.
+
+Built for a long-running daemon that keeps vmlinux BTF (~130k types) resident: one pass over
+the type section records each type's word offset in an ``array('I')`` and its kind byte in a
+``bytearray``; a type becomes a Python object (:mod:`schedswitchd.bpf.btf_types`) only when
+asked for, and name indexes are built per kind on first lookup. Files are read with ``mmap``
+where the kernel allows it.
+
+``python -m schedswitchd.bpf.btf PATH [--base BASE]`` prints every type as JSON in the shape of
+``bpftool btf dump file PATH [-B BASE] format raw -j`` (see :mod:`schedswitchd.bpf.btf_json`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+
+from schedswitchd.bpf.btf_types import (
+    Array,
+    BtfType,
+    Composite,
+    Datasec,
+    DeclTag,
+    Enum,
+    EnumValue,
+    Float,
+    Func,
+    FuncProto,
+    Fwd,
+    Int,
+    Kind,
+    Member,
+    Param,
+    Ref,
+    Var,
+    VarSecinfo,
+    Void,
+    essential_name,
+)
+from schedswitchd.errors import BtfError
+
+__all__ = ["BTF_MAGIC", "Btf"]
+
+BTF_MAGIC = 0xEB9F
+_HDR_MIN = 24
+_MAX_KIND = int(Kind.ENUM64)
+
+# Record size in 32-bit words by the top byte of ``info`` (kind_flag bit 7, kind bits 0-4):
+# _FIXED = header (3 words) + kind-specific fixed part, _PER_VLEN = words per vlen entry.
+# Bytes that are not a valid kind get a step so large that the scan stops right after them.
+_BAD_STEP = 1 << 40
+_KIND_WORDS: dict[int, tuple[int, int]] = {
+    Kind.INT: (1, 0),
+    Kind.PTR: (0, 0),
+    Kind.ARRAY: (3, 0),
+    Kind.STRUCT: (0, 3),
+    Kind.UNION: (0, 3),
+    Kind.ENUM: (0, 2),
+    Kind.FWD: (0, 0),
+    Kind.TYPEDEF: (0, 0),
+    Kind.VOLATILE: (0, 0),
+    Kind.CONST: (0, 0),
+    Kind.RESTRICT: (0, 0),
+    Kind.FUNC: (0, 0),
+    Kind.FUNC_PROTO: (0, 2),
+    Kind.VAR: (1, 0),
+    Kind.DATASEC: (0, 3),
+    Kind.FLOAT: (0, 0),
+    Kind.DECL_TAG: (1, 0),
+    Kind.TYPE_TAG: (0, 0),
+    Kind.ENUM64: (0, 3),
+}
+
+
+def _step_tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    fixed = [_BAD_STEP] * 256
+    per = [0] * 256
+    for kind, (extra, vlen_words) in _KIND_WORDS.items():
+        for top in (int(kind), int(kind) | 0x80):
+            fixed[top] = 3 + extra
+            per[top] = vlen_words
+    return tuple(fixed), tuple(per)
+
+
+_FIXED, _PER_VLEN = _step_tables()
+
+_MODIFIERS = frozenset({Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.TYPE_TAG})
+_MODS_AND_TYPEDEF = _MODIFIERS | {Kind.TYPEDEF}
+_SIZED = frozenset(
+    {Kind.INT, Kind.ENUM, Kind.ENUM64, Kind.STRUCT, Kind.UNION, Kind.DATASEC, Kind.FLOAT}
+)
+_SIZE_THROUGH = frozenset(
+    {
+        Kind.TYPEDEF,
+        Kind.VOLATILE,
+        Kind.CONST,
+        Kind.RESTRICT,
+        Kind.TYPE_TAG,
+        Kind.VAR,
+        Kind.DECL_TAG,
+    }
+)
+_CACHE_MAX = 4096
+_MAX_NESTING = 256
+_U32 = 0xFFFFFFFF
+
+
+def _s32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _s64(v: int) -> int:
+    return v - (1 << 64) if v & (1 << 63) else v
+
+
+class Btf:
+    """Parsed raw BTF (base or split), decoded lazily.
+
+    Build with :meth:`from_bytes` or :meth:`from_file`. Type ids of this BTF are
+    ``range(start_id, end_id)``; lookups of smaller ids (other than 0, ``void``) go to ``base``.
+    Every method raises :class:`~schedswitchd.errors.BtfError` (never ``IndexError`` or
+    ``RecursionError``) on malformed data or ids out of range; ``where`` names the type id,
+    byte offset or section.
+
+    Attributes: ``name`` ("vmlinux", a module name, an object name), ``base`` (the base of a
+    split BTF, else ``None``), ``start_id``, ``end_id``, ``start_str_off`` (0, or the length of
+    the base's string space for split BTF), ``raw`` (the exact bytes: header, types, strings).
+    """
+
+    name: str
+    base: Btf | None
+    start_id: int
+    end_id: int
+    start_str_off: int
+    raw: bytes | memoryview
+
+    def __init__(
+        self,
+        data: bytes | mmap.mmap,
+        *,
+        base: Btf | None,
+        name: str,
+    ) -> None:
+        """Parse ``data``; prefer :meth:`from_bytes` / :meth:`from_file`."""
+        self.name = name
+        self.base = base
+        self._buf = data
+        self.raw = data if isinstance(data, bytes) else memoryview(data)
+        self.start_id = base.end_id if base is not None else 1
+        self.start_str_off = base._str_end_off if base is not None else 0
+        self._cache: dict[int, BtfType] = {}
+        self._name_index: dict[int, dict[str, int | list[int]]] = {}
+        self._ess_index: dict[int, dict[str, list[int]]] = {}
+        self._ptr_size: int | None = None
+        self._parse_header()
+        self._scan_types()
+        self.end_id = self.start_id + len(self._offs)
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes | bytearray | memoryview,
+        *,
+        base: Btf | None = None,
+        name: str = "",
+    ) -> Btf:
+        """Parse raw BTF from memory (copied into an immutable ``bytes`` unless it is one).
+
+        ``base`` makes it split BTF on top of that base. Raises ``BtfError`` on bad input.
+        """
+        return cls(bytes(data) if not isinstance(data, bytes) else data, base=base, name=name)
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        base: Btf | None = None,
+        name: str | None = None,
+    ) -> Btf:
+        """Parse a BTF file: raw BTF (``/sys/kernel/btf/*``, mapped with ``mmap`` where the
+        kernel allows) or an ELF file (``.ko``, ``.ko.xz``, ``.bpf.o``, vmlinux) whose ``.BTF``
+        section is used. ``name`` defaults to the file name without ``.ko``/``.xz``/``.o``
+        suffixes. Raises ``BtfError`` (also for unreadable files, naming the path).
+        """
+        from schedswitchd.bpf.btf_source import load_btf_bytes
+
+        data = load_btf_bytes(path)
+        if name is None:
+            name = _default_name(os.fspath(path))
+        return cls(data, base=base, name=name)
+
+    def _parse_header(self) -> None:
+        buf = self._buf
+        size = len(buf)
+        if size < _HDR_MIN:
+            raise BtfError(f"truncated BTF: {size} bytes, header needs {_HDR_MIN}", where="header")
+        magic_le = struct.unpack_from("<H", buf, 0)[0]
+        if magic_le == BTF_MAGIC:
+            self._endian = "<"
+        elif struct.unpack_from(">H", buf, 0)[0] == BTF_MAGIC:
+            self._endian = ">"
+        else:
+            raise BtfError(f"bad BTF magic 0x{magic_le:04x}, want 0xeb9f", where="offset 0")
+        e = self._endian
+        _, version, flags, hdr_len, type_off, type_len, str_off, str_len = struct.unpack_from(
+            e + "HBBIIIII", buf, 0
+        )
+        if version != 1:
+            raise BtfError(f"unsupported BTF version {version}", where="offset 2")
+        if flags != 0:
+            raise BtfError(f"unsupported BTF header flags 0x{flags:x}", where="offset 3")
+        if hdr_len < _HDR_MIN or hdr_len > size:
+            raise BtfError(
+                f"header length {hdr_len} outside [{_HDR_MIN}, {size}]", where="offset 4"
+            )
+        if any(buf[_HDR_MIN:hdr_len]):
+            raise BtfError("unknown non-zero header fields", where=f"offset {_HDR_MIN}")
+        body = size - hdr_len
+        if type_off + type_len > body:
+            raise BtfError(
+                f"type section [{type_off}, +{type_len}) past the end of {body} data bytes",
+                where="type section",
+            )
+        if str_off + str_len > body:
+            raise BtfError(
+                f"string section [{str_off}, +{str_len}) past the end of {body} data bytes",
+                where="string section",
+            )
+        if type_off % 4 or type_len % 4:
+            raise BtfError(
+                f"type section offset {type_off} / length {type_len} not 4-byte aligned",
+                where="type section",
+            )
+        if type_len and str_len and type_off < str_off + str_len and str_off < type_off + type_len:
+            raise BtfError("type and string sections overlap", where="header")
+        self._hdr_len: int = hdr_len
+        self._type_start: int = hdr_len + type_off
+        self._type_len: int = type_len
+        self._str_start: int = hdr_len + str_off
+        self._str_len: int = str_len
+        str_end = self._str_start + str_len
+        if self.base is None and (str_len == 0 or buf[self._str_start] != 0):
+            raise BtfError(
+                "base BTF string section must start with an empty string",
+                where="string section",
+            )
+        if str_len and buf[str_end - 1] != 0:
+            raise BtfError("string section does not end with NUL", where="string section")
+        self._str_end_off = self.start_str_off + str_len
+
+    def _scan_types(self) -> None:
+        """One pass over the type section: word offset and top info byte of every type."""
+        start, length = self._type_start, self._type_len
+        words: memoryview | array[int]
+        native = (self._endian == "<") == (sys.byteorder == "little")
+        if native:
+            words = memoryview(self._buf)[start : start + length].cast("I")
+        else:
+            swapped = array("I")
+            swapped.frombytes(bytes(self._buf[start : start + length]))
+            swapped.byteswap()
+            words = swapped
+        n = len(words)
+        offs: array[int] = array("I")
+        tops = bytearray()
+        add_off = offs.append
+        add_top = tops.append
+        fixed, per = _FIXED, _PER_VLEN
+        i = 0
+        try:
+            while i < n:
+                add_off(i)
+                info = words[i + 1]
+                top = info >> 24
+                add_top(top)
+                i += fixed[top] + (info & 0xFFFF) * per[top]
+        except IndexError:
+            i = n + 1  # a header cut off by the section end; reported below
+        if i != n:
+            last = len(offs) - 1
+            tid = self.start_id + last
+            where = f"type id {tid}, byte {self._type_start + 4 * offs[last]}"
+            top = tops[last] if last < len(tops) else -1
+            if top >= 0 and fixed[top] == _BAD_STEP:
+                kind = top & 0x7F
+                raise BtfError(
+                    f"unknown BTF kind {kind}"
+                    + (" (reserved info bits set)" if kind <= _MAX_KIND else ""),
+                    where=where,
+                )
+            raise BtfError("type record runs past the end of the type section", where=where)
+        self._words = words
+        self._offs = offs
+        self._tops = tops
+
+    # --- raw access -----------------------------------------------------------------------
+
+    def _index(self, type_id: int) -> int:
+        """Index into this BTF's own arrays; BtfError unless ``type_id`` is owned here."""
+        idx = type_id - self.start_id
+        if 0 <= idx < len(self._offs):
+            return idx
+        raise BtfError(
+            f"type id {type_id} out of range [{self.start_id}, {self.end_id})",
+            where=f"{self.name or 'btf'} type id {type_id}",
+        )
+
+    def _owner(self, type_id: int) -> Btf:
+        btf: Btf | None = self
+        while btf is not None:
+            if type_id >= btf.start_id:
+                if type_id < btf.end_id:
+                    return btf
+                break
+            btf = btf.base
+        raise BtfError(
+            f"type id {type_id} out of range [1, {self.end_id})",
+            where=f"{self.name or 'btf'} type id {type_id}",
+        )
+
+    def type_offset(self, type_id: int) -> int:
+        """Byte offset of type ``type_id``'s record inside :attr:`raw` (for in-place patching).
+
+        Only ids owned by this BTF (not its base). Raises ``BtfError`` otherwise.
+        """
+        return self._type_start + 4 * self._offs[self._index(type_id)]
+
+    def kind(self, type_id: int) -> Kind:
+        """The kind of ``type_id`` without decoding it (``Kind.UNKN`` for id 0, void)."""
+        if type_id == 0:
+            return Kind.UNKN
+        btf = self if type_id >= self.start_id else self._owner(type_id)
+        return Kind(btf._tops[btf._index(type_id)] & 0x1F)
+
+    def type_name(self, type_id: int) -> str:
+        """The name of ``type_id`` ("" for anonymous types and void), without decoding it."""
+        if type_id == 0:
+            return ""
+        btf = self if type_id >= self.start_id else self._owner(type_id)
+        return btf.string(btf._words[btf._offs[btf._index(type_id)]])
+
+    def string(self, offset: int) -> str:
+        """The NUL-terminated string at ``offset`` of the (split-aware) string space.
+
+        Offsets below :attr:`start_str_off` are the base's. Raises ``BtfError`` if out of bounds.
+        """
+        if offset < self.start_str_off:
+            if self.base is None or offset < 0:
+                raise BtfError(f"negative string offset {offset}", where="string section")
+            return self.base.string(offset)
+        loc = offset - self.start_str_off
+        if loc >= self._str_len:
+            raise BtfError(
+                f"string offset {offset} past the string section end {self._str_end_off}",
+                where=f"{self.name or 'btf'} string offset {offset}",
+            )
+        s = self._str_start + loc
+        e = self._buf.find(b"\0", s, self._str_start + self._str_len)
+        if e < 0:  # unreachable while the section ends with NUL; kept as a guard
+            raise BtfError("unterminated string", where=f"string offset {offset}")
+        return self._buf[s:e].decode("utf-8", "replace")
+
+    # --- decoding -------------------------------------------------------------------------
+
+    def type(self, type_id: int) -> BtfType:
+        """The decoded type ``type_id`` (``Void`` for 0); base ids are delegated to the base.
+
+        Decoded records are cached (bounded). Raises ``BtfError`` for ids out of range and
+        for names pointing outside the string section.
+        """
+        if type_id == 0:
+            return Void()
+        if type_id < self.start_id:
+            return self._owner(type_id).type(type_id)
+        cached = self._cache.get(type_id)
+        if cached is not None:
+            return cached
+        t = self._decode(type_id)
+        cache = self._cache
+        if len(cache) >= _CACHE_MAX:
+            del cache[next(iter(cache))]
+        cache[type_id] = t
+        return t
+
+    def _decode(self, tid: int) -> BtfType:
+        idx = self._index(tid)
+        w = self._words
+        o = self._offs[idx]
+        name_off, info, size_or_type = w[o], w[o + 1], w[o + 2]
+        kind = Kind(self._tops[idx] & 0x1F)
+        kflag = bool(info >> 31)
+        vlen = info & 0xFFFF
+        name = self.string(name_off)
+        p = o + 3
+        s = self.string
+        if kind == Kind.INT:
+            v = w[p]
+            return Int(tid, name, size_or_type, (v >> 24) & 0x0F, (v >> 16) & 0xFF, v & 0xFF)
+        if kind in (
+            Kind.PTR,
+            Kind.TYPEDEF,
+            Kind.VOLATILE,
+            Kind.CONST,
+            Kind.RESTRICT,
+            Kind.TYPE_TAG,
+        ):
+            return Ref(tid, kind, name, size_or_type)
+        if kind == Kind.ARRAY:
+            return Array(tid, w[p], w[p + 1], w[p + 2])
+        if kind in (Kind.STRUCT, Kind.UNION):
+            members = []
+            for j in range(p, p + 3 * vlen, 3):
+                off = w[j + 2]
+                if kflag:
+                    members.append(Member(s(w[j]), w[j + 1], off & 0xFFFFFF, off >> 24))
+                else:
+                    members.append(Member(s(w[j]), w[j + 1], off, 0))
+            return Composite(tid, kind, name, size_or_type, tuple(members))
+        if kind == Kind.ENUM:
+            conv = _s32 if kflag else int
+            values = tuple(EnumValue(s(w[j]), conv(w[j + 1])) for j in range(p, p + 2 * vlen, 2))
+            return Enum(tid, kind, name, size_or_type, kflag, values)
+        if kind == Kind.ENUM64:
+            conv = _s64 if kflag else int
+            values = tuple(
+                EnumValue(s(w[j]), conv(w[j + 1] | (w[j + 2] << 32)))
+                for j in range(p, p + 3 * vlen, 3)
+            )
+            return Enum(tid, kind, name, size_or_type, kflag, values)
+        if kind == Kind.FWD:
+            return Fwd(tid, name, kflag)
+        if kind == Kind.FUNC:
+            return Func(tid, name, size_or_type, vlen)
+        if kind == Kind.FUNC_PROTO:
+            params = tuple(Param(s(w[j]), w[j + 1]) for j in range(p, p + 2 * vlen, 2))
+            return FuncProto(tid, size_or_type, params)
+        if kind == Kind.VAR:
+            return Var(tid, name, size_or_type, w[p])
+        if kind == Kind.DATASEC:
+            secinfo = tuple(VarSecinfo(w[j], w[j + 1], w[j + 2]) for j in range(p, p + 3 * vlen, 3))
+            return Datasec(tid, name, size_or_type, secinfo)
+        if kind == Kind.FLOAT:
+            return Float(tid, name, size_or_type)
+        if kind == Kind.DECL_TAG:
+            return DeclTag(tid, name, size_or_type, _s32(w[p]))
+        raise BtfError(f"unknown BTF kind {int(kind)}", where=f"type id {tid}")  # pragma: no cover
+
+    def _ref_target(self, type_id: int) -> int:
+        """The ``type`` word of ``type_id`` (meaningful for ref-like kinds), without decoding."""
+        btf = self if type_id >= self.start_id else self._owner(type_id)
+        return int(btf._words[btf._offs[btf._index(type_id)] + 2])
+
+    # --- name lookups ---------------------------------------------------------------------
+
+    def _names_of_kind(self, kind: Kind) -> dict[str, int | list[int]]:
+        index = self._name_index.get(kind)
+        if index is not None:
+            return index
+        tops = self._tops
+        positions: list[int] = []
+        for top in (int(kind), int(kind) | 0x80):
+            pos = tops.find(top)
+            while pos >= 0:
+                positions.append(pos)
+                pos = tops.find(top, pos + 1)
+        positions.sort()
+        index = {}
+        words, offs, start, string = self._words, self._offs, self.start_id, self.string
+        for pos in positions:
+            nm = string(words[offs[pos]])
+            prev = index.get(nm)
+            tid = start + pos
+            if prev is None:
+                index[nm] = tid
+            elif isinstance(prev, int):
+                index[nm] = [prev, tid]
+            else:
+                prev.append(tid)
+        self._name_index[kind] = index
+        return index
+
+    def find_ids(self, name: str, kind: Kind) -> list[int]:
+        """Ids of this BTF's own types (not the base's) named exactly ``name`` of ``kind``,
+        ascending. The per-kind name index is built on first use."""
+        hit = self._names_of_kind(Kind(kind)).get(name)
+        if hit is None:
+            return []
+        return [hit] if isinstance(hit, int) else list(hit)
+
+    def find(self, name: str, kind: Kind) -> int | None:
+        """The first type named ``name`` of ``kind``: own types first, then the base's.
+
+        ``None`` when there is none.
+        """
+        btf: Btf | None = self
+        while btf is not None:
+            hit = btf._names_of_kind(Kind(kind)).get(name)
+            if hit is not None:
+                return hit if isinstance(hit, int) else hit[0]
+            btf = btf.base
+        return None
+
+    def find_by_essential_name(self, ess: str, kind: Kind) -> list[int]:
+        """Own type ids of ``kind`` whose essential name (``___flavour`` stripped, see
+        :func:`~schedswitchd.bpf.btf_types.essential_name`) is ``ess``: CO-RE candidates."""
+        kind = Kind(kind)
+        index = self._ess_index.get(kind)
+        if index is None:
+            index = {}
+            for nm, hit in self._names_of_kind(kind).items():
+                key = essential_name(nm) if "___" in nm else nm
+                ids = index.setdefault(key, [])
+                if isinstance(hit, int):
+                    ids.append(hit)
+                else:
+                    ids.extend(hit)
+            for ids in index.values():
+                ids.sort()
+            self._ess_index[kind] = index
+        return list(index.get(ess, ()))
+
+    # --- type algebra ---------------------------------------------------------------------
+
+    def _skip(self, type_id: int, kinds: frozenset[Kind]) -> int:
+        seen: set[int] | None = None
+        steps = 0
+        while self.kind(type_id) in kinds:
+            steps += 1
+            if steps > 32:  # real chains are short; only then pay for cycle detection
+                if seen is None:
+                    seen = set()
+                if type_id in seen:
+                    raise BtfError("cycle through modifiers/typedefs", where=f"type id {type_id}")
+                seen.add(type_id)
+            type_id = self._ref_target(type_id)
+        return type_id
+
+    def skip_modifiers(self, type_id: int) -> int:
+        """Follow CONST/VOLATILE/RESTRICT/TYPE_TAG to the first other type id.
+
+        Raises ``BtfError`` on a cycle or an id out of range."""
+        return self._skip(type_id, _MODIFIERS)
+
+    def skip_mods_and_typedefs(self, type_id: int) -> int:
+        """Like :meth:`skip_modifiers`, also through TYPEDEF."""
+        return self._skip(type_id, _MODS_AND_TYPEDEF)
+
+    def pointer_size(self) -> int:
+        """Pointer size in bytes: the size of ``long`` if this BTF (or its base) has one,
+        else 8 (libbpf guesses the same way)."""
+        if self._ptr_size is None:
+            size = 8
+            for nm in ("long int", "long unsigned int"):
+                tid = self.find(nm, Kind.INT)
+                if tid is not None:
+                    t = self.type(tid)
+                    if isinstance(t, Int) and t.size in (4, 8):
+                        size = t.size
+                        break
+            self._ptr_size = size
+        return self._ptr_size
+
+    def size_of(self, type_id: int) -> int:
+        """Size in bytes of ``type_id`` through typedefs/modifiers/VAR/DECL_TAG; arrays are
+        ``nelems * element size``; pointers :meth:`pointer_size`.
+
+        Raises ``BtfError`` for sizeless kinds (void, FWD, FUNC, FUNC_PROTO), cycles, and
+        sizes over 2**32-1 bytes."""
+        mult = 1
+        seen: set[int] = set()
+        tid = type_id
+        while True:
+            if tid in seen:
+                raise BtfError("cycle while computing size", where=f"type id {tid}")
+            seen.add(tid)
+            kind = self.kind(tid)
+            if kind in _SIZED:
+                size = self._ref_target(tid)
+                break
+            if kind == Kind.PTR:
+                size = self.pointer_size()
+                break
+            if kind in _SIZE_THROUGH:
+                tid = self._ref_target(tid)
+                continue
+            if kind == Kind.ARRAY:
+                t = self.type(tid)
+                assert isinstance(t, Array)
+                mult *= t.nelems
+                if mult > _U32:
+                    raise BtfError("array size overflows 32 bits", where=f"type id {tid}")
+                tid = t.type
+                continue
+            raise BtfError(
+                f"type of kind {kind.name} has no size", where=f"type id {tid} (from {type_id})"
+            )
+        total = size * mult
+        if total > _U32:
+            raise BtfError("type size overflows 32 bits", where=f"type id {type_id}")
+        return total
+
+    def align_of(self, type_id: int) -> int:
+        """Alignment in bytes of ``type_id`` (as libbpf's ``btf__align_of``): scalars
+        ``min(size, pointer size)``; composites the largest member alignment, or 1 when the
+        layout shows the composite is packed. Raises ``BtfError`` for sizeless kinds, cycles and
+        nesting deeper than 256."""
+        return self._align_of(type_id, 0, set())
+
+    def _align_of(self, type_id: int, depth: int, path: set[int]) -> int:
+        if depth > _MAX_NESTING:
+            raise BtfError("types nested too deeply", where=f"type id {type_id}")
+        tid = self.skip_mods_and_typedefs(type_id)
+        kind = self.kind(tid)
+        if kind in (Kind.INT, Kind.ENUM, Kind.ENUM64, Kind.FLOAT):
+            return max(1, min(self.pointer_size(), self._ref_target(tid)))
+        if kind == Kind.PTR:
+            return self.pointer_size()
+        if kind == Kind.ARRAY:
+            t = self.type(tid)
+            assert isinstance(t, Array)
+            if t.type in path:
+                raise BtfError("array contains itself", where=f"type id {tid}")
+            return self._align_of(t.type, depth + 1, path | {tid})
+        if kind in (Kind.STRUCT, Kind.UNION):
+            if tid in path:
+                raise BtfError("composite contains itself", where=f"type id {tid}")
+            comp = self.type(tid)
+            assert isinstance(comp, Composite)
+            inner = path | {tid}
+            best = 1
+            for m in comp.members:
+                a = self._align_of(m.type, depth + 1, inner)
+                if m.bitfield_size == 0 and m.bit_offset % (8 * a):
+                    return 1  # a member placed off its natural alignment: packed
+                best = max(best, a)
+            if comp.size % best:
+                return 1
+            return best
+        raise BtfError(f"type of kind {kind.name} has no alignment", where=f"type id {tid}")
+
+    def find_member(self, composite_id: int, name: str) -> tuple[int, Member] | None:
+        """The member ``name`` of the struct/union ``composite_id`` (typedefs/modifiers
+        skipped), also found inside anonymous struct/union members: ``(absolute bit offset
+        from the start of composite_id, member)``, or ``None``. Raises ``BtfError`` if
+        ``composite_id`` is not a composite, on cycles, and on nesting deeper than 256."""
+        tid = self.skip_mods_and_typedefs(composite_id)
+        if self.kind(tid) not in (Kind.STRUCT, Kind.UNION):
+            raise BtfError(
+                f"type is {self.kind(tid).name}, not a struct or union",
+                where=f"type id {composite_id}",
+            )
+        return self._find_member(tid, name, 0, 0, set())
+
+    def _find_member(
+        self, tid: int, name: str, base_off: int, depth: int, path: set[int]
+    ) -> tuple[int, Member] | None:
+        if depth > _MAX_NESTING:
+            raise BtfError("anonymous members nested too deeply", where=f"type id {tid}")
+        if tid in path:
+            raise BtfError("composite contains itself", where=f"type id {tid}")
+        comp = self.type(tid)
+        assert isinstance(comp, Composite)
+        for m in comp.members:
+            if m.name == name:
+                return base_off + m.bit_offset, m
+            if not m.name:
+                inner = self.skip_mods_and_typedefs(m.type)
+                if self.kind(inner) in (Kind.STRUCT, Kind.UNION):
+                    hit = self._find_member(
+                        inner, name, base_off + m.bit_offset, depth + 1, path | {tid}
+                    )
+                    if hit is not None:
+                        return hit
+        return None
+
+    # --- iteration ------------------------------------------------------------------------
+
+    def own_ids(self) -> range:
+        """This BTF's own type ids, ``range(start_id, end_id)``."""
+        return range(self.start_id, self.end_id)
+
+    def __len__(self) -> int:
+        """Number of this BTF's own types."""
+        return len(self._offs)
+
+    def __repr__(self) -> str:
+        return f"<Btf {self.name or '?'} ids [{self.start_id}, {self.end_id})>"
+
+
+def _default_name(path: str) -> str:
+    base = os.path.basename(path)
+    for suffix in (".xz", ".zst", ".gz", ".ko", ".o", ".btf"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    if base.endswith(".bpf"):
+        base = base[:-4]
+    return base
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m schedswitchd.bpf.btf PATH [--base BASE]``: bpftool-shaped JSON on stdout."""
+    from schedswitchd.bpf.btf_json import main as json_main
+
+    return json_main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

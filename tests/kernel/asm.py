@@ -1,0 +1,72 @@
+"""Hand assembly of the few instructions the kernel tests use (instruction-set.rst)."""
+
+from __future__ import annotations
+
+from schedswitchd.bpf import insn as I
+
+ALU_ADD = 0x00
+JMP_JEQ = 0x10
+HELPER_MAP_LOOKUP_ELEM = 1
+
+
+def mov64_imm(dst: int, imm: int) -> bytes:
+    return I.Insn(I.CLASS_ALU64 | I.OP_MOV | I.SRC_K, dst, 0, 0, imm).encode()
+
+
+def mov64_reg(dst: int, src: int) -> bytes:
+    return I.Insn(I.CLASS_ALU64 | I.OP_MOV | I.SRC_X, dst, src, 0, 0).encode()
+
+
+def add64_imm(dst: int, imm: int) -> bytes:
+    return I.Insn(I.CLASS_ALU64 | ALU_ADD | I.SRC_K, dst, 0, 0, imm).encode()
+
+
+def ld_map_fd(dst: int, fd: int) -> bytes:
+    return I.Insn(I.LD_IMM64, dst, I.PSEUDO_MAP_FD, 0, fd).encode() + I.Insn(0, 0, 0, 0, 0).encode()
+
+
+def st_w(dst: int, off: int, imm: int) -> bytes:
+    return I.Insn(I.CLASS_ST | I.MODE_MEM | I.SIZE_W, dst, 0, off, imm).encode()
+
+
+def ldx_dw(dst: int, src: int, off: int) -> bytes:
+    return I.Insn(I.CLASS_LDX | I.MODE_MEM | I.SIZE_DW, dst, src, off, 0).encode()
+
+
+def stx_dw(dst: int, src: int, off: int) -> bytes:
+    return I.Insn(I.CLASS_STX | I.MODE_MEM | I.SIZE_DW, dst, src, off, 0).encode()
+
+
+def jeq_imm(dst: int, imm: int, off: int) -> bytes:
+    return I.Insn(I.CLASS_JMP | JMP_JEQ | I.SRC_K, dst, 0, off, imm).encode()
+
+
+def call(helper: int) -> bytes:
+    return I.Insn(I.CALL, 0, 0, 0, helper).encode()
+
+
+def exit_() -> bytes:
+    return I.Insn(I.CLASS_JMP | I.OP_EXIT, 0, 0, 0, 0).encode()
+
+
+def ret(value: int) -> bytes:
+    """``r0 = value; exit``."""
+    return mov64_imm(0, value) + exit_()
+
+
+def count_in_map(map_fd: int, value: int) -> bytes:
+    """``v = map[0]; if v: *v += 1; return value`` (array map, u32 key, u64 value)."""
+    return b"".join(
+        (
+            st_w(10, -4, 0),  # key = 0 on the stack
+            mov64_reg(2, 10),
+            add64_imm(2, -4),
+            ld_map_fd(1, map_fd),
+            call(HELPER_MAP_LOOKUP_ELEM),
+            jeq_imm(0, 0, 3),
+            ldx_dw(1, 0, 0),
+            add64_imm(1, 1),
+            stx_dw(0, 1, 0),
+            ret(value),
+        )
+    )

@@ -1,0 +1,336 @@
+"""The daemon's configuration: pydantic v2 models for ``schedswitchd.toml``.
+
+Loaded with :mod:`tomllib` (TOML 1.0). Every table forbids unknown keys; every value is
+checked strictly (no silent string-to-int coercion), so a typo is an error, not a default.
+Any problem becomes one :class:`~schedswitchd.errors.ConfigError` whose message names the
+file, the dotted key and the reason, one line per problem.
+
+Names used on the wire (scheduler and workload names) are short lowercase identifiers; the
+names ``kernel`` (the kernel's own scheduler) and ``auto`` (back to lease-driven policy) are
+reserved. Relative object paths are resolved against the directory holding the file.
+"""
+
+from __future__ import annotations
+
+import grp
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schedswitchd.errors import ConfigError
+
+#: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
+KERNEL = "kernel"
+#: Admin ``switch auto``: drop an admin override and follow the leases again.
+AUTO = "auto"
+RESERVED_NAMES = frozenset({KERNEL, AUTO})
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+#: ``struct sched_ext_ops`` scalar members a config may set (kernel
+#: ``include/linux/sched/ext.h``); ``name`` comes from the object and ``hotplug_seq`` has its
+#: own switch because its value is read from ``/sys/kernel/sched_ext/hotplug_seq`` at load.
+STRUCT_OPS_FIELDS = frozenset({"flags", "timeout_ms", "exit_dump_len", "dispatch_max_batch"})
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Id = Annotated[int, Field(ge=0, le=0xFFFF_FFFE)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SocketConfig(_Model):
+    """Where the daemon listens when it creates its own socket (not socket-activated)."""
+
+    path: str = Field(default="/run/schedswitchd.sock", description="Unix socket path.")
+    mode: int = Field(default=0o660, ge=0, le=0o777, description="Permission bits, e.g. 0o660.")
+    group: str | Id | None = Field(
+        default=None, description="Group owning the socket (name or gid)."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path")
+        if len(value.encode()) > 107:  # sun_path is 108 bytes including the NUL
+            raise ValueError("is longer than a Unix socket path may be (107 bytes)")
+        return value
+
+
+class AuthConfig(_Model):
+    """Who may do what. Callers are identified by ``SO_PEERCRED``/``SO_PEERGROUPS``.
+
+    Anyone who can connect may read (``status``, ``list``, ``history``). Hints need a uid
+    in ``hint_uids`` or a group in ``hint_gids``; admin actions (``switch``, ``stop``,
+    ``reload``, hinting another user's pid) need ``admin_uids``/``admin_gids``. Admins may
+    also hint. Groups are names or numbers; names are resolved when the file is loaded.
+    """
+
+    hint_uids: list[Id] = Field(default_factory=list)
+    hint_gids: list[str | Id] = Field(default_factory=list)
+    admin_uids: list[Id] = Field(default_factory=lambda: [0])
+    admin_gids: list[str | Id] = Field(default_factory=list)
+
+    @field_validator("hint_gids", "admin_gids")
+    @classmethod
+    def _groups(cls, value: list[str | int]) -> list[str | int]:
+        for item in value:
+            if isinstance(item, str):
+                _resolve_group(item)
+        return value
+
+    def hint_gid_set(self) -> frozenset[int]:
+        """``hint_gids`` as numbers."""
+        return frozenset(_resolve_group(g) for g in self.hint_gids)
+
+    def admin_gid_set(self) -> frozenset[int]:
+        """``admin_gids`` as numbers."""
+        return frozenset(_resolve_group(g) for g in self.admin_gids)
+
+
+class LimitsConfig(_Model):
+    """Bounds that keep one client from hurting the others."""
+
+    max_message_bytes: int = Field(
+        default=4096, ge=256, le=1 << 20, description="Request line cap."
+    )
+    read_timeout_s: float = Field(
+        default=5.0, gt=0, le=300, description="Time allowed to finish a request once begun."
+    )
+    idle_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="Idle time before closing a connection with no lease.",
+    )
+    max_connections: int = Field(default=256, ge=1, le=65536)
+    max_connections_per_uid: int = Field(default=32, ge=1, le=65536)
+    max_leases_per_uid: int = Field(default=8, ge=1, le=65536)
+    max_ttl_s: float = Field(
+        default=7 * 86400.0, gt=0, description="Longest TTL a hint may ask for."
+    )
+    switch_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="Wait for sched_ext to reach enabled/disabled."
+    )
+
+
+class BackoffConfig(_Model):
+    """Exponential hold-back of a scheduler the kernel ejected or that failed to load."""
+
+    base_s: float = Field(default=5.0, gt=0, description="Hold after the first failure.")
+    max_s: float = Field(default=600.0, gt=0, description="Cap on the hold.")
+    stable_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A scheduler that ran this long before failing starts over.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackoffConfig:
+        if self.max_s < self.base_s:
+            raise ValueError("max_s must be >= base_s")
+        return self
+
+
+class BtfCacheConfig(_Model):
+    """Bounds of the parsed module-BTF LRU cache (vmlinux BTF is kept outside it)."""
+
+    max_entries: int = Field(default=16, ge=0, le=4096)
+    max_bytes: int = Field(default=64 << 20, ge=0, le=1 << 34)
+
+
+class LoggingConfig(_Model):
+    """``journal``: ``auto`` uses the journal when started by systemd, else plain stderr."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    journal: Literal["auto", "yes", "no"] = "auto"
+
+
+class DaemonConfig(_Model):
+    """Behaviour of the daemon itself."""
+
+    adopt_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="After re-adopting a pinned scheduler on start, keep it this long "
+        "without leases so that clients can reconnect and hint again.",
+    )
+    history_size: int = Field(default=64, ge=1, le=10000)
+    pin_dir: str = Field(
+        default="/sys/fs/bpf/schedswitchd", description="bpffs directory for pins."
+    )
+
+
+RodataValue = bool | int
+StructOpsValue = int
+
+
+class SchedulerConfig(_Model):
+    """One scheduler: a sched_ext BPF object and its load-time customisation.
+
+    ``object``: path of the ELF BPF object (absolute after loading). ``kmods``: extra module
+    names whose BTF to consult, for objects without a ``.kmod_btfs`` section. ``rodata``:
+    ``.rodata`` variable name -> value (ints and bools). ``struct_ops``: scalar
+    ``sched_ext_ops`` members to set (``flags``, ``timeout_ms``, ``exit_dump_len``,
+    ``dispatch_max_batch``). ``hotplug_seq``: set ``ops.hotplug_seq`` from
+    ``/sys/kernel/sched_ext/hotplug_seq`` at load, so a CPU hotplug during the load makes
+    the kernel refuse the attach instead of running with a stale CPU view.
+    """
+
+    object: str
+    description: str = ""
+    kmods: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]] = Field(
+        default_factory=list
+    )
+    rodata: dict[str, RodataValue] = Field(default_factory=dict)
+    struct_ops: dict[str, StructOpsValue] = Field(default_factory=dict)
+    hotplug_seq: bool = True
+
+    @field_validator("rodata")
+    @classmethod
+    def _rodata_names(cls, value: dict[str, RodataValue]) -> dict[str, RodataValue]:
+        for key in value:
+            if not _IDENT_RE.match(key):
+                raise ValueError(f"{key!r} is not a C identifier")
+        return value
+
+    @field_validator("struct_ops")
+    @classmethod
+    def _ops_names(cls, value: dict[str, StructOpsValue]) -> dict[str, StructOpsValue]:
+        for key, number in value.items():
+            if key not in STRUCT_OPS_FIELDS:
+                raise ValueError(
+                    f"{key!r} is not a settable sched_ext_ops field "
+                    f"(one of {', '.join(sorted(STRUCT_OPS_FIELDS))})"
+                )
+            if not 0 <= number < 1 << 64:
+                raise ValueError(f"{key} = {number} does not fit an unsigned 64-bit field")
+        return value
+
+
+class HintRule(_Model):
+    """What a workload hint asks for: a configured scheduler (or ``kernel``) and a priority.
+
+    Higher ``priority`` wins; among equal priorities the newest lease wins.
+    """
+
+    scheduler: str
+    priority: int = Field(default=0, ge=-1000, le=1000)
+
+
+class Config(_Model):
+    """The whole file. ``source`` is the path it was read from (set by :func:`load_config`)."""
+
+    default: str = Field(
+        default=KERNEL, description="Scheduler to run with no live lease, or 'kernel'."
+    )
+    socket: SocketConfig = Field(default_factory=SocketConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    backoff: BackoffConfig = Field(default_factory=BackoffConfig)
+    btf_cache: BtfCacheConfig = Field(default_factory=BtfCacheConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    schedulers: dict[str, SchedulerConfig] = Field(default_factory=dict)
+    hints: dict[str, HintRule] = Field(default_factory=dict)
+    source: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_source(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "source" in data:
+            raise ValueError("'source' is not a configuration key")
+        return data
+
+    @field_validator("schedulers", "hints")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not _NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid name ({NAME_PATTERN})")
+            if key in RESERVED_NAMES:
+                raise ValueError(f"{key!r} is reserved")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        if self.default != KERNEL and self.default not in self.schedulers:
+            raise ValueError(f"default {self.default!r} is neither 'kernel' nor a scheduler")
+        for workload, rule in self.hints.items():
+            if rule.scheduler != KERNEL and rule.scheduler not in self.schedulers:
+                raise ValueError(
+                    f"hints.{workload}.scheduler {rule.scheduler!r} is not a configured scheduler"
+                )
+        return self
+
+
+def _resolve_group(group: str | int) -> int:
+    if isinstance(group, int):
+        return group
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"unknown group {group!r}") from None
+
+
+def _format_errors(path: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = "unknown key"
+        lines.append(f"{path}: {key}: {reason}")
+    return "\n".join(lines)
+
+
+def parse_config(data: bytes | str, path: str = "<config>") -> Config:
+    """Validate TOML text; relative object paths resolve against ``path``'s directory.
+
+    Raises :class:`ConfigError` (file, key, reason per line) for TOML syntax errors, unknown
+    keys and bad values.
+    """
+    text = data.decode("utf-8", errors="strict") if isinstance(data, bytes) else data
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: (syntax): {exc}") from None
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc)) from None
+    base = Path(path).resolve().parent
+    schedulers = {
+        name: sched.model_copy(update={"object": str((base / sched.object).resolve())})
+        for name, sched in config.schedulers.items()
+    }
+    return config.model_copy(update={"schedulers": schedulers, "source": path})
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file. Raises :class:`ConfigError` (also for I/O errors)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8") from None
+    try:
+        return parse_config(data, str(path))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12, as pydantic emits it) of the config file."""
+    schema = Config.model_json_schema()
+    schema["properties"].pop("source", None)
+    return schema

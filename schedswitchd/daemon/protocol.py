@@ -1,0 +1,434 @@
+"""The socket protocol: versioned JSON-lines request and reply models.
+
+Framing: one UTF-8 JSON object per line (``\\n``-terminated) each way over a ``SOCK_STREAM``
+Unix socket. Every object carries ``"v": 1``. Requests are told apart by ``"op"``; replies
+echo the request's ``op`` and optional ``id`` and carry ``"ok"``. A failed request gets an
+:class:`ErrorReply` (``ok: false`` with ``error.code`` and ``error.message``), never a silent
+close.
+
+This module is the only place that turns bytes into messages (:func:`parse_request`,
+:func:`parse_reply`) and messages into bytes (:func:`encode`). Parsing is bounded:
+requests longer than the configured cap are refused before any decoding, and JSON is
+decoded by pydantic-core's parser (nesting-depth limited), so no input raises anything but
+:class:`RequestError`.
+
+Requests::
+
+    {"v":1,"op":"hint","workload":"gaming","pid":1234,"ttl_s":3600}  -> HintReply (lease id)
+    {"v":1,"op":"release","lease":"7-1f2e3d4c"}                      -> ReleaseReply
+    {"v":1,"op":"status"} / {"v":1,"op":"list"} / {"v":1,"op":"history","limit":10}
+    admin: {"v":1,"op":"switch","scheduler":"fifo"|"kernel"|"auto"},
+           {"v":1,"op":"stop"}, {"v":1,"op":"reload"}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from schedswitchd.daemon.config import NAME_PATTERN
+from schedswitchd.errors import ProtocolError
+
+VERSION = 1
+#: Default cap on one request line, bytes including the newline (config: limits).
+DEFAULT_MAX_REQUEST_BYTES = 4096
+#: Cap a client applies to one reply line (history and list replies can be long).
+MAX_REPLY_BYTES = 1 << 20
+#: Largest pid Linux can hand out (``PID_MAX_LIMIT`` on 64-bit, ``include/linux/threads.h``).
+PID_MAX_LIMIT = 4 * 1024 * 1024
+
+# Error codes of this protocol (besides the ``code`` of each SchedSwitchError branch).
+TOO_LARGE = "too_large"
+BAD_JSON = "bad_json"
+BAD_REQUEST = "bad_request"
+UNKNOWN_OP = "unknown_op"
+UNSUPPORTED_VERSION = "unsupported_version"
+TIMEOUT = "timeout"
+INCOMPLETE = "incomplete"
+DENIED = "denied"
+LIMIT = "limit"
+UNKNOWN_WORKLOAD = "unknown_workload"
+UNKNOWN_LEASE = "unknown_lease"
+UNKNOWN_SCHEDULER = "unknown_scheduler"
+BAD_PID = "bad_pid"
+SHUTTING_DOWN = "shutting_down"
+INTERNAL = "internal"
+
+
+class RequestError(ProtocolError):
+    """A request refused at the protocol level; ``code`` is one of this module's codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+ClientTag = int | Annotated[str, Field(max_length=64)] | None
+Workload = Annotated[str, Field(pattern=NAME_PATTERN)]
+LeaseId = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class _Request(_Wire):
+    v: Literal[1] = 1
+    id: ClientTag = Field(default=None, description="Echoed in the reply, for the client's use.")
+
+
+class HintRequest(_Request):
+    """Ask for a workload's scheduler; the lease lasts until release, connection close,
+    ``pid`` exit or ``ttl_s`` (seconds), whichever comes first."""
+
+    op: Literal["hint"] = "hint"
+    workload: Workload
+    pid: Annotated[int, Field(ge=1, le=PID_MAX_LIMIT)] | None = None
+    ttl_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+
+
+class ReleaseRequest(_Request):
+    """End a lease the caller owns (admins may end any)."""
+
+    op: Literal["release"] = "release"
+    lease: LeaseId
+
+
+class StatusRequest(_Request):
+    """The kernel's view and the daemon's state."""
+
+    op: Literal["status"] = "status"
+
+
+class ListRequest(_Request):
+    """Configured schedulers and hint rules, live leases."""
+
+    op: Literal["list"] = "list"
+
+
+class HistoryRequest(_Request):
+    """Recent switches, newest last; ``limit`` caps how many."""
+
+    op: Literal["history"] = "history"
+    limit: Annotated[int, Field(ge=1, le=10000)] | None = None
+
+
+class SwitchRequest(_Request):
+    """Admin: run ``scheduler`` regardless of leases (``kernel``: none; ``auto``: follow
+    the leases again)."""
+
+    op: Literal["switch"] = "switch"
+    scheduler: Workload
+
+
+class StopRequest(_Request):
+    """Admin: back to the kernel's own scheduler (same as ``switch kernel``)."""
+
+    op: Literal["stop"] = "stop"
+
+
+class ReloadRequest(_Request):
+    """Admin: re-read the configuration file; on error the old one stays."""
+
+    op: Literal["reload"] = "reload"
+
+
+Request = Annotated[
+    HintRequest
+    | ReleaseRequest
+    | StatusRequest
+    | ListRequest
+    | HistoryRequest
+    | SwitchRequest
+    | StopRequest
+    | ReloadRequest,
+    Field(discriminator="op"),
+]
+ADMIN_OPS = frozenset({"switch", "stop", "reload"})
+_REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
+
+
+# --- reply payloads ------------------------------------------------------------------------
+
+
+class ErrorBody(_Wire):
+    """``code``: stable machine name; ``message``: for people; ``verifier_log``: the BPF
+    verifier's text when a program load failed."""
+
+    code: str
+    message: str
+    verifier_log: str | None = None
+
+
+class KernelInfo(_Wire):
+    """``/sys/kernel/sched_ext``: ``state`` (``enabled``, ``disabled``, ``enabling``,
+    ``disabling``, or ``unavailable`` without sched_ext), ``root/ops`` and ``enable_seq``."""
+
+    state: str
+    ops: str | None = None
+    enable_seq: int | None = None
+
+
+class ExitInfoModel(_Wire):
+    """``struct scx_exit_info`` as copied by the scheduler (kind, exit_code, reason, msg)."""
+
+    kind: int
+    kind_name: str
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class SwitchInfo(_Wire):
+    """One attempt to change what runs. Times: unix seconds; durations: ns.
+
+    ``result``: ``ok``, ``failed`` (nothing changed), ``rolled_back`` (new one failed, the
+    previous one runs again), ``rollback_failed`` (the kernel's own scheduler runs),
+    ``ejected`` (the kernel disabled the scheduler). ``gap_ns``: upper bound of the time
+    with no BPF scheduler (from the start of detach to the confirmed attach).
+    """
+
+    seq: int
+    time: float
+    previous: str
+    target: str
+    result: str
+    reason: str
+    phases_ns: dict[str, int] = Field(default_factory=dict)
+    gap_ns: int | None = None
+    error: ErrorBody | None = None
+    exit: ExitInfoModel | None = None
+
+
+class LeaseInfo(_Wire):
+    """A live lease. ``ttl_remaining_s`` is ``None`` without a TTL."""
+
+    lease: str
+    workload: str
+    scheduler: str
+    priority: int
+    uid: int
+    owner_pid: int
+    pid: int | None = None
+    age_s: float
+    ttl_remaining_s: float | None = None
+
+
+class BackoffInfo(_Wire):
+    """A scheduler held back after ``failures`` consecutive ejections/load failures."""
+
+    scheduler: str
+    failures: int
+    remaining_s: float
+
+
+class SchedulerInfo(_Wire):
+    """A configured scheduler."""
+
+    name: str
+    object: str
+    description: str = ""
+    active: bool = False
+    backoff_remaining_s: float | None = None
+
+
+class HintRuleInfo(_Wire):
+    """A configured hint rule."""
+
+    workload: str
+    scheduler: str
+    priority: int
+
+
+class StatusBody(_Wire):
+    """What ``status`` returns; ``active`` is what the daemon attached (``kernel``: none)
+    and ``kernel`` is what the kernel itself reports, which is the truth."""
+
+    kernel: KernelInfo
+    active: str
+    desired: str
+    override: str | None = None
+    adopted: bool = False
+    lease: LeaseInfo | None = None
+    leases: int = 0
+    last_switch: SwitchInfo | None = None
+    last_exit: ExitInfoModel | None = None
+    backoff: list[BackoffInfo] = Field(default_factory=list)
+    counters: dict[str, int] = Field(default_factory=dict)
+    pid: int
+    version: str
+    uptime_s: float
+
+
+# --- replies ---------------------------------------------------------------------------------
+
+
+class _Reply(_Wire):
+    v: Literal[1] = 1
+    id: ClientTag = None
+    ok: bool = True
+
+
+class ErrorReply(_Reply):
+    """A refused or failed request. ``op`` is the request's op when it parsed that far."""
+
+    ok: bool = False
+    op: str | None = None
+    error: ErrorBody
+
+
+class HintReply(_Reply):
+    """``lease``: its id; ``desired``: what policy wants now; ``active``: what runs now;
+    ``switch``: the switch this hint caused, if any; ``pending``: the switch was still
+    running when the reply was sent."""
+
+    op: Literal["hint"] = "hint"
+    lease: str
+    desired: str
+    active: str
+    switch: SwitchInfo | None = None
+    pending: bool = False
+
+
+class ReleaseReply(_Reply):
+    """The lease ended; ``active`` is what runs after the resulting switch."""
+
+    op: Literal["release"] = "release"
+    lease: str
+    active: str
+
+
+class StatusReply(_Reply):
+    """Reply to ``status``."""
+
+    op: Literal["status"] = "status"
+    status: StatusBody
+
+
+class ListReply(_Reply):
+    """Reply to ``list``."""
+
+    op: Literal["list"] = "list"
+    default: str
+    schedulers: list[SchedulerInfo]
+    hints: list[HintRuleInfo]
+    leases: list[LeaseInfo]
+
+
+class HistoryReply(_Reply):
+    """Reply to ``history``: oldest first."""
+
+    op: Literal["history"] = "history"
+    entries: list[SwitchInfo]
+
+
+class SwitchReply(_Reply):
+    """Reply to ``switch`` and ``stop``: the switch made (``None``: nothing to do)."""
+
+    op: Literal["switch", "stop"] = "switch"
+    active: str
+    switch: SwitchInfo | None = None
+
+
+class ReloadReply(_Reply):
+    """Reply to ``reload``: the configured scheduler names now."""
+
+    op: Literal["reload"] = "reload"
+    schedulers: list[str]
+    source: str | None = None
+
+
+OkReply = (
+    HintReply | ReleaseReply | StatusReply | ListReply | HistoryReply | SwitchReply | ReloadReply
+)
+Reply = ErrorReply | OkReply
+_OK_REPLY: TypeAdapter[OkReply] = TypeAdapter(Annotated[OkReply, Field(discriminator="op")])
+
+
+# --- bytes <-> messages --------------------------------------------------------------------
+
+
+def _describe(err: Any) -> str:
+    loc = ".".join(str(p) for p in err["loc"][1:]) or "request"
+    return f"{loc}: {err['msg']}"
+
+
+def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Request:
+    """One request line (with or without its ``\\n``) -> a request model.
+
+    Raises :class:`RequestError` with code ``too_large`` (longer than ``max_bytes``),
+    ``bad_json`` (not UTF-8 JSON), ``unsupported_version``, ``unknown_op`` or
+    ``bad_request`` (fields missing, unknown or of the wrong type). Nothing else.
+    """
+    if len(line) > max_bytes:
+        raise RequestError(TOO_LARGE, f"request longer than {max_bytes} bytes")
+    try:
+        return _REQUEST.validate_json(line)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+    except (ValueError, RecursionError) as exc:  # defensive: pydantic-core raises the above
+        raise RequestError(BAD_JSON, f"not a JSON object: {exc}") from None
+    first = errors[0]
+    kind = first["type"]
+    if kind == "json_invalid":
+        raise RequestError(BAD_JSON, f"not valid JSON: {first['msg']}")
+    if kind in ("model_attributes_type", "model_type"):
+        raise RequestError(BAD_REQUEST, "a request must be a JSON object")
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        raise RequestError(UNKNOWN_OP, "'op' must be one of " + ", ".join(_ops()))
+    if any(len(e["loc"]) == 2 and e["loc"][1] == "v" for e in errors):
+        raise RequestError(UNSUPPORTED_VERSION, f"this daemon speaks protocol v{VERSION}")
+    raise RequestError(BAD_REQUEST, "; ".join(_describe(e) for e in errors[:5]))
+
+
+def _ops() -> list[str]:
+    return [
+        "hint",
+        "release",
+        "status",
+        "list",
+        "history",
+        "switch",
+        "stop",
+        "reload",
+    ]
+
+
+def parse_reply(line: bytes) -> Reply:
+    """One reply line -> a reply model (client side).
+
+    Raises :class:`ProtocolError` if the daemon's line is not a reply of this version.
+    """
+    if len(line) > MAX_REPLY_BYTES:
+        raise ProtocolError(f"reply longer than {MAX_REPLY_BYTES} bytes")
+    try:
+        data = pydantic_core.from_json(line)
+    except ValueError as exc:
+        raise ProtocolError(f"reply from the daemon is not JSON: {exc}") from None
+    try:
+        if isinstance(data, dict) and data.get("ok") is False:
+            return ErrorReply.model_validate(data)
+        return _OK_REPLY.validate_python(data)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed reply from the daemon: {exc.errors()[0]['msg']}") from None
+
+
+def encode(message: BaseModel) -> bytes:
+    """A request or reply as one JSON line (UTF-8, ``\\n``-terminated, no newline inside)."""
+    return message.model_dump_json(exclude_none=False).encode() + b"\n"
+
+
+def error_reply(
+    code: str,
+    message: str,
+    *,
+    op: str | None = None,
+    id: int | str | None = None,
+    verifier_log: str | None = None,
+) -> ErrorReply:
+    """An :class:`ErrorReply`."""
+    return ErrorReply(
+        op=op, id=id, error=ErrorBody(code=code, message=message, verifier_log=verifier_log)
+    )

@@ -1,0 +1,381 @@
+"""The one place that changes which sched_ext scheduler the kernel runs.
+
+The kernel side sits behind :class:`SchedulerBackend`, a small Protocol implemented by the
+real backend (loader + ``/sys/kernel/sched_ext`` + bpffs pins) and, for host tests, by a
+fake in ``tests/``. :class:`Switcher` drives it:
+
+1. ``prepare`` the new scheduler while the old one still runs (all heavy work);
+2. ``detach`` the old one (returns once the kernel reads ``disabled``);
+3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name);
+4. confirm with ``kernel_state``; only then ``discard`` the old one's loaded objects.
+
+If 2-4 fail, the new one is discarded and the old one attached again from the objects kept
+for that purpose; the record says ``rolled_back`` (or ``rollback_failed`` if that failed
+too: the kernel's own scheduler runs). Every attempt is a :class:`SwitchRecord` with
+per-phase timings in ns and the no-scheduler gap, kept in a bounded history.
+
+Threading: a :class:`Switcher` is not thread-safe; the server calls it from one worker
+thread only. ``SchedulerBackend.kernel_state`` and ``counters`` must be safe to call from
+any thread at any time (they only read sysfs and counters).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.errors import SchedExtError, SchedSwitchError
+
+#: ``enum scx_exit_kind`` (kernel ``kernel/sched/ext.c``/``ext_internal.h``).
+EXIT_KINDS = {
+    0: "NONE",
+    1: "DONE",
+    64: "UNREG",
+    65: "UNREG_BPF",
+    66: "UNREG_KERN",
+    67: "SYSRQ",
+    1024: "ERROR",
+    1025: "ERROR_BPF",
+    1026: "ERROR_STALL",
+}
+
+
+def exit_kind_name(kind: int) -> str:
+    """``SCX_EXIT_*`` name of an exit kind number, or ``KIND_<n>`` when unknown."""
+    return EXIT_KINDS.get(kind, f"KIND_{kind}")
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """What ``/sys/kernel/sched_ext`` says.
+
+    ``state``: the ``state`` file (``enabled``, ``disabled``, ``enabling``, ``disabling``)
+    or ``unavailable`` when the kernel has no sched_ext; ``ops``: ``root/ops`` (the enabled
+    scheduler's ``sched_ext_ops.name``) or ``None``; ``enable_seq``: the ``enable_seq``
+    counter (only grows; each enable adds one) or ``None`` if unreadable.
+    """
+
+    state: str
+    ops: str | None = None
+    enable_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """``struct scx_exit_info`` fields as the scheduler's ``ops.exit`` recorded them (the
+    ``uei`` pattern of ``tools/sched_ext/include/scx/user_exit_info.h``)."""
+
+    kind: int
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def kind_name(self) -> str:
+        """E.g. ``ERROR_STALL``."""
+        return exit_kind_name(self.kind)
+
+
+class Prepared(Protocol):
+    """A scheduler loaded into the kernel (maps, programs, struct_ops value) but not
+    necessarily attached. Opaque to the daemon except for two names."""
+
+    @property
+    def name(self) -> str:
+        """The configured scheduler name (a key of ``[schedulers]``)."""
+        ...
+
+    @property
+    def ops_name(self) -> str:
+        """``sched_ext_ops.name``: what ``/sys/kernel/sched_ext/root/ops`` reads when it runs."""
+        ...
+
+
+class SchedulerBackend(Protocol):
+    """The kernel side of switching. All methods block; errors are
+    :class:`~schedswitchd.errors.SchedSwitchError` subclasses (others are treated as bugs).
+
+    Contract, method by method:
+
+    ``prepare(name, spec) -> Prepared``
+        Open ``spec.object``, apply ``spec``'s rodata/struct_ops/hotplug_seq settings, resolve
+        kmod BTFs and CO-RE against the running kernel, create maps and load programs.
+        Does not touch the running scheduler. Raises ``LoadError``/``BpfSyscallError`` (with
+        ``verifier_log``)/``ObjectError``/... on failure, leaving nothing behind.
+    ``attach(prepared, timeout_s)``
+        Requires sched_ext ``disabled``. Creates the struct_ops link, pins it under the pin
+        dir, and returns once ``state`` reads ``enabled`` and ``root/ops`` equals
+        ``prepared.ops_name``. On failure or timeout: undoes the link and pin (the kernel is
+        ``disabled`` again) and raises ``SchedExtError``/``BpfSyscallError``. Must work again
+        on a handle that was attached and detached before (used for rollback).
+    ``detach(prepared, timeout_s)``
+        Unpins and closes the link of an attached handle and returns once ``state`` reads
+        ``disabled``; the handle's maps stay readable (for ``exit_info``) until ``discard``.
+        A no-op if the handle is not attached (e.g. the kernel already ejected it).
+        Raises ``SchedExtError`` on timeout.
+    ``discard(prepared)``
+        Frees everything the handle holds (detaching first if still attached). Idempotent;
+        never raises.
+    ``kernel_state() -> KernelState``
+        Reads ``/sys/kernel/sched_ext``. Thread-safe, cheap, never raises (``unavailable``).
+    ``exit_info(prepared) -> ExitInfo | None``
+        The exit record the scheduler's ``ops.exit`` wrote to its data map, or ``None`` if it
+        has none or it was never written (kind 0).
+    ``adopt(schedulers) -> Prepared | None``
+        At daemon start: if a link pinned by a previous daemon is still enabled and names a
+        scheduler in ``schedulers``, return an attached handle for it (``detach`` works on
+        it; ``exit_info`` may return ``None`` if its data map was not pinned). Removes
+        every other (stale) pin. ``None`` if nothing is adopted.
+    ``counters() -> Mapping[str, int]``
+        Loader/BTF-cache counters for status (e.g. ``btf_cache_hits``). Thread-safe.
+    ``watch(notify) -> stop``
+        Start calling ``notify()`` (from any thread, without arguments) whenever sched_ext's
+        state may have changed (``SCXOPS`` uevents); returns a function that stops it.
+    """
+
+    def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
+
+    def attach(self, prepared: Prepared, timeout_s: float) -> None: ...
+
+    def detach(self, prepared: Prepared, timeout_s: float) -> None: ...
+
+    def discard(self, prepared: Prepared) -> None: ...
+
+    def kernel_state(self) -> KernelState: ...
+
+    def exit_info(self, prepared: Prepared) -> ExitInfo | None: ...
+
+    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> Prepared | None: ...
+
+    def counters(self) -> Mapping[str, int]: ...
+
+    def watch(self, notify: Callable[[], None]) -> Callable[[], None]: ...
+
+
+# Results of a SwitchRecord.
+OK = "ok"
+FAILED = "failed"
+ROLLED_BACK = "rolled_back"
+ROLLBACK_FAILED = "rollback_failed"
+EJECTED = "ejected"
+ADOPTED = "adopted"
+
+
+@dataclass
+class SwitchRecord:
+    """One attempt to change what runs (or one ejection noticed).
+
+    ``time``: wall-clock start (unix s); ``previous``/``target``: scheduler names or
+    ``kernel``; ``result``: ``ok``, ``failed`` (prepare failed; nothing changed),
+    ``rolled_back``, ``rollback_failed``, ``ejected``, ``adopted``; ``reason``: why the
+    switch was made (free text from the caller, e.g. ``lease 3-ab gaming``);
+    ``phases_ns``: ``prepare``, ``detach``, ``attach``, ``confirm``, ``rollback``, ``total``
+    as they happened; ``gap_ns``: upper bound on the time no BPF scheduler ran (start of
+    detach to confirmed attach; ``None`` when no gap was opened); ``error``: the failure;
+    ``exit``: the kernel's exit record for ejections and failed attaches.
+    """
+
+    seq: int
+    time: float
+    previous: str
+    target: str
+    result: str
+    reason: str
+    phases_ns: dict[str, int] = field(default_factory=dict)
+    gap_ns: int | None = None
+    error: SchedSwitchError | None = None
+    exit: ExitInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True if ``target`` runs now."""
+        return self.result in (OK, ADOPTED)
+
+
+class _Clock:
+    """Phase timer: ``with clock.phase("attach"):`` adds the phase's duration in ns."""
+
+    def __init__(self, record: SwitchRecord) -> None:
+        self.record = record
+        self.start = time.monotonic_ns()
+
+    def phase(self, name: str) -> _Phase:
+        return _Phase(self.record, name)
+
+    def finish(self) -> None:
+        self.record.phases_ns["total"] = time.monotonic_ns() - self.start
+
+
+class _Phase:
+    def __init__(self, record: SwitchRecord, name: str) -> None:
+        self.record, self.name = record, name
+
+    def __enter__(self) -> None:
+        self.begin = time.monotonic_ns()
+
+    def __exit__(self, *exc: object) -> None:
+        self.record.phases_ns[self.name] = time.monotonic_ns() - self.begin
+
+
+class Switcher:
+    """Owns the attached scheduler's handle and the switch history.
+
+    ``backend``: the kernel side; ``timeout_s``: passed to attach/detach; ``history_size``:
+    records kept. ``current`` is the attached handle (``None``: the kernel's own scheduler);
+    ``attached_ns`` is when it was attached (monotonic ns), for backoff's "ran for".
+    """
+
+    def __init__(self, backend: SchedulerBackend, timeout_s: float, history_size: int) -> None:
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.current: Prepared | None = None
+        self.attached_ns = 0
+        self.history: collections.deque[SwitchRecord] = collections.deque(maxlen=history_size)
+        self.last_exit: ExitInfo | None = None
+        self._seq = 0
+
+    @property
+    def active(self) -> str:
+        """Name of what the daemon has attached, or ``kernel``."""
+        return self.current.name if self.current is not None else KERNEL
+
+    def _record(self, target: str, result: str, reason: str) -> SwitchRecord:
+        self._seq += 1
+        record = SwitchRecord(self._seq, time.time(), self.active, target, result, reason)
+        self.history.append(record)
+        return record
+
+    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> SwitchRecord | None:
+        """At start, take over a scheduler a previous daemon left pinned and enabled."""
+        prepared = self.backend.adopt(schedulers)
+        if prepared is None:
+            return None
+        record = self._record(prepared.name, ADOPTED, "pinned by a previous daemon")
+        self.current = prepared
+        self.attached_ns = time.monotonic_ns()
+        return record
+
+    def switch_to(
+        self, target: str, spec: SchedulerConfig | None, reason: str
+    ) -> SwitchRecord | None:
+        """Make ``target`` (a scheduler name, with its ``spec``; or ``kernel`` with ``None``)
+        run. Returns ``None`` if it already runs, else the record (check ``record.ok``).
+        Never raises a :class:`SchedSwitchError`; it lands in ``record.error``.
+        """
+        if target == self.active and (target == KERNEL or self._confirmed(self.current)):
+            return None
+        if target != KERNEL and spec is None:
+            raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
+        record = self._record(target, OK, reason)
+        clock = _Clock(record)
+        try:
+            self._switch(record, target, spec)
+        finally:
+            clock.finish()
+        return record
+
+    def _switch(self, record: SwitchRecord, target: str, spec: SchedulerConfig | None) -> None:
+        new: Prepared | None = None
+        if target != KERNEL:
+            assert spec is not None
+            try:
+                with _Phase(record, "prepare"):
+                    new = self.backend.prepare(target, spec)
+            except SchedSwitchError as exc:
+                record.result, record.error = FAILED, exc
+                return
+        old = self.current
+        gap_start = time.monotonic_ns()
+        if old is not None:
+            try:
+                with _Phase(record, "detach"):
+                    self.backend.detach(old, self.timeout_s)
+            except SchedSwitchError as exc:
+                # The old one may still run; keep it as current and give up on the new one.
+                record.result, record.error = FAILED, exc
+                if new is not None:
+                    self.backend.discard(new)
+                return
+            self.current = None
+        if new is None:  # to the kernel's own scheduler
+            record.gap_ns = None
+            if old is not None:
+                self._harvest_exit(old)
+                self.backend.discard(old)
+            return
+        try:
+            with _Phase(record, "attach"):
+                self.backend.attach(new, self.timeout_s)
+            with _Phase(record, "confirm"):
+                if not self._confirmed(new):
+                    state = self.backend.kernel_state()
+                    raise SchedExtError(
+                        f"after attach the kernel reports state {state.state!r}, ops "
+                        f"{state.ops!r}, not {new.ops_name!r}"
+                    )
+        except SchedSwitchError as exc:
+            record.error = exc
+            record.exit = self.backend.exit_info(new)
+            self.backend.discard(new)
+            record.result = self._roll_back(record, old)
+            return
+        record.gap_ns = time.monotonic_ns() - gap_start if old is not None else None
+        self.current = new
+        self.attached_ns = time.monotonic_ns()
+        if old is not None:
+            self.backend.discard(old)
+
+    def _roll_back(self, record: SwitchRecord, old: Prepared | None) -> str:
+        if old is None:
+            return ROLLED_BACK  # the kernel's own scheduler was running and still is
+        try:
+            with _Phase(record, "rollback"):
+                self.backend.attach(old, self.timeout_s)
+        except SchedSwitchError:
+            self.backend.discard(old)
+            return ROLLBACK_FAILED
+        self.current = old
+        self.attached_ns = time.monotonic_ns()
+        return ROLLED_BACK
+
+    def _confirmed(self, prepared: Prepared | None) -> bool:
+        if prepared is None:
+            return False
+        state = self.backend.kernel_state()
+        return state.state == "enabled" and state.ops == prepared.ops_name
+
+    def _harvest_exit(self, prepared: Prepared) -> ExitInfo | None:
+        info = self.backend.exit_info(prepared)
+        if info is not None:
+            self.last_exit = info
+        return info
+
+    def check_ejected(self) -> tuple[SwitchRecord, int] | None:
+        """If the kernel no longer runs the attached scheduler (error, stall, sysrq), read
+        its exit info, free it, record an ``ejected`` entry and return it with how long it
+        ran (ns). ``None`` if nothing changed. Transitional states are not ejections."""
+        current = self.current
+        if current is None:
+            return None
+        state = self.backend.kernel_state()
+        if state.state in ("enabling",) or (
+            state.state == "enabled" and state.ops == current.ops_name
+        ):
+            return None
+        if state.state == "disabling":
+            return None  # the kernel is mid-way; the next notification finishes the story
+        ran_for = time.monotonic_ns() - self.attached_ns
+        record = self._record(KERNEL, EJECTED, f"kernel reports {state.state}")
+        record.exit = self._harvest_exit(current)
+        # detach() is a no-op for a handle the kernel already dropped, but unpins the link.
+        try:
+            self.backend.detach(current, self.timeout_s)
+        except SchedSwitchError as exc:
+            record.error = exc
+        self.backend.discard(current)
+        self.current = None
+        return record, ran_for

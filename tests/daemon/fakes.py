@@ -1,0 +1,137 @@
+"""A fake SchedulerBackend for host tests: a tiny model of sched_ext's one-scheduler rule.
+
+It enforces what the real kernel enforces (attach only while ``disabled``; ``root/ops``
+names the attached scheduler; ``enable_seq`` grows) so that switcher and server logic is
+tested against the same rules, and counts live handles so tests can find leaks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+from schedswitchd.daemon.config import SchedulerConfig
+from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
+from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
+
+
+@dataclass(eq=False)
+class FakePrepared:
+    name: str
+    ops_name: str
+    attached: bool = False
+    discarded: bool = False
+    exit: ExitInfo | None = None
+
+
+@dataclass
+class FakeBackend:
+    fail_prepare: set[str] = field(default_factory=set)
+    verifier_reject: set[str] = field(default_factory=set)
+    fail_attach: set[str] = field(default_factory=set)
+    fail_detach: bool = False
+    delay_s: float = 0.0
+    pinned: FakePrepared | None = None
+    state: str = "disabled"
+    ops: str | None = None
+    enable_seq: int = 0
+    live: set[int] = field(default_factory=set)
+    calls: list[str] = field(default_factory=list)
+    attached_handle: FakePrepared | None = None
+    watchers: list[Callable[[], None]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
+        self.calls.append(f"prepare {name}")
+        time.sleep(self.delay_s)
+        if name in self.fail_prepare:
+            raise LoadError(f"{name}: kfunc scx_bpf_nope not found in kernel BTF")
+        if name in self.verifier_reject:
+            raise BpfSyscallError(
+                "BPF_PROG_LOAD", 13, f"{name}/enqueue", verifier_log="R1 invalid mem access"
+            )
+        handle = FakePrepared(name, f"{name}_ops")
+        self.live.add(id(handle))
+        return handle
+
+    def attach(self, handle: Prepared, timeout_s: float) -> None:
+        prepared = cast(FakePrepared, handle)
+        self.calls.append(f"attach {prepared.name}")
+        assert not prepared.discarded, "attach of a discarded handle"
+        with self.lock:
+            if self.state != "disabled":
+                raise SchedExtError(f"sched_ext is {self.state}, cannot attach")
+            if prepared.name in self.fail_attach:
+                # the kernel calls ops.init, which fails: the scheduler exits at once
+                prepared.exit = ExitInfo(1024, 0, "init failed", "ops.init() returned -ENOMEM")
+                raise SchedExtError(f"{prepared.name}: sched_ext disabled during enable")
+            self.state, self.ops = "enabled", prepared.ops_name
+            self.enable_seq += 1
+            prepared.attached = True
+            self.attached_handle = prepared
+
+    def detach(self, handle: Prepared, timeout_s: float) -> None:
+        prepared = cast(FakePrepared, handle)
+        self.calls.append(f"detach {prepared.name}")
+        if self.fail_detach:
+            raise SchedExtError("timed out waiting for sched_ext to read disabled")
+        with self.lock:
+            if prepared.attached and self.attached_handle is prepared:
+                self.state, self.ops = "disabled", None
+                self.attached_handle = None
+            prepared.attached = False
+
+    def discard(self, handle: Prepared) -> None:
+        prepared = cast(FakePrepared, handle)
+        self.calls.append(f"discard {prepared.name}")
+        if prepared.attached:
+            self.detach(prepared, 1.0)
+        prepared.discarded = True
+        self.live.discard(id(prepared))
+
+    def kernel_state(self) -> KernelState:
+        with self.lock:
+            return KernelState(self.state, self.ops, self.enable_seq)
+
+    def exit_info(self, handle: Prepared) -> ExitInfo | None:
+        return cast(FakePrepared, handle).exit
+
+    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> FakePrepared | None:
+        pinned, self.pinned = self.pinned, None
+        if pinned is None or pinned.name not in schedulers or self.ops != pinned.ops_name:
+            return None
+        pinned.attached = True
+        self.attached_handle = pinned
+        self.live.add(id(pinned))
+        return pinned
+
+    def counters(self) -> Mapping[str, int]:
+        return {"prepares": sum(c.startswith("prepare") for c in self.calls)}
+
+    def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
+        self.watchers.append(notify)
+        return lambda: self.watchers.remove(notify)
+
+    # --- test controls ----------------------------------------------------------------------
+
+    def eject(self, kind: int = 1026, reason: str = "watchdog failed to check in") -> None:
+        """Simulate the kernel disabling the running scheduler (e.g. a stall)."""
+        with self.lock:
+            handle = self.attached_handle
+            assert handle is not None, "nothing to eject"
+            handle.exit = ExitInfo(kind, 0, reason, "runnable task stall")
+            handle.attached = False
+            self.attached_handle = None
+            self.state, self.ops = "disabled", None
+        for notify in list(self.watchers):
+            notify()
+
+    def preload(self, name: str) -> None:
+        """Pretend a previous daemon left ``name`` pinned and enabled."""
+        handle = FakePrepared(name, f"{name}_ops", attached=True)
+        self.pinned = handle
+        self.state, self.ops = "enabled", handle.ops_name
+        self.enable_seq += 1

@@ -1,0 +1,184 @@
+"""Protocol: request parsing (examples + hypothesis on arbitrary bytes/JSON) and replies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedswitchd.daemon import protocol as p
+from schedswitchd.errors import ProtocolError
+
+
+def req(**fields: Any) -> bytes:
+    return json.dumps({"v": 1, **fields}).encode() + b"\n"
+
+
+def code_of(line: bytes, max_bytes: int = 4096) -> str:
+    with pytest.raises(p.RequestError) as exc:
+        p.parse_request(line, max_bytes)
+    return exc.value.code
+
+
+def test_each_request_parses() -> None:
+    assert p.parse_request(req(op="hint", workload="gaming", pid=7, ttl_s=1.5)) == p.HintRequest(
+        workload="gaming", pid=7, ttl_s=1.5
+    )
+    assert isinstance(p.parse_request(req(op="release", lease="3-ab")), p.ReleaseRequest)
+    for op, cls in [
+        ("status", p.StatusRequest),
+        ("list", p.ListRequest),
+        ("history", p.HistoryRequest),
+        ("stop", p.StopRequest),
+        ("reload", p.ReloadRequest),
+    ]:
+        assert isinstance(p.parse_request(req(op=op, id="tag")), cls)
+    assert p.parse_request(req(op="switch", scheduler="kernel")) == p.SwitchRequest(
+        scheduler="kernel"
+    )
+    # ttl_s accepts a JSON integer
+    assert p.parse_request(req(op="hint", workload="a", ttl_s=3)).ttl_s == 3  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"{", p.BAD_JSON),
+        (b"\xff\xfe", p.BAD_JSON),
+        (b"[" * 3000, p.BAD_JSON),  # deep nesting: refused, no RecursionError
+        (b"[]", p.BAD_REQUEST),
+        (b'"hint"', p.BAD_REQUEST),
+        (req(op="nope"), p.UNKNOWN_OP),
+        (b'{"v":1}', p.UNKNOWN_OP),
+        (json.dumps({"v": 2, "op": "status"}).encode(), p.UNSUPPORTED_VERSION),
+        (req(op="hint"), p.BAD_REQUEST),  # workload missing
+        (req(op="hint", workload="Gaming"), p.BAD_REQUEST),  # not a name
+        (req(op="hint", workload="../../etc"), p.BAD_REQUEST),
+        (req(op="hint", workload="a", pid="12"), p.BAD_REQUEST),  # strict: no coercion
+        (req(op="hint", workload="a", pid=True), p.BAD_REQUEST),
+        (req(op="hint", workload="a", pid=0), p.BAD_REQUEST),
+        (req(op="hint", workload="a", pid=1 << 40), p.BAD_REQUEST),
+        (req(op="hint", workload="a", ttl_s=-1), p.BAD_REQUEST),
+        (req(op="hint", workload="a", args=["--evil"]), p.BAD_REQUEST),  # no free-form
+        (req(op="switch", scheduler="/tmp/x.bpf.o"), p.BAD_REQUEST),  # no paths
+        (req(op="release", lease=""), p.BAD_REQUEST),
+        (req(op="status", id="x" * 65), p.BAD_REQUEST),
+    ],
+)
+def test_bad_requests(line: bytes, code: str) -> None:
+    assert code_of(line, 10000) == code
+
+
+def test_size_cap_checked_before_decoding() -> None:
+    line = req(op="status", id="x" * 50)
+    assert code_of(line, len(line) - 1) == p.TOO_LARGE
+    assert isinstance(p.parse_request(line, len(line)), p.StatusRequest)
+
+
+def test_request_error_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        p.parse_request(b"nonsense")
+
+
+def test_replies_round_trip() -> None:
+    switch = p.SwitchInfo(
+        seq=1,
+        time=1.0,
+        previous="kernel",
+        target="fifo",
+        result="ok",
+        reason="lease",
+        phases_ns={"prepare": 5},
+        gap_ns=3,
+    )
+    status = p.StatusBody(
+        kernel=p.KernelInfo(state="enabled", ops="fifo", enable_seq=3),
+        active="fifo",
+        desired="fifo",
+        last_switch=switch,
+        pid=1,
+        version="0",
+        uptime_s=1.0,
+    )
+    replies: list[p.Reply] = [
+        p.HintReply(id=4, lease="1-a", desired="fifo", active="fifo", switch=switch),
+        p.ReleaseReply(lease="1-a", active="kernel"),
+        p.StatusReply(status=status),
+        p.ListReply(default="kernel", schedulers=[], hints=[], leases=[]),
+        p.HistoryReply(entries=[switch]),
+        p.SwitchReply(op="stop", active="kernel"),
+        p.ReloadReply(schedulers=["fifo"]),
+        p.error_reply(p.DENIED, "no", op="switch", id="x", verifier_log="R1 invalid"),
+    ]
+    for reply in replies:
+        line = p.encode(reply)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert p.parse_reply(line) == reply
+
+
+def test_parse_reply_rejects_garbage() -> None:
+    for line in [b"{", b"[]", b'{"v":1,"ok":true,"op":"nope"}', b'{"v":1,"ok":false}']:
+        with pytest.raises(ProtocolError):
+            p.parse_reply(line)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
+    max_leaves=20,
+)
+near_requests = st.fixed_dictionaries(
+    {"v": st.sampled_from([1, 1, 2, "1", None]), "op": st.sampled_from([*p._ops(), "x", 3])},
+    optional={
+        "workload": st.text(max_size=40) | json_values,
+        "pid": st.integers(-5, 1 << 33) | json_values,
+        "ttl_s": st.floats() | json_values,
+        "lease": st.text(max_size=70),
+        "scheduler": st.text(max_size=40),
+        "id": json_values,
+        "extra": json_values,
+    },
+)
+
+
+def _check(line: bytes) -> None:
+    try:
+        parsed = p.parse_request(line, 4096)
+    except p.RequestError as exc:
+        assert exc.code in {
+            p.TOO_LARGE,
+            p.BAD_JSON,
+            p.BAD_REQUEST,
+            p.UNKNOWN_OP,
+            p.UNSUPPORTED_VERSION,
+        }
+        assert str(exc)
+        # the error reply itself always encodes to one well-formed line
+        assert p.parse_reply(p.encode(p.error_reply(exc.code, str(exc)))).ok is False
+        return
+    assert parsed.v == 1
+    # what parsed re-encodes to something that parses to the same request
+    assert p.parse_request(p.encode(parsed), 1 << 20) == parsed
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=5000))
+def test_arbitrary_bytes_never_crash(line: bytes) -> None:
+    _check(line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_arbitrary_json_never_crashes(value: object) -> None:
+    _check(json.dumps(value).encode())
+
+
+@settings(max_examples=600, deadline=None)
+@given(near_requests)
+def test_near_requests_never_crash(value: dict[str, object]) -> None:
+    _check(json.dumps(value).encode())

@@ -1,0 +1,153 @@
+"""Switcher: prepare/detach/attach/confirm, rollback, ejection and adoption, on the fake backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedswitchd.daemon import switcher as sw
+from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
+
+from .fakes import FakeBackend
+
+SPEC = SchedulerConfig(object="/nonexistent.bpf.o")
+SCHEDS = {"fifo": SPEC, "vtime": SPEC, "gaming": SPEC}
+
+
+def make(backend: FakeBackend | None = None) -> tuple[sw.Switcher, FakeBackend]:
+    backend = backend or FakeBackend()
+    return sw.Switcher(backend, timeout_s=1.0, history_size=8), backend
+
+
+def test_switch_order_and_timings() -> None:
+    s, b = make()
+    rec = s.switch_to("fifo", SPEC, "lease 1")
+    assert rec is not None and rec.ok and rec.result == sw.OK
+    assert (rec.previous, rec.target) == (KERNEL, "fifo")
+    assert rec.gap_ns is None  # nothing was running: no gap
+    assert b.kernel_state() == sw.KernelState("enabled", "fifo_ops", 1)
+    b.calls.clear()
+    rec = s.switch_to("vtime", SPEC, "lease 2")
+    assert rec is not None and rec.ok
+    # heavy work first, old one freed only after the new one is confirmed
+    assert b.calls == ["prepare vtime", "detach fifo", "attach vtime", "discard fifo"]
+    assert set(rec.phases_ns) == {"prepare", "detach", "attach", "confirm", "total"}
+    assert all(v >= 0 for v in rec.phases_ns.values())
+    assert rec.gap_ns is not None and 0 <= rec.gap_ns <= rec.phases_ns["total"]
+    assert s.active == "vtime" and len(b.live) == 1
+
+
+def test_same_target_is_noop_and_kernel_detaches() -> None:
+    s, b = make()
+    s.switch_to("fifo", SPEC, "x")
+    assert s.switch_to("fifo", SPEC, "x") is None
+    rec = s.switch_to(KERNEL, None, "stop")
+    assert rec is not None and rec.ok and s.active == KERNEL
+    assert b.kernel_state().state == "disabled" and not b.live
+    assert s.switch_to(KERNEL, None, "stop") is None
+
+
+def test_prepare_failure_changes_nothing() -> None:
+    s, b = make(FakeBackend(verifier_reject={"gaming"}))
+    s.switch_to("fifo", SPEC, "x")
+    rec = s.switch_to("gaming", SPEC, "lease")
+    assert rec is not None and rec.result == sw.FAILED and not rec.ok
+    assert isinstance(rec.error, BpfSyscallError)
+    assert rec.error.verifier_log == "R1 invalid mem access"
+    assert b.kernel_state().ops == "fifo_ops" and s.active == "fifo"
+    assert "detach fifo" not in b.calls
+
+
+def test_attach_failure_rolls_back_to_previous() -> None:
+    s, b = make(FakeBackend(fail_attach={"gaming"}))
+    s.switch_to("fifo", SPEC, "x")
+    rec = s.switch_to("gaming", SPEC, "lease")
+    assert rec is not None and rec.result == sw.ROLLED_BACK
+    assert isinstance(rec.error, SchedExtError)
+    assert rec.exit is not None and rec.exit.kind_name == "ERROR"
+    assert "rollback" in rec.phases_ns
+    assert b.kernel_state() == sw.KernelState("enabled", "fifo_ops", 2)
+    assert s.active == "fifo" and len(b.live) == 1  # the failed one was freed
+
+
+def test_attach_failure_from_kernel_stays_kernel() -> None:
+    s, b = make(FakeBackend(fail_attach={"gaming"}))
+    rec = s.switch_to("gaming", SPEC, "lease")
+    assert rec is not None and rec.result == sw.ROLLED_BACK and s.active == KERNEL
+    assert not b.live
+
+
+def test_rollback_failure_leaves_kernel_scheduler() -> None:
+    b = FakeBackend(fail_attach={"gaming"})
+    s, _ = make(b)
+    s.switch_to("fifo", SPEC, "x")
+    b.fail_attach.add("fifo")
+    rec = s.switch_to("gaming", SPEC, "lease")
+    assert rec is not None and rec.result == sw.ROLLBACK_FAILED
+    assert s.active == KERNEL and b.kernel_state().state == "disabled" and not b.live
+
+
+def test_detach_failure_keeps_old() -> None:
+    b = FakeBackend()
+    s, _ = make(b)
+    s.switch_to("fifo", SPEC, "x")
+    b.fail_detach = True
+    rec = s.switch_to("vtime", SPEC, "x")
+    assert rec is not None and rec.result == sw.FAILED and s.active == "fifo"
+    assert len(b.live) == 1
+
+
+def test_ejection_is_noticed_with_exit_info() -> None:
+    s, b = make()
+    assert s.check_ejected() is None
+    s.switch_to("gaming", SPEC, "x")
+    assert s.check_ejected() is None
+    b.eject(1026, "watchdog failed")
+    found = s.check_ejected()
+    assert found is not None
+    rec, ran_for = found
+    assert rec.result == sw.EJECTED and rec.previous == "gaming" and ran_for >= 0
+    assert rec.exit == sw.ExitInfo(1026, 0, "watchdog failed", "runnable task stall")
+    assert s.last_exit is not None and s.last_exit.kind_name == "ERROR_STALL"
+    assert s.active == KERNEL and not b.live
+    assert s.check_ejected() is None
+
+
+def test_switch_after_unnoticed_ejection_reattaches() -> None:
+    s, b = make()
+    s.switch_to("fifo", SPEC, "x")
+    b.eject()
+    rec = s.switch_to("fifo", SPEC, "again")
+    assert rec is not None and rec.ok and b.kernel_state().ops == "fifo_ops"
+
+
+def test_adopt() -> None:
+    b = FakeBackend()
+    b.preload("gaming")
+    s, _ = make(b)
+    rec = s.adopt(SCHEDS)
+    assert rec is not None and rec.result == sw.ADOPTED and s.active == "gaming"
+    assert s.switch_to("gaming", SPEC, "x") is None  # already runs
+    assert s.adopt(SCHEDS) is None
+
+
+def test_adopt_unknown_scheduler_refused() -> None:
+    b = FakeBackend()
+    b.preload("removed")
+    s, _ = make(b)
+    assert s.adopt(SCHEDS) is None and s.active == KERNEL
+
+
+def test_history_bounded_and_exit_names() -> None:
+    s, _ = make(FakeBackend(fail_prepare={"gaming"}))
+    for _ in range(20):
+        rec = s.switch_to("gaming", SPEC, "x")
+        assert rec is not None and isinstance(rec.error, LoadError)
+    assert len(s.history) == 8 and s.history[-1].seq == 20
+    assert sw.exit_kind_name(1025) == "ERROR_BPF" and sw.exit_kind_name(5) == "KIND_5"
+
+
+def test_kernel_target_needs_no_spec_but_scheduler_does() -> None:
+    s, _ = make()
+    with pytest.raises(ValueError):
+        s.switch_to("fifo", None, "x")

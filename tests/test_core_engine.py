@@ -28,7 +28,7 @@ from schedswitchd.bpf.core_patch import POISON_IMM
 from schedswitchd.bpf.core_types import CoreRelo
 from schedswitchd.bpf.core_types import CoreReloKind as K
 from schedswitchd.errors import CoreError
-from tests.core_btf import MemBtf, TypeBuilder
+from tests.core_btf import SpyBtf, TypeBuilder
 
 LDX_W = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_W
 LDX_DW = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_DW
@@ -69,8 +69,8 @@ def insn_at(res: CoreResult, idx: int) -> bpf.Insn:
 
 @dataclass
 class World:
-    local: MemBtf
-    vmlinux: MemBtf
+    local: SpyBtf
+    vmlinux: SpyBtf
     ids: dict[str, int]
 
 
@@ -159,7 +159,7 @@ def run(
     w: World,
     prog: bytes | bytearray,
     relos: Sequence[tuple[int, str, str, K]],
-    targets: Sequence[MemBtf] = (),
+    targets: Sequence[SpyBtf] = (),
 ) -> CoreResult:
     recs = [CoreRelo(idx, w.ids[ty], acc, kind) for idx, ty, acc, kind in relos]
     return relocate(w.local, prog, recs, list(targets) or [w.vmlinux])
@@ -409,7 +409,7 @@ def test_enum_access_must_name_an_enumerator(w: World) -> None:
 
 def _flavoured_target(
     name: str, layouts: Sequence[tuple[str, Sequence[tuple[str, str, int]]]]
-) -> tuple[MemBtf, dict[str, int]]:
+) -> tuple[SpyBtf, dict[str, int]]:
     t = TypeBuilder()
     i32 = t.add_int("int", 4, signed=True)
     i64 = t.add_int("long", 8, signed=True)
@@ -475,7 +475,7 @@ def test_candidates_pruned_after_a_match(w: World) -> None:
     ]
 
 
-def _module_world() -> tuple[MemBtf, MemBtf, MemBtf, MemBtf, dict[str, int]]:
+def _module_world() -> tuple[SpyBtf, SpyBtf, SpyBtf, SpyBtf, dict[str, int]]:
     v = TypeBuilder()
     v_int = v.add_int("int", 4, signed=True)
     ids = {"v_task": v.add_struct("task_struct", 8, [("x", v_int, 0, 0), ("pid", v_int, 32, 0)])}

@@ -1,0 +1,174 @@
+"""Kernel config parsing and ``__kconfig`` extern values (libbpf's rules)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_builder import BtfBuilder
+from schedswitchd.bpf.btf_types import INT_BOOL, INT_CHAR
+from schedswitchd.errors import LoadError
+from schedswitchd.kernel import kconfig as K
+
+SAMPLE = r"""
+#
+# Automatically generated file; DO NOT EDIT.
+#
+CONFIG_BPF=y
+CONFIG_FOO_MOD=m
+# CONFIG_SCHED_CLASS_EXT is not set
+CONFIG_HZ=250
+CONFIG_MASK=0x1f
+CONFIG_NEG=-3
+CONFIG_PERMS=0700
+CONFIG_LOCALVERSION="-fc \"q\" \\ end"
+CONFIG_EMPTY=""
+not a config line
+"""
+
+
+def test_parse_values() -> None:
+    v = K.parse_config(SAMPLE)
+    assert v["CONFIG_BPF"] is K.Tristate.YES
+    assert v["CONFIG_FOO_MOD"] is K.Tristate.MODULE
+    assert v["CONFIG_SCHED_CLASS_EXT"] is K.Tristate.NO
+    assert v["CONFIG_HZ"] == 250
+    assert v["CONFIG_MASK"] == 0x1F
+    assert v["CONFIG_NEG"] == -3
+    assert v["CONFIG_PERMS"] == 700
+    assert v["CONFIG_LOCALVERSION"] == '-fc "q" \\ end'
+    assert v["CONFIG_EMPTY"] == ""
+    assert len(v) == 9
+
+
+def test_parse_errors_name_the_line() -> None:
+    with pytest.raises(LoadError, match=r"cfg:2"):
+        K.parse_config("CONFIG_A=y\nCONFIG_B=what\n", source="cfg")
+    with pytest.raises(LoadError, match="unterminated"):
+        K.parse_config('CONFIG_S="open\n')
+
+
+def test_search_order_and_gzip(tmp_path: Path) -> None:
+    plain = tmp_path / "config-x"
+    gz = tmp_path / "config.gz"
+    gz.write_bytes(gzip.compress(b"CONFIG_FROM_GZ=y\n"))
+    cfg = K.read_kernel_config([plain, gz])
+    assert cfg.source == str(gz) and cfg["CONFIG_FROM_GZ"] is K.Tristate.YES
+    plain.write_text("CONFIG_FROM_PLAIN=1\n")
+    cfg = K.read_kernel_config([plain, gz])
+    assert dict(cfg) == {"CONFIG_FROM_PLAIN": 1}
+    with pytest.raises(LoadError, match="no kernel config found"):
+        K.read_kernel_config([tmp_path / "nope"])
+
+
+def test_default_paths_follow_uname() -> None:
+    rel = os.uname().release
+    assert [str(p) for p in K.config_paths()] == [
+        f"/boot/config-{rel}",
+        "/proc/config.gz",
+        f"/usr/lib/modules/{rel}/config",
+    ]
+
+
+@pytest.mark.skipif(
+    not any(p.exists() for p in K.config_paths()), reason="no kernel config on this host"
+)
+def test_host_config_has_bpf() -> None:
+    cfg = K.read_kernel_config()
+    assert cfg["CONFIG_BPF"] is K.Tristate.YES
+    assert cfg["CONFIG_DEBUG_INFO_BTF"] is K.Tristate.YES
+    assert isinstance(cfg.get("CONFIG_HZ"), int)
+    assert len(cfg) > 1000
+
+
+def test_kernel_version_code() -> None:
+    assert K.kernel_version_code("6.18.44-fc-v669") == (6 << 16) | (18 << 8) | 44
+    assert K.kernel_version_code("4.19.300") == (4 << 16) | (19 << 8) | 255
+    assert K.kernel_version_code("6.1-rc1") == (6 << 16) | (1 << 8)
+    assert K.kernel_version_code("weird") == 0
+
+
+def _types() -> tuple[Btf, dict[str, int]]:
+    b = BtfBuilder()
+    ids = {
+        "bool": b.add_int("_Bool", 1, encoding=INT_BOOL),
+        "char": b.add_int("char", 1, encoding=INT_CHAR),
+        "u8": b.add_int("unsigned char", 1),
+        "s16": b.add_int("short", 2, signed=True),
+        "int": b.add_int("int", 4, signed=True),
+        "u64": b.add_int("unsigned long long", 8),
+    }
+    ids["tri"] = b.add_enum(
+        "libbpf_tristate", 4, [("TRI_NO", 0), ("TRI_YES", 1), ("TRI_MODULE", 2)]
+    )
+    ids["other_enum"] = b.add_enum("colour", 4, [("RED", 0)])
+    ids["str"] = b.add_array(ids["char"], ids["int"], 8)
+    ids["const_int"] = b.add_const(b.add_typedef("s32", ids["int"]))
+    ids["ptr"] = b.add_ptr(ids["int"])
+    return Btf.from_bytes(b.build()), ids
+
+
+@pytest.mark.parametrize(
+    ("type_key", "value", "expected"),
+    [
+        ("bool", K.Tristate.YES, b"\x01"),
+        ("bool", K.Tristate.NO, b"\x00"),
+        ("tri", K.Tristate.MODULE, b"\x02\0\0\0"),
+        ("tri", K.Tristate.YES, b"\x01\0\0\0"),
+        ("char", K.Tristate.MODULE, b"m"),
+        ("int", 250, (250).to_bytes(4, "little")),
+        ("const_int", -3, (-3).to_bytes(4, "little", signed=True)),
+        ("s16", -32768, (-32768).to_bytes(2, "little", signed=True)),
+        ("u64", 0xFFFF_FFFF_FFFF_FFFF, b"\xff" * 8),
+        ("u8", 255, b"\xff"),
+        ("str", "-fc", b"-fc\0\0\0\0\0"),
+        ("str", "0123456789", b"0123456\0"),
+    ],
+)
+def test_encode_values(type_key: str, value: K.KconfigValue, expected: bytes) -> None:
+    btf, ids = _types()
+    slot = K.classify(btf, ids[type_key], "CONFIG_X")
+    assert K.encode_value(slot, "CONFIG_X", value) == expected
+
+
+@pytest.mark.parametrize(
+    ("type_key", "value", "message"),
+    [
+        ("bool", K.Tristate.MODULE, "needs a tristate"),
+        ("int", K.Tristate.YES, "does not fit"),
+        ("int", "str", "needs a char array"),
+        ("str", 5, "needs an integer"),
+        ("u8", 256, "overflows"),
+        ("u8", -1, "overflows"),
+        ("s16", 40000, "overflows"),
+    ],
+)
+def test_encode_mismatches(type_key: str, value: K.KconfigValue, message: str) -> None:
+    btf, ids = _types()
+    slot = K.classify(btf, ids[type_key], "CONFIG_X")
+    with pytest.raises(LoadError, match=message):
+        K.encode_value(slot, "CONFIG_X", value)
+
+
+def test_unsupported_extern_types() -> None:
+    btf, ids = _types()
+    for key in ("other_enum", "ptr"):
+        with pytest.raises(LoadError, match="CONFIG_BAD"):
+            K.classify(btf, ids[key], "CONFIG_BAD")
+
+
+def test_extern_bytes_weak_strong_and_version() -> None:
+    btf, ids = _types()
+    cfg = {"CONFIG_HZ": 1000}
+    assert K.extern_bytes(btf, ids["int"], "CONFIG_HZ", cfg, weak=False) == (1000).to_bytes(
+        4, "little"
+    )
+    assert K.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=True) == bytes(8)
+    with pytest.raises(LoadError, match="CONFIG_MISSING"):
+        K.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=False)
+    ver = K.extern_bytes(btf, ids["int"], "LINUX_KERNEL_VERSION", cfg, weak=False, release="6.18.2")
+    assert int.from_bytes(ver, "little") == 0x061202

@@ -295,12 +295,12 @@ class Btf:
             where = f"type id {tid}, byte {self._type_start + 4 * offs[last]}"
             top = tops[last] if last < len(tops) else -1
             if top >= 0 and fixed[top] == _BAD_STEP:
-                kind = top & 0x7F
-                raise BtfError(
-                    f"unknown BTF kind {kind}"
-                    + (" (reserved info bits set)" if kind <= _MAX_KIND else ""),
-                    where=where,
-                )
+                kind = top & 0x1F
+                if 0 < kind <= _MAX_KIND:
+                    raise BtfError(
+                        f"reserved info bits set (info top byte 0x{top:02x})", where=where
+                    )
+                raise BtfError(f"unknown BTF kind {kind}", where=where)
             raise BtfError("type record runs past the end of the type section", where=where)
         self._words = words
         self._offs = offs

@@ -16,7 +16,7 @@ def test_hits_misses_and_recency_order() -> None:
     assert lru.get("a") == 0  # a becomes most recent
     assert lru.get("zz") is None
     assert lru.put("d", 3, 10) == ["b"]
-    assert lru.keys() == ["c", "a", "d"]
+    assert lru.ordered_keys() == ["c", "a", "d"]
     s = lru.stats()
     assert (s.hits, s.misses, s.evictions, s.entries, s.bytes_held) == (1, 1, 1, 3, 30)
 
@@ -27,7 +27,7 @@ def test_byte_bound_evicts_oldest_until_it_fits() -> None:
     lru.put("b", "B", 40)
     lru.put("c", "C", 10)
     assert lru.put("d", "D", 60) == ["a", "b"]
-    assert lru.keys() == ["c", "d"] and lru.bytes_held == 70
+    assert lru.ordered_keys() == ["c", "d"] and lru.bytes_held == 70
 
 
 def test_oversized_value_is_rejected_and_drops_old_value() -> None:
@@ -54,6 +54,15 @@ def test_pop_and_clear_count_invalidations() -> None:
     assert (s.invalidations, s.entries, s.bytes_held) == (3, 0, 0)
 
 
+def test_get_with_validator_drops_invalid_entry() -> None:
+    lru: BoundedLru[str, int] = BoundedLru(max_entries=5, max_bytes=100)
+    lru.put("a", 1, 10)
+    assert lru.get("a", valid=lambda v: v == 1) == 1
+    assert lru.get("a", valid=lambda v: v == 2) is None
+    s = lru.stats()
+    assert "a" not in lru and (s.hits, s.misses, s.invalidations, s.bytes_held) == (1, 1, 1, 0)
+
+
 def test_bad_bounds() -> None:
     with pytest.raises(ValueError):
         BoundedLru(max_entries=0, max_bytes=1)
@@ -78,5 +87,5 @@ def test_bounds_always_hold(
             lru.put(key, size, size)
         s = lru.stats()
         assert s.entries <= max_entries and s.bytes_held <= max_bytes
-        held = lru.keys()
+        held = lru.ordered_keys()
         assert s.bytes_held == sum(lru.peek(k) or 0 for k in held)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -58,10 +58,19 @@ class BoundedLru(Generic[K, V]):
         self._invalidations = 0
         self._rejected = 0
 
-    def get(self, key: K) -> V | None:
-        """The value for ``key`` (now most recently used) or ``None``; counts a hit or miss."""
+    def get(self, key: K, *, valid: Callable[[V], bool] | None = None) -> V | None:
+        """The value for ``key`` (now most recently used) or ``None``; counts a hit or miss.
+
+        With ``valid``, a value for which ``valid(value)`` is false is removed (counted as an
+        invalidation) and the lookup is a miss. ``valid`` runs under the cache's lock.
+        """
         with self._lock:
             item = self._data.get(key)
+            if item is not None and valid is not None and not valid(item[0]):
+                del self._data[key]
+                self._bytes -= item[1]
+                self._invalidations += 1
+                item = None
             if item is None:
                 self._misses += 1
                 return None
@@ -122,7 +131,7 @@ class BoundedLru(Generic[K, V]):
             self._invalidations += n
             return n
 
-    def keys(self) -> list[K]:
+    def ordered_keys(self) -> list[K]:
         """Keys from least to most recently used."""
         with self._lock:
             return list(self._data)

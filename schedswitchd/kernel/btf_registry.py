@@ -1,0 +1,470 @@
+"""The kernel BTF registry: vmlinux once, declared module BTFs by name, a bounded cache.
+
+libbpf reads the BTF of *every* loaded module whenever a CO-RE relocation, a kfunc or an
+attach target is missing from vmlinux. Here a load names the modules it may touch (the
+object's ``.kmod_btfs`` section plus configured extras) and only those are read:
+
+* ``<btf_root>/vmlinux`` is parsed once per process (shared by every registry);
+* ``<btf_root>/<module>`` is read as split BTF on vmlinux (kernel doc
+  ``Documentation/bpf/btf.rst``; ``/sys/kernel/btf/<module>`` exists while the module is
+  loaded, with ``CONFIG_DEBUG_INFO_BTF_MODULES``);
+* parsed module BTFs live in a :class:`~schedswitchd.kernel.lru.BoundedLru` bounded by entry
+  count and bytes (raw BTF size);
+* a cached module is served only while its file is the one it was read from (device, inode,
+  size, mtime): a reloaded module gets a new sysfs node, so even a missed uevent cannot make
+  the registry serve a stale module. Module ``add``/``remove`` uevents drop entries eagerly
+  and keep the name → BTF object id map (:class:`~schedswitchd.kernel.btf_ids.KernelBtfIds`)
+  true.
+
+Without any declaration a load falls back to libbpf's behaviour, searching every module, but
+lazily: :meth:`TargetBtfs.first` and :meth:`TargetBtfs.modules` parse one module at a time,
+only when vmlinux lacked what was asked for, and through the cache.
+
+``btf_root`` is a parameter so tests can point it at a directory of real split BTF files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal, TypeVar
+
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.errors import BtfError, RegistryError
+from schedswitchd.kernel.btf_ids import BtfIdStats, KernelBtfIds
+from schedswitchd.kernel.fd import BtfFd
+from schedswitchd.kernel.lru import BoundedLru, LruStats
+from schedswitchd.kernel.uevents import Action, Subscription, Uevent, UeventListener
+
+SYS_BTF_ROOT: Final = Path("/sys/kernel/btf")
+VMLINUX: Final = "vmlinux"
+#: ``MODULE_NAME_LEN`` (``include/linux/module.h``) is 56 bytes including the NUL.
+MODULE_NAME_MAX: Final = 55
+DEFAULT_MAX_ENTRIES: Final = 32
+DEFAULT_MAX_BYTES: Final = 32 << 20
+
+_MODULE_NAME = re.compile(r"[A-Za-z0-9_]+")
+T = TypeVar("T")
+
+
+def normalize_module_name(name: str) -> str:
+    """The kernel's name for a module: ``-`` becomes ``_`` as ``modprobe`` and Kbuild do.
+
+    Raises :class:`RegistryError` for names that cannot be a module (empty, too long, or
+    holding characters other than letters, digits, ``_`` and ``-``), e.g. a path from a
+    hostile ``.kmod_btfs`` section.
+    """
+    norm = name.replace("-", "_")
+    if not _MODULE_NAME.fullmatch(norm) or len(norm) > MODULE_NAME_MAX:
+        raise RegistryError(f"{name[:80]!r} is not a kernel module name")
+    return norm
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """What tells one version of a BTF file from the next: ``os.stat`` fields."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleBtf:
+    """One parsed module BTF as cached: ``nbytes`` is its raw size, ``read_ns`` the time
+    to read and parse it, ``identity`` the file it came from."""
+
+    name: str
+    btf: Btf
+    nbytes: int
+    identity: FileIdentity
+    read_ns: int
+
+
+_vmlinux_lock = threading.Lock()
+_vmlinux_cache: dict[tuple[str, FileIdentity], Btf] = {}
+
+
+def shared_vmlinux(path: str | os.PathLike[str]) -> Btf:
+    """The vmlinux BTF at ``path``, parsed once per process per file version.
+
+    Raises :class:`RegistryError` if the file is missing, :class:`BtfError` if malformed.
+    """
+    p = os.path.realpath(path)
+    try:
+        ident = FileIdentity.of(os.stat(p))
+    except OSError as exc:
+        raise RegistryError(f"no vmlinux BTF at {path}: {exc.strerror}") from exc
+    key = (p, ident)
+    with _vmlinux_lock:
+        btf = _vmlinux_cache.get(key)
+        if btf is None:
+            btf = Btf.from_file(p, name=VMLINUX)
+            _vmlinux_cache[key] = btf
+        return btf
+
+
+@dataclass(slots=True)
+class TargetReport:
+    """What one load's target set touched (filled as modules are read).
+
+    ``declared``: module names the load may touch, normalised and de-duplicated in order
+    (empty in fallback mode); ``fallback``: no declaration, every module may be searched;
+    ``found``: modules whose BTF was obtained; ``missing``: declared modules that are not
+    loaded; ``read``: module BTFs read from ``btf_root`` for this load (cache misses);
+    ``cache_hits``: served from the cache; ``read_ns``: time spent reading and parsing.
+    """
+
+    declared: tuple[str, ...]
+    fallback: bool
+    found: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+    cache_hits: int = 0
+    read_ns: int = 0
+
+    @property
+    def modules_read(self) -> int:
+        """Number of module BTFs read from disk for this load."""
+        return len(self.read)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryStats:
+    """Registry counters: the cache's (``cache``), module BTFs read from disk and the time
+    spent (ns) since creation, cache entries dropped because their file changed
+    (``stale_dropped``), module uevents handled, and the id map's counters (``ids``,
+    ``None`` without kernel ids)."""
+
+    cache: LruStats
+    module_btfs_read: int
+    read_ns: int
+    stale_dropped: int
+    module_uevents: int
+    ids: BtfIdStats | None
+
+
+class KernelBtfRegistry:
+    """vmlinux and module BTFs of one kernel, for every load a process makes.
+
+    ``btf_root``: a directory shaped like ``/sys/kernel/btf``. ``max_entries``/``max_bytes``:
+    the module cache bounds. ``ids``: the kernel BTF object id map; ``"auto"`` (default)
+    means a :class:`KernelBtfIds` on the running kernel when ``btf_root`` is
+    ``/sys/kernel/btf``, else none (a directory of files has no kernel objects).
+
+    Thread-safe. Typical use by the loader::
+
+        targets = registry.targets(spec.kmod_btfs, extra=config_extra_kmods)
+        result = relocate(local, insns, relos, targets.all())     # vmlinux + declared
+        fd = registry.open_btf_object("nf_tables")                 # for fd_array
+
+    and by the daemon: ``registry.attach(listener)`` once.
+    """
+
+    def __init__(
+        self,
+        *,
+        btf_root: str | os.PathLike[str] = SYS_BTF_ROOT,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ids: KernelBtfIds | Literal["auto"] | None = "auto",
+    ) -> None:
+        self.btf_root = Path(btf_root)
+        self._cache: BoundedLru[str, ModuleBtf] = BoundedLru(
+            max_entries=max_entries, max_bytes=max_bytes
+        )
+        if ids == "auto":
+            ids = KernelBtfIds() if self.btf_root == SYS_BTF_ROOT else None
+        self.ids: KernelBtfIds | None = ids
+        self._lock = threading.Lock()
+        self._gen: dict[str, int] = {}
+        self._vmlinux: Btf | None = None
+        self._read = 0
+        self._read_ns = 0
+        self._stale = 0
+        self._uevents = 0
+
+    # --- BTFs ------------------------------------------------------------------------------
+
+    @property
+    def vmlinux(self) -> Btf:
+        """vmlinux BTF (parsed on first use, shared by the process). Raises
+        :class:`RegistryError` when ``btf_root`` has no ``vmlinux``."""
+        btf = self._vmlinux
+        if btf is None:
+            btf = shared_vmlinux(self.btf_root / VMLINUX)
+            self._vmlinux = btf
+        return btf
+
+    def module_names(self) -> list[str]:
+        """Names of the module BTFs present now (``btf_root`` minus ``vmlinux``), sorted."""
+        try:
+            names = os.listdir(self.btf_root)
+        except OSError as exc:
+            raise RegistryError(f"cannot list {self.btf_root}: {exc.strerror}") from exc
+        return sorted(n for n in names if n != VMLINUX)
+
+    def module(self, name: str, *, report: TargetReport | None = None) -> Btf | None:
+        """The split BTF of module ``name`` (``-`` read as ``_``), from the cache when its
+        file is unchanged, else read from ``btf_root``; ``None`` when the module is not
+        loaded. ``report`` gets the read/hit accounted. Raises :class:`RegistryError` for
+        a bad name, :class:`BtfError` (naming the module) for malformed BTF."""
+        name = normalize_module_name(name)
+        if name == VMLINUX:
+            return self.vmlinux
+        path = self.btf_root / name
+        entry = self._cache.get(name, valid=lambda e: self._still_current(e, path))
+        if entry is not None:
+            if report is not None:
+                report.cache_hits += 1
+            return entry.btf
+        return self._read_module(name, path, report)
+
+    def _still_current(self, entry: ModuleBtf, path: Path) -> bool:
+        try:
+            ok = FileIdentity.of(os.stat(path)) == entry.identity
+        except OSError:
+            ok = False
+        if not ok:
+            self._stale += 1
+        return ok
+
+    def _read_module(self, name: str, path: Path, report: TargetReport | None) -> Btf | None:
+        vmlinux = self.vmlinux
+        with self._lock:
+            gen = self._gen.get(name, 0)
+        t0 = time.perf_counter_ns()
+        try:
+            # Read (not mmap) module BTF: small files, and a module file replaced under a
+            # mapping could fault; identity and bytes come from the same open file.
+            with open(path, "rb", buffering=0) as f:
+                ident = FileIdentity.of(os.fstat(f.fileno()))
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RegistryError(f"cannot read module BTF {path}: {exc.strerror}") from exc
+        try:
+            btf = Btf.from_bytes(data, base=vmlinux, name=name)
+        except BtfError as exc:
+            raise BtfError(f"module {name!r}: {exc}", where=str(path)) from exc
+        dt = time.perf_counter_ns() - t0
+        with self._lock:
+            self._read += 1
+            self._read_ns += dt
+            # An add/remove event during the read means what we read may be gone already.
+            if self._gen.get(name, 0) == gen:
+                self._cache.put(name, ModuleBtf(name, btf, len(data), ident, dt), len(data))
+        if report is not None:
+            report.read.append(name)
+            report.read_ns += dt
+        return btf
+
+    def targets(self, declared: Iterable[str] | None, *, extra: Iterable[str] = ()) -> TargetBtfs:
+        """The BTFs one load may search: vmlinux plus modules.
+
+        ``declared`` is the object's ``.kmod_btfs`` names (``None`` when it has no such
+        section), ``extra`` the configuration's names for this scheduler. With any name, only
+        those modules are read, right away; absent ones land in ``report.missing``. With
+        neither, the set is in fallback mode: every module, read lazily on demand.
+        Raises :class:`RegistryError` for an invalid module name.
+        """
+        extra = tuple(extra)
+        names: list[str] = []
+        seen: set[str] = set()
+        fallback = declared is None and not extra
+        for raw in [*(declared or ()), *extra]:
+            n = normalize_module_name(raw)
+            if n != VMLINUX and n not in seen:
+                seen.add(n)
+                names.append(n)
+        return TargetBtfs(self, tuple(names), fallback)
+
+    # --- kernel objects --------------------------------------------------------------------
+
+    def btf_object_id(self, name: str) -> int | None:
+        """The (unverified) kernel BTF object id of ``vmlinux`` or a module, or ``None``."""
+        if self.ids is None:
+            return None
+        return self.ids.lookup(_object_name(name))
+
+    def open_btf_object(self, name: str) -> BtfFd:
+        """An fd of the kernel BTF object of ``vmlinux`` or module ``name``, verified to carry
+        that name (rescanning ids on a mismatch). Raises :class:`RegistryError` when the
+        module is not loaded or this registry has no kernel ids (a directory ``btf_root``)."""
+        if self.ids is None:
+            raise RegistryError(
+                f"no kernel BTF objects for {self.btf_root} (not the running kernel's)"
+            )
+        return self.ids.open(_object_name(name))
+
+    # --- events ----------------------------------------------------------------------------
+
+    def invalidate(self, name: str) -> None:
+        """Drop the cached BTF of module ``name``; a read in flight will not be cached."""
+        with self._lock:
+            self._gen[name] = self._gen.get(name, 0) + 1
+            self._cache.pop(name)
+
+    def handle_uevent(self, event: Uevent) -> None:
+        """Apply a module ``add``/``remove`` uevent (others are ignored): the cached BTF is
+        dropped and the id map updated, so a reloaded module is never served stale."""
+        name = event.module_name
+        if name is None or event.action not in (Action.ADD, Action.REMOVE):
+            return
+        with self._lock:
+            self._uevents += 1
+        self.invalidate(name)
+        if self.ids is not None:
+            if event.action == Action.REMOVE:
+                self.ids.forget(name)
+            else:
+                self.ids.note_added(name)
+
+    def resync(self) -> None:
+        """Events were lost: drop every cached module and rebuild the id map on next use."""
+        with self._lock:
+            for name in self._cache.ordered_keys():
+                self._gen[name] = self._gen.get(name, 0) + 1
+            self._cache.clear()
+        if self.ids is not None:
+            self.ids.mark_dirty()
+
+    def attach(self, listener: UeventListener) -> Subscription:
+        """Keep this registry true from ``listener``'s module events and overflows. The
+        returned handle's ``cancel()`` detaches."""
+        mods = listener.subscribe_modules(self.handle_uevent)
+        over = listener.on_overflow(self.resync)
+
+        def cancel() -> None:
+            mods.cancel()
+            over.cancel()
+
+        return Subscription(cancel)
+
+    # --- counters --------------------------------------------------------------------------
+
+    def stats(self) -> RegistryStats:
+        with self._lock:
+            return RegistryStats(
+                cache=self._cache.stats(),
+                module_btfs_read=self._read,
+                read_ns=self._read_ns,
+                stale_dropped=self._stale,
+                module_uevents=self._uevents,
+                ids=self.ids.stats() if self.ids is not None else None,
+            )
+
+    def cached_modules(self) -> list[str]:
+        """Names in the cache, least recently used first."""
+        return self._cache.ordered_keys()
+
+
+def _object_name(name: str) -> str:
+    return VMLINUX if name == VMLINUX else normalize_module_name(name)
+
+
+class TargetBtfs:
+    """The target BTFs of one load (from :meth:`KernelBtfRegistry.targets`).
+
+    Declared mode: the declared modules were read on creation; :meth:`all` is vmlinux plus
+    those found. Fallback mode: nothing was read; :meth:`modules` and :meth:`first` read one
+    module at a time as the caller asks, so a load whose names are all in vmlinux reads none.
+    ``report`` accounts what was read; ``searched`` names the BTFs consulted so far, for
+    error messages. Use from one thread.
+    """
+
+    def __init__(self, registry: KernelBtfRegistry, declared: tuple[str, ...], fallback: bool):
+        self.registry = registry
+        self.vmlinux = registry.vmlinux
+        self.report = TargetReport(declared=declared, fallback=fallback)
+        self._mods: dict[str, Btf] = {}
+        self._searched: list[str] = [VMLINUX]
+        if not fallback:
+            for name in declared:
+                btf = registry.module(name, report=self.report)
+                if btf is None:
+                    self.report.missing.append(name)
+                else:
+                    self._mods[name] = btf
+                    self.report.found.append(name)
+                    self._searched.append(name)
+
+    @property
+    def fallback(self) -> bool:
+        return self.report.fallback
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """Names of the BTFs handed out so far: ``vmlinux`` first, then modules."""
+        return tuple(self._searched)
+
+    def modules(self) -> Iterator[Btf]:
+        """Module BTFs: the declared ones, or (fallback) every loaded module, each read only
+        when the iterator reaches it."""
+        if not self.fallback:
+            yield from self._mods.values()
+            return
+        for name in self.registry.module_names():
+            btf = self._mods.get(name)
+            if btf is None:
+                btf = self.registry.module(name, report=self.report)
+                if btf is None:  # unloaded since the listing
+                    continue
+                self._mods[name] = btf
+                self.report.found.append(name)
+                self._searched.append(name)
+            yield btf
+
+    def __iter__(self) -> Iterator[Btf]:
+        """vmlinux, then :meth:`modules`."""
+        yield self.vmlinux
+        yield from self.modules()
+
+    def all(self) -> list[Btf]:
+        """vmlinux plus every module BTF of the set (in fallback mode this reads them all:
+        prefer :meth:`first` there)."""
+        return list(self)
+
+    def module(self, name: str) -> Btf | None:
+        """A module of this set by name (``None`` if it is not part of it or not loaded)."""
+        name = normalize_module_name(name)
+        if name in self._mods:
+            return self._mods[name]
+        if not self.fallback:
+            return None
+        btf = self.registry.module(name, report=self.report)
+        if btf is not None:
+            self._mods[name] = btf
+            self.report.found.append(name)
+            self._searched.append(name)
+        return btf
+
+    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
+        """libbpf's search order: ``probe(vmlinux)``, then each module until ``probe``
+        returns something other than ``None``. Modules are read only if vmlinux fails."""
+        for btf in self:
+            got = probe(btf)
+            if got is not None:
+                return btf, got
+        return None
+
+    def not_found(self, what: str) -> RegistryError:
+        """An error for ``what`` (e.g. ``"kfunc scx_bpf_foo"``) that names the BTFs
+        searched and the declared modules that were not loaded."""
+        msg = f"{what} not found in {', '.join(self.searched)}"
+        if self.report.missing:
+            msg += f" (declared but not loaded: {', '.join(self.report.missing)})"
+        if not self.fallback:
+            msg += "; only declared modules are searched (.kmod_btfs / configured kmods)"
+        return RegistryError(msg)

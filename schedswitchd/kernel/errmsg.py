@@ -45,7 +45,8 @@ _SPECIFIC: dict[tuple[Cmd, int], str] = {
     (Cmd.MAP_CREATE, E.EINVAL): (
         "the map definition is invalid for this map type (key/value size, max_entries, "
         "flags), a BTF key/value type id does not match the sizes, or the name uses "
-        "characters other than letters, digits, '_' and '.'"
+        "characters other than letters, digits, '_' and '.' (struct_ops maps need a BTF "
+        "fd, key size 4, one entry and the kernel value type's size)"
     ),
     (Cmd.MAP_CREATE, ENOTSUPP): (
         "the kernel lacks this map type or the struct_ops type (check btf_vmlinux_value_type_id)"

@@ -214,7 +214,8 @@ def map_create(
 ) -> MapFd:
     """``BPF_MAP_CREATE``. Sizes in bytes; ``name`` is truncated to 15 bytes (the kernel
     accepts letters, digits, ``_`` and ``.``). ``btf_vmlinux_value_type_id`` is the
-    kernel's ``bpf_struct_ops_<name>`` type id for struct_ops maps; a module's type also
+    kernel's ``bpf_struct_ops_<name>`` type id for struct_ops maps; the kernel then still
+    requires ``btf_fd`` (the object's BTF, key/value type ids 0), and a module's type also
     needs ``value_type_btf_obj_fd`` (``BPF_F_VTYPE_BTF_OBJ_FD`` is then set here)."""
     attr = A.MapCreateAttr(
         map_type=map_type,

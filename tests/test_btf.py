@@ -273,3 +273,44 @@ def test_from_file_raw_and_name(tmp_path: Path) -> None:
     elf.write_bytes(b"\x7fELF" + b"\0" * 60)
     with pytest.raises(BtfError):
         Btf.from_file(elf)
+
+
+def test_elf_section_errors_name_the_file(tmp_path: Path) -> None:
+    from schedswitchd.bpf.btf_source import elf_section
+
+    btf, _ = _sample()
+    raw = bytes(btf.raw)
+    # A minimal ELF64 LE: header, one .BTF section, section-name table, section headers.
+    names = b"\0.BTF\0.shstrtab\0"
+    body_off = 64
+    names_off = body_off + len(raw)
+    shoff = (names_off + len(names) + 7) & ~7
+    ehdr = (
+        b"\x7fELF\x02\x01\x01"
+        + b"\0" * 9
+        + struct.pack("<HHIQQQIHHHHHH", 1, 247, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 2)
+    )
+    sh0 = b"\0" * 64
+    sh_btf = struct.pack("<IIQQQQIIQQ", 1, 1, 0, 0, body_off, len(raw), 0, 0, 4, 0)
+    sh_str = struct.pack("<IIQQQQIIQQ", 6, 3, 0, 0, names_off, len(names), 0, 0, 1, 0)
+    elf = ehdr + raw + names
+    elf += b"\0" * (shoff - len(elf)) + sh0 + sh_btf + sh_str
+    assert elf_section(elf, ".BTF") == raw
+    path = tmp_path / "obj.bpf.o"
+    path.write_bytes(elf)
+    loaded = Btf.from_file(path)
+    assert loaded.name == "obj" and loaded.find("s", Kind.STRUCT) == btf.find("s", Kind.STRUCT)
+    with pytest.raises(BtfError, match=r"no \.maps section"):
+        elf_section(elf, ".maps", where="obj.bpf.o")
+    with pytest.raises(BtfError, match="section headers past the file end"):
+        elf_section(elf[: shoff + 100], ".BTF")
+    with pytest.raises(BtfError, match="not an ELF"):
+        elf_section(b"\x7fELX" + elf[4:], ".BTF")
+    import lzma
+
+    xz = tmp_path / "m.ko.xz"
+    xz.write_bytes(lzma.compress(elf))
+    assert Btf.from_file(xz).name == "m"
+    xz.write_bytes(b"\xfd7zXZ\x00garbage")
+    with pytest.raises(BtfError, match="xz"):
+        Btf.from_file(xz)

@@ -96,3 +96,9 @@ def test_module_files_are_where_sidkernel_says(kernel: SidKernel) -> None:
     root: Path = kernel.btf_root
     assert (root / "vmlinux").is_file()
     assert len(kernel.module_btf_names()) >= 20
+
+
+def test_vmlinux_elf_gives_the_same_btf(kernel: SidKernel, vmlinux: Btf) -> None:
+    from_elf = Btf.from_file(kernel.vmlinux)
+    assert from_elf.name == "vmlinux"
+    assert bytes(from_elf.raw) == bytes(vmlinux.raw)

@@ -37,16 +37,27 @@ def load_btf_bytes(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
         raise BtfError(f"cannot open BTF file: {e.strerror}", where=p) from e
     try:
         head = os.pread(fd, 8, 0)
-        if head.startswith(_ELF_MAGIC) or head.startswith(_XZ_MAGIC):
-            data = _read_all(fd, p)
-            if data.startswith(_XZ_MAGIC):
-                try:
-                    data = lzma.decompress(data)
-                except (lzma.LZMAError, EOFError) as e:
-                    raise BtfError(f"bad xz stream: {e}", where=p) from e
-            if not data.startswith(_ELF_MAGIC):
+        if head.startswith(_XZ_MAGIC):
+            try:
+                elf = lzma.decompress(_read_all(fd, p))
+            except (lzma.LZMAError, EOFError) as e:
+                raise BtfError(f"bad xz stream: {e}", where=p) from e
+            if not elf.startswith(_ELF_MAGIC):
                 raise BtfError("xz file does not hold an ELF file", where=p)
-            return elf_section(data, ".BTF", where=p)
+            return elf_section(elf, ".BTF", where=p)
+        if head.startswith(_ELF_MAGIC):
+            # A vmlinux ELF is hundreds of MB: map it and copy only the .BTF section out.
+            try:
+                mapped: bytes | mmap.mmap = mmap.mmap(
+                    fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ
+                )
+            except (OSError, ValueError):
+                mapped = _read_all(fd, p)
+            try:
+                return elf_section(mapped, ".BTF", where=p)
+            finally:
+                if isinstance(mapped, mmap.mmap):
+                    mapped.close()
         try:
             return mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
         except (OSError, ValueError):
@@ -67,13 +78,13 @@ def _read_all(fd: int, where: str) -> bytes:
     return b"".join(chunks)
 
 
-def elf_section(data: bytes, name: str, *, where: str = "ELF") -> bytes:
+def elf_section(data: bytes | mmap.mmap, name: str, *, where: str = "ELF") -> bytes:
     """A copy of the contents of the ELF section called ``name`` in ``data``.
 
     Raises ``BtfError`` for malformed ELF headers, section headers out of bounds, or when the
     section is absent (``where`` names the file in the message).
     """
-    if len(data) < 64 or not data.startswith(_ELF_MAGIC):
+    if len(data) < 64 or data[:4] != _ELF_MAGIC:
         raise BtfError("not an ELF file", where=where)
     cls, enc = data[4], data[5]
     if cls not in (1, 2) or enc not in (1, 2):

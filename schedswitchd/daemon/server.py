@@ -1,0 +1,807 @@
+"""The asyncio Unix-socket server: identities, limits, leases, and the reconcile task.
+
+One event loop serves every client; nothing on it blocks on the kernel: switching runs on a
+single worker thread (so switches are serialised), ``kernel_state`` reads on the default
+executor. Data flow: a request changes the :class:`~schedswitchd.daemon.policy.Policy`
+(lease added or ended, admin override) and kicks the reconcile task, which asks the policy
+what should run and has the :class:`~schedswitchd.daemon.switcher.Switcher` make it so.
+Requests that change what runs wait (bounded) for the reconcile pass that covers them, so a
+hint's reply says what runs.
+
+Identity: ``SO_PEERCRED`` (pid, uid, gid) and ``SO_PEERGROUPS`` (supplementary groups) of
+the connection, never anything the client says (``socket(7)``). A hinted pid must be the
+caller or a descendant of it unless the caller is admin; it is pinned with a pidfd
+(``pidfd_open(2)``) before the ancestry check and confirmed alive after it, so pid reuse
+cannot redirect a lease. The pidfd becomes readable when the process exits
+(``loop.add_reader``), which ends the lease with no polling.
+
+Limits: request line size, time to finish a begun request, idle time of a connection that
+holds no lease, reply write time, connections (total and per uid) and leases per uid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import secrets
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from schedswitchd import __version__
+from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
+from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
+from schedswitchd.daemon.switcher import (
+    ExitInfo,
+    SchedulerBackend,
+    Switcher,
+    SwitchRecord,
+)
+from schedswitchd.errors import SchedSwitchError
+
+log = logging.getLogger("schedswitchd")
+
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # asm-generic/socket.h
+_CRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who is on the other end of a connection, per the kernel."""
+
+    pid: int
+    uid: int
+    gid: int
+    groups: frozenset[int]
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """``SO_PEERCRED`` + ``SO_PEERGROUPS`` of a connected Unix socket."""
+    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+    groups: tuple[int, ...] = ()
+    for size in (4 * 256, 4 * 65536):  # NGROUPS_MAX is 65536; ERANGE means "bigger buffer"
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, size)
+        except OSError:
+            continue
+        groups = struct.unpack(f"{len(raw) // 4}I", raw)
+        break
+    return Peer(pid, uid, gid, frozenset((gid, *groups)))
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` from ``/proc/<pid>/stat`` (``proc(5)``), ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: fields after the last ')' are fixed.
+    fields = stat.rpartition(b")")[2].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def is_descendant(pid: int, ancestor: int) -> bool:
+    """True if ``pid`` is ``ancestor`` or below it in the process tree."""
+    for _ in range(4096):  # deeper than any real tree; guards against a /proc race loop
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        parent = parent_pid(pid)
+        if parent is None:
+            return False
+        pid = parent
+    return False
+
+
+class _Close(Exception):
+    """End this connection after sending ``reply``."""
+
+    def __init__(self, reply: proto.ErrorReply | None) -> None:
+        self.reply = reply
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection and the leases it created."""
+
+    id: int
+    peer: Peer
+    writer: asyncio.StreamWriter
+    leases: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _LeaseRuntime:
+    conn: Connection
+    pidfd: int | None = None
+    timer: asyncio.TimerHandle | None = None
+
+
+class Server:
+    """The daemon's socket front end and reconcile loop.
+
+    ``config``: validated config (``config.source`` is re-read on reload); ``backend``:
+    the kernel side; ``on_change``: called on the loop with a one-line status after every
+    reconcile pass (systemd ``STATUS=``); ``poll_s``: interval of the safety-net check of
+    sched_ext state besides the backend's notifications (seconds).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        backend: SchedulerBackend,
+        *,
+        on_change: Callable[[str], None] | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.on_change = on_change
+        self.poll_s = poll_s
+        self.policy = Policy(rules=config.hints, default=config.default)
+        self._apply_backoff_config()
+        self.switcher = Switcher(
+            backend, config.limits.switch_timeout_s, config.daemon.history_size
+        )
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
+        self.connections: dict[int, Connection] = {}
+        self.leases: dict[str, _LeaseRuntime] = {}
+        self.started_ns = time.monotonic_ns()
+        self.adopted = False
+        self._grace_until_ns = 0
+        self._conn_ids = itertools.count(1)
+        self._lease_seq = itertools.count(1)
+        self._gen = 0
+        self._settled = 0
+        self._wake = asyncio.Event()
+        self._settled_cond = asyncio.Condition()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._stop_watch: Callable[[], None] | None = None
+        self._closing = False
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    async def start(self, sock: socket.socket) -> None:
+        """Adopt a pinned scheduler if any, start the reconcile task, serve on ``sock`` (a
+        listening ``AF_UNIX`` ``SOCK_STREAM`` socket)."""
+        loop = asyncio.get_running_loop()
+        record = await loop.run_in_executor(
+            self.worker, self.switcher.adopt, self.config.schedulers
+        )
+        if record is not None:
+            self.adopted = True
+            self._grace_until_ns = time.monotonic_ns() + int(
+                self.config.daemon.adopt_grace_s * NS_PER_S
+            )
+            log.info(
+                "re-adopted pinned scheduler %s",
+                record.target,
+                extra={"SCHEDULER": record.target},
+            )
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(self._kick)
+
+        self._stop_watch = self.backend.watch(notify)
+        self._tasks.append(asyncio.create_task(self._reconciler(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self._poller(), name="poll"))
+        sock.setblocking(False)
+        self._server = await asyncio.start_unix_server(
+            self._client, sock=sock, limit=self.config.limits.max_message_bytes
+        )
+        self._kick()
+
+    async def close(self) -> None:
+        """Stop serving, end every lease without switching (a pinned scheduler stays
+        attached, so a restart does not drop it), finish any switch in progress."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        if self._stop_watch is not None:
+            self._stop_watch()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for lease_id in list(self.leases):
+            self._end_lease(lease_id, "daemon stopping", kick=False)
+        for conn in list(self.connections.values()):
+            conn.writer.close()
+        if self._deadline is not None:
+            self._deadline.cancel()
+        await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown, True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # --- connections ----------------------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock: socket.socket = writer.get_extra_info("socket")
+        try:
+            peer = peer_of(sock)
+        except OSError:
+            writer.close()
+            return
+        conn = Connection(next(self._conn_ids), peer, writer)
+        limits = self.config.limits
+        per_uid = sum(1 for c in self.connections.values() if c.peer.uid == peer.uid)
+        if (
+            len(self.connections) >= limits.max_connections
+            or per_uid >= limits.max_connections_per_uid
+        ):
+            await self._send(conn, proto.error_reply(proto.LIMIT, "too many connections"))
+            writer.close()
+            return
+        self.connections[conn.id] = conn
+        try:
+            while not self._closing:
+                line = await self._read_request(reader, conn)
+                if line is None:
+                    break
+                reply = await self._dispatch(line, conn)
+                if not await self._send(conn, reply):
+                    break
+        except _Close as close:
+            if close.reply is not None:
+                await self._send(conn, close.reply)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            del self.connections[conn.id]
+            for lease_id in list(conn.leases):
+                self._end_lease(lease_id, "connection closed")
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _read_request(self, reader: asyncio.StreamReader, conn: Connection) -> bytes | None:
+        """The next request line, ``None`` at a clean EOF; raises :class:`_Close`."""
+        limits = self.config.limits
+        while True:
+            idle = None if conn.leases else limits.idle_timeout_s
+            try:
+                first = await asyncio.wait_for(reader.read(1), idle)
+            except TimeoutError:
+                raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed")) from None
+            if not first:
+                return None
+            if first == b"\n":
+                continue
+            try:
+                rest = await asyncio.wait_for(reader.readuntil(b"\n"), limits.read_timeout_s)
+            except asyncio.LimitOverrunError:
+                raise _Close(
+                    proto.error_reply(
+                        proto.TOO_LARGE, f"request longer than {limits.max_message_bytes} bytes"
+                    )
+                ) from None
+            except asyncio.IncompleteReadError:
+                raise _Close(
+                    proto.error_reply(proto.INCOMPLETE, "connection ended inside a request")
+                ) from None
+            except TimeoutError:
+                raise _Close(
+                    proto.error_reply(
+                        proto.TIMEOUT, f"request not finished within {limits.read_timeout_s} s"
+                    )
+                ) from None
+            return first + rest
+
+    async def _send(self, conn: Connection, reply: proto.Reply) -> bool:
+        """Write one reply; False if the client cannot take it in time (then it is cut off)."""
+        try:
+            conn.writer.write(proto.encode(reply))
+            await asyncio.wait_for(conn.writer.drain(), self.config.limits.read_timeout_s)
+        except (TimeoutError, ConnectionError, OSError):
+            conn.writer.transport.abort()
+            return False
+        return True
+
+    async def _dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
+        try:
+            request = proto.parse_request(line, self.config.limits.max_message_bytes)
+        except proto.RequestError as exc:
+            return proto.error_reply(exc.code, str(exc))
+        try:
+            if request.op in proto.ADMIN_OPS and not self.is_admin(conn.peer):
+                raise proto.RequestError(proto.DENIED, f"{request.op} is for admins only")
+            reply: proto.Reply
+            match request:
+                case proto.HintRequest():
+                    reply = await self._hint(request, conn)
+                case proto.ReleaseRequest():
+                    reply = await self._release(request, conn)
+                case proto.StatusRequest():
+                    reply = proto.StatusReply(id=request.id, status=await self.status())
+                case proto.ListRequest():
+                    reply = self._list(request)
+                case proto.HistoryRequest():
+                    entries = [switch_info(r) for r in self.switcher.history]
+                    if request.limit is not None:
+                        entries = entries[-request.limit :]
+                    reply = proto.HistoryReply(id=request.id, entries=entries)
+                case proto.SwitchRequest() | proto.StopRequest():
+                    reply = await self._switch(request)
+                case proto.ReloadRequest():
+                    reply = await self._reload(request)
+            return reply
+        except SchedSwitchError as exc:
+            return proto.error_reply(
+                exc.code,
+                str(exc),
+                op=request.op,
+                id=request.id,
+                verifier_log=getattr(exc, "verifier_log", None),
+            )
+        except Exception:
+            log.exception("internal error handling %s", request.op)
+            return proto.error_reply(
+                proto.INTERNAL,
+                "internal error (see the daemon's log)",
+                op=request.op,
+                id=request.id,
+            )
+
+    # --- authorisation -------------------------------------------------------------------------
+
+    def is_admin(self, peer: Peer) -> bool:
+        """Admin per ``[auth] admin_uids/admin_gids``."""
+        auth = self.config.auth
+        return peer.uid in auth.admin_uids or bool(peer.groups & auth.admin_gid_set())
+
+    def may_hint(self, peer: Peer) -> bool:
+        """Hint rights per ``[auth] hint_uids/hint_gids`` (admins may always)."""
+        auth = self.config.auth
+        return (
+            self.is_admin(peer)
+            or peer.uid in auth.hint_uids
+            or bool(peer.groups & auth.hint_gid_set())
+        )
+
+    # --- requests -------------------------------------------------------------------------------
+
+    async def _hint(self, request: proto.HintRequest, conn: Connection) -> proto.Reply:
+        peer = conn.peer
+        if not self.may_hint(peer):
+            raise proto.RequestError(proto.DENIED, f"uid {peer.uid} may not send hints")
+        if request.workload not in self.config.hints:
+            raise proto.RequestError(
+                proto.UNKNOWN_WORKLOAD,
+                f"no hint rule for {request.workload!r} (known: {', '.join(self.config.hints)})",
+            )
+        limits = self.config.limits
+        if self.policy.count_for_uid(peer.uid) >= limits.max_leases_per_uid:
+            raise proto.RequestError(
+                proto.LIMIT, f"uid {peer.uid} holds {limits.max_leases_per_uid} leases already"
+            )
+        if request.ttl_s is not None and request.ttl_s > limits.max_ttl_s:
+            raise proto.RequestError(proto.LIMIT, f"ttl_s is capped at {limits.max_ttl_s}")
+        pidfd = None
+        if request.pid is not None:
+            pidfd = self._pin_pid(request.pid, peer)
+        now = time.monotonic_ns()
+        seq = next(self._lease_seq)
+        lease = Lease(
+            id=f"{seq}-{secrets.token_hex(4)}",
+            workload=request.workload,
+            owner_uid=peer.uid,
+            owner_pid=peer.pid,
+            pid=request.pid,
+            created_ns=now,
+            expires_ns=None if request.ttl_s is None else now + int(request.ttl_s * NS_PER_S),
+            seq=seq,
+        )
+        self.policy.add(lease)
+        runtime = _LeaseRuntime(conn, pidfd)
+        self.leases[lease.id] = runtime
+        conn.leases.add(lease.id)
+        loop = asyncio.get_running_loop()
+        if pidfd is not None:
+            loop.add_reader(pidfd, self._end_lease, lease.id, f"pid {request.pid} exited")
+        if request.ttl_s is not None:
+            runtime.timer = loop.call_later(request.ttl_s, self._end_lease, lease.id, "ttl")
+        log.info(
+            "lease %s: %s for uid %d pid %s",
+            lease.id,
+            lease.workload,
+            peer.uid,
+            request.pid if request.pid is not None else "-",
+            extra={"LEASE": lease.id, "SCHEDULER": self.config.hints[lease.workload].scheduler},
+        )
+        self._kick()
+        record, settled = await self._settle()
+        return proto.HintReply(
+            id=request.id,
+            lease=lease.id,
+            desired=self.policy.decide(time.monotonic_ns()).scheduler,
+            active=self.switcher.active,
+            switch=switch_info(record) if record is not None else None,
+            pending=not settled,
+        )
+
+    def _pin_pid(self, pid: int, peer: Peer) -> int:
+        """A pidfd for ``pid`` after checking the caller may name it; raises RequestError."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            raise proto.RequestError(proto.BAD_PID, f"no process {pid}") from None
+        except OSError as exc:
+            raise proto.RequestError(proto.BAD_PID, f"pid {pid}: {exc.strerror}") from None
+        try:
+            if not self.is_admin(peer) and not is_descendant(pid, peer.pid):
+                raise proto.RequestError(
+                    proto.DENIED, f"pid {pid} is neither the caller nor its descendant"
+                )
+            # Still the same process (the pidfd pins its identity, not its pid number)?
+            signal.pidfd_send_signal(pidfd, 0)
+        except ProcessLookupError:
+            os.close(pidfd)
+            raise proto.RequestError(proto.BAD_PID, f"process {pid} exited") from None
+        except BaseException:
+            os.close(pidfd)
+            raise
+        return pidfd
+
+    def _end_lease(self, lease_id: str, why: str, *, kick: bool = True) -> Lease | None:
+        """End a lease (any cause); idempotent. Runs on the loop."""
+        runtime = self.leases.pop(lease_id, None)
+        lease = self.policy.remove(lease_id)
+        if runtime is not None:
+            runtime.conn.leases.discard(lease_id)
+            if runtime.pidfd is not None:
+                asyncio.get_running_loop().remove_reader(runtime.pidfd)
+                os.close(runtime.pidfd)
+            if runtime.timer is not None:
+                runtime.timer.cancel()
+        if lease is not None:
+            log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
+            if kick:
+                self._kick()
+        return lease
+
+    async def _release(self, request: proto.ReleaseRequest, conn: Connection) -> proto.Reply:
+        lease = self.policy.leases.get(request.lease)
+        if lease is None:
+            raise proto.RequestError(proto.UNKNOWN_LEASE, f"no live lease {request.lease!r}")
+        if lease.owner_uid != conn.peer.uid and not self.is_admin(conn.peer):
+            raise proto.RequestError(proto.DENIED, "the lease belongs to another user")
+        self._end_lease(request.lease, "released")
+        await self._settle()
+        return proto.ReleaseReply(id=request.id, lease=request.lease, active=self.switcher.active)
+
+    async def _switch(self, request: proto.SwitchRequest | proto.StopRequest) -> proto.Reply:
+        target = KERNEL if isinstance(request, proto.StopRequest) else request.scheduler
+        if target not in (KERNEL, AUTO) and target not in self.config.schedulers:
+            raise proto.RequestError(proto.UNKNOWN_SCHEDULER, f"no scheduler {target!r}")
+        self.policy.override = None if target == AUTO else target
+        if target not in (KERNEL, AUTO):
+            self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
+        log.info("admin override: %s", target, extra={"SCHEDULER": target})
+        self._kick()
+        record, _ = await self._settle()
+        if record is not None and not record.ok and record.error is not None:
+            err = record.error
+            return proto.error_reply(
+                err.code,
+                f"switch to {record.target} {record.result}: {err}",
+                op=request.op,
+                id=request.id,
+                verifier_log=getattr(err, "verifier_log", None),
+            )
+        return proto.SwitchReply(
+            op=request.op,
+            id=request.id,
+            active=self.switcher.active,
+            switch=switch_info(record) if record is not None else None,
+        )
+
+    async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
+        if self.config.source is None:
+            raise proto.RequestError(proto.BAD_REQUEST, "the configuration has no file to re-read")
+        config = await asyncio.to_thread(load_config, self.config.source)
+        self.apply_config(config)
+        await self._settle()
+        return proto.ReloadReply(
+            id=request.id, schedulers=list(config.schedulers), source=config.source
+        )
+
+    def apply_config(self, config: Config) -> None:
+        """Take a newly loaded config: rules, default, limits, auth. The socket and BTF cache
+        bounds apply at the next start. Leases of workloads that vanished stay, ignored."""
+        self.config = config
+        self.policy.rules = config.hints
+        self.policy.default = config.default
+        self._apply_backoff_config()
+        if (
+            self.policy.override not in (None, KERNEL)
+            and self.policy.override not in config.schedulers
+        ):
+            self.policy.override = None
+        self.switcher.timeout_s = config.limits.switch_timeout_s
+        log.info("configuration reloaded from %s", config.source)
+        self._kick()
+
+    def _apply_backoff_config(self) -> None:
+        backoff = self.config.backoff
+        self.policy.base_ns = int(backoff.base_s * NS_PER_S)
+        self.policy.cap_ns = int(backoff.max_s * NS_PER_S)
+        self.policy.stable_ns = int(backoff.stable_s * NS_PER_S)
+
+    # --- views ------------------------------------------------------------------------------------
+
+    async def status(self) -> proto.StatusBody:
+        """The status reply body (the kernel's view is read fresh)."""
+        loop = asyncio.get_running_loop()
+        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        counters = await loop.run_in_executor(None, self.backend.counters)
+        now = time.monotonic_ns()
+        decision = self.policy.decide(now)
+        history = self.switcher.history
+        return proto.StatusBody(
+            kernel=proto.KernelInfo(
+                state=kernel.state, ops=kernel.ops, enable_seq=kernel.enable_seq
+            ),
+            active=self.switcher.active,
+            desired=decision.scheduler,
+            override=self.policy.override,
+            adopted=self.adopted,
+            lease=lease_info(decision.lease, self.config, now) if decision.lease else None,
+            leases=len(self.policy.leases),
+            last_switch=switch_info(history[-1]) if history else None,
+            last_exit=exit_model(self.switcher.last_exit),
+            backoff=[
+                proto.BackoffInfo(
+                    scheduler=name, failures=b.failures, remaining_s=(b.until_ns - now) / NS_PER_S
+                )
+                for name, b in sorted(self.policy.backoff.items())
+                if b.until_ns > now
+            ],
+            counters=dict(counters),
+            pid=os.getpid(),
+            version=__version__,
+            uptime_s=(now - self.started_ns) / NS_PER_S,
+        )
+
+    def _list(self, request: proto.ListRequest) -> proto.ListReply:
+        now = time.monotonic_ns()
+        schedulers = []
+        for name, spec in self.config.schedulers.items():
+            hold = self.policy.backoff.get(name)
+            schedulers.append(
+                proto.SchedulerInfo(
+                    name=name,
+                    object=spec.object,
+                    description=spec.description,
+                    active=name == self.switcher.active,
+                    backoff_remaining_s=(hold.until_ns - now) / NS_PER_S
+                    if hold is not None and hold.until_ns > now
+                    else None,
+                )
+            )
+        return proto.ListReply(
+            id=request.id,
+            default=self.config.default,
+            schedulers=schedulers,
+            hints=[
+                proto.HintRuleInfo(workload=w, scheduler=r.scheduler, priority=r.priority)
+                for w, r in self.config.hints.items()
+            ],
+            leases=[lease_info(lease, self.config, now) for lease, _ in self.policy.ranked()],
+        )
+
+    # --- reconcile ----------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        """Something changed: have the reconcile task look again."""
+        self._gen += 1
+        self._wake.set()
+
+    async def _settle(self) -> tuple[SwitchRecord | None, bool]:
+        """Wait for the reconcile pass covering changes so far. Returns the newest switch
+        record made meanwhile (or ``None``) and whether the pass finished in time."""
+        gen = self._gen
+        seq_before = self.switcher.history[-1].seq if self.switcher.history else 0
+        timeout = 2 * self.config.limits.switch_timeout_s + 5
+        try:
+            async with self._settled_cond:
+                await asyncio.wait_for(
+                    self._settled_cond.wait_for(lambda: self._settled >= gen), timeout
+                )
+            settled = True
+        except TimeoutError:
+            settled = False
+        made = [r for r in self.switcher.history if r.seq > seq_before and r.result != "ejected"]
+        return (made[-1] if made else None), settled
+
+    async def _poller(self) -> None:
+        # Safety net behind the backend's uevent notifications: also catches ejections whose
+        # event was lost, and keeps the watchdog honest (a stuck worker stops the passes).
+        while True:
+            await asyncio.sleep(self.poll_s)
+            self._kick()
+
+    async def _reconciler(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            gen = self._gen
+            try:
+                await self._reconcile_once()
+            except Exception:
+                log.exception("reconcile pass failed")
+            self._settled = gen
+            async with self._settled_cond:
+                self._settled_cond.notify_all()
+
+    async def _reconcile_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
+        now = time.monotonic_ns()
+        if ejected is not None:
+            gone, ran_for = ejected
+            hold = self.policy.record_failure(gone.previous, now, ran_for)
+            exit_ = gone.exit
+            log.warning(
+                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
+                gone.previous,
+                exit_.kind_name if exit_ else "no exit info",
+                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
+                (hold.until_ns - now) / NS_PER_S,
+                extra={
+                    "SCHEDULER": gone.previous,
+                    "EXIT_KIND": exit_.kind_name if exit_ else "",
+                },
+            )
+        self.policy.expire(now)
+        in_grace = (
+            self.adopted
+            and now < self._grace_until_ns
+            and not self.policy.leases
+            and self.policy.override is None
+        )
+        # A failed switch backs its target off, so the next decision differs; each round
+        # removes one candidate, so this ends within len(schedulers) + 1 rounds.
+        for _ in range(len(self.config.schedulers) + 2):
+            if in_grace:
+                break
+            decision = self.policy.decide(time.monotonic_ns())
+            target = decision.scheduler
+            spec = self.config.schedulers.get(target)
+            reason = decision.why
+            if decision.lease is not None:
+                reason += f" {decision.lease.id} {decision.lease.workload}"
+            switch_to = self.switcher.switch_to
+            record: SwitchRecord | None = await loop.run_in_executor(
+                self.worker, switch_to, target, spec, reason
+            )
+            if record is None:
+                break
+            self._log_switch(record)
+            if record.ok or target == KERNEL:
+                break
+            self.policy.record_failure(target, time.monotonic_ns())
+        self._arm_deadline(now)
+        if self.on_change is not None:
+            self.on_change(self.summary())
+
+    def _arm_deadline(self, now: int) -> None:
+        deadline = self.policy.next_deadline(now)
+        if self._adopted_grace_pending(now):
+            deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if deadline is not None:
+            delay = max(0.0, (deadline - now) / NS_PER_S)
+            self._deadline = asyncio.get_running_loop().call_later(delay, self._kick)
+
+    def _adopted_grace_pending(self, now: int) -> bool:
+        return self.adopted and now < self._grace_until_ns
+
+    def _log_switch(self, record: SwitchRecord) -> None:
+        total = record.phases_ns.get("total", 0)
+        fields = {"SCHEDULER": record.target, "SWITCH_NS": total}
+        if record.ok:
+            log.info(
+                "switched %s -> %s in %.1f ms (gap %s) [%s]",
+                record.previous,
+                record.target,
+                total / 1e6,
+                f"{record.gap_ns / 1e6:.1f} ms" if record.gap_ns is not None else "none",
+                record.reason,
+                extra=fields,
+            )
+        else:
+            if record.exit is not None:
+                fields["EXIT_KIND"] = record.exit.kind_name
+            log.error(
+                "switch %s -> %s %s: %s",
+                record.previous,
+                record.target,
+                record.result,
+                record.error,
+                extra=fields,
+            )
+            verifier_log = getattr(record.error, "verifier_log", None)
+            if verifier_log:
+                log.error("verifier log for %s:\n%s", record.target, verifier_log, extra=fields)
+
+    def summary(self) -> str:
+        """One line for systemd's ``STATUS=``."""
+        active = self.switcher.active
+        leases = len(self.policy.leases)
+        text = f"running {active}; {leases} lease{'s' if leases != 1 else ''}"
+        if self.policy.override is not None:
+            text += f"; admin override {self.policy.override}"
+        return text
+
+
+# --- wire conversions -----------------------------------------------------------------------------
+
+
+def exit_model(info: ExitInfo | None) -> proto.ExitInfoModel | None:
+    """:class:`ExitInfo` -> wire model."""
+    if info is None:
+        return None
+    return proto.ExitInfoModel(
+        kind=info.kind,
+        kind_name=info.kind_name,
+        exit_code=info.exit_code,
+        reason=info.reason,
+        message=info.message,
+    )
+
+
+def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
+    """:class:`SwitchRecord` -> wire model."""
+    error = None
+    if record.error is not None:
+        error = proto.ErrorBody(
+            code=record.error.code,
+            message=str(record.error),
+            verifier_log=getattr(record.error, "verifier_log", None),
+        )
+    return proto.SwitchInfo(
+        seq=record.seq,
+        time=record.time,
+        previous=record.previous,
+        target=record.target,
+        result=record.result,
+        reason=record.reason,
+        phases_ns=dict(record.phases_ns),
+        gap_ns=record.gap_ns,
+        error=error,
+        exit=exit_model(record.exit),
+    )
+
+
+def lease_info(lease: Lease, config: Config, now: int) -> proto.LeaseInfo:
+    """:class:`Lease` -> wire model (scheduler/priority per the current rules)."""
+    rule = config.hints.get(lease.workload)
+    return proto.LeaseInfo(
+        lease=lease.id,
+        workload=lease.workload,
+        scheduler=rule.scheduler if rule else "(no rule)",
+        priority=rule.priority if rule else 0,
+        uid=lease.owner_uid,
+        owner_pid=lease.owner_pid,
+        pid=lease.pid,
+        age_s=(now - lease.created_ns) / NS_PER_S,
+        ttl_remaining_s=(lease.expires_ns - now) / NS_PER_S if lease.expires_ns else None,
+    )

@@ -1,0 +1,185 @@
+"""Run a real Server (asyncio, real Unix socket) on a thread, and talk to it as clients do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from schedswitchd.daemon.config import Config, parse_config
+from schedswitchd.daemon.server import Server
+
+from .fakes import FakeBackend
+
+T = TypeVar("T")
+
+BASE_CONFIG = """
+default = "{default}"
+[auth]
+hint_uids = [0, 65534]
+admin_uids = [0]
+[limits]
+read_timeout_s = {read_timeout}
+idle_timeout_s = {idle_timeout}
+max_connections_per_uid = {per_uid}
+max_connections = {max_conn}
+max_leases_per_uid = {max_leases}
+max_message_bytes = 1024
+switch_timeout_s = 1.0
+[backoff]
+base_s = 30.0
+max_s = 60.0
+[daemon]
+adopt_grace_s = {grace}
+[schedulers.fifo]
+object = "fifo.bpf.o"
+[schedulers.vtime]
+object = "vtime.bpf.o"
+[schedulers.gaming]
+object = "gaming.bpf.o"
+[schedulers.broken]
+object = "broken.bpf.o"
+[hints.gaming]
+scheduler = "gaming"
+priority = 50
+[hints.video-call]
+scheduler = "vtime"
+priority = 30
+[hints.battery]
+scheduler = "fifo"
+priority = 10
+[hints.broken]
+scheduler = "broken"
+priority = 90
+"""
+
+
+def make_config(directory: Path, **overrides: Any) -> Config:
+    values: dict[str, Any] = dict(
+        default="kernel",
+        read_timeout=2.0,
+        idle_timeout=30.0,
+        per_uid=64,
+        max_conn=512,
+        max_leases=8,
+        grace=30.0,
+    )
+    values.update(overrides)
+    text = BASE_CONFIG.format(**values)
+    path = directory / "schedswitchd.toml"
+    path.write_text(text)
+    return parse_config(text, str(path))
+
+
+class Running:
+    """A Server on its own thread and loop, listening in a world-traversable temp dir."""
+
+    def __init__(self, backend: FakeBackend | None = None, **overrides: Any) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ssd-"))
+        os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket
+        self.config = make_config(self.dir, **overrides)
+        self.backend = backend or FakeBackend()
+        self.path = str(self.dir / "s.sock")
+        self.statuses: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.server: Server | None = None
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("server did not start")
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        os.chmod(self.path, 0o666)
+        listener.listen(128)
+        self.server = Server(self.config, self.backend, on_change=self.statuses.append, poll_s=0.2)
+        self.loop.run_until_complete(self.server.start(listener))
+        ready.set()
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 10) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def read(self, fn: Callable[[Server], T]) -> T:
+        """Evaluate ``fn(server)`` on the server's loop (consistent view of its state)."""
+        assert self.server is not None
+        server = self.server
+
+        async def call() -> T:
+            return fn(server)
+
+        return self.run(call())
+
+    def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.read(fn):
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not reached in time")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.run(self.server.close(), timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def client(self) -> Client:
+        return Client(self.path)
+
+
+class Client:
+    """A blocking JSON-lines client (no use of the package's client, on purpose)."""
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_line(self) -> dict[str, Any] | None:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        value: dict[str, Any] = json.loads(line)
+        return value
+
+    def request(self, **fields: Any) -> dict[str, Any]:
+        self.send_raw(json.dumps({"v": 1, **fields}).encode() + b"\n")
+        reply = self.recv_line()
+        assert reply is not None, "connection closed without a reply"
+        return reply
+
+    def closed(self) -> bool:
+        """True once the server has closed its end (EOF after any pending data)."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except (TimeoutError, BlockingIOError):
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()

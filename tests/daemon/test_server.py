@@ -1,0 +1,390 @@
+"""Server on a real Unix socket with the fake backend: leases, lifetimes, auth, limits, admin."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .fakes import FakeBackend
+from .harness import Client, Running
+
+
+@pytest.fixture
+def srv() -> Iterator[Running]:
+    running = Running()
+    yield running
+    running.stop()
+
+
+def kernel_ops(r: Running) -> str | None:
+    return r.backend.kernel_state().ops
+
+
+def n_leases(r: Running) -> int:
+    return r.read(lambda s: len(s.policy.leases))
+
+
+def as_user(r: Running, uid: int, action: Callable[[Client], Any]) -> Any:
+    """Run ``action(client)`` in a forked child after setuid(uid); returns its JSON result."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 0
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            result = action(r.client())
+            os.write(write_fd, json.dumps(result).encode())
+        except BaseException as exc:
+            os.write(write_fd, json.dumps({"child_error": repr(exc)}).encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+# --- leases and what runs ---------------------------------------------------------------------
+
+
+def test_hint_priority_and_release(srv: Running) -> None:
+    launcher = srv.client()
+    reply = launcher.request(op="hint", workload="video-call", id=1)
+    assert reply["ok"] and reply["id"] == 1 and reply["active"] == "vtime"
+    assert reply["switch"]["result"] == "ok" and reply["switch"]["target"] == "vtime"
+    assert kernel_ops(srv) == "vtime_ops"
+    game = srv.client()
+    second = game.request(op="hint", workload="gaming")
+    assert second["active"] == "gaming" and kernel_ops(srv) == "gaming_ops"
+    status = launcher.request(op="status")["status"]
+    assert status["kernel"] == {"state": "enabled", "ops": "gaming_ops", "enable_seq": 2}
+    assert status["lease"]["lease"] == second["lease"] and status["leases"] == 2
+    assert status["last_switch"]["gap_ns"] is not None
+    released = game.request(op="release", lease=second["lease"])
+    assert released == {**released, "ok": True, "active": "vtime"}
+    assert kernel_ops(srv) == "vtime_ops"
+    again = game.request(op="release", lease=second["lease"])
+    assert again["error"]["code"] == "unknown_lease"
+    listing = launcher.request(op="list")
+    assert [x["workload"] for x in listing["leases"]] == ["video-call"]
+    assert {x["name"] for x in listing["schedulers"]} == {"fifo", "vtime", "gaming", "broken"}
+    history = launcher.request(op="history", limit=2)["entries"]
+    assert [(h["previous"], h["target"]) for h in history] == [
+        ("vtime", "gaming"),
+        ("gaming", "vtime"),
+    ]
+
+
+def test_connection_close_ends_lease(srv: Running) -> None:
+    c = srv.client()
+    c.request(op="hint", workload="gaming")
+    assert n_leases(srv) == 1
+    c.close()
+    srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel")
+    assert srv.backend.kernel_state().state == "disabled"
+
+
+def test_hinted_pid_exit_ends_lease(srv: Running) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        c = srv.client()
+        reply = c.request(op="hint", workload="gaming", pid=child.pid)
+        assert reply["ok"], reply
+        assert c.request(op="list")["leases"][0]["pid"] == child.pid
+        child.kill()
+        child.wait()
+        # the connection stays open: only the pidfd can end this lease
+        srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel", 3)
+        assert not srv.read(lambda s: s.leases)
+    finally:
+        child.kill()
+
+
+def test_ttl_ends_lease(srv: Running) -> None:
+    c = srv.client()
+    assert c.request(op="hint", workload="gaming", ttl_s=0.3)["active"] == "gaming"
+    start = time.monotonic()
+    srv.wait_for(lambda s: s.switcher.active == "kernel", 3)
+    assert 0.25 < time.monotonic() - start < 2.5
+    assert c.request(op="status")["ok"]  # the connection itself lives on
+
+
+def test_unknown_workload_and_bad_pid(srv: Running) -> None:
+    c = srv.client()
+    assert c.request(op="hint", workload="nope")["error"]["code"] == "unknown_workload"
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert c.request(op="hint", workload="gaming", pid=child.pid)["error"]["code"] == "bad_pid"
+    assert n_leases(srv) == 0
+
+
+def test_prepare_failure_keeps_previous_and_backs_off() -> None:
+    r = Running(FakeBackend(verifier_reject={"broken"}))
+    try:
+        c = r.client()
+        c.request(op="hint", workload="gaming")
+        reply = c.request(op="hint", workload="broken")
+        assert reply["ok"] and reply["active"] == "gaming"
+        failed = [h for h in c.request(op="history")["entries"] if h["target"] == "broken"]
+        assert failed[0]["result"] == "failed"
+        assert failed[0]["error"]["verifier_log"] == "R1 invalid mem access"
+        status = c.request(op="status")["status"]
+        assert [b["scheduler"] for b in status["backoff"]] == ["broken"]
+        assert kernel_ops(r) == "gaming_ops"
+    finally:
+        r.stop()
+
+
+def test_ejection_falls_back_and_backs_off(srv: Running) -> None:
+    c = srv.client()
+    c.request(op="hint", workload="battery")
+    c.request(op="hint", workload="gaming")
+    srv.backend.eject(1026, "watchdog failed for gaming")
+    srv.wait_for(lambda s: s.switcher.active == "fifo", 2)
+    status = c.request(op="status")["status"]
+    assert status["last_exit"]["kind_name"] == "ERROR_STALL"
+    assert status["last_exit"]["reason"] == "watchdog failed for gaming"
+    assert status["backoff"][0]["scheduler"] == "gaming" and status["backoff"][0]["failures"] == 1
+    assert status["kernel"]["ops"] == "fifo_ops"
+    results = [h["result"] for h in c.request(op="history")["entries"]]
+    assert results[-2:] == ["ejected", "ok"]
+
+
+def test_attach_failure_rolls_back() -> None:
+    r = Running(FakeBackend(fail_attach={"broken"}))
+    try:
+        c = r.client()
+        c.request(op="hint", workload="video-call")
+        c.request(op="hint", workload="broken")
+        entry = next(h for h in c.request(op="history")["entries"] if h["target"] == "broken")
+        assert entry["result"] == "rolled_back" and entry["exit"]["kind_name"] == "ERROR"
+        assert kernel_ops(r) == "vtime_ops"
+    finally:
+        r.stop()
+
+
+def test_admin_switch_stop_auto(srv: Running) -> None:
+    c = srv.client()
+    c.request(op="hint", workload="battery")
+    reply = c.request(op="switch", scheduler="vtime")
+    assert reply["ok"] and reply["active"] == "vtime" and reply["switch"]["target"] == "vtime"
+    assert c.request(op="hint", workload="gaming")["active"] == "vtime"  # override wins
+    assert c.request(op="stop")["active"] == "kernel"
+    assert srv.backend.kernel_state().state == "disabled"
+    assert c.request(op="switch", scheduler="auto")["active"] == "gaming"
+    assert c.request(op="switch", scheduler="nope")["error"]["code"] == "unknown_scheduler"
+
+
+def test_admin_switch_reports_verifier_log() -> None:
+    r = Running(FakeBackend(verifier_reject={"broken"}))
+    try:
+        reply = r.client().request(op="switch", scheduler="broken")
+        assert reply["ok"] is False and reply["error"]["code"] == "bpf_syscall"
+        assert reply["error"]["verifier_log"] == "R1 invalid mem access"
+    finally:
+        r.stop()
+
+
+def test_reload(srv: Running) -> None:
+    c = srv.client()
+    path = srv.dir / "schedswitchd.toml"
+    text = path.read_text()
+    path.write_text(text.replace('default = "kernel"', 'default = "fifo"'))
+    reply = c.request(op="reload")
+    assert reply["ok"] and "fifo" in reply["schedulers"]
+    assert kernel_ops(srv) == "fifo_ops"
+    path.write_text(text + "\nbogus = 1\n")
+    bad = c.request(op="reload")
+    assert bad["error"]["code"] == "config" and "bogus: unknown key" in bad["error"]["message"]
+    assert srv.read(lambda s: s.config.default) == "fifo"  # the old config stays
+
+
+def test_adoption_and_grace() -> None:
+    backend = FakeBackend()
+    backend.preload("gaming")
+    r = Running(backend, grace=0.5)
+    try:
+        status = r.client().request(op="status")["status"]
+        assert status["adopted"] and status["active"] == "gaming"
+        assert status["kernel"]["ops"] == "gaming_ops" and status["kernel"]["enable_seq"] == 1
+        # no lease arrives within the grace period: back to the default
+        r.wait_for(lambda s: s.switcher.active == "kernel", 3)
+    finally:
+        r.stop()
+
+
+def test_adopted_scheduler_kept_when_rehinted() -> None:
+    backend = FakeBackend()
+    backend.preload("gaming")
+    r = Running(backend, grace=0.3)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["switch"] is None  # already runs
+        time.sleep(0.5)
+        assert r.backend.enable_seq == 1 and kernel_ops(r) == "gaming_ops"
+    finally:
+        r.stop()
+
+
+# --- authorisation (clients really run as another uid) ---------------------------------------
+
+
+def test_unprivileged_user_refused_admin_ops(srv: Running) -> None:
+    def act(c: Client) -> Any:
+        return [
+            c.request(op="status")["ok"],
+            c.request(op="switch", scheduler="fifo")["error"]["code"],
+            c.request(op="stop")["error"]["code"],
+            c.request(op="reload")["error"]["code"],
+        ]
+
+    assert as_user(srv, 12345, act) == [True, "denied", "denied", "denied"]
+    assert srv.backend.calls == []
+
+
+def test_hint_needs_rights(srv: Running) -> None:
+    reply = as_user(srv, 12345, lambda c: c.request(op="hint", workload="gaming"))
+    assert reply["error"]["code"] == "denied" and "12345" in reply["error"]["message"]
+    # uid 65534 may hint (hint_uids), but only for itself or its descendants
+    assert as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming")["ok"])
+    foreign = as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming", pid=1))
+    assert foreign["error"]["code"] == "denied"
+    mine = as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming", pid=os.getpid()))
+    assert mine["ok"], mine
+    assert n_leases(srv) == 0  # each child's connection closed: its lease ended
+
+
+def test_admin_may_hint_any_pid(srv: Running) -> None:
+    assert srv.client().request(op="hint", workload="gaming", pid=1)["ok"]
+
+
+def test_release_of_anothers_lease_refused(srv: Running) -> None:
+    owner = srv.client()
+    lease = owner.request(op="hint", workload="gaming")["lease"]
+    reply = as_user(srv, 65534, lambda c: c.request(op="release", lease=lease))
+    assert reply["error"]["code"] == "denied" and n_leases(srv) == 1
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+def test_connection_cap_per_uid() -> None:
+    r = Running(per_uid=3)
+    try:
+        clients = [r.client() for _ in range(3)]
+        for c in clients:
+            assert c.request(op="status")["ok"]
+        extra = r.client()
+        reply = extra.recv_line()
+        assert reply is not None and reply["error"]["code"] == "limit"
+        assert extra.recv_line() is None
+        clients[0].close()
+        r.wait_for(lambda s: len(s.connections) == 2)
+        assert r.client().request(op="status")["ok"]
+    finally:
+        r.stop()
+
+
+def test_lease_cap_per_uid() -> None:
+    r = Running(max_leases=2)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["ok"]
+        assert c.request(op="hint", workload="battery")["ok"]
+        assert c.request(op="hint", workload="video-call")["error"]["code"] == "limit"
+    finally:
+        r.stop()
+
+
+def test_oversized_request_answered_then_closed(srv: Running) -> None:
+    c = srv.client()
+    c.send_raw(b'{"v":1,"op":"status","id":"' + b"x" * 5000 + b'"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "too_large"
+    assert c.recv_line() is None
+
+
+def test_half_written_request_times_out() -> None:
+    r = Running(read_timeout=0.3)
+    try:
+        c = r.client()
+        c.send_raw(b'{"v":1,"op":"sta')
+        start = time.monotonic()
+        reply = c.recv_line()
+        assert reply is not None and reply["error"]["code"] == "timeout"
+        assert 0.25 < time.monotonic() - start < 2
+        assert c.recv_line() is None
+    finally:
+        r.stop()
+
+
+def test_idle_connection_closed_unless_it_holds_a_lease() -> None:
+    r = Running(idle_timeout=0.3)
+    try:
+        idle, holder = r.client(), r.client()
+        holder.request(op="hint", workload="gaming")
+        reply = idle.recv_line()
+        assert reply is not None and reply["error"]["code"] == "timeout"
+        time.sleep(0.5)
+        assert holder.request(op="status")["ok"] and n_leases(r) == 1
+    finally:
+        r.stop()
+
+
+def test_malformed_lines_get_error_replies_and_connection_survives(srv: Running) -> None:
+    c = srv.client()
+    for line, code in [
+        (b"{\n", "bad_json"),
+        (b'{"v":1,"op":"dance"}\n', "unknown_op"),
+        (b'{"v":9,"op":"status"}\n', "unsupported_version"),
+        (b'{"v":1,"op":"hint","workload":"gaming","args":["--x"]}\n', "bad_request"),
+    ]:
+        c.send_raw(line)
+        reply = c.recv_line()
+        assert reply is not None and reply["ok"] is False and reply["error"]["code"] == code
+    c.send_raw(b"\n\n")  # blank lines are skipped
+    assert c.request(op="status")["ok"]
+
+
+def test_incomplete_request_at_eof(srv: Running) -> None:
+    c = srv.client()
+    c.send_raw(b'{"v":1,"op":"status"')
+    c.sock.shutdown(1)  # SHUT_WR: the client is done writing mid-request
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "incomplete"
+
+
+def test_close_keeps_scheduler_attached() -> None:
+    r = Running()
+    c = r.client()
+    c.request(op="hint", workload="gaming")
+    r.stop()
+    # leases end with the daemon but the (pinned) scheduler stays: a restart must not drop it
+    assert r.backend.kernel_state().ops == "gaming_ops"
+
+
+def test_sigterm_is_not_needed_for_pidfd_cleanup(srv: Running) -> None:
+    """Many pid-bound leases created and ended leave no pidfd behind."""
+    before = len(os.listdir("/proc/self/fd"))
+    c = srv.client()
+    for _ in range(20):
+        child = subprocess.Popen(["sleep", "10"])
+        lease = c.request(op="hint", workload="gaming", pid=child.pid)["lease"]
+        c.request(op="release", lease=lease)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    c.close()
+    srv.wait_for(lambda s: not s.connections)
+    assert len(os.listdir("/proc/self/fd")) <= before

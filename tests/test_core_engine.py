@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedswitchd.bpf import insn as bpf
 from schedswitchd.bpf.core import CandidateCache, CoreResult, relocate
@@ -580,3 +582,57 @@ def test_input_is_not_modified(w: World) -> None:
     before = bytes(prog)
     res = run(w, prog, [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])
     assert bytes(prog) == before and res.insns != before
+
+
+# --- robustness ----------------------------------------------------------------------------
+
+_WORLD = build_world()
+_ACCESS = st.lists(st.integers(min_value=0, max_value=12), min_size=0, max_size=6).map(
+    lambda xs: ":".join(map(str, xs))
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    relos=st.lists(
+        st.tuples(
+            st.integers(min_value=-2, max_value=6),
+            st.integers(min_value=-1, max_value=_WORLD.local.end_id + 1),
+            st.one_of(_ACCESS, st.text(max_size=8)),
+            st.sampled_from(list(K)),
+        ),
+        max_size=4,
+    ),
+    imms=st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), min_size=4, max_size=4),
+)
+def test_random_relocations_fail_only_with_core_error(
+    relos: list[tuple[int, int, str, K]], imms: list[int]
+) -> None:
+    prog = program(mov(imms[0]), ldx(LDX_W, imms[1] & 0x7FFF), ld64(imms[2]), mov(imms[3]))
+    recs = [CoreRelo(i, t, a, k) for i, t, a, k in relos]
+    try:
+        res = relocate(_WORLD.local, prog, recs, [_WORLD.vmlinux])
+    except CoreError:
+        return
+    assert len(res.insns) == len(prog) and len(res.results) == len(recs)
+
+
+def test_cyclic_btf_gives_core_error() -> None:
+    # A struct whose anonymous member is the struct itself, and a typedef loop: malformed
+    # BTF must end in CoreError, never RecursionError or a hang.
+    t = TypeBuilder()
+    i32 = t.add_int("int", 4, signed=True)
+    loop = t.add_struct("loop", 4, [("", 2, 0, 0)])  # member type = itself (id 2)
+    td = t.add_typedef("td_loop", 4)  # id 3 -> 4
+    t.add_typedef("td_loop2", td)  # id 4 -> 3
+    assert (i32, loop, td) == (1, 2, 3)
+    target = t.finish("vmlinux")
+    b = TypeBuilder()
+    li32 = b.add_int("int", 4, signed=True)
+    lloop = b.add_struct("loop", 4, [("x", li32, 0, 0)])
+    ltd = b.add_typedef("td_loop", li32)
+    local = b.finish("obj")
+    with pytest.raises(CoreError, match="deeper than"):
+        relocate(local, program(mov(0)), [CoreRelo(0, lloop, "0:0", K.FIELD_BYTE_OFFSET)], [target])
+    with pytest.raises(CoreError):
+        relocate(local, program(mov(1)), [CoreRelo(0, ltd, "0", K.TYPE_EXISTS)], [target])

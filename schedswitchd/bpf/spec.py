@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from schedswitchd.bpf.core_types import CoreRelo
 
 if TYPE_CHECKING:
-    # btf.py is helper "btf"'s module (contracts.md); the ignore covers the window before it lands.
-    from schedswitchd.bpf.btf import Btf  # type: ignore[import-not-found, unused-ignore]
+    from schedswitchd.bpf.btf import Btf
 
 # --- UAPI numbers used by the spec (include/uapi/linux/bpf.h) ------------------------------
 
@@ -143,7 +142,8 @@ class MapSpec:
     as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps
     (``None`` for declared maps; zeros for ``.bss``). ``variables`` lists a data map's
     variables, ``struct_ops`` a struct_ops map's variable. ``section_index`` is the ELF
-    section backing the map (data maps) or ``-1``.
+    section backing the map (data maps) or ``-1``; ``autocreate`` is false for maps of a
+    ``?``-prefixed struct_ops section (created only when asked for).
     """
 
     name: str
@@ -166,6 +166,7 @@ class MapSpec:
     struct_ops: StructOpsSpec | None = None
     section: str = ".maps"
     section_index: int = -1
+    autocreate: bool = True
 
     def variable(self, name: str) -> VariableSpec | None:
         """The variable called ``name`` in this data map, or ``None``."""

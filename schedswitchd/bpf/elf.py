@@ -1,0 +1,305 @@
+"""A BPF ELF relocatable file read through pyelftools into plain, validated records.
+
+Source of the format: the ELF-64 gABI and kernel doc ``Documentation/bpf/llvm_reloc.rst``
+(BPF relocation types). Only what the object model needs is kept: sections with their
+bytes, the symbol table, and ``SHT_REL`` relocations grouped by the section they patch.
+Every malformed input becomes :class:`~schedswitchd.errors.ObjectError`; pyelftools'
+own exceptions never escape.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+from schedswitchd.errors import ObjectError
+
+EM_BPF = 247
+
+SHT_PROGBITS = 1
+SHT_SYMTAB = 2
+SHT_STRTAB = 3
+SHT_NOBITS = 8
+SHT_REL = 9
+
+SHF_WRITE = 0x1
+SHF_ALLOC = 0x2
+SHF_EXECINSTR = 0x4
+
+SHN_UNDEF = 0
+SHN_LORESERVE = 0xFF00
+SHN_ABS = 0xFFF1
+SHN_COMMON = 0xFFF2
+
+STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
+STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE = 0, 1, 2, 3, 4
+STV_DEFAULT, STV_INTERNAL, STV_HIDDEN = 0, 1, 2
+
+# BPF relocation types (llvm_reloc.rst).
+R_BPF_NONE = 0
+R_BPF_64_64 = 1  # ld_imm64 of a map, global data or extern
+R_BPF_64_ABS64 = 2  # 64-bit data pointer (e.g. .kmod_btfs string pointers, .maps .values)
+R_BPF_64_ABS32 = 3  # 32-bit data (DWARF, .BTF)
+R_BPF_64_NODYLD32 = 4  # .BTF.ext
+R_BPF_64_32 = 10  # call / pseudo func
+
+_SHN_NAMES = {"SHN_UNDEF": SHN_UNDEF, "SHN_ABS": SHN_ABS, "SHN_COMMON": SHN_COMMON}
+_SHT = {
+    "SHT_NULL": 0,
+    "SHT_PROGBITS": SHT_PROGBITS,
+    "SHT_SYMTAB": SHT_SYMTAB,
+    "SHT_STRTAB": SHT_STRTAB,
+    "SHT_NOBITS": SHT_NOBITS,
+    "SHT_REL": SHT_REL,
+}
+_STB = {"STB_LOCAL": STB_LOCAL, "STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
+_STT = {
+    "STT_NOTYPE": STT_NOTYPE,
+    "STT_OBJECT": STT_OBJECT,
+    "STT_FUNC": STT_FUNC,
+    "STT_SECTION": STT_SECTION,
+    "STT_FILE": STT_FILE,
+}
+_STV = {"STV_DEFAULT": STV_DEFAULT, "STV_INTERNAL": STV_INTERNAL, "STV_HIDDEN": STV_HIDDEN}
+
+_REL_SIZE = 16  # sizeof(Elf64_Rel)
+_SYM_SIZE = 24  # sizeof(Elf64_Sym)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One ELF section. ``data`` is empty for ``SHT_NOBITS`` (``.bss``); ``size`` is
+    ``sh_size`` in bytes either way."""
+
+    index: int
+    name: str
+    type: int
+    flags: int
+    size: int
+    link: int
+    info: int
+    data: bytes
+
+    @property
+    def is_exec(self) -> bool:
+        return self.type == SHT_PROGBITS and bool(self.flags & SHF_EXECINSTR)
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    """One ``Elf64_Sym``; ``shndx`` is a section index or ``SHN_*``."""
+
+    index: int
+    name: str
+    value: int
+    size: int
+    type: int
+    bind: int
+    visibility: int
+    shndx: int
+
+    @property
+    def is_extern(self) -> bool:
+        """Undefined GLOBAL/WEAK NOTYPE: a ``__ksym``/``__kconfig`` extern (libbpf's rule)."""
+        return (
+            self.shndx == SHN_UNDEF
+            and self.bind in (STB_GLOBAL, STB_WEAK)
+            and self.type == STT_NOTYPE
+            and bool(self.name)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Reloc:
+    """One ``Elf64_Rel`` (BPF uses REL: any addend is stored in the patched bytes)."""
+
+    offset: int
+    sym: int
+    type: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElfObject:
+    """Sections by index, symbols by index, relocations keyed by the patched section."""
+
+    sections: tuple[Section, ...]
+    symbols: tuple[Symbol, ...]
+    relocs: dict[int, tuple[Reloc, ...]]
+
+    def section_by_name(self, name: str) -> Section | None:
+        """The first section called ``name``, or ``None``."""
+        for s in self.sections:
+            if s.name == name:
+                return s
+        return None
+
+    def section(self, index: int) -> Section:
+        """Section ``index``; ``ObjectError`` if out of range."""
+        if not 0 <= index < len(self.sections):
+            raise ObjectError(f"section index {index} is out of range")
+        return self.sections[index]
+
+    def symbol(self, index: int) -> Symbol:
+        """Symbol ``index``; ``ObjectError`` if out of range."""
+        if not 0 < index < len(self.symbols):
+            raise ObjectError(f"symbol index {index} is out of range (0..{len(self.symbols)})")
+        return self.symbols[index]
+
+
+def read_elf(data: bytes) -> ElfObject:
+    """Parse a BPF relocatable ELF file (little-endian ELF64, ``EM_BPF``).
+
+    Raises :class:`ObjectError` for anything that is not such a file or whose section,
+    symbol or relocation tables do not fit the file.
+    """
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise ObjectError("not an ELF file")
+    if data[4] != 2 or data[5] != 1:
+        raise ObjectError("not a little-endian ELF64 file (BPF objects are ELF64 LE)")
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        if elf["e_machine"] not in ("EM_BPF", EM_BPF):
+            raise ObjectError(f"ELF machine is {elf['e_machine']}, not EM_BPF")
+        if elf["e_type"] != "ET_REL":
+            raise ObjectError(f"ELF type is {elf['e_type']}, not a relocatable object")
+        sections = _read_sections(elf, data)
+        symbols = _read_symbols(elf, sections)
+        relocs = _read_relocs(elf, sections, len(symbols))
+    except ObjectError:
+        raise
+    except (
+        ELFError,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        struct.error,
+        OverflowError,
+        AttributeError,
+        AssertionError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
+        raise ObjectError(f"malformed ELF: {exc}") from exc
+    return ElfObject(tuple(sections), tuple(symbols), relocs)
+
+
+def _read_sections(elf: object, data: bytes) -> list[Section]:
+    num = elf.num_sections()  # type: ignore[attr-defined]
+    if num > 65535:
+        raise ObjectError(f"{num} sections is too many")
+    out = []
+    for i in range(num):
+        sec = elf.get_section(i)  # type: ignore[attr-defined]
+        hdr = sec.header
+        sh_type = hdr["sh_type"]
+        stype = _SHT.get(sh_type, sh_type) if isinstance(sh_type, str) else int(sh_type)
+        if not isinstance(stype, int):
+            stype = -1
+        size = int(hdr["sh_size"])
+        off = int(hdr["sh_offset"])
+        if stype == SHT_NOBITS or stype == 0:
+            body = b""
+        else:
+            if off + size > len(data) or off < 0:
+                raise ObjectError(
+                    f"section {i} ({sec.name!r}) at offset {off} with size {size} "
+                    f"extends past the end of the file ({len(data)} bytes)"
+                )
+            body = data[off : off + size]
+        out.append(
+            Section(
+                index=i,
+                name=str(sec.name),
+                type=stype,
+                flags=int(hdr["sh_flags"]),
+                size=size,
+                link=int(hdr["sh_link"]),
+                info=int(hdr["sh_info"]),
+                data=body,
+            )
+        )
+    return out
+
+
+def _ignored_target(name: str) -> bool:
+    # DWARF and BTF relocations only matter to linkers; the loader never applies them.
+    return name.startswith(".debug") or name in (".BTF", ".BTF.ext") or name.startswith(".eh_frame")
+
+
+def _enum(value: object, table: dict[str, int]) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value in table:
+        return table[value]
+    return -1
+
+
+def _read_symbols(elf: object, sections: list[Section]) -> list[Symbol]:
+    from elftools.elf.sections import SymbolTableSection
+
+    symtabs = [s for s in sections if s.type == SHT_SYMTAB]
+    if not symtabs:
+        raise ObjectError("the object has no symbol table (.symtab)")
+    if len(symtabs) > 1:
+        raise ObjectError("the object has more than one symbol table")
+    symtab = symtabs[0]
+    if not 0 < symtab.link < len(sections) or sections[symtab.link].type != SHT_STRTAB:
+        raise ObjectError(f"symbol table links to section {symtab.link}, not a string table")
+    if symtab.size % _SYM_SIZE:
+        raise ObjectError(f"symbol table size {symtab.size} is not a multiple of {_SYM_SIZE}")
+    sec = elf.get_section(symtab.index)  # type: ignore[attr-defined]
+    if not isinstance(sec, SymbolTableSection):
+        raise ObjectError("the symbol table section cannot be read")
+    out = []
+    for i in range(symtab.size // _SYM_SIZE):
+        sym = sec.get_symbol(i)
+        shndx = sym["st_shndx"]
+        out.append(
+            Symbol(
+                index=i,
+                name=str(sym.name),
+                value=int(sym["st_value"]),
+                size=int(sym["st_size"]),
+                type=_enum(sym["st_info"]["type"], _STT),
+                bind=_enum(sym["st_info"]["bind"], _STB),
+                visibility=_enum(sym["st_other"]["visibility"], _STV),
+                shndx=_SHN_NAMES.get(shndx, -1) if isinstance(shndx, str) else int(shndx),
+            )
+        )
+    return out
+
+
+def _read_relocs(elf: object, sections: list[Section], nsyms: int) -> dict[int, tuple[Reloc, ...]]:
+    from elftools.elf.relocation import RelocationSection
+
+    out: dict[int, tuple[Reloc, ...]] = {}
+    for s in sections:
+        if s.type != SHT_REL:
+            continue
+        if not 0 < s.info < len(sections):
+            raise ObjectError(
+                f"relocation section {s.name!r} patches section {s.info}, out of range"
+            )
+        if s.size % _REL_SIZE:
+            raise ObjectError(
+                f"relocation section {s.name!r} size {s.size} is not a multiple of 16"
+            )
+        sec = elf.get_section(s.index)  # type: ignore[attr-defined]
+        if not isinstance(sec, RelocationSection):
+            raise ObjectError(f"relocation section {s.name!r} cannot be read")
+        relos = []
+        for j in range(s.size // _REL_SIZE):
+            rel = sec.get_relocation(j)
+            sym, rtype = int(rel["r_info_sym"]), int(rel["r_info_type"])
+            if not 0 <= sym < nsyms:
+                raise ObjectError(
+                    f"relocation {j} of {s.name!r} names symbol {sym}, out of range (0..{nsyms})"
+                )
+            relos.append(Reloc(int(rel["r_offset"]), sym, rtype))
+        out[s.info] = out.get(s.info, ()) + tuple(relos)
+    return out

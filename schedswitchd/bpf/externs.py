@@ -1,0 +1,128 @@
+"""Extern symbols: ``__kconfig`` variables and ``__ksym`` variables/kfuncs.
+
+An extern is an undefined GLOBAL or WEAK ``STT_NOTYPE`` symbol; the object's BTF lists it
+in the ``.kconfig`` or ``.ksyms`` DATASEC, which says what it is (libbpf's
+``bpf_object__collect_externs``). ``.kconfig`` externs are laid out in the ``.kconfig``
+map: sorted by alignment (descending), then size (ascending), then name, each at the next
+offset aligned to its alignment; the map value is as long as the last one's end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_types import (
+    INT_BOOL,
+    Array,
+    Datasec,
+    Enum,
+    Func,
+    Int,
+    Kind,
+    Var,
+    essential_name,
+)
+from schedswitchd.bpf.elf import STB_WEAK, ElfObject
+from schedswitchd.bpf.spec import ExternKind, ExternSpec, KconfigType
+from schedswitchd.errors import BtfError, ObjectError
+
+KSYMS_SEC = ".ksyms"
+KCONFIG_SEC = ".kconfig"
+
+
+def _kconfig_type(btf: Btf, type_id: int, name: str) -> tuple[KconfigType, bool]:
+    """(storage class, signed) of a ``.kconfig`` extern's type (libbpf's find_kcfg_type)."""
+    t = btf.type(btf.skip_mods_and_typedefs(type_id))
+    if isinstance(t, Int):
+        if t.offset or t.bits != 8 * t.size:
+            raise ObjectError(f"kconfig extern {name!r} is a bitfield-like integer")
+        if t.size == 1:
+            # libbpf: every 1-byte integer that is not bool is a char
+            if t.encoding & INT_BOOL:
+                return KconfigType.BOOL, False
+            return KconfigType.CHAR, t.signed
+        if t.size in (2, 4, 8):
+            return KconfigType.INT, t.signed
+    elif isinstance(t, Enum) and t.kind == Kind.ENUM:
+        if t.size == 4 and t.name == "libbpf_tristate":
+            return KconfigType.TRISTATE, False
+    elif isinstance(t, Array):
+        elem, _ = _kconfig_type(btf, t.type, name)
+        if elem is KconfigType.CHAR and t.nelems > 0:
+            return KconfigType.CHAR_ARRAY, False
+    raise ObjectError(f"kconfig extern {name!r} has an unsupported type (type id {type_id})")
+
+
+def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, ...], int]:
+    """All externs of the object and the ``.kconfig`` map value size in bytes.
+
+    Order: ``.kconfig`` externs in map layout order, then ``.ksyms`` externs by name.
+    ``btf`` is the object's BTF *before* :mod:`.btf_fixup` (extern VAR types intact).
+    Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type.
+    """
+    syms = [s for s in elf.symbols if s.is_extern]
+    if not syms:
+        return (), 0
+    if btf is None:
+        raise ObjectError(f"extern {syms[0].name!r} needs BTF, but the object has no .BTF")
+    entries: dict[str, tuple[str, int]] = {}
+    try:
+        for tid in btf.own_ids():
+            if btf.kind(tid) != Kind.DATASEC:
+                continue
+            sec_name = btf.type_name(tid)
+            if sec_name not in (KSYMS_SEC, KCONFIG_SEC):
+                continue
+            ds = btf.type(tid)
+            assert isinstance(ds, Datasec)
+            for vsi in ds.vars:
+                entries[btf.type_name(vsi.type)] = (sec_name, vsi.type)
+        kconfig: list[tuple[int, int, ExternSpec]] = []
+        ksyms: list[ExternSpec] = []
+        for sym in syms:
+            hit = entries.get(sym.name)
+            if hit is None:
+                raise ObjectError(
+                    f"extern {sym.name!r} is not in the .ksyms or .kconfig DATASEC of the BTF"
+                )
+            sec_name, btf_id = hit
+            weak = sym.bind == STB_WEAK
+            ess = essential_name(sym.name)
+            t = btf.type(btf_id)
+            if sec_name == KCONFIG_SEC:
+                if not isinstance(t, Var):
+                    raise ObjectError(f"kconfig extern {sym.name!r} is not a variable")
+                ktype, signed = _kconfig_type(btf, t.type, sym.name)
+                size = btf.size_of(t.type)
+                align = max(1, btf.align_of(t.type))
+                ext = ExternSpec(
+                    name=sym.name,
+                    essential_name=ess,
+                    kind=ExternKind.KCONFIG,
+                    weak=weak,
+                    btf_id=btf_id,
+                    type_id=t.type,
+                    size=size,
+                    kconfig_type=ktype,
+                    signed=signed,
+                )
+                kconfig.append((align, size, ext))
+            elif isinstance(t, Func):
+                ksyms.append(ExternSpec(sym.name, ess, ExternKind.KFUNC, weak, btf_id, t.type))
+            elif isinstance(t, Var):
+                target = btf.skip_mods_and_typedefs(t.type)
+                ksyms.append(ExternSpec(sym.name, ess, ExternKind.KSYM_VAR, weak, btf_id, target))
+            else:
+                raise ObjectError(f"ksym extern {sym.name!r} is neither a variable nor a function")
+    except BtfError as exc:
+        raise ObjectError(f"extern BTF is malformed: {exc}") from exc
+    kconfig.sort(key=lambda e: (-e[0], e[1], e[2].name))
+    off = 0
+    laid: list[ExternSpec] = []
+    for align, size, ext in kconfig:
+        off = (off + align - 1) // align * align
+        laid.append(replace(ext, offset=off))
+        off += size
+    ksyms.sort(key=lambda e: e.name)
+    return tuple(laid) + tuple(ksyms), off

@@ -1,0 +1,283 @@
+"""``open_object``: a compiled BPF ELF object -> :class:`~schedswitchd.bpf.spec.ObjectSpec`.
+
+Pure (no syscalls, no kernel facts). The order follows libbpf's ``bpf_object_open``: read
+the ELF, collect externs, fix up the object BTF, read ``.BTF.ext``, find programs, build
+maps (``.maps``, data sections, ``.kconfig``, struct_ops), classify relocations, link each
+entry program with its subprograms, and read ``license``, ``version`` and ``.kmod_btfs``.
+See ``shared/docs/loader-spec.md`` ("Open") for the checklist this implements.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from schedswitchd.bpf import kmod_btfs as K
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_ext import BtfExt, parse_btf_ext
+from schedswitchd.bpf.btf_fixup import fixup_object_btf
+from schedswitchd.bpf.btf_types import Array, Datasec, Kind, Var
+from schedswitchd.bpf.elf import ElfObject, read_elf
+from schedswitchd.bpf.externs import collect_externs
+from schedswitchd.bpf.link import Function, classify_relocs, collect_functions, link_program
+from schedswitchd.bpf.maps import data_maps, data_section_kind, declared_maps, kconfig_map
+from schedswitchd.bpf.progtypes import classify
+from schedswitchd.bpf.spec import (
+    PROG_TYPE_STRUCT_OPS,
+    ExternKind,
+    MapKind,
+    MapSpec,
+    ObjectSpec,
+    ProgramSpec,
+    VariableSpec,
+)
+from schedswitchd.bpf.struct_ops import struct_ops_maps
+from schedswitchd.errors import BtfError, ObjectError
+
+ARENA_SEC = ".addr_space.1"
+
+__all__ = ["open_object"]
+
+
+def _object_name(path: str) -> str:
+    base = os.path.basename(path)
+    return base.split(".", 1)[0] or base
+
+
+def open_object(source: str | os.PathLike[str] | bytes, *, name: str | None = None) -> ObjectSpec:
+    """Open a BPF object from a path or from its bytes.
+
+    ``name`` defaults to the file name up to its first dot (``"maps"`` for
+    ``maps.bpf.o``; ``"obj"`` for bytes). Raises :class:`ObjectError` for any malformed or
+    unsupported part of the ELF file (naming the section, symbol or offset) and
+    :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never anything else
+    for bad input. An unreadable path raises ``ObjectError`` naming it.
+    """
+    if isinstance(source, bytes):
+        data = source
+        obj_name = name or "obj"
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            raise ObjectError(f"cannot read BPF object {os.fspath(source)!r}: {exc}") from exc
+        obj_name = name or _object_name(os.fspath(source))
+    return _open(read_elf(data), obj_name)
+
+
+def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
+    btf_sec = elf.section_by_name(".BTF")
+    orig_btf = Btf.from_bytes(btf_sec.data, name=obj_name) if btf_sec is not None else None
+    externs, kconfig_size = collect_externs(elf, orig_btf)
+    btf: Btf | None = None
+    if orig_btf is not None:
+        kcfg = {e.name: (e.offset, e.size) for e in externs if e.kind is ExternKind.KCONFIG}
+        btf = Btf.from_bytes(fixup_object_btf(orig_btf, elf, kcfg, kconfig_size), name=obj_name)
+    ext: BtfExt | None = None
+    ext_sec = elf.section_by_name(".BTF.ext")
+    if ext_sec is not None and btf is not None:
+        ext = parse_btf_ext(ext_sec.data, btf.string)
+
+    functions = collect_functions(elf)
+    text = elf.section_by_name(".text")
+    text_index = text.index if text is not None else -1
+    text_funcs = {f.first: f for f in functions.get(text_index, [])}
+    entries: list[Function] = [
+        f for idx in sorted(functions) if idx != text_index for f in functions[idx]
+    ]
+    by_start = {(f.section.index, f.offset): f.name for f in entries}
+
+    # --- maps, in libbpf's creation order -------------------------------------------------
+    try:
+        declared = declared_maps(elf, btf)
+    except BtfError as exc:
+        raise ObjectError(f"malformed BTF in .maps: {exc}") from exc
+    maps: list[MapSpec] = [m for m, _ in declared]
+    maps_sec = elf.section_by_name(".maps")
+    maps_offsets = {off: i for i, (_, off) in enumerate(declared)}
+    arena_idx = next((i for i, m in enumerate(maps) if m.kind is MapKind.ARENA), None)
+    arena_sec = elf.section_by_name(ARENA_SEC)
+    arena: tuple[int, int] | None = None
+    if arena_sec is not None:
+        if arena_idx is None:
+            raise ObjectError(f"{ARENA_SEC} holds arena globals but no arena map is declared")
+        arena = (arena_sec.index, arena_idx)
+        from dataclasses import replace
+
+        maps[arena_idx] = replace(maps[arena_idx], data=arena_sec.data, section=ARENA_SEC)
+
+    skip = _kmod_only_sections(elf, btf)
+    data_map_index: dict[int, int] = {}
+    for m in data_maps(elf, btf, obj_name):
+        if m.section_index in skip:
+            continue
+        data_map_index[m.section_index] = len(maps)
+        maps.append(m)
+    kconfig_idx = -1
+    kcfg_ext = [e for e in externs if e.kind is ExternKind.KCONFIG]
+    if kcfg_ext:
+        kconfig_idx = len(maps)
+        kvars = tuple(
+            VariableSpec(e.name, ".kconfig", e.offset, e.size, e.type_id, False) for e in kcfg_ext
+        )
+        maps.append(kconfig_map(btf, obj_name, kconfig_size, kvars))
+    try:
+        maps.extend(struct_ops_maps(elf, btf, lambda s, o: by_start.get((s, o))))
+    except BtfError as exc:
+        raise ObjectError(f"malformed BTF in struct_ops: {exc}") from exc
+
+    # --- programs ---------------------------------------------------------------------------
+    relos = classify_relocs(
+        elf,
+        text_index,
+        maps_offsets,
+        maps_sec.index if maps_sec is not None else -1,
+        data_map_index,
+        arena,
+        kconfig_idx,
+        {e.name: e for e in externs},
+    )
+    programs = []
+    for f in entries:
+        sec_name = f.section.name
+        autoload = not sec_name.startswith("?")
+        kind = classify(sec_name.removeprefix("?"))
+        linked = link_program(f, text_funcs, relos, ext)
+        func_id = (btf.find(f.name, Kind.FUNC) or 0) if btf is not None else 0
+        programs.append(
+            ProgramSpec(
+                name=f.name,
+                section=sec_name,
+                prog_type=kind.prog_type,
+                expected_attach_type=kind.expected_attach_type,
+                attach_to=kind.attach_to,
+                sleepable=kind.sleepable,
+                autoload=autoload,
+                insns=linked.insns,
+                fixups=linked.fixups,
+                func_info=linked.func_info,
+                line_info=linked.line_info,
+                core_relos=linked.core_relos,
+                subprograms=linked.subprograms,
+                btf_func_id=func_id,
+            )
+        )
+    kinds = {p.name: p.prog_type for p in programs}
+    for m in maps:
+        if m.struct_ops is None:
+            continue
+        for member in m.struct_ops.members:
+            if member.program is not None and kinds.get(member.program) != PROG_TYPE_STRUCT_OPS:
+                raise ObjectError(
+                    f"struct_ops {m.name}.{member.name} is bound to {member.program!r}, which "
+                    "is not a struct_ops program"
+                )
+
+    return ObjectSpec(
+        name=obj_name,
+        license=_license(elf),
+        kern_version=_version(elf),
+        btf=btf,
+        programs=tuple(programs),
+        maps=tuple(maps),
+        externs=externs,
+        kmod_btfs=_kmod_btfs(elf, btf),
+    )
+
+
+def _license(elf: ElfObject) -> str:
+    sec = elf.section_by_name("license")
+    if sec is None:
+        return ""
+    return sec.data.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _version(elf: ElfObject) -> int:
+    sec = elf.section_by_name("version")
+    if sec is None:
+        return 0
+    if len(sec.data) != 4:
+        raise ObjectError(f"'version' section is {len(sec.data)} bytes, not 4")
+    return int(struct.unpack("<I", sec.data)[0])
+
+
+def _kmod_only_sections(elf: ElfObject, btf: Btf | None) -> set[int]:
+    """String sections (``.rodata.str1.1``) referenced only by ``.kmod_btfs`` pointers: they
+    carry module names for the loader, not data for programs, so no map is made for them."""
+    kmod = elf.section_by_name(K.SECTION)
+    if kmod is None or kmod.index not in elf.relocs:
+        return set()
+    targets = {elf.symbol(r.sym).shndx for r in elf.relocs[kmod.index]}
+    used = set()
+    for sec_idx, relocs in elf.relocs.items():
+        if sec_idx == kmod.index or elf.section(sec_idx).name.startswith(".debug"):
+            continue
+        for r in relocs:
+            if 0 <= r.sym < len(elf.symbols):
+                used.add(elf.symbols[r.sym].shndx)
+    out = set()
+    for idx in targets - used:
+        if not 0 < idx < len(elf.sections):
+            continue
+        name = elf.sections[idx].name
+        has_btf = btf is not None and btf.find(name, Kind.DATASEC) is not None
+        if data_section_kind(name) is not None and not has_btf:
+            out.add(idx)
+    return out
+
+
+def _kmod_btfs(elf: ElfObject, btf: Btf | None) -> tuple[str, ...] | None:
+    sec = elf.section_by_name(K.SECTION)
+    if sec is None:
+        return None
+    relocs = elf.relocs.get(sec.index, ())
+    if relocs:
+        targets: dict[int, tuple[int, int]] = {}
+        for r in relocs:
+            sym = elf.symbol(r.sym)
+            if r.offset % 8 or r.offset + 8 > len(sec.data):
+                raise ObjectError(
+                    f"{K.SECTION}: relocation at offset {r.offset} is not a pointer slot"
+                )
+            targets[r.offset] = (sym.shndx, sym.value)
+
+        def read_string(sec_idx: int, off: int) -> bytes:
+            if not 0 < sec_idx < len(elf.sections):
+                raise ObjectError(f"{K.SECTION}: pointer into section {sec_idx}, out of range")
+            data = elf.sections[sec_idx].data
+            if not 0 <= off < len(data):
+                raise ObjectError(
+                    f"{K.SECTION}: pointer to offset {off} of {elf.sections[sec_idx].name!r} "
+                    "is out of range"
+                )
+            return data[off:]
+
+        return K.parse_pointers(sec.data, targets, read_string)
+    return K.parse_fixed(sec.data, _kmod_entry_size(btf))
+
+
+def _kmod_entry_size(btf: Btf | None) -> int | None:
+    """``N`` of ``char name[][N]`` from the ``.kmod_btfs`` DATASEC, when the BTF says so."""
+    if btf is None:
+        return None
+    try:
+        ds_id = btf.find(K.SECTION, Kind.DATASEC)
+        if ds_id is None:
+            return None
+        ds = btf.type(ds_id)
+        assert isinstance(ds, Datasec)
+        if len(ds.vars) != 1:
+            return None
+        var = btf.type(ds.vars[0].type)
+        if not isinstance(var, Var):
+            return None
+        outer = btf.type(btf.skip_mods_and_typedefs(var.type))
+        if not isinstance(outer, Array):
+            return None
+        inner = btf.type(btf.skip_mods_and_typedefs(outer.type))
+        if isinstance(inner, Array) and btf.size_of(inner.type) == 1:
+            return inner.nelems
+    except BtfError:
+        return None
+    return None

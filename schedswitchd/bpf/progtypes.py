@@ -1,0 +1,83 @@
+"""Program section names -> program type, expected attach type, attach target, sleepable.
+
+The conventions are libbpf's ``section_defs`` table (``src/libbpf.c``); values are UAPI
+``enum bpf_prog_type`` / ``enum bpf_attach_type`` (``include/uapi/linux/bpf.h``). A leading
+``?`` (autoload off) is stripped by the caller. Unknown sections give program type 0
+(``BPF_PROG_TYPE_UNSPEC``), which the kernel refuses at load time, as with libbpf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedswitchd.bpf import spec as S
+
+PROG_TYPE_SOCKET_FILTER = 1
+PROG_TYPE_SCHED_CLS = 3
+PROG_TYPE_XDP = 6
+PROG_TYPE_PERF_EVENT = 7
+ATTACH_XDP = 37
+
+
+@dataclass(frozen=True, slots=True)
+class ProgKind:
+    """What a section name says about its programs."""
+
+    prog_type: int
+    expected_attach_type: int
+    attach_to: str
+    sleepable: bool
+
+
+# (prefix, takes a "/target" suffix, prog type, attach type, sleepable); first match wins,
+# so longer prefixes come first.
+_TABLE: tuple[tuple[str, bool, int, int, bool], ...] = (
+    ("struct_ops.s", True, S.PROG_TYPE_STRUCT_OPS, S.ATTACH_NONE, True),
+    ("struct_ops", True, S.PROG_TYPE_STRUCT_OPS, S.ATTACH_NONE, False),
+    ("fentry.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FENTRY, True),
+    ("fentry", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FENTRY, False),
+    ("fexit.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FEXIT, True),
+    ("fexit", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FEXIT, False),
+    ("fmod_ret.s", True, S.PROG_TYPE_TRACING, S.ATTACH_MODIFY_RETURN, True),
+    ("fmod_ret", True, S.PROG_TYPE_TRACING, S.ATTACH_MODIFY_RETURN, False),
+    ("tp_btf", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_RAW_TP, False),
+    ("iter.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_ITER, True),
+    ("iter", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_ITER, False),
+    ("lsm.s", True, S.PROG_TYPE_LSM, S.ATTACH_LSM_MAC, True),
+    ("lsm", True, S.PROG_TYPE_LSM, S.ATTACH_LSM_MAC, False),
+    ("freplace", True, S.PROG_TYPE_EXT, S.ATTACH_NONE, False),
+    ("kprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
+    ("kretprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
+    ("uprobe.s", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, True),
+    ("uprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
+    ("uretprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
+    ("tracepoint", True, S.PROG_TYPE_TRACEPOINT, S.ATTACH_NONE, False),
+    ("tp", True, S.PROG_TYPE_TRACEPOINT, S.ATTACH_NONE, False),
+    ("raw_tracepoint", True, S.PROG_TYPE_RAW_TRACEPOINT, S.ATTACH_NONE, False),
+    ("raw_tp", True, S.PROG_TYPE_RAW_TRACEPOINT, S.ATTACH_NONE, False),
+    ("syscall", False, S.PROG_TYPE_SYSCALL, S.ATTACH_NONE, True),
+    ("perf_event", False, PROG_TYPE_PERF_EVENT, S.ATTACH_NONE, False),
+    ("xdp", False, PROG_TYPE_XDP, ATTACH_XDP, False),
+    ("tc", False, PROG_TYPE_SCHED_CLS, S.ATTACH_NONE, False),
+    ("classifier", False, PROG_TYPE_SCHED_CLS, S.ATTACH_NONE, False),
+    ("socket", False, PROG_TYPE_SOCKET_FILTER, S.ATTACH_NONE, False),
+)
+
+
+def classify(section: str) -> ProgKind:
+    """Classify a program section name (without its leading ``?``).
+
+    ``struct_ops/NAME`` -> (STRUCT_OPS, attach_to "NAME"); ``tp_btf/sched_switch`` ->
+    (TRACING, TRACE_RAW_TP, "sched_switch"); ``syscall`` -> (SYSCALL, sleepable). Also
+    accepts libbpf's ``struct_ops+`` style (``+`` instead of ``/``) and bare prefixes.
+    """
+    for prefix, with_target, ptype, atype, sleepable in _TABLE:
+        if section == prefix:
+            return ProgKind(ptype, atype, "", sleepable)
+        if with_target and len(section) > len(prefix) and section.startswith(prefix):
+            sep = section[len(prefix)]
+            if sep in "/+":
+                return ProgKind(ptype, atype, section[len(prefix) + 1 :], sleepable)
+        if not with_target and section.startswith(prefix + "/"):
+            return ProgKind(ptype, atype, section[len(prefix) + 1 :], sleepable)
+    return ProgKind(0, S.ATTACH_NONE, "", False)

@@ -23,17 +23,15 @@ def bpf_build_dir() -> Path:
 def bpf_object() -> Callable[[str], Path]:
     """``bpf_object("maps")`` -> path of ``build/tests/bpf/maps.bpf.o``.
 
-    Fails the test (not skips) when the object is missing or older than its source, since
-    ``make test`` builds every object before running pytest.
+    Fails the test (not skips) when the object is missing, since ``make test`` builds every
+    object before running pytest. Staleness is left to make: a rebase touches sources
+    without changing them, so comparing mtimes here would fail for no reason.
     """
 
     def find(name: str) -> Path:
         obj = BPF_BUILD_DIR / f"{name}.bpf.o"
-        src = BPF_SRC_DIR / f"{name}.bpf.c"
         if not obj.is_file():
             pytest.fail(f"{obj} is missing: run `make test-objects` (or `make test`)")
-        if src.is_file() and src.stat().st_mtime > obj.stat().st_mtime:
-            pytest.fail(f"{obj} is older than {src}: run `make test-objects`")
         return obj
 
     return find

@@ -636,3 +636,23 @@ def test_cyclic_btf_gives_core_error() -> None:
         relocate(local, program(mov(0)), [CoreRelo(0, lloop, "0:0", K.FIELD_BYTE_OFFSET)], [target])
     with pytest.raises(CoreError):
         relocate(local, program(mov(1)), [CoreRelo(0, ltd, "0", K.TYPE_EXISTS)], [target])
+
+
+def test_flexible_array_member() -> None:
+    # struct buf { int n; int data[]; }: any index is fine in a trailing zero-length array.
+    t = TypeBuilder()
+    ti = t.add_int("int", 4, signed=True)
+    tl = t.add_int("long", 8, signed=True)
+    tflex = t.add_array(ti, ti, 0)
+    t.add_struct("buf", 16, [("pad", tl, 0, 0), ("n", ti, 64, 0), ("data", tflex, 96, 0)])
+    target = t.finish("vmlinux")
+    b = TypeBuilder()
+    li = b.add_int("int", 4, signed=True)
+    lflex = b.add_array(li, li, 0)
+    lbuf = b.add_struct("buf", 4, [("n", li, 0, 0), ("data", lflex, 32, 0)])
+    local = b.finish("obj")
+    # data[5]: local 4 + 20 = 24, target 12 + 20 = 32
+    res = relocate(
+        local, program(mov(24)), [CoreRelo(0, lbuf, "0:1:5", K.FIELD_BYTE_OFFSET)], [target]
+    )
+    assert res.results[0].target_value == 32 and res.results[0].target_access == "0:2:5"

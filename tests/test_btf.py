@@ -194,6 +194,20 @@ def test_cycles_are_errors_not_hangs() -> None:
             call(1)
     with pytest.raises(BtfError, match="cycle"):
         btf.skip_modifiers(5)
+    with pytest.raises(BtfError, match="cycle"):
+        btf.align_of(4)
+
+
+def test_array_of_typedef_of_itself_is_a_cycle() -> None:
+    b = BtfBuilder()
+    i = b.add_int("int", 4)
+    arr = b.add_array(arr_td := b.next_id + 1, i, 2)
+    assert b.add_typedef("loop_t", arr) == arr_td
+    btf = Btf.from_bytes(b.build())
+    with pytest.raises(BtfError, match="cycle"):
+        btf.align_of(arr)
+    with pytest.raises(BtfError, match="cycle"):
+        btf.size_of(arr_td)
     with pytest.raises(BtfError):
         btf.size_of(3)
     with pytest.raises(BtfError):

@@ -631,12 +631,12 @@ class Btf:
         if kind == Kind.ARRAY:
             t = self.type(tid)
             assert isinstance(t, Array)
-            if t.type in path:
-                raise BtfError("array contains itself", where=f"type id {tid}")
+            if tid in path or t.type in path:
+                raise BtfError("array contains itself (cycle)", where=f"type id {tid}")
             return self._align_of(t.type, depth + 1, path | {tid})
         if kind in (Kind.STRUCT, Kind.UNION):
             if tid in path:
-                raise BtfError("composite contains itself", where=f"type id {tid}")
+                raise BtfError("composite contains itself (cycle)", where=f"type id {tid}")
             comp = self.type(tid)
             assert isinstance(comp, Composite)
             inner = path | {tid}

@@ -70,3 +70,17 @@ def count_in_map(map_fd: int, value: int) -> bytes:
             ret(value),
         )
     )
+
+
+def ldx_w(dst: int, src: int, off: int) -> bytes:
+    return I.Insn(I.CLASS_LDX | I.MODE_MEM | I.SIZE_W, dst, src, off, 0).encode()
+
+
+def ld_imm64(dst: int, src: int = 0, lo: int = 0, hi: int = 0) -> bytes:
+    """A raw ld_imm64 as the compiler leaves it for the loader to patch."""
+    return I.Insn(I.LD_IMM64, dst, src, 0, lo).encode() + I.Insn(0, 0, 0, 0, hi).encode()
+
+
+def kfunc_call() -> bytes:
+    """A kfunc call as clang emits it (``src_reg = BPF_PSEUDO_KFUNC_CALL``, imm -1)."""
+    return I.Insn(I.CALL, 0, I.PSEUDO_KFUNC_CALL, 0, -1).encode()

@@ -1,0 +1,802 @@
+"""Make an :class:`~schedswitchd.bpf.spec.ObjectSpec` live in the running kernel.
+
+The order and rules are libbpf's (``bpf_object__load``; see
+``/work/shared/docs/loader-spec.md``): load the object's BTF, resolve externs (kconfig,
+typed/untyped ksyms, kfuncs), find struct_ops kernel types, create maps and write their
+initial data (freezing ``.rodata*`` and ``.kconfig``), run CO-RE on each program, apply the
+kernel-side fix-ups, load the programs with func_info/line_info/fd_array and attach ids,
+bind ``.rodata`` and build each struct_ops value. Attaching (struct_ops map update and
+``BPF_LINK_CREATE``) is a separate step, :meth:`LoadedObject.attach_struct_ops`, so the
+daemon can do all heavy work while the previous scheduler still runs.
+
+Kernel BTF comes through a :class:`~schedswitchd.kernel.btf_registry.TargetBtfs` (vmlinux
+first, then the object's declared modules); module BTF fds through a callable (normally
+``KernelBtfRegistry.open_btf_object``). Any failure closes everything created so far.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from schedswitchd.bpf import insn as I
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.core import CandidateCache, relocate
+from schedswitchd.bpf.core_compat import types_are_compat
+from schedswitchd.bpf.spec import (
+    ExternKind,
+    ExternSpec,
+    FixupKind,
+    MapKind,
+    MapSpec,
+    ObjectSpec,
+    ProgramSpec,
+)
+from schedswitchd.errors import BpfSyscallError, LoadError
+from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
+from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
+from schedswitchd.kernel.structops import (
+    StructOpsKernelType,
+    StructOpsPlan,
+    build_value,
+    find_struct_ops_kernel_type,
+    plan_struct_ops,
+)
+
+T = TypeVar("T")
+_U32 = struct.Struct("<I")
+
+#: ``POISON_CALL_KFUNC_BASE`` of libbpf: an unresolved weak kfunc call becomes a call of
+#: helper ``base + extern index``, which the verifier rejects only if it is reachable.
+POISON_CALL_KFUNC_BASE = 2002000000
+
+#: Section prefixes whose ``attach_to`` names a kernel BTF type: (kind, name prefix).
+_TRACING_TARGETS: dict[int, tuple[Kind, str]] = {
+    A.AttachType.TRACE_FENTRY: (Kind.FUNC, ""),
+    A.AttachType.TRACE_FEXIT: (Kind.FUNC, ""),
+    A.AttachType.MODIFY_RETURN: (Kind.FUNC, ""),
+    A.AttachType.TRACE_RAW_TP: (Kind.TYPEDEF, "btf_trace_"),
+    A.AttachType.TRACE_ITER: (Kind.FUNC, "bpf_iter_"),
+    A.AttachType.LSM_MAC: (Kind.FUNC, "bpf_lsm_"),
+}
+
+
+class KernelBtfs(Protocol):
+    """What the loader needs from a set of kernel BTFs (``TargetBtfs`` satisfies it)."""
+
+    @property
+    def vmlinux(self) -> Btf: ...
+
+    def __iter__(self) -> Iterator[Btf]: ...
+
+    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StaticKernelBtfs:
+    """A fixed list of kernel BTFs: vmlinux and already-parsed module BTFs (``name`` of
+    each module :class:`Btf` must be the module name)."""
+
+    vmlinux: Btf
+    modules: tuple[Btf, ...] = ()
+
+    def __iter__(self) -> Iterator[Btf]:
+        yield self.vmlinux
+        yield from self.modules
+
+    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
+        for btf in self:
+            got = probe(btf)
+            if got is not None:
+                return btf, got
+        return None
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LoadedMap:
+    """A created map: its spec, fd and kernel id."""
+
+    spec: MapSpec
+    fd: MapFd
+    id: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(slots=True)
+class LoadedProgram:
+    """A loaded program: its spec (with the instructions actually loaded in ``insns``),
+    fd and kernel id."""
+
+    spec: ProgramSpec
+    fd: ProgFd
+    id: int
+    insns: bytes
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedExtern:
+    """Where an extern landed: ``btf_name`` ("vmlinux" or a module) and ``btf_id`` for
+    kfuncs and typed ksyms, ``address`` for untyped ksyms, ``resolved`` false for a weak
+    extern left unresolved."""
+
+    name: str
+    kind: ExternKind
+    resolved: bool
+    btf_name: str = ""
+    btf_id: int = 0
+    fd_index: int = 0  # kfuncs: index into fd_array (0 = vmlinux)
+    module_fd: int = 0  # ksyms in a module: the module BTF fd
+    address: int = 0
+
+
+@dataclass
+class LoadedObject:
+    """Everything one :func:`load_object` created. Close it (or use ``with``) to release
+    the maps, programs, links and BTF; pinned objects survive.
+
+    ``timings_ns`` holds phase durations in ns: ``btf``, ``externs``, ``maps``, ``core``
+    (all programs), ``prog:<name>`` per program, and ``attach`` once attached."""
+
+    spec: ObjectSpec
+    btf_fd: BtfFd | None
+    maps: dict[str, LoadedMap] = field(default_factory=dict)
+    programs: dict[str, LoadedProgram] = field(default_factory=dict)
+    externs: dict[str, ResolvedExtern] = field(default_factory=dict)
+    struct_ops_values: dict[str, bytes] = field(default_factory=dict)
+    struct_ops_kernel: dict[str, StructOpsKernelType] = field(default_factory=dict)
+    links: dict[str, LinkFd] = field(default_factory=dict)
+    timings_ns: dict[str, int] = field(default_factory=dict)
+    _extra_fds: list[OwnedFd] = field(default_factory=list)
+    _registered: set[str] = field(default_factory=set)
+    _updated: set[str] = field(default_factory=set)
+
+    # --- attach ----------------------------------------------------------------------------
+
+    def attach_struct_ops(self, name: str | None = None) -> dict[str, LinkFd]:
+        """Register struct_ops map ``name`` (default: every one not yet attached): write its
+        value (``BPF_MAP_UPDATE_ELEM``, key 0), then for ``BPF_F_LINK`` maps create the
+        link (``BPF_LINK_CREATE``, attach type ``BPF_STRUCT_OPS``). Returns the new links by
+        map name. A link map can be attached again after :meth:`detach_struct_ops`; a
+        legacy map cannot (the kernel accepts its value once). Adds the ``attach`` timing."""
+        start = time.perf_counter_ns()
+        names = [name] if name is not None else list(self.struct_ops_values)
+        made: dict[str, LinkFd] = {}
+        for n in names:
+            if n not in self.struct_ops_values:
+                raise LoadError(f"{n} is not a loaded struct_ops map of {self.spec.name}")
+            if n in self.links or n in self._registered:
+                continue
+            m = self.maps[n]
+            is_link = bool(m.spec.flags & A.F_LINK)
+            if n in self._updated and not is_link:
+                raise LoadError(
+                    f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
+                    "cannot be registered again: load the object again"
+                )
+            if n not in self._updated:  # the kernel takes a struct_ops value only once
+                S.map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
+                self._updated.add(n)
+            if is_link:
+                made[n] = self.links[n] = S.link_create(m.fd, A.AttachType.STRUCT_OPS)
+            else:
+                self._registered.add(n)
+        self.timings_ns["attach"] = time.perf_counter_ns() - start
+        return made
+
+    def detach_struct_ops(self, name: str | None = None) -> None:
+        """Undo :meth:`attach_struct_ops`: close the link (link maps) or delete key 0
+        (legacy maps, which unregisters the ops)."""
+        names = [name] if name is not None else list(self.struct_ops_values)
+        for n in names:
+            link = self.links.pop(n, None)
+            if link is not None:
+                link.close()
+            if n in self._registered:
+                self._registered.discard(n)
+                S.map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
+
+    # --- variables -------------------------------------------------------------------------
+
+    def _variable(self, name: str) -> tuple[LoadedMap, int, int]:
+        for m in self.maps.values():
+            var = m.spec.variable(name)
+            if var is not None:
+                return m, var.offset, var.size
+        raise LoadError(f"{self.spec.name} has no global variable {name!r}")
+
+    def read_variable(self, name: str) -> bytes:
+        """The current bytes of global variable ``name`` (from its data map, key 0)."""
+        m, off, size = self._variable(name)
+        value = S.map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
+        if value is None:  # an array map always has key 0
+            raise LoadError(f"data map {m.name} has no element 0")
+        return value[off : off + size]
+
+    def write_variable(self, name: str, data: bytes) -> None:
+        """Overwrite global variable ``name`` (exactly its size). Mmapable data maps are
+        written in place through ``mmap`` so concurrent program writes to other variables
+        are not lost; others by read-modify-write. Frozen maps (``.rodata``) raise
+        :class:`~schedswitchd.errors.BpfSyscallError` (``EPERM``)."""
+        m, off, size = self._variable(name)
+        if len(data) != size:
+            raise LoadError(f"variable {name} is {size} bytes, got {len(data)}")
+        if m.spec.flags & A.F_MMAPABLE and m.spec.kind is not MapKind.RODATA:
+            length = max(m.spec.value_size, 1)
+            with mmap.mmap(m.fd.fd, length, mmap.MAP_SHARED) as mm:
+                mm[off : off + size] = data
+            return
+        value = bytearray(self.read_variable_map(m))
+        value[off : off + size] = data
+        S.map_update_elem(m.fd, b"\0\0\0\0", bytes(value))
+
+    @staticmethod
+    def read_variable_map(m: LoadedMap) -> bytes:
+        value = S.map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
+        if value is None:
+            raise LoadError(f"data map {m.name} has no element 0")
+        return value
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    def fds(self) -> list[OwnedFd]:
+        """Every fd this object owns, in creation order."""
+        out: list[OwnedFd] = []
+        if self.btf_fd is not None:
+            out.append(self.btf_fd)
+        out += self._extra_fds
+        out += [m.fd for m in self.maps.values()]
+        out += [p.fd for p in self.programs.values()]
+        out += list(self.links.values())
+        return out
+
+    def close(self) -> None:
+        """Close every fd, newest first (links detach as they close)."""
+        for fd in reversed(self.fds()):
+            fd.close()
+        self.links.clear()
+        self._registered.clear()
+
+    def __enter__(self) -> LoadedObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _timed(obj: LoadedObject, key: str, start: int) -> None:
+    obj.timings_ns[key] = obj.timings_ns.get(key, 0) + time.perf_counter_ns() - start
+
+
+class _Loader:
+    def __init__(
+        self,
+        spec: ObjectSpec,
+        kernel: KernelBtfs,
+        open_btf_object: Callable[[str], BtfFd] | None,
+        kernel_config: Mapping[str, KconfigValue] | None,
+    ) -> None:
+        self.spec = spec
+        self.kernel = kernel
+        self.open_btf_object = open_btf_object
+        self.kernel_config = kernel_config
+        self.obj = LoadedObject(spec, None)
+        self.fd_array: list[int] = []  # index 0 reserved for vmlinux
+        self.module_fds: dict[str, BtfFd] = {}
+        self.plans: dict[str, StructOpsPlan] = {}
+        self.core_cache = CandidateCache()
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def module_fd(self, btf: Btf) -> BtfFd:
+        name = btf.name
+        fd = self.module_fds.get(name)
+        if fd is None:
+            if self.open_btf_object is None:
+                raise LoadError(f"{self.spec.name}: module {name} needs a BTF fd source")
+            fd = self.open_btf_object(name)
+            self.module_fds[name] = fd
+            self.obj._extra_fds.append(fd)
+        return fd
+
+    def fd_index(self, btf: Btf) -> int:
+        if btf is self.kernel.vmlinux:
+            return 0
+        fd = self.module_fd(btf).fd
+        if not self.fd_array:
+            self.fd_array.append(0)
+        if fd not in self.fd_array[1:]:
+            self.fd_array.append(fd)
+        return self.fd_array.index(fd, 1)
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def load_btf(self) -> None:
+        start = time.perf_counter_ns()
+        if self.spec.btf is not None:
+            self.obj.btf_fd = S.btf_load(self.spec.btf.raw)
+        _timed(self.obj, "btf", start)
+
+    def resolve_externs(self) -> None:
+        start = time.perf_counter_ns()
+        for ext in self.spec.externs:
+            if ext.kind is ExternKind.KFUNC:
+                self.obj.externs[ext.name] = self._resolve_kfunc(ext)
+            elif ext.kind is ExternKind.KSYM_VAR:
+                self.obj.externs[ext.name] = self._resolve_ksym(ext)
+        _timed(self.obj, "externs", start)
+
+    def _resolve_kfunc(self, ext: ExternSpec) -> ResolvedExtern:
+        local = self._local_btf()
+
+        def probe(btf: Btf) -> int | None:
+            ids = btf.find_ids(ext.essential_name, Kind.FUNC)
+            return ids[0] if ids else None
+
+        hit = self.kernel.first(probe)
+        if hit is not None:
+            btf, fid = hit
+            proto = btf.type(fid)
+            proto_id = getattr(proto, "type", 0)
+            if ext.type_id and not types_are_compat(local, ext.type_id, btf, proto_id):
+                if not ext.weak:
+                    raise LoadError(
+                        f"kfunc {ext.name}: prototype does not match {btf.name}'s "
+                        f"{ext.essential_name}"
+                    )
+                hit = None
+            else:
+                return ResolvedExtern(
+                    ext.name, ext.kind, True, btf.name, fid, fd_index=self.fd_index(btf)
+                )
+        if ext.weak:
+            return ResolvedExtern(ext.name, ext.kind, False)
+        raise LoadError(f"kfunc {ext.name} not found in kernel BTF ({self._searched()})")
+
+    def _resolve_ksym(self, ext: ExternSpec) -> ResolvedExtern:
+        if not ext.type_id:  # untyped: an address from kallsyms
+            addr = _kallsyms().get(ext.essential_name)
+            if addr is None:
+                if ext.weak:
+                    return ResolvedExtern(ext.name, ext.kind, False)
+                raise LoadError(f"ksym {ext.name} not found in /proc/kallsyms")
+            return ResolvedExtern(ext.name, ext.kind, True, address=addr)
+        local = self._local_btf()
+
+        def probe(btf: Btf) -> int | None:
+            ids = btf.find_ids(ext.essential_name, Kind.VAR)
+            return ids[0] if ids else None
+
+        hit = self.kernel.first(probe)
+        if hit is not None:
+            btf, vid = hit
+            var_type = getattr(btf.type(vid), "type", 0)
+            if types_are_compat(local, ext.type_id, btf, var_type):
+                mod_fd = 0 if btf is self.kernel.vmlinux else self.module_fd(btf).fd
+                return ResolvedExtern(ext.name, ext.kind, True, btf.name, vid, module_fd=mod_fd)
+            if not ext.weak:
+                raise LoadError(f"ksym {ext.name}: type does not match {btf.name}'s")
+        if ext.weak:
+            return ResolvedExtern(ext.name, ext.kind, False)
+        raise LoadError(f"ksym {ext.name} not found in kernel BTF ({self._searched()})")
+
+    def _searched(self) -> str:
+        names = getattr(self.kernel, "searched", None)
+        return "searched " + ", ".join(names) if names else "searched vmlinux"
+
+    def _local_btf(self) -> Btf:
+        if self.spec.btf is None:
+            raise LoadError(f"{self.spec.name}: externs need the object's BTF")
+        return self.spec.btf
+
+    def kconfig_data(self, m: MapSpec) -> bytes:
+        data = bytearray(m.data or bytes(m.value_size))
+        externs = [e for e in self.spec.externs if e.kind is ExternKind.KCONFIG]
+        if not externs:
+            return bytes(data)
+        btf = self._local_btf()
+        needs_config = any(e.name.startswith("CONFIG_") for e in externs)
+        config: Mapping[str, KconfigValue] = self.kernel_config or {}
+        if needs_config and self.kernel_config is None:
+            config = read_kernel_config()
+        for e in externs:
+            value = extern_bytes(btf, e.type_id, e.essential_name, config, weak=e.weak)
+            data[e.offset : e.offset + len(value)] = value
+        return bytes(data)
+
+    def plan_struct_ops(self) -> None:
+        for m in self.spec.struct_ops_maps:
+            so = m.struct_ops
+            if so is None or not getattr(m, "autocreate", True):
+                continue
+            tname = so.type_name
+
+            def probe(btf: Btf, tname: str = tname) -> StructOpsKernelType | None:
+                return find_struct_ops_kernel_type(btf, tname)
+
+            hit = self.kernel.first(probe)
+            if hit is None:
+                raise LoadError(
+                    f"struct_ops {so.var_name}: kernel has no struct_ops type {so.type_name} "
+                    f"({self._searched()})"
+                )
+            programs = {mem.name for mem in so.members if mem.program}
+            plan = plan_struct_ops(self._local_btf(), so.type_id, so.data, hit[1], programs)
+            self.plans[m.name] = plan
+            self.obj.struct_ops_kernel[m.name] = hit[1]
+
+    def create_maps(self) -> None:
+        start = time.perf_counter_ns()
+        btf_fd = self.obj.btf_fd
+        for m in self.spec.maps:
+            if not getattr(m, "autocreate", True):
+                continue
+            if m.pinning:
+                raise LoadError(f"map {m.name}: pinning by name is not supported")
+            if m.kind is MapKind.ARENA:
+                raise LoadError(f"map {m.name}: arena maps are not supported")
+            fd = self._create_map(m, btf_fd)
+            loaded = LoadedMap(m, fd, 0)
+            self.obj.maps[m.name] = loaded
+            loaded.id = S.map_info(fd).id
+            if m.kind in (MapKind.DATA, MapKind.RODATA, MapKind.BSS, MapKind.KCONFIG):
+                data = self.kconfig_data(m) if m.kind is MapKind.KCONFIG else m.data
+                if data:
+                    S.map_update_elem(fd, b"\0\0\0\0", data)
+                if m.kind in (MapKind.RODATA, MapKind.KCONFIG):
+                    S.map_freeze(fd)
+        for m in self.spec.maps:  # map-in-map initial slots, once every map exists
+            if m.init_slots and m.type != A.MapType.PROG_ARRAY and m.name in self.obj.maps:
+                for index, target in m.init_slots:
+                    inner = self.obj.maps.get(target)
+                    if inner is None:
+                        raise LoadError(f"map {m.name}: slot {index} names unknown map {target}")
+                    S.map_update_elem(
+                        self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(inner.fd.fd)
+                    )
+        _timed(self.obj, "maps", start)
+
+    def _create_map(self, m: MapSpec, btf_fd: BtfFd | None) -> MapFd:
+        name = m.kernel_name
+        if m.kind is MapKind.STRUCT_OPS:
+            kt = self.obj.struct_ops_kernel[m.name]
+            if btf_fd is None:
+                raise LoadError(f"struct_ops map {m.name} needs the object's BTF")
+            vfd = None if kt.btf is self.kernel.vmlinux else self.module_fd(kt.btf)
+            return S.map_create(
+                A.MapType.STRUCT_OPS,
+                4,
+                kt.value_size,
+                1,
+                name=name,
+                flags=m.flags,
+                btf_fd=btf_fd,
+                btf_vmlinux_value_type_id=kt.value_type_id,
+                value_type_btf_obj_fd=vfd,
+            )
+        inner_fd: MapFd | None = None
+        if m.inner is not None:
+            inner_fd = self._create_map(m.inner, btf_fd)
+        try:
+            use_btf = btf_fd is not None and (m.value_type_id or m.key_type_id)
+            return S.map_create(
+                m.type,
+                m.key_size,
+                m.value_size,
+                m.max_entries,
+                name=name,
+                flags=m.flags,
+                btf_fd=btf_fd if use_btf else None,
+                btf_key_type_id=m.key_type_id if use_btf else 0,
+                btf_value_type_id=m.value_type_id if use_btf else 0,
+                inner_map_fd=inner_fd,
+                map_extra=m.map_extra,
+                numa_node=m.numa_node,
+            )
+        finally:
+            if inner_fd is not None:
+                inner_fd.close()  # only a template: the outer map keeps what it needs
+
+    def struct_ops_binding(self, prog: ProgramSpec) -> tuple[StructOpsKernelType, int] | None:
+        """(kernel type, member index) of the struct_ops slot ``prog`` fills, if any."""
+        found: tuple[StructOpsKernelType, int] | None = None
+        for map_name, plan in self.plans.items():
+            so = self.spec.map(map_name).struct_ops
+            if so is None:
+                continue
+            for mem in so.members:
+                if mem.program != prog.name:
+                    continue
+                try:
+                    kidx = plan.member(mem.name).kern_index
+                except KeyError:
+                    continue  # member the kernel lacks: this binding does not load it
+                here = (plan.kernel, kidx)
+                if found is not None and (found[0].type_id, found[1]) != (
+                    here[0].type_id,
+                    here[1],
+                ):
+                    raise LoadError(
+                        f"program {prog.name} fills struct_ops slots of different types or members"
+                    )
+                found = here
+        return found
+
+    def load_programs(self) -> None:
+        for prog in self.spec.programs:
+            if not prog.autoload:
+                continue
+            binding = None
+            if prog.prog_type == A.ProgType.STRUCT_OPS:
+                binding = self.struct_ops_binding(prog)
+                if binding is None:
+                    continue  # not used by any created struct_ops map: libbpf skips it too
+            start = time.perf_counter_ns()
+            insns = self.relocate(prog)
+            self.obj.timings_ns["core"] = self.obj.timings_ns.get("core", 0) + (
+                time.perf_counter_ns() - start
+            )
+            start = time.perf_counter_ns()
+            insns = self.apply_fixups(prog, insns)
+            fd = self._load_one(prog, insns, binding)
+            loaded = LoadedProgram(prog, fd, 0, insns)
+            self.obj.programs[prog.name] = loaded
+            loaded.id = S.prog_info(fd, xlated=False).id
+            rodata = self.obj.maps.get(".rodata")
+            if rodata is not None:
+                S.prog_bind_map(fd, rodata.fd)
+            _timed(self.obj, f"prog:{prog.name}", start)
+
+    def relocate(self, prog: ProgramSpec) -> bytes:
+        if not prog.core_relos:
+            return prog.insns
+        local = self._local_btf()
+        targets = list(self.kernel)
+        return relocate(local, prog.insns, prog.core_relos, targets, self.core_cache).insns
+
+    def apply_fixups(self, prog: ProgramSpec, insns: bytes) -> bytes:
+        buf = bytearray(insns)
+        n = I.count(buf)
+        for fx in prog.fixups:
+            if not 0 <= fx.insn_idx < n:
+                raise LoadError(
+                    f"program {prog.name}: fixup at instruction {fx.insn_idx} "
+                    f"outside its {n} instructions"
+                )
+            ins = I.decode(buf, fx.insn_idx)
+            want_call = fx.kind is FixupKind.KFUNC_CALL
+            if (ins.code == I.CALL) != want_call or (not want_call and not ins.is_ld_imm64):
+                raise LoadError(
+                    f"program {prog.name}: {fx.kind.value} fixup at instruction {fx.insn_idx} "
+                    f"does not point at {'a call' if want_call else 'an ld_imm64'}"
+                )
+            if fx.kind in (FixupKind.MAP_FD, FixupKind.MAP_VALUE):
+                m = (
+                    self.spec.maps[fx.map_index]
+                    if 0 <= fx.map_index < len(self.spec.maps)
+                    else None
+                )
+                loaded = self.obj.maps.get(m.name) if m is not None else None
+                if loaded is None:
+                    raise LoadError(
+                        f"program {prog.name}: reference to a map that was not created "
+                        f"(index {fx.map_index})"
+                    )
+                src = I.PSEUDO_MAP_FD if fx.kind is FixupKind.MAP_FD else I.PSEUDO_MAP_VALUE
+                I.encode_into(
+                    buf, fx.insn_idx, I.Insn(ins.code, ins.dst, src, ins.off, loaded.fd.fd)
+                )
+            elif fx.kind is FixupKind.KFUNC_CALL:
+                r = self.obj.externs.get(fx.extern)
+                if r is None or not r.resolved:
+                    idx = self._extern_index(fx.extern)
+                    I.encode_into(
+                        buf, fx.insn_idx, I.Insn(I.CALL, 0, 0, 0, POISON_CALL_KFUNC_BASE + idx)
+                    )
+                else:
+                    I.encode_into(
+                        buf,
+                        fx.insn_idx,
+                        I.Insn(ins.code, ins.dst, I.PSEUDO_KFUNC_CALL, r.fd_index, r.btf_id),
+                    )
+            elif fx.kind is FixupKind.KSYM:
+                self._fix_ksym(prog, buf, fx.insn_idx, fx.extern)
+        return bytes(buf)
+
+    def _extern_index(self, name: str) -> int:
+        for i, e in enumerate(self.spec.externs):
+            if e.name == name:
+                return i
+        return 0
+
+    def _fix_ksym(self, prog: ProgramSpec, buf: bytearray, idx: int, name: str) -> None:
+        if idx + 1 >= I.count(buf):
+            raise LoadError(f"program {prog.name}: ksym {name} at the last instruction")
+        ins, hi = I.decode(buf, idx), I.decode(buf, idx + 1)
+        r = self.obj.externs.get(name)
+        if r is None or not r.resolved:
+            src, lo_imm, hi_imm = 0, 0, 0
+        elif r.btf_id:
+            src, lo_imm, hi_imm = I.PSEUDO_BTF_ID, r.btf_id, r.module_fd
+        else:
+            src = 0
+            lo_imm = _s32(r.address & 0xFFFFFFFF)
+            hi_imm = _s32(r.address >> 32)
+        I.encode_into(buf, idx, I.Insn(ins.code, ins.dst, src, ins.off, lo_imm))
+        I.encode_into(buf, idx + 1, I.Insn(hi.code, hi.dst, hi.src, hi.off, hi_imm))
+
+    def _load_one(
+        self, prog: ProgramSpec, insns: bytes, binding: tuple[StructOpsKernelType, int] | None
+    ) -> ProgFd:
+        attach_btf_id = 0
+        attach_obj: BtfFd | None = None
+        eat = prog.expected_attach_type
+        if binding is not None:
+            kt, kidx = binding
+            attach_btf_id, eat = kt.type_id, kidx
+            if kt.btf is not self.kernel.vmlinux:
+                attach_obj = self.module_fd(kt.btf)
+        elif eat in _TRACING_TARGETS and prog.prog_type in (
+            A.ProgType.TRACING,
+            A.ProgType.LSM,
+        ):
+            attach_btf_id, attach_obj = self._attach_target(prog)
+        btf = self.obj.btf_fd
+        func_info = b"".join(struct.pack("<II", f.insn_idx, f.type_id) for f in prog.func_info)
+        line_info = b"".join(
+            struct.pack("<IIII", li.insn_idx, li.file_name_off, li.line_off, li.line_col)
+            for li in prog.line_info
+        )
+        try:
+            return S.prog_load(
+                prog.prog_type,
+                insns,
+                license=self.spec.license,
+                name=prog.name,
+                expected_attach_type=eat,
+                prog_flags=A.F_SLEEPABLE if prog.sleepable else 0,
+                btf_fd=btf,
+                func_info=func_info if btf is not None else b"",
+                line_info=line_info if btf is not None else b"",
+                attach_btf_id=attach_btf_id,
+                attach_btf_obj_fd=attach_obj,
+                fd_array=self.fd_array,
+                kern_version=self.spec.kern_version,
+            )
+        except BpfSyscallError as e:
+            raise _prog_error(prog.name, e) from e
+
+    def _attach_target(self, prog: ProgramSpec) -> tuple[int, BtfFd | None]:
+        kind, prefix = _TRACING_TARGETS[prog.expected_attach_type]
+        target = prog.attach_to
+        module = None
+        if ":" in target:
+            module, target = target.split(":", 1)
+        name = prefix + target
+
+        def probe(btf: Btf) -> int | None:
+            if module is not None and btf.name != module:
+                return None
+            ids = btf.find_ids(name, kind)
+            return ids[0] if ids else None
+
+        hit = self.kernel.first(probe)
+        if hit is None:
+            raise LoadError(
+                f"program {prog.name}: attach target {name} not found ({self._searched()})"
+            )
+        btf, tid = hit
+        return tid, None if btf is self.kernel.vmlinux else self.module_fd(btf)
+
+    def build_struct_ops_values(self) -> None:
+        for map_name, plan in self.plans.items():
+            so = self.spec.map(map_name).struct_ops
+            if so is None:
+                continue
+            fds: dict[str, int] = {}
+            for mem in so.members:
+                if mem.program is not None and mem.program in self.obj.programs:
+                    fds[mem.name] = self.obj.programs[mem.program].fd.fd
+            self.obj.struct_ops_values[map_name] = build_value(plan, so.data, fds)
+
+
+def _s32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+class ProgramLoadError(LoadError):
+    """A program the kernel refused; ``program`` names it, ``verifier_log`` holds the log
+    and ``errno_name`` the kernel's errno (from the underlying
+    :class:`~schedswitchd.errors.BpfSyscallError`)."""
+
+    def __init__(self, program: str, cause: BpfSyscallError) -> None:
+        self.program = program
+        self.verifier_log = cause.verifier_log
+        self.errno_name = cause.errno_name
+        super().__init__(f"program {program}: {cause}")
+
+
+def _prog_error(name: str, e: BpfSyscallError) -> ProgramLoadError:
+    return ProgramLoadError(name, e)
+
+
+_KALLSYMS: dict[str, int] | None = None
+
+
+def _kallsyms() -> dict[str, int]:
+    """``/proc/kallsyms`` as name -> address (first occurrence; read once per process)."""
+    global _KALLSYMS
+    if _KALLSYMS is None:
+        table: dict[str, int] = {}
+        with open("/proc/kallsyms", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    table.setdefault(parts[2], int(parts[0], 16))
+        _KALLSYMS = table
+    return _KALLSYMS
+
+
+def load_object(
+    spec: ObjectSpec,
+    kernel: KernelBtfs,
+    *,
+    open_btf_object: Callable[[str], BtfFd] | None = None,
+    kernel_config: Mapping[str, KconfigValue] | None = None,
+) -> LoadedObject:
+    """Load ``spec`` into the kernel (everything but attaching).
+
+    ``kernel``: the kernel BTFs to resolve against (``KernelBtfRegistry.targets(...)`` or
+    :class:`StaticKernelBtfs`); ``open_btf_object``: fds of module BTF objects by name
+    (``KernelBtfRegistry.open_btf_object``), needed only when something resolves into a
+    module; ``kernel_config``: overrides reading the running kernel's config.
+
+    Raises :class:`LoadError` (e.g. a missing strong kfunc, a struct_ops member the kernel
+    lacks with a non-zero value; :class:`ProgramLoadError` with the verifier log for a
+    rejected program), :class:`~schedswitchd.errors.BpfSyscallError`,
+    :class:`~schedswitchd.errors.CoreError`. On any failure everything created so far is
+    closed before the error propagates.
+    """
+    loader = _Loader(spec, kernel, open_btf_object, kernel_config)
+    try:
+        loader.load_btf()
+        loader.resolve_externs()
+        loader.plan_struct_ops()
+        loader.create_maps()
+        loader.load_programs()
+        loader.build_struct_ops_values()
+    except BaseException:
+        loader.obj.close()
+        raise
+    return loader.obj
+
+
+__all__ = [
+    "KernelBtfs",
+    "LoadedMap",
+    "LoadedObject",
+    "LoadedProgram",
+    "ProgramLoadError",
+    "ResolvedExtern",
+    "StaticKernelBtfs",
+    "load_object",
+]

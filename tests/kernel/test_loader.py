@@ -1,0 +1,446 @@
+"""The loader on the host kernel with hand-built object specs: global data, kconfig,
+kfuncs (strong, weak, missing), struct_ops tcp_congestion_ops attach/detach, failures
+that leave nothing behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf import insn as I
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_builder import BtfBuilder
+from schedswitchd.bpf.btf_types import INT_CHAR, VAR_GLOBAL_ALLOCATED, Kind
+from schedswitchd.bpf.spec import (
+    ExternKind,
+    ExternSpec,
+    Fixup,
+    FixupKind,
+    KconfigType,
+    MapKind,
+    MapSpec,
+    ObjectSpec,
+    ProgramSpec,
+    StructOpsMember,
+    StructOpsSpec,
+    VariableSpec,
+)
+from schedswitchd.errors import BpfSyscallError, LoadError
+from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import kconfig as K
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
+from schedswitchd.kernel.loader import ProgramLoadError, load_object
+from tests.kernel import asm
+
+pytestmark = pytest.mark.root
+
+CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+@pytest.fixture(scope="module")
+def registry() -> KernelBtfRegistry:
+    return KernelBtfRegistry()
+
+
+@pytest.fixture
+def kernel(registry: KernelBtfRegistry) -> TargetBtfs:
+    return registry.targets(())
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _prog(name: str, insns: bytes, fixups: tuple[Fixup, ...] = (), **kw: object) -> ProgramSpec:
+    fields: dict[str, object] = {
+        "name": name,
+        "section": "syscall",
+        "prog_type": A.ProgType.SYSCALL,
+        "expected_attach_type": 0,
+        "attach_to": "",
+        "sleepable": True,
+        "autoload": True,
+        "insns": insns,
+        "fixups": fixups,
+    }
+    fields.update(kw)
+    return ProgramSpec(**fields)  # type: ignore[arg-type]
+
+
+def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
+    """An object with .data (u64 counter), .rodata (u32 tunable = 41), .kconfig
+    (CONFIG_HZ, LINUX_KERNEL_VERSION, weak CONFIG_SSD_NOPE), two kfunc externs (strong
+    bpf_rcu_read_lock/unlock, weak missing), and a .struct_ops.link tcp_congestion_ops."""
+    b = BtfBuilder()
+    u32 = b.add_int("unsigned int", 4)
+    i32 = b.add_int("int", 4, signed=True)
+    u64 = b.add_int("unsigned long long", 8)
+    char = b.add_int("char", 1, encoding=INT_CHAR)
+    v_counter = b.add_var("counter", u64, VAR_GLOBAL_ALLOCATED)
+    data_sec = b.add_datasec(".data", 8, [(v_counter, 0, 8)])
+    v_tunable = b.add_var("tunable", b.add_const(u32), VAR_GLOBAL_ALLOCATED)
+    rodata_sec = b.add_datasec(".rodata", 4, [(v_tunable, 0, 4)])
+    v_hz = b.add_var("CONFIG_HZ", i32, VAR_GLOBAL_ALLOCATED)
+    v_ver = b.add_var("LINUX_KERNEL_VERSION", u32, VAR_GLOBAL_ALLOCATED)
+    v_nope = b.add_var("CONFIG_SSD_NOPE", u64, VAR_GLOBAL_ALLOCATED)
+    kcfg_sec = b.add_datasec(".kconfig", 16, [(v_hz, 0, 4), (v_ver, 4, 4), (v_nope, 8, 8)])
+    void_proto = b.add_func_proto(0, [])
+    f_lock = b.add_func("bpf_rcu_read_lock", void_proto)
+    f_unlock = b.add_func("bpf_rcu_read_unlock", void_proto)
+    f_missing = b.add_func("ssd_no_such_kfunc", void_proto)
+    # struct_ops local type, as in a BPF object's vmlinux.h (subset + an optional extra)
+    sock = b.add_fwd("sock")
+    fptr = b.add_ptr(b.add_func_proto(u32, [("sk", b.add_ptr(sock))]))
+    ca_members = [
+        ("ssthresh", fptr, 0, 0),
+        ("cong_avoid", fptr, 64, 0),
+        ("undo_cwnd", fptr, 128, 0),
+        ("name", b.add_array(char, u32, 16), 192, 0),
+        ("flags", u32, 320, 0),
+        ("ssd_extra", u32, 352, 0),
+    ]
+    ca_type = b.add_struct("tcp_congestion_ops", 48, ca_members)
+    btf = Btf.from_bytes(b.build(), name="test_obj")
+
+    ca_data = bytearray(48)
+    ca_data[24 : 24 + len(ca_name)] = ca_name.encode()
+    struct.pack_into("<I", ca_data, 44, extra_member_value)
+    so = StructOpsSpec(
+        var_name="ssd_ca",
+        section=".struct_ops.link",
+        type_name="tcp_congestion_ops",
+        type_id=ca_type,
+        data=bytes(ca_data),
+        link=True,
+        members=(
+            StructOpsMember("ssthresh", 0, 8, fptr, True, "ssd_ssthresh"),
+            StructOpsMember("cong_avoid", 8, 8, fptr, True, "ssd_cong_avoid"),
+            StructOpsMember("undo_cwnd", 16, 8, fptr, True, "ssd_undo_cwnd"),
+            StructOpsMember("name", 24, 16, 0, False, None),
+            StructOpsMember("flags", 40, 4, u32, False, None),
+            StructOpsMember("ssd_extra", 44, 4, u32, False, None),
+        ),
+    )
+    maps = (
+        MapSpec(
+            ".data",
+            "test_obj.data",
+            MapKind.DATA,
+            A.MapType.ARRAY,
+            4,
+            8,
+            1,
+            flags=A.F_MMAPABLE,
+            value_type_id=data_sec,
+            data=bytes(8),
+            variables=(VariableSpec("counter", ".data", 0, 8, u64, False),),
+            section=".data",
+        ),
+        MapSpec(
+            ".rodata",
+            "test_obj.rodata",
+            MapKind.RODATA,
+            A.MapType.ARRAY,
+            4,
+            4,
+            1,
+            flags=A.F_RDONLY_PROG | A.F_MMAPABLE,
+            value_type_id=rodata_sec,
+            data=struct.pack("<I", 41),
+            variables=(VariableSpec("tunable", ".rodata", 0, 4, u32, False),),
+            section=".rodata",
+        ),
+        MapSpec(
+            ".kconfig",
+            "test_obj.kconfig",
+            MapKind.KCONFIG,
+            A.MapType.ARRAY,
+            4,
+            16,
+            1,
+            flags=A.F_RDONLY_PROG | A.F_MMAPABLE,
+            value_type_id=kcfg_sec,
+            data=bytes(16),
+            section=".kconfig",
+        ),
+        MapSpec(
+            "ssd_ca",
+            "ssd_ca",
+            MapKind.STRUCT_OPS,
+            A.MapType.STRUCT_OPS,
+            4,
+            48,
+            1,
+            flags=A.F_LINK,
+            value_type_id=ca_type,
+            struct_ops=so,
+            section=".struct_ops.link",
+        ),
+    )
+    counter = (
+        asm.ld_imm64(1, 0, 0, 0)  # &counter
+        + asm.ldx_dw(2, 1, 0)
+        + asm.add64_imm(2, 1)
+        + asm.stx_dw(1, 2, 0)
+        + asm.ld_imm64(3, 0, 0, 0)  # &tunable
+        + asm.ldx_w(0, 3, 0)
+        + asm.exit_()
+    )
+    kcfg = asm.ld_imm64(1, 0, 0, 0) + asm.ldx_w(0, 1, 0) + asm.exit_()
+    kfuncs = (
+        asm.kfunc_call()
+        + asm.kfunc_call()
+        + asm.mov64_imm(1, 0)
+        + asm.jeq_imm(1, 0, 1)
+        + asm.kfunc_call()  # weak and missing: poisoned, and dead
+        + asm.ret(7)
+    )
+    programs = (
+        _prog(
+            "counter",
+            counter,
+            (
+                Fixup(FixupKind.MAP_VALUE, 0, map_index=0),
+                Fixup(FixupKind.MAP_VALUE, 5, map_index=1),
+            ),
+        ),
+        _prog("kcfg", kcfg, (Fixup(FixupKind.MAP_VALUE, 0, map_index=2),)),
+        _prog(
+            "kfuncs",
+            kfuncs,
+            (
+                Fixup(FixupKind.KFUNC_CALL, 0, extern="bpf_rcu_read_lock"),
+                Fixup(FixupKind.KFUNC_CALL, 1, extern="bpf_rcu_read_unlock"),
+                Fixup(FixupKind.KFUNC_CALL, 4, extern="ssd_no_such_kfunc"),
+            ),
+        ),
+        *(
+            _prog(
+                f"ssd_{m}",
+                asm.ret(v),
+                section=f"struct_ops/ssd_{m}",
+                prog_type=A.ProgType.STRUCT_OPS,
+                attach_to=f"ssd_{m}",
+                sleepable=False,
+            )
+            for m, v in (("ssthresh", 2), ("cong_avoid", 0), ("undo_cwnd", 10))
+        ),
+    )
+    externs = (
+        ExternSpec(
+            "CONFIG_HZ",
+            "CONFIG_HZ",
+            ExternKind.KCONFIG,
+            False,
+            v_hz,
+            i32,
+            0,
+            4,
+            KconfigType.INT,
+            True,
+        ),
+        ExternSpec(
+            "LINUX_KERNEL_VERSION",
+            "LINUX_KERNEL_VERSION",
+            ExternKind.KCONFIG,
+            False,
+            v_ver,
+            u32,
+            4,
+            4,
+            KconfigType.INT,
+        ),
+        ExternSpec(
+            "CONFIG_SSD_NOPE",
+            "CONFIG_SSD_NOPE",
+            ExternKind.KCONFIG,
+            True,
+            v_nope,
+            u64,
+            8,
+            8,
+            KconfigType.INT,
+        ),
+        ExternSpec(
+            "bpf_rcu_read_lock", "bpf_rcu_read_lock", ExternKind.KFUNC, False, f_lock, void_proto
+        ),
+        ExternSpec(
+            "bpf_rcu_read_unlock",
+            "bpf_rcu_read_unlock",
+            ExternKind.KFUNC,
+            False,
+            f_unlock,
+            void_proto,
+        ),
+        ExternSpec(
+            "ssd_no_such_kfunc", "ssd_no_such_kfunc", ExternKind.KFUNC, True, f_missing, void_proto
+        ),
+    )
+    return ObjectSpec("test_obj", "GPL", 0, btf, programs, maps, externs)
+
+
+def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
+    cfg = K.read_kernel_config()
+    with load_object(_spec(), kernel) as obj:
+        assert set(obj.programs) == {
+            "counter",
+            "kcfg",
+            "kfuncs",
+            "ssd_ssthresh",
+            "ssd_cong_avoid",
+            "ssd_undo_cwnd",
+        }
+        res = S.prog_test_run(obj.programs["counter"].fd)
+        assert res.retval == 41
+        S.prog_test_run(obj.programs["counter"].fd)
+        assert obj.read_variable("counter") == struct.pack("<Q", 2)
+        obj.write_variable("counter", struct.pack("<Q", 100))
+        S.prog_test_run(obj.programs["counter"].fd)
+        assert obj.read_variable("counter") == struct.pack("<Q", 101)
+        assert obj.read_variable("tunable") == struct.pack("<I", 41)
+        with pytest.raises(BpfSyscallError) as exc:
+            obj.write_variable("tunable", struct.pack("<I", 1))
+        assert exc.value.errno_name == "EPERM"  # .rodata is frozen
+        with pytest.raises(LoadError, match="no global variable"):
+            obj.read_variable("nope")
+        # .kconfig: values from the running kernel's config, weak unknown = 0
+        assert S.prog_test_run(obj.programs["kcfg"].fd).retval == cfg["CONFIG_HZ"]
+        kmap = obj.maps[".kconfig"].fd
+        value = S.map_lookup_elem(kmap, b"\0" * 4, 16)
+        assert value is not None
+        hz, ver, nope = struct.unpack("<iIQ", value)
+        assert (hz, ver, nope) == (cfg["CONFIG_HZ"], K.kernel_version_code(), 0)
+        # kfuncs: resolved in vmlinux, the weak missing one poisoned (and dead)
+        assert obj.externs["bpf_rcu_read_lock"].resolved
+        assert obj.externs["bpf_rcu_read_lock"].btf_name == "vmlinux"
+        assert not obj.externs["ssd_no_such_kfunc"].resolved
+        insns = obj.programs["kfuncs"].insns
+        assert I.decode(insns, 0).src == I.PSEUDO_KFUNC_CALL
+        assert I.decode(insns, 0).imm == kernel.vmlinux.find_ids("bpf_rcu_read_lock", Kind.FUNC)[0]
+        assert I.decode(insns, 4).imm == 2002000000 + 5
+        assert S.prog_test_run(obj.programs["kfuncs"].fd).retval == 7
+        # .rodata is bound to every program
+        rodata_id = obj.maps[".rodata"].id
+        assert all(rodata_id in S.prog_info(p.fd).map_ids for p in obj.programs.values())
+        assert {"btf", "maps", "externs"} <= set(obj.timings_ns)
+        assert all(f"prog:{n}" in obj.timings_ns for n in obj.programs)
+
+
+def test_struct_ops_link_attach_detach(kernel: TargetBtfs) -> None:
+    name = f"ssd_{uuid.uuid4().hex[:8]}"
+    with load_object(_spec(name), kernel) as obj:
+        assert name not in CA_LIST.read_text().split()
+        links = obj.attach_struct_ops()
+        assert set(links) == {"ssd_ca"}
+        assert name in CA_LIST.read_text().split()
+        info = S.link_info(links["ssd_ca"])
+        assert info.type == A.LinkType.STRUCT_OPS and info.map_id == obj.maps["ssd_ca"].id
+        assert "attach" in obj.timings_ns
+        obj.detach_struct_ops()
+        assert name not in CA_LIST.read_text().split()
+        obj.attach_struct_ops()
+        assert name in CA_LIST.read_text().split()
+    assert name not in CA_LIST.read_text().split()  # closing the object detaches
+
+
+def test_legacy_struct_ops_attach_detach(kernel: TargetBtfs) -> None:
+    name = f"ssd_{uuid.uuid4().hex[:8]}"
+    spec = _spec(name)
+    ca = spec.map("ssd_ca")
+    legacy = dataclasses.replace(ca, flags=0, section=".struct_ops")
+    spec = dataclasses.replace(spec, maps=tuple(legacy if m is ca else m for m in spec.maps))
+    with load_object(spec, kernel) as obj:
+        assert obj.attach_struct_ops() == {}
+        assert name in CA_LIST.read_text().split()
+        obj.detach_struct_ops()
+        assert name not in CA_LIST.read_text().split()
+        with pytest.raises(LoadError, match="cannot be registered again"):
+            obj.attach_struct_ops()
+
+
+def _fail_leaves_nothing(spec: ObjectSpec, kernel: TargetBtfs, exc: type[Exception]) -> Exception:
+    """Load must fail with ``exc`` leaving no fd in this process and no program or map of
+    the spec's names in the kernel (other processes' objects are ignored)."""
+    before = _open_fds()
+    progs_before = _named_ids(S.prog_get_next_id, _prog_name, {p.name for p in spec.programs})
+    maps_before = _named_ids(S.map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
+    with pytest.raises(exc) as info:
+        load_object(spec, kernel)
+    assert _open_fds() == before
+    # Programs free their maps after an RCU (tasks-trace, for sleepable ones) grace period,
+    # so the kernel drops the maps shortly after our last close: poll briefly.
+    deadline = time.monotonic() + 10
+    while True:
+        progs = _named_ids(S.prog_get_next_id, _prog_name, {p.name for p in spec.programs})
+        maps = _named_ids(S.map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
+        if (progs <= progs_before and maps <= maps_before) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert progs <= progs_before
+    assert maps <= maps_before
+    return info.value
+
+
+def _prog_name(obj_id: int) -> str:
+    with S.prog_get_fd_by_id(obj_id) as fd:
+        return S.prog_info(fd, xlated=False).name
+
+
+def _map_name(obj_id: int) -> str:
+    with S.map_get_fd_by_id(obj_id) as fd:
+        return S.map_info(fd).name
+
+
+def _named_ids(
+    next_id: Callable[[int], int | None], name_of: Callable[[int], str], names: set[str]
+) -> set[int]:
+    out: set[int] = set()
+    cur = 0
+    while (nxt := next_id(cur)) is not None:
+        cur = nxt
+        try:
+            if name_of(nxt) in {n[:15] for n in names}:
+                out.add(nxt)
+        except BpfSyscallError:  # freed meanwhile
+            continue
+    return out
+
+
+def test_verifier_rejection_cleans_up(kernel: TargetBtfs) -> None:
+    spec = _spec()
+    bad = _prog("bad", asm.exit_())
+    spec = dataclasses.replace(spec, programs=(*spec.programs, bad))
+    err = _fail_leaves_nothing(spec, kernel, ProgramLoadError)
+    assert isinstance(err, ProgramLoadError)
+    assert err.program == "bad"
+    assert err.verifier_log and "R0 !read_ok" in err.verifier_log
+
+
+def test_missing_strong_kfunc_cleans_up(kernel: TargetBtfs) -> None:
+    spec = _spec()
+    ext = spec.extern("ssd_no_such_kfunc")
+    strong = dataclasses.replace(ext, weak=False)
+    spec = dataclasses.replace(spec, externs=tuple(strong if e is ext else e for e in spec.externs))
+    err = _fail_leaves_nothing(spec, kernel, LoadError)
+    assert "ssd_no_such_kfunc" in str(err)
+
+
+def test_struct_ops_member_kernel_lacks_with_value_cleans_up(kernel: TargetBtfs) -> None:
+    err = _fail_leaves_nothing(_spec(extra_member_value=3), kernel, LoadError)
+    assert "ssd_extra" in str(err)
+
+
+def test_no_fd_leak_across_load_cycles(kernel: TargetBtfs) -> None:
+    before = _open_fds()
+    for _ in range(10):
+        with load_object(_spec(), kernel) as obj:
+            S.prog_test_run(obj.programs["counter"].fd)
+    assert _open_fds() == before

@@ -203,6 +203,8 @@ def _read_sections(elf: object, data: bytes) -> list[Section]:
         size = int(hdr["sh_size"])
         off = int(hdr["sh_offset"])
         if stype == SHT_NOBITS or stype == 0:
+            if size >= 1 << 32:
+                raise ObjectError(f"section {i} ({sec.name!r}) claims {size} bytes")
             body = b""
         else:
             if off + size > len(data) or off < 0:
@@ -285,6 +287,8 @@ def _read_relocs(elf: object, sections: list[Section], nsyms: int) -> dict[int, 
             raise ObjectError(
                 f"relocation section {s.name!r} patches section {s.info}, out of range"
             )
+        if _ignored_target(sections[s.info].name):
+            continue
         if s.size % _REL_SIZE:
             raise ObjectError(
                 f"relocation section {s.name!r} size {s.size} is not a multiple of 16"

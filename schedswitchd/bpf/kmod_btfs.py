@@ -9,9 +9,10 @@ modules. Two layouts a C macro can produce are accepted:
   addend stored in the slot, ELF REL style) to a NUL-terminated string in another
   section (clang puts literals in ``.rodata.str1.1``); NULL slots are skipped.
 
-Names are merged in first-seen order without duplicates; an empty section declares "no
-modules". A name longer than 55 bytes (``MODULE_NAME_LEN`` 56 minus the NUL), not
-NUL-terminated, or with characters outside ``[A-Za-z0-9_-]`` raises
+Names are merged in first-seen order without duplicates (``-`` is read as ``_``, as the
+kernel names modules); an empty section declares "no modules". A name longer than 55
+bytes (``MODULE_NAME_LEN`` 56 minus the NUL), not NUL-terminated, or with characters
+outside ``[A-Za-z0-9_-]`` raises
 :class:`~schedswitchd.errors.ObjectError` naming the byte offset in ``.kmod_btfs``.
 """
 
@@ -107,7 +108,9 @@ def _check(name: bytes, offset: int) -> str:
         raise ObjectError(
             f"{SECTION}: name at offset {offset} ({name[:60]!r}) is not a valid module name"
         )
-    return name.decode("ascii")
+    # The kernel names modules with underscores (Kbuild turns ``kvm-intel`` into
+    # ``kvm_intel``, the name under /sys/kernel/btf), so a dash declares the same module.
+    return name.decode("ascii").replace("-", "_")
 
 
 def _dedup(names: Sequence[str]) -> tuple[str, ...]:

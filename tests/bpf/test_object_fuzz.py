@@ -1,0 +1,210 @@
+"""Mutated objects (truncated files and sections, bad relocation offsets, symbol indices
+out of range, inconsistent .BTF.ext, broken section headers) make ``open_object`` raise
+only ``ObjectError``/``BtfError`` -- never another exception, never a hang."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedswitchd.bpf.object import open_object
+from schedswitchd.errors import BtfError, ObjectError
+from tests.bpf.conftest import BPF_BUILD_DIR
+
+OBJECTS = (
+    "maps",
+    "globals",
+    "subprogs",
+    "ksyms",
+    "kconfig",
+    "struct_ops",
+    "kmod_fixed",
+    "kmod_ptrs",
+)
+_SHDR = 64  # sizeof(Elf64_Shdr)
+
+
+@dataclass(frozen=True)
+class _Sec:
+    index: int
+    name: str
+    offset: int
+    size: int
+    type: str
+
+
+@dataclass(frozen=True)
+class _Obj:
+    data: bytes
+    sections: tuple[_Sec, ...]
+    shoff: int
+
+    def named(self, pred: str) -> list[_Sec]:
+        return [s for s in self.sections if s.size and pred in s.name and ".debug" not in s.name]
+
+
+def _load(name: str) -> _Obj:
+    path = BPF_BUILD_DIR / f"{name}.bpf.o"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `make test-objects`")
+    data = path.read_bytes()
+    elf = ELFFile(io.BytesIO(data))
+    secs = tuple(
+        _Sec(i, s.name, s["sh_offset"], s["sh_size"], str(s["sh_type"]))
+        for i, s in enumerate(elf.iter_sections())
+    )
+    return _Obj(data, secs, elf["e_shoff"])
+
+
+_CACHE: dict[str, _Obj] = {}
+
+
+def _obj(name: str) -> _Obj:
+    if name not in _CACHE:
+        _CACHE[name] = _load(name)
+    return _CACHE[name]
+
+
+class _Hang(Exception):
+    pass
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    def alarm(_sig: int, _frame: FrameType | None) -> None:
+        raise _Hang(f"open_object ran for more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _must_fail_cleanly(blob: bytes) -> None:
+    with _deadline(10.0), contextlib.suppress(ObjectError, BtfError):
+        open_object(blob, name="fuzz")
+
+
+u32s = st.one_of(
+    st.integers(0, 64),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([2**31 - 1, 2**31, 2**32 - 8, 2**32 - 1, 8, 16, 24]),
+)
+u64s = st.one_of(u32s, st.integers(0, 2**64 - 1), st.sampled_from([2**63, 2**64 - 8]))
+
+FUZZ = settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=False,
+)
+
+
+@FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_truncated_files_and_sections(name: str, data: st.DataObject) -> None:
+    o = _obj(name)
+    blob = bytearray(o.data)
+    if data.draw(st.booleans()):
+        cut = data.draw(st.integers(0, len(blob) - 1))
+        del blob[cut:]
+    else:
+        # shrink one section's sh_size (a truncated section) or grow it past the file
+        sec = data.draw(st.sampled_from([s for s in o.sections if s.index]))
+        new = data.draw(st.one_of(st.integers(0, max(sec.size, 1)), u64s))
+        struct.pack_into("<Q", blob, o.shoff + sec.index * _SHDR + 32, new)
+    _must_fail_cleanly(bytes(blob))
+
+
+@FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_bad_relocations(name: str, data: st.DataObject) -> None:
+    o = _obj(name)
+    rels = o.named(".rel")
+    if not rels:
+        return
+    sec = data.draw(st.sampled_from(rels))
+    blob = bytearray(o.data)
+    for _ in range(data.draw(st.integers(1, 3))):
+        j = data.draw(st.integers(0, sec.size // 16 - 1))
+        at = sec.offset + 16 * j
+        field = data.draw(st.sampled_from(["offset", "sym", "type"]))
+        if field == "offset":
+            struct.pack_into("<Q", blob, at, data.draw(u64s))
+        elif field == "sym":
+            struct.pack_into("<I", blob, at + 12, data.draw(u32s))
+        else:
+            struct.pack_into("<I", blob, at + 8, data.draw(u32s))
+    _must_fail_cleanly(bytes(blob))
+
+
+@FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_bad_symbols(name: str, data: st.DataObject) -> None:
+    o = _obj(name)
+    symtab = next(s for s in o.sections if s.name == ".symtab")
+    blob = bytearray(o.data)
+    for _ in range(data.draw(st.integers(1, 3))):
+        j = data.draw(st.integers(1, symtab.size // 24 - 1))
+        at = symtab.offset + 24 * j
+        field = data.draw(st.sampled_from(["name", "info", "other", "shndx", "value", "size"]))
+        if field == "name":
+            struct.pack_into("<I", blob, at, data.draw(u32s))
+        elif field in ("info", "other"):
+            blob[at + (4 if field == "info" else 5)] = data.draw(st.integers(0, 255))
+        elif field == "shndx":
+            struct.pack_into("<H", blob, at + 6, data.draw(st.integers(0, 0xFFFF)))
+        else:
+            struct.pack_into("<Q", blob, at + (8 if field == "value" else 16), data.draw(u64s))
+    _must_fail_cleanly(bytes(blob))
+
+
+@FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_inconsistent_btf_ext_and_section_bytes(name: str, data: st.DataObject) -> None:
+    o = _obj(name)
+    blob = bytearray(o.data)
+    target = data.draw(
+        st.sampled_from(
+            [".BTF.ext", ".maps", ".kmod_btfs", ".struct_ops", "sched", ".text", ".BTF"]
+        )
+    )
+    secs = o.named(target) or o.named(".BTF.ext")
+    sec = data.draw(st.sampled_from(secs))
+    for _ in range(data.draw(st.integers(1, 4))):
+        if sec.name == ".BTF.ext" and data.draw(st.booleans()):
+            # header words and the first records: offsets, lengths, rec_size, counts
+            off = data.draw(st.integers(0, min(sec.size, 96) // 4 - 1)) * 4
+            struct.pack_into("<I", blob, sec.offset + off, data.draw(u32s))
+        else:
+            off = data.draw(st.integers(0, sec.size - 1))
+            blob[sec.offset + off] = data.draw(st.integers(0, 255))
+    _must_fail_cleanly(bytes(blob))
+
+
+@FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_broken_section_headers(name: str, data: st.DataObject) -> None:
+    o = _obj(name)
+    blob = bytearray(o.data)
+    sec = data.draw(st.sampled_from(o.sections))
+    field = data.draw(
+        st.sampled_from([(0, "I"), (4, "I"), (8, "Q"), (24, "Q"), (40, "I"), (44, "I")])
+    )
+    value = data.draw(u32s if field[1] == "I" else u64s)
+    struct.pack_into("<" + field[1], blob, o.shoff + sec.index * _SHDR + field[0], value)
+    _must_fail_cleanly(bytes(blob))

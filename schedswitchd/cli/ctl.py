@@ -16,7 +16,7 @@ from schedswitchd.errors import SchedSwitchError
 
 # Command-family modules, each with ``register(subparsers)``. Listed here, not discovered,
 # so that the CLI's surface is visible in one place.
-_FAMILIES: tuple[str, ...] = ()
+_FAMILIES: tuple[str, ...] = ("schedswitchd.cli.daemon_cmds",)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -161,6 +161,7 @@ class Server:
         self.leases: dict[str, _LeaseRuntime] = {}
         self.started_ns = time.monotonic_ns()
         self.adopted = False
+        self.last_pass_ns = time.monotonic_ns()
         self._grace_until_ns = 0
         self._conn_ids = itertools.count(1)
         self._lease_seq = itertools.count(1)
@@ -646,6 +647,7 @@ class Server:
             except Exception:
                 log.exception("reconcile pass failed")
             self._settled = gen
+            self.last_pass_ns = time.monotonic_ns()
             async with self._settled_cond:
                 self._settled_cond.notify_all()
 

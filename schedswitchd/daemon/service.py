@@ -1,21 +1,330 @@
-"""``schedswitchd``: the service entry point (configuration, systemd glue, main loop)."""
+"""``schedswitchd``: the service entry point (configuration, systemd glue, main loop).
+
+- Configuration: ``--config`` (default ``$SCHEDSWITCHD_CONFIG`` or
+  ``/etc/schedswitchd/schedswitchd.toml``); ``--print-schema`` prints its JSON Schema;
+  ``--check-config`` validates it and checks every scheduler (see
+  :mod:`schedswitchd.daemon.check`), exit 0 only if all are fine.
+- Socket: the one passed by systemd socket activation (``sd_listen_fds(3)`` through
+  ``systemd.daemon.listen_fds``), else its own at ``[socket] path`` with ``mode``/``group``.
+- Notifications (``sd_notify(3)``): ``READY=1`` once serving, ``STATUS=`` after every
+  reconcile pass, ``WATCHDOG=1`` every half ``WATCHDOG_USEC`` while the reconcile loop is
+  alive, ``STOPPING=1`` on SIGTERM/SIGINT. SIGHUP reloads the configuration.
+- Logging: to the journal with structured fields (``SCHEDULER``, ``LEASE``, ``SWITCH_NS``,
+  ``EXIT_KIND``) when stderr is the journal (``$JOURNAL_STREAM``, ``systemd.exec(5)``),
+  else plain text on stderr.
+- Kernel side: ``--backend MODULE:FACTORY`` names a callable ``(Config) -> SchedulerBackend``
+  (default :data:`DEFAULT_BACKEND`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import errno
+import grp
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import stat
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, cast
 
 from schedswitchd import __version__
+from schedswitchd.daemon.check import check_config, format_report
+from schedswitchd.daemon.config import Config, json_schema, load_config
+from schedswitchd.daemon.server import Server
+from schedswitchd.daemon.switcher import SchedulerBackend
+from schedswitchd.errors import ConfigError, SchedSwitchError
+
+DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"
+#: The real kernel backend (loader + sched_ext sysfs + pins), written against
+#: :class:`~schedswitchd.daemon.switcher.SchedulerBackend`.
+DEFAULT_BACKEND = "schedswitchd.daemon.kernel_backend:create_backend"
+
+log = logging.getLogger("schedswitchd")
+
+
+def _systemd(name: str) -> Any:
+    # By import_module: the repo's systemd/ directory of unit files would otherwise shadow
+    # the systemd-python package for the type checker.
+    return importlib.import_module(f"systemd.{name}")
+
+
+BackendFactory = Callable[[Config], SchedulerBackend]
+
+
+# --- systemd glue -------------------------------------------------------------------------------
+
+
+def notify(state: str) -> bool:
+    """``sd_notify(0, state)``; False when not run by systemd (no ``$NOTIFY_SOCKET``)."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return False
+    return bool(_systemd("daemon").notify(state))
+
+
+def watchdog_interval_s() -> float | None:
+    """Half of ``$WATCHDOG_USEC`` in seconds if the watchdog is meant for this process."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return int(usec) / 2e6
+    except ValueError:
+        return None
+
+
+def under_journal() -> bool:
+    """True if stderr is connected to the journal (``$JOURNAL_STREAM`` is ``dev:ino`` of it)."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        device, inode = (int(x) for x in value.split(":"))
+        st = os.fstat(2)
+    except (ValueError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == (device, inode)
+
+
+class JournalFieldsHandler(logging.Handler):
+    """Sends records to the journal with ``PRIORITY``, ``SYSLOG_IDENTIFIER`` and every
+    upper-case ``extra=`` field of the record (e.g. ``SCHEDULER``, ``SWITCH_NS``)."""
+
+    _PRIORITY: ClassVar[dict[int, int]] = {
+        logging.DEBUG: 7,
+        logging.INFO: 6,
+        logging.WARNING: 4,
+        logging.ERROR: 3,
+        logging.CRITICAL: 2,
+    }
+
+    def __init__(self, send: Callable[..., Any] | None = None) -> None:
+        super().__init__()
+        if send is None:
+            send = _systemd("journal").send
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = {k: str(v) for k, v in record.__dict__.items() if k.isupper() and k.isascii()}
+            message = self.format(record)
+            self._send(
+                message,
+                PRIORITY=str(self._PRIORITY.get(record.levelno, 6)),
+                SYSLOG_IDENTIFIER="schedswitchd",
+                CODE_FILE=record.pathname,
+                CODE_LINE=record.lineno,
+                CODE_FUNC=record.funcName,
+                **fields,
+            )
+        except Exception:
+            self.handleError(record)
+
+
+def setup_logging(config: Config) -> None:
+    """Journal or plain-text logging per ``[logging]``."""
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    mode = config.logging.journal
+    handler: logging.Handler
+    if mode == "yes" or (mode == "auto" and under_journal()):
+        handler = JournalFieldsHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("schedswitchd: %(levelname)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(config.logging.level.upper())
+
+
+# --- socket -------------------------------------------------------------------------------------
+
+
+def activated_socket() -> socket.socket | None:
+    """The socket systemd passed (exactly one listening ``AF_UNIX`` stream), else ``None``.
+
+    Raises :class:`ConfigError` if systemd passed something else.
+    """
+    daemon = _systemd("daemon")
+    fds: list[int] = daemon.listen_fds()  # also unsets $LISTEN_FDS so children do not inherit it
+    if not fds:
+        return None
+    if len(fds) != 1 or not daemon.is_socket_unix(fds[0], socket.SOCK_STREAM, 1):
+        raise ConfigError(
+            f"socket activation passed {len(fds)} fds; want one listening AF_UNIX stream socket"
+        )
+    return socket.socket(fileno=fds[0])
+
+
+def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
+    """Bind and listen at ``path`` (replacing a stale socket file, never a live one or a
+    non-socket), then apply ``mode`` and ``group``. Raises :class:`ConfigError`."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"{path} exists and is not a socket; not replacing it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                raise ConfigError(f"{path}: {exc.strerror}") from None
+            os.unlink(path)  # stale: nobody listens
+        else:
+            raise ConfigError(f"{path}: another schedswitchd is already listening")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # no window in which the socket is wider than asked
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot bind {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old_umask)
+    if group is not None:
+        gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
+        os.chown(path, -1, gid)
+    os.chmod(path, mode)
+    sock.listen(128)
+    return sock
+
+
+# --- backend ---------------------------------------------------------------------------------
+
+
+def load_backend_factory(spec: str) -> BackendFactory | None:
+    """``MODULE:ATTR`` -> the factory; ``None`` if ``MODULE`` itself does not exist."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            return None
+        raise
+    return cast(BackendFactory, getattr(module, attr or "create_backend"))
+
+
+# --- main loop ---------------------------------------------------------------------------------
+
+
+async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) -> None:
+    """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_change(text: str) -> None:
+        notify(f"STATUS={text}")
+
+    server = Server(config, backend, on_change=on_change)
+
+    def reload() -> None:
+        try:
+            if config.source is None:
+                raise ConfigError("no configuration file to re-read")
+            server.apply_config(load_config(config.source))
+        except ConfigError as exc:
+            log.error("reload refused, keeping the old configuration: %s", exc)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    await server.start(sock)
+    notify(f"READY=1\nSTATUS={server.summary()}\nMAINPID={os.getpid()}")
+    log.info("schedswitchd %s ready (pid %d)", __version__, os.getpid())
+    watchdog: asyncio.Task[None] | None = None
+    interval = watchdog_interval_s()
+    if interval is not None:
+        watchdog = asyncio.create_task(_watchdog(server, interval))
+    try:
+        await stop.wait()
+    finally:
+        notify("STOPPING=1")
+        log.info("stopping; the attached scheduler stays pinned")
+        if watchdog is not None:
+            watchdog.cancel()
+        await server.close()
+
+
+async def _watchdog(server: Server, interval: float) -> None:
+    # Pet only while reconcile passes keep completing: a wedged worker thread or loop then
+    # gets the daemon restarted by systemd, and the pinned scheduler survives that.
+    while True:
+        await asyncio.sleep(interval)
+        # A pass may legitimately wait for a detach and an attach (and a rollback).
+        allowed_s = 4 * interval + 3 * server.config.limits.switch_timeout_s
+        if time.monotonic_ns() - server.last_pass_ns < allowed_s * 1e9:
+            notify("WATCHDOG=1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
-    parser = argparse.ArgumentParser(prog="schedswitchd", description=__doc__)
+    parser = argparse.ArgumentParser(prog="schedswitchd", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.parse_args(argv)
-    print("schedswitchd: the service is not built yet (issue 7)", file=sys.stderr)
-    return 2
+    parser.add_argument(
+        "--config",
+        default=os.environ.get("SCHEDSWITCHD_CONFIG", DEFAULT_CONFIG),
+        help="configuration file (default: %(default)s)",
+    )
+    parser.add_argument("--print-schema", action="store_true", help="print the JSON Schema")
+    parser.add_argument(
+        "--check-config", action="store_true", help="validate and check every scheduler"
+    )
+    parser.add_argument("--socket", help="listen here instead of [socket] path")
+    parser.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        help="kernel backend factory MODULE:CALLABLE (default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    if args.print_schema:
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"schedswitchd: {exc}", file=sys.stderr)
+        return 1
+    factory = load_backend_factory(args.backend)
+    if args.check_config:
+        backend = factory(config) if factory is not None else None
+        results = check_config(config, backend)
+        print(format_report(config, results, args.backend if backend is not None else None))
+        return 0 if all(r.ok for r in results) else 1
+    setup_logging(config)
+    if factory is None:
+        log.error("no kernel backend: module of %s is not installed", args.backend)
+        return 1
+    sock: socket.socket | None = None
+    own_path: str | None = None
+    try:
+        sock = activated_socket()
+        if sock is None:
+            own_path = args.socket or config.socket.path
+            sock = own_socket(own_path, config.socket.mode, config.socket.group)
+        backend = factory(config)
+        asyncio.run(serve(config, backend, sock))
+    except SchedSwitchError as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        if sock is not None:
+            sock.close()
+        if own_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(own_path)
+    return 0
 
 
 if __name__ == "__main__":

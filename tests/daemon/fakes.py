@@ -135,3 +135,17 @@ class FakeBackend:
         self.pinned = handle
         self.state, self.ops = "enabled", handle.ops_name
         self.enable_seq += 1
+
+
+def create_backend(config: object) -> FakeBackend:
+    """Factory for ``schedswitchd --backend tests.daemon.fakes:create_backend`` (tests only).
+
+    ``$FAKE_PRELOAD`` names a scheduler to pretend a previous daemon left pinned.
+    """
+    import os
+
+    backend = FakeBackend()
+    preload = os.environ.get("FAKE_PRELOAD")
+    if preload:
+        backend.preload(preload)
+    return backend

@@ -166,19 +166,19 @@ def _check(line: bytes) -> None:
     assert p.parse_request(p.encode(parsed), 1 << 20) == parsed
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=5000))
 def test_arbitrary_bytes_never_crash(line: bytes) -> None:
     _check(line)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_arbitrary_json_never_crashes(value: object) -> None:
     _check(json.dumps(value).encode())
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(near_requests)
 def test_near_requests_never_crash(value: dict[str, object]) -> None:
     _check(json.dumps(value).encode())

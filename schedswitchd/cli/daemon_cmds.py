@@ -1,0 +1,232 @@
+"""``schedswitchctl status|list|history|hint|release|switch|stop|reload``: talk to the daemon.
+
+Tables for people; ``--json`` prints the daemon's reply as one JSON object for scripts.
+Every command takes ``--socket PATH`` (default ``$SCHEDSWITCHD_SOCKET`` or
+``/run/schedswitchd.sock``). Exit status: 0 on success, 1 on an error reply or an
+unreachable daemon (the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.client import DaemonClient, DaemonError
+from schedswitchd.errors import ProtocolError
+
+
+def register(sub: Any) -> None:
+    """Add the daemon commands to ``schedswitchctl``'s sub-parsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", help="daemon socket path")
+    common.add_argument("--json", action="store_true", help="print the raw reply as JSON")
+
+    def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+        parser = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(handler=handler)
+        return parser
+
+    add("status", "the kernel's sched_ext state and the daemon's", _status)
+    add("list", "configured schedulers, hint rules and live leases", _list)
+    history = add("history", "recent switches, oldest first", _history)
+    history.add_argument("--limit", type=int, default=20, help="at most this many (20)")
+    hint = add(
+        "hint",
+        "hold a hint for WORKLOAD until interrupted (the lease ends when this exits)",
+        _hint,
+    )
+    hint.add_argument("workload")
+    hint.add_argument("--pid", type=int, help="also end the lease when this process exits")
+    hint.add_argument("--ttl", type=float, help="also end the lease after TTL seconds")
+    release = add("release", "end a lease", _release)
+    release.add_argument("lease")
+    switch = add("switch", "admin: run SCHEDULER ('kernel': none, 'auto': follow hints)", _switch)
+    switch.add_argument("scheduler")
+    add("stop", "admin: back to the kernel's own scheduler", _stop)
+    add("reload", "admin: re-read the daemon's configuration", _reload)
+
+
+def make_request(cls: type[BaseModel], **fields: Any) -> Any:
+    """Build a request model; bad arguments become a one-line :class:`ProtocolError`."""
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ProtocolError(f"{where}: {first['msg']}") from None
+
+
+def _call(args: argparse.Namespace, request: Any) -> Any:
+    with DaemonClient(args.socket) as client:
+        reply = client.request(request)
+    if args.json:
+        print(reply.model_dump_json())
+    return reply
+
+
+def _ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.1f} ms"
+
+
+def _switch_line(info: proto.SwitchInfo) -> str:
+    phases = " ".join(f"{k} {v / 1e6:.1f}" for k, v in info.phases_ns.items() if k != "total")
+    line = (
+        f"{info.previous} -> {info.target} {info.result}  total "
+        f"{_ms(info.phases_ns.get('total'))}  gap {_ms(info.gap_ns)}"
+    )
+    if phases:
+        line += f"  [{phases} ms]"
+    if info.error is not None:
+        line += f"  error {info.error.code}: {info.error.message}"
+    if info.exit is not None:
+        line += f"  exit {info.exit.kind_name}: {info.exit.reason} {info.exit.message}".rstrip()
+    return line
+
+
+def _lease_line(lease: proto.LeaseInfo) -> str:
+    text = (
+        f"{lease.lease}  {lease.workload} -> {lease.scheduler} (priority {lease.priority})  "
+        f"uid {lease.uid}  pid {lease.pid if lease.pid is not None else '-'}"
+    )
+    if lease.ttl_remaining_s is not None:
+        text += f"  ttl {lease.ttl_remaining_s:.0f} s"
+    return text
+
+
+def _table(rows: list[tuple[str, str]]) -> None:
+    width = max((len(k) for k, _ in rows), default=0)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def _status(args: argparse.Namespace) -> int:
+    reply = _call(args, proto.StatusRequest())
+    if args.json:
+        return 0
+    s: proto.StatusBody = reply.status
+    k = s.kernel
+    rows = [
+        ("kernel", f"{k.state}  ops {k.ops or '-'}  enable_seq {k.enable_seq}"),
+        ("active", s.active + ("  (re-adopted)" if s.adopted else "")),
+        ("desired", s.desired + (f"  (admin override {s.override})" if s.override else "")),
+        ("lease", _lease_line(s.lease) if s.lease else "-"),
+        ("leases", str(s.leases)),
+        ("last switch", _switch_line(s.last_switch) if s.last_switch else "-"),
+        (
+            "last exit",
+            f"{s.last_exit.kind_name}: {s.last_exit.reason} {s.last_exit.message}".rstrip()
+            if s.last_exit
+            else "-",
+        ),
+        (
+            "backoff",
+            ", ".join(
+                f"{b.scheduler} ({b.failures} failures, {b.remaining_s:.0f} s left)"
+                for b in s.backoff
+            )
+            or "-",
+        ),
+        ("counters", " ".join(f"{n}={v}" for n, v in sorted(s.counters.items())) or "-"),
+        ("daemon", f"pid {s.pid}  version {s.version}  up {s.uptime_s:.0f} s"),
+    ]
+    _table(rows)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    reply: proto.ListReply = _call(args, proto.ListRequest())
+    if args.json:
+        return 0
+    print(f"default: {reply.default}")
+    print("schedulers:")
+    for sched in reply.schedulers:
+        flags = " *active*" if sched.active else ""
+        if sched.backoff_remaining_s is not None:
+            flags += f" (held back {sched.backoff_remaining_s:.0f} s)"
+        print(f"  {sched.name:<12} {sched.object}{flags}")
+        if sched.description:
+            print(f"  {'':<12} {sched.description}")
+    print("hints:")
+    for rule in reply.hints:
+        print(f"  {rule.workload:<12} -> {rule.scheduler} (priority {rule.priority})")
+    print("leases:" + ("" if reply.leases else " none"))
+    for lease in reply.leases:
+        print("  " + _lease_line(lease))
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    reply: proto.HistoryReply = _call(args, make_request(proto.HistoryRequest, limit=args.limit))
+    if args.json:
+        return 0
+    import time
+
+    for entry in reply.entries:
+        stamp = time.strftime("%H:%M:%S", time.localtime(entry.time))
+        print(f"#{entry.seq} {stamp} {_switch_line(entry)}  [{entry.reason}]")
+    if not reply.entries:
+        print("no switches yet")
+    return 0
+
+
+def _hint(args: argparse.Namespace) -> int:
+    request = make_request(proto.HintRequest, workload=args.workload, pid=args.pid, ttl_s=args.ttl)
+    with DaemonClient(args.socket) as client:
+        reply = client.request(request)
+        assert isinstance(reply, proto.HintReply)
+        if args.json:
+            print(reply.model_dump_json(), flush=True)
+        else:
+            print(f"lease {reply.lease}: {args.workload} -> {reply.active}", flush=True)
+            print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
+        # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            client.wait_closed()
+        except KeyboardInterrupt:
+            return 0
+    print("the daemon closed the connection; the lease has ended", file=sys.stderr)
+    return 1
+
+
+def _release(args: argparse.Namespace) -> int:
+    reply = _call(args, make_request(proto.ReleaseRequest, lease=args.lease))
+    if not args.json:
+        print(f"released {reply.lease}; running {reply.active}")
+    return 0
+
+
+def _print_switch(args: argparse.Namespace, reply: proto.SwitchReply) -> int:
+    if not args.json:
+        print(f"running {reply.active}")
+        if reply.switch is not None:
+            print(_switch_line(reply.switch))
+    return 0
+
+
+def _switch(args: argparse.Namespace) -> int:
+    try:
+        return _print_switch(
+            args, _call(args, make_request(proto.SwitchRequest, scheduler=args.scheduler))
+        )
+    except DaemonError as exc:
+        if exc.verifier_log:
+            print(exc.verifier_log, file=sys.stderr)
+        raise
+
+
+def _stop(args: argparse.Namespace) -> int:
+    return _print_switch(args, _call(args, proto.StopRequest()))
+
+
+def _reload(args: argparse.Namespace) -> int:
+    reply: proto.ReloadReply = _call(args, proto.ReloadRequest())
+    if not args.json:
+        print(f"reloaded {reply.source}: schedulers {', '.join(reply.schedulers)}")
+    return 0

@@ -1,0 +1,121 @@
+"""``schedswitch-run WORKLOAD -- CMD [ARGS...]``: run a command while holding a hint.
+
+What a game launcher adds to a launch line. The hint is taken before the command starts
+(so the scheduler is in place when it does) and is bound to this process's connection:
+it ends when the command ends, whoever kills whom. If the daemon is unreachable or refuses
+the hint, a warning is printed and the command runs anyway: a missing scheduler must never
+stop a game from starting. If the daemon restarts while the command runs, the hint is
+taken again. Exit status: the command's (128+N if killed by signal N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from schedswitchd import __version__
+from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.client import DaemonClient
+from schedswitchd.errors import SchedSwitchError
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class HintHolder:
+    """Holds (and re-takes after a daemon restart) one hint on a background thread."""
+
+    def __init__(self, workload: str, socket: str | None, quiet: bool) -> None:
+        self.workload, self.socket, self.quiet = workload, socket, quiet
+        self.client: DaemonClient | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(f"schedswitch-run: {text}", file=sys.stderr, flush=True)
+
+    def take(self) -> bool:
+        """Connect and hint; True on success (warns and returns False otherwise)."""
+        try:
+            client = DaemonClient(self.socket, timeout_s=60.0)
+        except SchedSwitchError as exc:
+            self.say(f"no hint ({exc}); running without it")
+            return False
+        try:
+            reply = client.request(proto.HintRequest(workload=self.workload))
+        except SchedSwitchError as exc:
+            client.close()
+            self.say(f"hint {self.workload!r} refused ({exc.code}: {exc}); running without it")
+            return False
+        assert isinstance(reply, proto.HintReply)
+        self.client = client
+        self.say(f"lease {reply.lease}: {self.workload} -> {reply.active}")
+        return True
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _hold(self) -> None:
+        while not self.done.is_set():
+            client = self.client
+            if client is not None:
+                client.wait_closed()
+                if self.done.is_set():
+                    return
+                self.client = None
+                self.say("the daemon went away; will hint again when it is back")
+            if self.done.wait(1.0):
+                return
+            try:
+                DaemonClient(self.socket, timeout_s=1.0).close()
+            except SchedSwitchError:
+                continue
+            self.take()
+
+    def release(self) -> None:
+        self.done.set()
+        if self.client is not None:
+            self.client.close()  # closing the connection ends the lease
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the command's exit status (127 if it cannot be started)."""
+    parser = argparse.ArgumentParser(
+        prog="schedswitch-run",
+        description=(__doc__ or "").splitlines()[0],
+        usage="%(prog)s [--socket PATH] [--quiet] WORKLOAD -- CMD [ARGS...]",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--socket", help="daemon socket path")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no messages on stderr")
+    parser.add_argument("workload")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given (WORKLOAD -- CMD [ARGS...])")
+    holder = HintHolder(args.workload, args.socket, args.quiet)
+    held = holder.take()
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:
+        holder.release()
+        print(f"schedswitch-run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    if held:
+        holder.start()
+    try:
+        code = child.wait()
+    finally:
+        holder.release()
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""schedswitchctl (tables and --json) and schedswitch-run against a live server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.cli import ctl, run
+
+from .fakes import FakeBackend
+from .harness import Running
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def srv() -> Iterator[Running]:
+    running = Running(FakeBackend(verifier_reject={"broken"}))
+    yield running
+    running.stop()
+
+
+def test_status_table_and_json(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    holder = srv.client()
+    holder.request(op="hint", workload="gaming")
+    assert ctl.main(["status", "--socket", srv.path]) == 0
+    table = capsys.readouterr().out
+    assert "kernel       enabled  ops gaming_ops  enable_seq 1" in table
+    assert "active       gaming" in table and "last switch  kernel -> gaming ok" in table
+    assert ctl.main(["status", "--socket", srv.path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"]["kernel"]["ops"] == "gaming_ops"
+
+
+def test_list_history_switch_stop(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ctl.main(["switch", "vtime", "--socket", srv.path]) == 0
+    assert "running vtime" in capsys.readouterr().out
+    assert ctl.main(["list", "--socket", srv.path]) == 0
+    out = capsys.readouterr().out
+    assert "vtime" in out and "*active*" in out and "gaming       -> gaming (priority 50)" in out
+    assert ctl.main(["stop", "--socket", srv.path]) == 0
+    assert ctl.main(["history", "--socket", srv.path, "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    entries = json.loads(lines[-1])["entries"]
+    assert [(e["previous"], e["target"]) for e in entries] == [
+        ("kernel", "vtime"),
+        ("vtime", "kernel"),
+    ]
+
+
+def test_errors_are_one_line_exit_1(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ctl.main(["switch", "broken", "--socket", srv.path]) == 1
+    err = capsys.readouterr().err
+    assert "R1 invalid mem access" in err and "schedswitchctl: switch to broken failed" in err
+    assert ctl.main(["release", "nope", "--socket", srv.path]) == 1
+    assert "no live lease 'nope'" in capsys.readouterr().err
+    assert ctl.main(["hint", "Not A Name", "--socket", srv.path]) == 1
+    assert "workload: String should match" in capsys.readouterr().err
+    assert ctl.main(["status", "--socket", "/nonexistent/sock"]) == 1
+    assert "cannot connect to /nonexistent/sock" in capsys.readouterr().err
+
+
+def test_release_by_id(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    holder = srv.client()
+    lease = holder.request(op="hint", workload="battery")["lease"]
+    assert ctl.main(["release", lease, "--socket", srv.path]) == 0
+    assert f"released {lease}; running kernel" in capsys.readouterr().out
+
+
+def test_schedswitch_run_holds_hint_for_command(srv: Running) -> None:
+    marker = srv.dir / "ran"
+    proc = subprocess.Popen(
+        [
+            str(BIN / "schedswitch-run"),
+            "--socket",
+            srv.path,
+            "gaming",
+            "--",
+            "sh",
+            "-c",
+            f"touch {marker}; sleep 0.5; exit 3",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    # the hint was taken before the command started
+    assert srv.backend.kernel_state().ops == "gaming_ops"
+    assert proc.wait(20) == 3
+    srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel")
+    assert proc.stderr is not None and "gaming -> gaming" in proc.stderr.read()
+
+
+def test_schedswitch_run_without_daemon_still_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run.main(["--socket", "/nonexistent/s", "gaming", "--", "sh", "-c", "exit 7"])
+    assert code == 7
+    assert "running without it" in capsys.readouterr().err
+
+
+def test_schedswitch_run_refused_hint_still_runs(
+    srv: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run.main(["--socket", srv.path, "no-such", "--", "true"]) == 0
+    assert "unknown_workload" in capsys.readouterr().err
+
+
+def test_schedswitch_run_signal_exit_status() -> None:
+    assert (
+        run.main(["-q", "--socket", "/nonexistent/s", "x", "--", "sh", "-c", "kill -9 $$"]) == 137
+    )
+    assert run.main(["-q", "--socket", "/nonexistent/s", "x", "--", "/nonexistent/cmd"]) == 127

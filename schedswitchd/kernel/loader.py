@@ -16,11 +16,14 @@ first, then the object's declared modules); module BTF fds through a callable (n
 
 from __future__ import annotations
 
+import contextlib
 import mmap
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from schedswitchd.bpf import insn as I
@@ -29,6 +32,7 @@ from schedswitchd.bpf.btf_types import Kind
 from schedswitchd.bpf.core import CandidateCache, relocate
 from schedswitchd.bpf.core_compat import types_are_compat
 from schedswitchd.bpf.spec import (
+    PIN_BY_NAME,
     ExternKind,
     ExternSpec,
     FixupKind,
@@ -51,6 +55,9 @@ from schedswitchd.kernel.structops import (
 )
 
 T = TypeVar("T")
+
+#: Where libbpf pins ``LIBBPF_PIN_BY_NAME`` maps by default.
+DEFAULT_PIN_ROOT = "/sys/fs/bpf"
 _U32 = struct.Struct("<I")
 
 #: ``POISON_CALL_KFUNC_BASE`` of libbpf: an unresolved weak kfunc call becomes a call of
@@ -66,6 +73,27 @@ _TRACING_TARGETS: dict[int, tuple[Kind, str]] = {
     A.AttachType.TRACE_ITER: (Kind.FUNC, "bpf_iter_"),
     A.AttachType.LSM_MAC: (Kind.FUNC, "bpf_lsm_"),
 }
+
+
+#: Map types created without BTF key/value types (libbpf's ``bpf_object__create_map``).
+_NO_BTF_MAP_TYPES = frozenset(
+    {
+        A.MapType.PERF_EVENT_ARRAY,
+        A.MapType.CGROUP_ARRAY,
+        A.MapType.STACK_TRACE,
+        A.MapType.ARRAY_OF_MAPS,
+        A.MapType.HASH_OF_MAPS,
+        A.MapType.DEVMAP,
+        A.MapType.DEVMAP_HASH,
+        A.MapType.CPUMAP,
+        A.MapType.XSKMAP,
+        A.MapType.SOCKMAP,
+        A.MapType.SOCKHASH,
+        A.MapType.QUEUE,
+        A.MapType.STACK,
+        A.MapType.ARENA,
+    }
+)
 
 
 class KernelBtfs(Protocol):
@@ -267,7 +295,11 @@ class LoadedObject:
         return out
 
     def close(self) -> None:
-        """Close every fd, newest first (links detach as they close)."""
+        """Unregister legacy struct_ops maps (the kernel holds those until key 0 is
+        deleted), then close every fd, newest first (links detach as they close)."""
+        for n in list(self._registered):
+            with contextlib.suppress(BpfSyscallError, ValueError):
+                S.map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
         for fd in reversed(self.fds()):
             fd.close()
         self.links.clear()
@@ -294,6 +326,7 @@ class _Loader:
         kernel: KernelBtfs,
         open_btf_object: Callable[[str], BtfFd] | None,
         kernel_config: Mapping[str, KconfigValue] | None,
+        pin_root: str | os.PathLike[str],
     ) -> None:
         self.spec = spec
         self.kernel = kernel
@@ -304,6 +337,8 @@ class _Loader:
         self.module_fds: dict[str, BtfFd] = {}
         self.plans: dict[str, StructOpsPlan] = {}
         self.core_cache = CandidateCache()
+        self.pin_root = Path(pin_root)
+        self.new_pins: list[Path] = []
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -450,14 +485,19 @@ class _Loader:
         for m in self.spec.maps:
             if not getattr(m, "autocreate", True):
                 continue
-            if m.pinning:
-                raise LoadError(f"map {m.name}: pinning by name is not supported")
             if m.kind is MapKind.ARENA:
                 raise LoadError(f"map {m.name}: arena maps are not supported")
-            fd = self._create_map(m, btf_fd)
+            reused = self._reuse_pinned(m) if m.pinning == PIN_BY_NAME else None
+            fd = reused if reused is not None else self._create_map(m, btf_fd)
             loaded = LoadedMap(m, fd, 0)
             self.obj.maps[m.name] = loaded
             loaded.id = S.map_info(fd).id
+            if m.pinning == PIN_BY_NAME and reused is None:
+                path = self.pin_root / m.name
+                S.obj_pin(fd, path)
+                self.new_pins.append(path)
+            if reused is not None:
+                continue  # a reused pinned map keeps its contents (libbpf does the same)
             if m.kind in (MapKind.DATA, MapKind.RODATA, MapKind.BSS, MapKind.KCONFIG):
                 data = self.kconfig_data(m) if m.kind is MapKind.KCONFIG else m.data
                 if data:
@@ -474,6 +514,24 @@ class _Loader:
                         self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(inner.fd.fd)
                     )
         _timed(self.obj, "maps", start)
+
+    def _reuse_pinned(self, m: MapSpec) -> MapFd | None:
+        """The map pinned at ``<pin_root>/<name>`` if it exists and matches ``m``
+        (type, key/value size, max_entries, flags), else ``None``; a mismatch raises."""
+        path = self.pin_root / m.name
+        if not path.exists():
+            return None
+        fd = S.obj_get(path, expect=MapFd)
+        info = S.map_info(fd)
+        want = (m.type, m.key_size, m.value_size, m.max_entries, m.flags)
+        have = (info.type, info.key_size, info.value_size, info.max_entries, info.map_flags)
+        if want != have:
+            fd.close()
+            raise LoadError(
+                f"map {m.name}: the map pinned at {path} does not match the object's "
+                f"definition (type, key, value, entries, flags {have} != {want})"
+            )
+        return fd
 
     def _create_map(self, m: MapSpec, btf_fd: BtfFd | None) -> MapFd:
         name = m.kernel_name
@@ -497,21 +555,35 @@ class _Loader:
         if m.inner is not None:
             inner_fd = self._create_map(m.inner, btf_fd)
         try:
-            use_btf = btf_fd is not None and (m.value_type_id or m.key_type_id)
-            return S.map_create(
-                m.type,
-                m.key_size,
-                m.value_size,
-                m.max_entries,
-                name=name,
-                flags=m.flags,
-                btf_fd=btf_fd if use_btf else None,
-                btf_key_type_id=m.key_type_id if use_btf else 0,
-                btf_value_type_id=m.value_type_id if use_btf else 0,
-                inner_map_fd=inner_fd,
-                map_extra=m.map_extra,
-                numa_node=m.numa_node,
+            use_btf = (
+                btf_fd is not None
+                and bool(m.value_type_id or m.key_type_id)
+                and m.type not in _NO_BTF_MAP_TYPES
             )
+
+            def create(with_btf: bool) -> MapFd:
+                return S.map_create(
+                    m.type,
+                    m.key_size,
+                    m.value_size,
+                    m.max_entries,
+                    name=name,
+                    flags=m.flags,
+                    btf_fd=btf_fd if with_btf else None,
+                    btf_key_type_id=m.key_type_id if with_btf else 0,
+                    btf_value_type_id=m.value_type_id if with_btf else 0,
+                    inner_map_fd=inner_fd,
+                    map_extra=m.map_extra,
+                    numa_node=m.numa_node,
+                )
+
+            try:
+                return create(use_btf)
+            except BpfSyscallError:
+                if not use_btf:
+                    raise
+                # libbpf retries without BTF key/value types (old kernels, odd types)
+                return create(False)
         finally:
             if inner_fd is not None:
                 inner_fd.close()  # only a template: the outer map keeps what it needs
@@ -543,13 +615,15 @@ class _Loader:
 
     def load_programs(self) -> None:
         for prog in self.spec.programs:
-            if not prog.autoload:
-                continue
             binding = None
             if prog.prog_type == A.ProgType.STRUCT_OPS:
+                # libbpf (bpf_object_adjust_struct_ops_autoload): a struct_ops program loads
+                # exactly when a created struct_ops map uses it, whatever its '?' prefix.
                 binding = self.struct_ops_binding(prog)
                 if binding is None:
-                    continue  # not used by any created struct_ops map: libbpf skips it too
+                    continue
+            elif not prog.autoload:
+                continue
             start = time.perf_counter_ns()
             insns = self.relocate(prog)
             self.obj.timings_ns["core"] = self.obj.timings_ns.get("core", 0) + (
@@ -762,13 +836,16 @@ def load_object(
     *,
     open_btf_object: Callable[[str], BtfFd] | None = None,
     kernel_config: Mapping[str, KconfigValue] | None = None,
+    pin_root: str | os.PathLike[str] = DEFAULT_PIN_ROOT,
 ) -> LoadedObject:
     """Load ``spec`` into the kernel (everything but attaching).
 
     ``kernel``: the kernel BTFs to resolve against (``KernelBtfRegistry.targets(...)`` or
     :class:`StaticKernelBtfs`); ``open_btf_object``: fds of module BTF objects by name
     (``KernelBtfRegistry.open_btf_object``), needed only when something resolves into a
-    module; ``kernel_config``: overrides reading the running kernel's config.
+    module; ``kernel_config``: overrides reading the running kernel's config;
+    ``pin_root``: the bpffs directory of ``LIBBPF_PIN_BY_NAME`` maps (an existing pin is
+    reused when it matches, else the new map is pinned there).
 
     Raises :class:`LoadError` (e.g. a missing strong kfunc, a struct_ops member the kernel
     lacks with a non-zero value; :class:`ProgramLoadError` with the verifier log for a
@@ -776,7 +853,7 @@ def load_object(
     :class:`~schedswitchd.errors.CoreError`. On any failure everything created so far is
     closed before the error propagates.
     """
-    loader = _Loader(spec, kernel, open_btf_object, kernel_config)
+    loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root)
     try:
         loader.load_btf()
         loader.resolve_externs()
@@ -786,6 +863,9 @@ def load_object(
         loader.build_struct_ops_values()
     except BaseException:
         loader.obj.close()
+        for path in loader.new_pins:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         raise
     return loader.obj
 

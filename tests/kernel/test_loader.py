@@ -444,3 +444,22 @@ def test_no_fd_leak_across_load_cycles(kernel: TargetBtfs) -> None:
         with load_object(_spec(), kernel) as obj:
             S.prog_test_run(obj.programs["counter"].fd)
     assert _open_fds() == before
+
+
+def test_pin_by_name_creates_then_reuses(kernel: TargetBtfs, bpffs: Path) -> None:
+    spec = _spec()
+    data = spec.map(".data")
+    pinned = dataclasses.replace(data, name="ssd_pinned", pinning=1)
+    spec = dataclasses.replace(spec, maps=tuple(pinned if m is data else m for m in spec.maps))
+    with load_object(spec, kernel, pin_root=bpffs) as first:
+        first_id = first.maps["ssd_pinned"].id
+        first.write_variable("counter", struct.pack("<Q", 9))
+    assert (bpffs / "ssd_pinned").exists()
+    with load_object(spec, kernel, pin_root=bpffs) as second:
+        assert second.maps["ssd_pinned"].id == first_id
+        assert second.read_variable("counter") == struct.pack("<Q", 9)  # contents kept
+    other = dataclasses.replace(pinned, max_entries=2)
+    bad = dataclasses.replace(spec, maps=tuple(other if m is pinned else m for m in spec.maps))
+    with pytest.raises(LoadError, match="does not match"):
+        load_object(bad, kernel, pin_root=bpffs)
+    os.unlink(bpffs / "ssd_pinned")

@@ -1,0 +1,184 @@
+"""The loader on real clang-built objects (``build/tests/bpf/*.bpf.o``, from
+``make test-objects``) on the host kernel, and the same result as libbpf: programs loaded by
+Debian's libbpf (``bpftool prog loadall``) and by us have identical xlated instructions
+except for map ids."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf import insn as I
+from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import ObjectSpec
+from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import kconfig as K
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.fd import ProgFd
+from schedswitchd.kernel.loader import LoadedObject, load_object
+
+pytestmark = pytest.mark.root
+
+OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
+CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def _obj(name: str) -> ObjectSpec:
+    path = OBJ_DIR / f"{name}.bpf.o"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `make test-objects` (or `make test`)")
+    return open_object(path)
+
+
+@pytest.fixture(scope="module")
+def registry() -> KernelBtfRegistry:
+    return KernelBtfRegistry()
+
+
+def _load(spec: ObjectSpec, registry: KernelBtfRegistry, **kw: object) -> LoadedObject:
+    return load_object(
+        spec,
+        registry.targets(spec.kmod_btfs),
+        open_btf_object=registry.open_btf_object,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_kconfig_object_reads_the_running_config(registry: KernelBtfRegistry) -> None:
+    cfg = K.read_kernel_config()
+    with _load(_obj("kconfig"), registry) as obj:
+        assert S.prog_test_run(obj.programs["read_kconfig"].fd).retval == 0
+        out = struct.unpack("<Q", obj.read_variable("out"))[0]
+    host = cfg.get("CONFIG_DEFAULT_HOSTNAME")
+    expected = (
+        K.kernel_version_code()
+        + (cfg.get("CONFIG_BPF_SYSCALL") is K.Tristate.YES)
+        + {K.Tristate.YES: 1, K.Tristate.MODULE: 2}.get(cfg.get("CONFIG_BPF_JIT"), 0)  # type: ignore[arg-type]
+        + int(cfg["CONFIG_HZ"])  # type: ignore[arg-type]
+        + (ord(host[0]) if isinstance(host, str) and host else 0)
+    )
+    assert out == expected
+
+
+def test_subprograms_callbacks_and_tracing_attach(registry: KernelBtfRegistry) -> None:
+    with _load(_obj("subprogs"), registry) as obj:
+        obj.write_variable("total", struct.pack("<Q", 5))
+        assert S.prog_test_run(obj.programs["prog_c"].fd).retval == 6  # add_one(total)
+        info = S.prog_info(obj.programs["prog_a"].fd)
+        assert info.nr_func_info >= 4  # entry + subprograms + callbacks carry BTF func info
+        with S.link_create(obj.programs["prog_a"].fd, A.AttachType.TRACE_RAW_TP) as link:
+            assert S.link_info(link).type == A.LinkType.RAW_TRACEPOINT  # tp_btf
+            deadline = time.monotonic() + 5
+            while struct.unpack("<Q", obj.read_variable("total"))[0] == 5:
+                assert time.monotonic() < deadline, "sched_switch program never ran"
+                time.sleep(0.01)
+        # prog_a adds twice(sum of idx+1 for idx < 8) = 74 per context switch
+        assert (struct.unpack("<Q", obj.read_variable("total"))[0] - 5) % 74 == 0
+
+
+def test_struct_ops_object_attaches_both_forms(registry: KernelBtfRegistry) -> None:
+    spec = _obj("struct_ops")
+    with _load(spec, registry) as obj:
+        names = CA_LIST.read_text().split()
+        assert "ssd_plain" not in names and "ssd_link" not in names
+        links = obj.attach_struct_ops()
+        assert set(links) == {"ssd_link"}
+        names = CA_LIST.read_text().split()
+        assert "ssd_plain" in names and "ssd_link" in names
+        # ssd_release comes from a '?' section but is used by ssd_link, so it was loaded
+        assert "ssd_release" in obj.programs
+        obj.detach_struct_ops("ssd_link")
+        assert "ssd_link" not in CA_LIST.read_text().split()
+    assert "ssd_plain" not in CA_LIST.read_text().split()
+
+
+# --- same result as libbpf -------------------------------------------------------------------
+
+
+def _normalize(xlated: bytes) -> bytes:
+    """Zero the map ids the kernel puts in ld_imm64 map references (first slot's imm)."""
+    buf = bytearray(xlated)
+    i = 0
+    n = I.count(buf)
+    while i < n:
+        ins = I.decode(buf, i)
+        if ins.is_ld_imm64:
+            if ins.src in (
+                I.PSEUDO_MAP_FD,
+                I.PSEUDO_MAP_VALUE,
+                I.PSEUDO_MAP_IDX,
+                I.PSEUDO_MAP_IDX_VALUE,
+            ):
+                I.encode_into(buf, i, I.Insn(ins.code, ins.dst, ins.src, ins.off, 0))
+            i += 2
+            continue
+        i += 1
+    return bytes(buf)
+
+
+@pytest.fixture
+def libbpf_pins(bpffs: Path) -> Iterator[Path]:
+    d = bpffs / "libbpf"
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kconfig",
+        pytest.param(
+            "subprogs",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the object linker appends subprograms breadth-first; libbpf "
+                "(bpf_object__reloc_code) appends depth-first (loop_cb, add_one, map_cb, "
+                "twice), so callback/call offsets differ",
+            ),
+        ),
+        "core_kinds",
+        "kmod_empty",
+        "kmod_fixed",
+        "kmod_ptrs",
+        "struct_ops",
+        "globals",
+        "maps",
+        "ksyms",
+    ],
+)
+def test_xlated_same_as_libbpf(name: str, registry: KernelBtfRegistry, libbpf_pins: Path) -> None:
+    if shutil.which("bpftool") is None:
+        pytest.skip("bpftool not installed")
+    obj_path = OBJ_DIR / f"{name}.bpf.o"
+    spec = _obj(name)
+    run = subprocess.run(
+        ["bpftool", "prog", "loadall", str(obj_path), str(libbpf_pins)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode != 0:
+        last = run.stderr.strip().splitlines()[-1:] or ["?"]
+        pytest.skip(f"libbpf 1.1 (bpftool) cannot load {name}: {last[0]}")
+    theirs: dict[str, bytes] = {}
+    for pin in sorted(os.listdir(libbpf_pins)):
+        with S.obj_get(libbpf_pins / pin, expect=ProgFd) as fd:
+            info = S.prog_info(fd)
+            theirs[info.name] = _normalize(info.xlated_insns)
+    assert theirs, "bpftool pinned no programs"
+    with _load(spec, registry) as obj:
+        ours = {
+            S.prog_info(p.fd, xlated=False).name: _normalize(S.prog_info(p.fd).xlated_insns)
+            for p in obj.programs.values()
+        }
+    assert set(ours) == set(theirs)
+    for prog, xl in theirs.items():
+        assert ours[prog] == xl, f"{name}:{prog} differs from libbpf's xlated instructions"

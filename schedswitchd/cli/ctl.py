@@ -16,7 +16,10 @@ from schedswitchd.errors import SchedSwitchError
 
 # Command-family modules, each with ``register(subparsers)``. Listed here, not discovered,
 # so that the CLI's surface is visible in one place.
-_FAMILIES: tuple[str, ...] = ("schedswitchd.cli.daemon_cmds",)
+_FAMILIES: tuple[str, ...] = (
+    "schedswitchd.cli.daemon_cmds",
+    "schedswitchd.cli.object_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,61 @@
+"""``schedswitchctl object inspect``: text and JSON output, CO-RE against host vmlinux."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.cli import ctl
+
+Obj = Callable[[str], Path]
+VMLINUX = Path("/sys/kernel/btf/vmlinux")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert ctl.main(["object", "inspect", *argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert isinstance(out, dict)
+    return out
+
+
+def test_inspect_struct_ops_json(bpf_object: Obj, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, str(bpf_object("struct_ops")))
+    assert d["name"] == "struct_ops" and d["kmod_btfs"] is None and d["core"] is None
+    maps = {m["name"]: m for m in d["maps"]}  # type: ignore[attr-defined]
+    assert maps["ssd_link"]["flags"] == 0x2000
+    assert maps["ssd_link"]["struct_ops"]["programs"]["release"] == "ssd_release"
+    progs = {p["name"]: p for p in d["programs"]}  # type: ignore[attr-defined]
+    assert progs["ssd_release"]["sleepable"] and not progs["ssd_release"]["autoload"]
+
+
+def test_inspect_kmods_and_text(bpf_object: Obj, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, str(bpf_object("kmod_fixed")))
+    assert d["kmod_btfs"] == ["nf_tables", "xfs", "no_such_module_xyz"]
+    assert ctl.main(["object", "inspect", str(bpf_object("globals"))]) == 0
+    text = capsys.readouterr().out
+    assert "globals.rodata" in text and "nr_cpus" in text and "kmod_btfs: (none declared" in text
+
+
+@pytest.mark.skipif(not VMLINUX.exists(), reason="host kernel has no /sys/kernel/btf/vmlinux")
+def test_inspect_core_against_host_vmlinux(
+    bpf_object: Obj, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = _json(capsys, str(bpf_object("core_kinds")))
+    core = d["core"]
+    assert isinstance(core, list) and len(core) == 26
+    kinds = {c["kind"] for c in core}
+    assert {"FIELD_BYTE_OFFSET", "TYPE_SIZE", "ENUMVAL_VALUE", "TYPE_ID_TARGET"} <= kinds
+    assert any(c["poisoned"] for c in core)
+    assert all(c["target_btf"] in (None, "vmlinux") for c in core)
+
+
+def test_inspect_bad_file_is_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "x.bpf.o"
+    bad.write_bytes(b"\x7fELF" + bytes(100))
+    assert ctl.main(["object", "inspect", str(bad)]) == 1
+    assert "schedswitchctl:" in capsys.readouterr().err

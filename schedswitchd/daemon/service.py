@@ -298,7 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     factory = load_backend_factory(args.backend)
     if args.check_config:
-        backend = factory(config) if factory is not None else None
+        backend: SchedulerBackend | None = None
+        if factory is not None:
+            try:
+                backend = factory(config)
+            except SchedSwitchError as exc:
+                print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
         results = check_config(config, backend)
         print(format_report(config, results, args.backend if backend is not None else None))
         return 0 if all(r.ok for r in results) else 1

@@ -38,6 +38,8 @@ def test_shipped_config_is_valid() -> None:
     config = load_config(SHIPPED)
     assert config.source == str(SHIPPED)
     assert set(config.hints) >= {"gaming", "video-call", "battery"}
+    assert config.hints["gaming"].scheduler == "latency"
+    assert set(config.schedulers) == {"fifo", "vtime", "latency", "faulty"}
     for name, spec in config.schedulers.items():
         assert Path(spec.object).is_absolute(), name
         assert spec.object.startswith(str(ROOT / "build" / "bpf"))

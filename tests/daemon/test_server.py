@@ -31,15 +31,18 @@ def n_leases(r: Running) -> int:
     return r.read(lambda s: len(s.policy.leases))
 
 
-def as_user(r: Running, uid: int, action: Callable[[Client], Any]) -> Any:
-    """Run ``action(client)`` in a forked child after setuid(uid); returns its JSON result."""
+def as_user(
+    r: Running, uid: int, action: Callable[[Client], Any], groups: tuple[int, ...] = ()
+) -> Any:
+    """Run ``action(client)`` in a forked child after setgroups(groups), setgid(uid) and
+    setuid(uid); returns its JSON result."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
         code = 0
         try:
             os.close(read_fd)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(uid)
             os.setuid(uid)
             result = action(r.client())
@@ -264,6 +267,21 @@ def test_hint_needs_rights(srv: Running) -> None:
     mine = as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming", pid=os.getpid()))
     assert mine["ok"], mine
     assert n_leases(srv) == 0  # each child's connection closed: its lease ended
+
+
+def test_rights_by_supplementary_group() -> None:
+    r = Running()
+    try:
+        auth = r.config.auth.model_copy(update={"hint_gids": [4242], "admin_gids": [4343]})
+        r.read(lambda s: s.apply_config(s.config.model_copy(update={"auth": auth})))
+        hint = as_user(r, 23456, lambda c: c.request(op="hint", workload="gaming"), (4242,))
+        assert hint["ok"], hint
+        denied = as_user(r, 23456, lambda c: c.request(op="stop"), (4242,))
+        assert denied["error"]["code"] == "denied"
+        admin = as_user(r, 23456, lambda c: c.request(op="stop"), (4343,))
+        assert admin["ok"], admin
+    finally:
+        r.stop()
 
 
 def test_admin_may_hint_any_pid(srv: Running) -> None:

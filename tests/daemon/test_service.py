@@ -95,9 +95,9 @@ def test_check_config_on_shipped_file_says_what_it_checked() -> None:
     )
     assert "configuration is valid" in proc.stdout
     assert "NOT checked" in proc.stdout or "prepared with" in proc.stdout
-    for name in ("fifo", "vtime", "gaming"):
+    for name in ("fifo", "vtime", "latency", "faulty"):
         assert f"  {name}: " in proc.stdout
-    built = all((ROOT / f"build/bpf/{n}.bpf.o").exists() for n in ("fifo", "vtime", "gaming"))
+    built = all((ROOT / f"build/bpf/{n}.bpf.o").exists() for n in ("fifo", "vtime", "latency"))
     if not built:
         assert proc.returncode == 1 and "object file does not exist" in proc.stdout
 

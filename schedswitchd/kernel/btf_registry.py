@@ -274,9 +274,10 @@ class KernelBtfRegistry:
         """The BTFs one load may search: vmlinux plus modules.
 
         ``declared`` is the object's ``.kmod_btfs`` names (``None`` when it has no such
-        section), ``extra`` the configuration's names for this scheduler. With any name, only
-        those modules are read, right away; absent ones land in ``report.missing``. With
-        neither, the set is in fallback mode: every module, read lazily on demand.
+        section), ``extra`` the configuration's names for this scheduler; empty names (an
+        all-NUL ``.kmod_btfs`` entry) are skipped. With any name, only those modules are
+        read, right away; absent ones land in ``report.missing``. With neither, the set is
+        in fallback mode: every module, read lazily on demand.
         Raises :class:`RegistryError` for an invalid module name.
         """
         extra = tuple(extra)
@@ -284,6 +285,8 @@ class KernelBtfRegistry:
         seen: set[str] = set()
         fallback = declared is None and not extra
         for raw in [*(declared or ()), *extra]:
+            if not raw:  # an all-NUL .kmod_btfs entry
+                continue
             n = normalize_module_name(raw)
             if n != VMLINUX and n not in seen:
                 seen.add(n)

@@ -28,10 +28,12 @@ import asyncio
 import contextlib
 import enum
 import errno
+import functools
 import logging
 import socket
 import struct
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -374,9 +376,7 @@ class UeventListener:
 
     @contextlib.asynccontextmanager
     async def _socket(self) -> AsyncIterator[Any]:
-        from pyroute2.netlink.uevent import AsyncUeventSocket
-
-        sock = AsyncUeventSocket()
+        sock = _socket_class()()
         try:
             sock.set_marshal(_RawMarshal())
             sock.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
@@ -413,18 +413,19 @@ class UeventListener:
         """
         if self._thread is not None or self._task is not None:
             raise RuntimeError("uevent listener already started")
+        _socket_class()  # import pyroute2 here: seconds under emulation, not bind time
         self._error = None
         self._ready.clear()
         self._thread = threading.Thread(target=self._thread_main, name="uevents", daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
         while not self._ready.wait(0.01):
             if not self._thread.is_alive() or self._error is not None:
                 thread, self._thread = self._thread, None
                 thread.join()
                 err = self._error
                 raise err if isinstance(err, Exception) else OSError("uevent reader died")
-            timeout_s -= 0.01
-            if timeout_s <= 0:
+            if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError("uevent socket not bound in time")
 
@@ -473,6 +474,7 @@ class UeventListener:
         """
         if self._thread is not None or self._task is not None:
             raise RuntimeError("uevent listener already started")
+        _socket_class()
         self._ready.clear()
         task = asyncio.get_running_loop().create_task(self.run(), name="uevents")
         self._task = task
@@ -495,6 +497,14 @@ class UeventListener:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@functools.cache
+def _socket_class() -> Any:
+    """pyroute2's ``AsyncUeventSocket``, imported on first use (a heavy import)."""
+    from pyroute2.netlink.uevent import AsyncUeventSocket
+
+    return AsyncUeventSocket
 
 
 def _always(_: Uevent) -> bool:

@@ -91,11 +91,12 @@ def test_config_extras_duplicates_dashes_and_absent_modules(full_root: Path) -> 
     err = t.not_found("kfunc scx_bpf_nope")
     assert "vmlinux, nf_tables, kvm" in str(err) and "not_loaded_mod" in str(err)
     # extras alone (object without .kmod_btfs) are a declaration too
+    assert reg.targets(["", "kvm"]).report.declared == ("kvm",)  # all-NUL entries skipped
     only_extra = reg.targets(None, extra=["kvm"])
     assert not only_extra.fallback and only_extra.report.found == ["kvm"]
 
 
-@pytest.mark.parametrize("bad", ["../vmlinux", "a/b", "", ".", "x" * 56, "nf tables", "é"])
+@pytest.mark.parametrize("bad", ["../vmlinux", "a/b", ".", "x" * 56, "nf tables", "é", "a\0b"])
 def test_invalid_module_names(full_root: Path, bad: str) -> None:
     reg = KernelBtfRegistry(btf_root=full_root)
     with pytest.raises(RegistryError, match="not a kernel module name"):

@@ -19,6 +19,7 @@ from schedswitchd.errors import SchedSwitchError
 _FAMILIES: tuple[str, ...] = (
     "schedswitchd.cli.daemon_cmds",
     "schedswitchd.cli.object_cmd",
+    "schedswitchd.cli.object_cmds",  # adds load/unload to object_cmd's "object" family
 )
 
 

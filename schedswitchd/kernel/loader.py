@@ -294,6 +294,12 @@ class LoadedObject:
         out += list(self.links.values())
         return out
 
+    def leave_attached(self) -> None:
+        """Make :meth:`close` leave legacy struct_ops maps registered (their ownership
+        moved elsewhere, e.g. to pins). Links still detach when their last reference, fd
+        or pin, goes."""
+        self._registered.clear()
+
     def close(self) -> None:
         """Unregister legacy struct_ops maps (the kernel holds those until key 0 is
         deleted), then close every fd, newest first (links detach as they close)."""

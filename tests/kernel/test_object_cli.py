@@ -1,0 +1,70 @@
+"""``schedswitchctl object load/unload`` on the host kernel with the struct_ops object."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf.object import open_object
+from schedswitchd.cli.ctl import main
+from schedswitchd.cli.object_cmds import apply_sets, parse_value
+from schedswitchd.errors import CustomizationError
+
+pytestmark = pytest.mark.root
+
+OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
+CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def _obj() -> str:
+    if not OBJ.is_file():
+        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+    return str(OBJ)
+
+
+def test_load_pin_then_unload(bpffs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pin_dir = bpffs / "cli"
+    assert (
+        main(
+            [
+                "object",
+                "load",
+                _obj(),
+                "--pin",
+                str(pin_dir),
+                "--json",
+                "--set",
+                "ssd_link.name=ssd_cli",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert {p["name"] for p in out["programs"]} >= {"ssd_ssthresh", "ssd_undo_cwnd"}
+    assert all(p["id"] > 0 for p in out["programs"])
+    assert out["links"] == ["ssd_link"]
+    assert {"btf", "maps"} <= set(out["timings_ns"]) and "attach" in out["timings_ns"]
+    assert "ssd_cli" in CA_LIST.read_text().split()  # live after the command returned
+    assert main(["object", "unload", str(pin_dir)]) == 0
+    assert "ssd_cli" not in CA_LIST.read_text().split()
+    assert "ssd_plain" not in CA_LIST.read_text().split()
+    assert not pin_dir.exists()
+
+
+def test_load_without_pin_leaves_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["object", "load", _obj()]) == 0
+    assert "unloaded" in capsys.readouterr().out
+    assert "ssd_link" not in CA_LIST.read_text().split()
+    assert "ssd_plain" not in CA_LIST.read_text().split()
+
+
+def test_set_parsing() -> None:
+    assert parse_value("0x10") == 16 and parse_value("true") is True and parse_value("x") == "x"
+    spec = open_object(_obj())
+    with pytest.raises(CustomizationError, match="VAR=VALUE"):
+        apply_sets(spec, ["novalue"])
+    edited = apply_sets(spec, ["ssd_plain.flags=0"])
+    so = edited.map("ssd_plain").struct_ops
+    assert so is not None and so.data != spec.map("ssd_plain").struct_ops.data  # type: ignore[union-attr]

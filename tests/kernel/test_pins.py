@@ -1,0 +1,55 @@
+"""Pinning a loaded struct_ops object: the congestion control stays registered after every
+fd of this process is closed, re-opening the pins works, and unpinning unregisters it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf.object import open_object
+from schedswitchd.errors import LoadError
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.loader import load_object
+from schedswitchd.kernel.pins import is_bpffs, open_pinned, pin_object, unpin_directory
+
+pytestmark = pytest.mark.root
+
+OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
+CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def _cas() -> list[str]:
+    return CA_LIST.read_text().split()
+
+
+def test_pinned_struct_ops_outlive_fds_and_unpin(bpffs: Path, tmp_path: Path) -> None:
+    if not OBJ.is_file():
+        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+    reg = KernelBtfRegistry()
+    spec = open_object(OBJ)
+    targets = reg.targets(spec.kmod_btfs)  # parses (and maps) vmlinux BTF once
+    fds_before = len(os.listdir("/proc/self/fd"))
+    pin_dir = bpffs / "ssd"
+    with load_object(spec, targets) as obj:
+        obj.attach_struct_ops()
+        made = pin_object(obj, pin_dir)
+        link_id = S.link_info(obj.links["ssd_link"]).id
+    assert {"link_ssd_link", "prog_ssd_ssthresh", "map_ssd_plain"} <= set(made)
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    # every fd is closed: the pins keep both forms registered
+    assert "ssd_link" in _cas() and "ssd_plain" in _cas()
+    with open_pinned(pin_dir) as pinned:
+        assert S.link_info(pinned.links["ssd_link"]).id == link_id
+        assert set(pinned.maps) == {"ssd_plain", "ssd_link"}
+    removed = unpin_directory(pin_dir)
+    assert "link_ssd_link" in removed and not pin_dir.exists()
+    assert "ssd_link" not in _cas() and "ssd_plain" not in _cas()
+
+
+def test_pin_outside_bpffs_is_refused(tmp_path: Path) -> None:
+    assert not is_bpffs(tmp_path)
+    with pytest.raises(LoadError, match="not a directory"):
+        unpin_directory(tmp_path / "nope")

@@ -9,7 +9,7 @@ BUILD := build
 APT_PACKAGES := clang llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils
 
-.PHONY: all deps kernel test lint typecheck pytest demo bench clean test-objects
+.PHONY: all deps kernel schedulers test lint typecheck pytest demo bench clean test-objects
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -27,8 +27,12 @@ deps: $(VENV)/.stamp
 
 # Debian sid's sched_ext kernel, cached machine-wide in /var/cache/schedswitchd/kernel
 # (downloaded once, ~125 MB; a complete cache is reused without network).
+# build/sid/ gets symlinks to its vmlinux.h and vmlinux.btf (replaced only when they change).
 kernel: deps
-	@$(VPY) -m tools.sidkernel >/dev/null
+	@$(VPY) -m tools.sidkernel --link-dir $(BUILD)/sid >/dev/null
+
+$(BUILD)/sid/vmlinux.h: | kernel
+	@test -e $@
 
 lint: deps
 	$(VENV)/bin/ruff check .
@@ -37,7 +41,7 @@ lint: deps
 typecheck: deps
 	$(VENV)/bin/mypy
 
-pytest: deps kernel test-objects
+pytest: deps kernel test-objects schedulers
 	$(VENV)/bin/pytest -q
 
 # BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h
@@ -57,6 +61,34 @@ $(BUILD)/tests/bpf/%.bpf.o: tests/bpf/%.bpf.c $(wildcard tests/bpf/*.h) $(BUILD)
 	$(BPF_CLANG) $(BPF_CFLAGS) -I$(BUILD)/host -Itests/bpf -c $< -o $@
 
 test-objects: $(TEST_BPF_OBJS)
+
+# Sample sched_ext schedulers, against the sched_ext VM kernel's vmlinux.h: bpf/NAME.bpf.c ->
+#   build/bpf/NAME.bpf.o                .struct_ops.link (our loader)
+#   build/bpf/NAME.legacy.bpf.o         -DSCX_LEGACY_STRUCT_OPS: .struct_ops, for libbpf 1.1's
+#                                       `bpftool struct_ops register`
+#   build/bpf/NAME[.legacy].nokmod.bpf.o  the same without the .kmod_btfs section
+SCHED_SRCS := $(wildcard bpf/*.bpf.c)
+SCHED_OBJS := $(foreach v,bpf legacy.bpf nokmod.bpf legacy.nokmod.bpf,\
+	$(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.$(v).o,$(SCHED_SRCS)))
+SCHED_CFLAGS := $(BPF_CFLAGS) -Wno-missing-declarations -I$(BUILD)/sid -Ibpf
+
+$(BUILD)/bpf/%.legacy.nokmod.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(SCHED_CFLAGS) -DSCX_LEGACY_STRUCT_OPS -DKMOD_BTFS_DISABLE -c $< -o $@
+
+$(BUILD)/bpf/%.legacy.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(SCHED_CFLAGS) -DSCX_LEGACY_STRUCT_OPS -c $< -o $@
+
+$(BUILD)/bpf/%.nokmod.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(SCHED_CFLAGS) -DKMOD_BTFS_DISABLE -c $< -o $@
+
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(SCHED_CFLAGS) -c $< -o $@
+
+schedulers: $(SCHED_OBJS)
 
 test: lint typecheck pytest
 

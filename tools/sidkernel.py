@@ -468,17 +468,36 @@ def ensure_kernel(*, cache_dir: Path | None = None, refresh: bool = False) -> Si
         return _build(apt, cache_dir, version, packages)
 
 
+def link_into(directory: Path, targets: list[Path]) -> None:
+    """Point ``directory/<name>`` at each target, replacing a link only when it changes (so
+    make sees an unchanged mtime)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for target in targets:
+        link = directory / target.name
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        tmp = directory / f".{target.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target)
+        tmp.replace(link)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: ensure the cache exists and print its paths as ``key: value`` lines."""
     parser = argparse.ArgumentParser(prog="python -m tools.sidkernel", description=__doc__)
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--refresh", action="store_true", help="re-resolve sid's version")
+    parser.add_argument(
+        "--link-dir", type=Path, help="symlink vmlinux.h and vmlinux.btf into this directory"
+    )
     args = parser.parse_args(argv)
     try:
         k = ensure_kernel(cache_dir=args.cache_dir, refresh=args.refresh)
     except SidKernelError as e:
         print(f"sidkernel: error: {e}", file=sys.stderr)
         return 1
+    if args.link_dir:
+        link_into(args.link_dir, [k.vmlinux_h, k.vmlinux_btf])
     keys = ("version", "root", "vmlinuz", "modules_dir", "config", "vmlinux", "vmlinux_btf")
     for key in (*keys, "vmlinux_h", "btf_root", "ko_dir"):
         print(f"{key}: {getattr(k, key)}")

@@ -1,0 +1,94 @@
+"""Host-side pieces of the VM harness: initramfs archive, module order, rodata patching."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from tools import vm
+from tools.rodata import RodataError, set_rodata
+from tools.sidkernel import SidKernel, ensure_kernel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernel() -> SidKernel:
+    return ensure_kernel()
+
+
+@pytest.fixture(scope="module")
+def fifo_obj() -> bytes:
+    subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=True)
+    return (REPO / "build" / "bpf" / "fifo.legacy.bpf.o").read_bytes()
+
+
+def test_cpio_newc_is_read_by_cpio(tmp_path: Path) -> None:
+    archive = vm._cpio_newc(
+        [("d", 0o40755, b""), ("d/f", 0o100644, b"abc"), ("x", 0o100755, b"\x00" * 5)]
+    )
+    subprocess.run(
+        ["cpio", "-id", "--quiet"], input=archive, cwd=tmp_path, check=True, capture_output=True
+    )
+    assert (tmp_path / "d" / "f").read_bytes() == b"abc"
+    assert (tmp_path / "x").read_bytes() == b"\x00" * 5
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o755
+
+
+def test_load_order_puts_dependencies_first(kernel: SidKernel) -> None:
+    assert vm.module_load_order(kernel, ["9p", "9pnet_virtio"]) == [
+        "netfs",
+        "9pnet",
+        "9p",
+        "9pnet_virtio",
+    ]
+    with pytest.raises(KeyError):
+        vm.module_load_order(kernel, ["no_such_module"])
+
+
+def test_insmod_script_uses_decompressed_copies(kernel: SidKernel) -> None:
+    script = vm.insmod_script(kernel, ["9p"], strict=True)
+    paths = kernel.decompressed_paths()
+    assert script.index(f"netfs={paths['netfs']}") < script.index(f"9p={paths['9p']}")
+    assert ".xz" not in script
+    assert "exit 1" in script
+
+
+def test_sample_modules_skip_self_tests(kernel: SidKernel) -> None:
+    names = vm.sample_modules(kernel, 300)
+    assert len(names) == len(set(names)) == 300
+    assert not [n for n in names if "test" in n or "torture" in n]
+    with pytest.raises(ValueError, match="sample modules"):
+        vm.sample_modules(kernel, 100000)
+
+
+def test_initramfs_has_init_busybox_and_9p(kernel: SidKernel, tmp_path: Path) -> None:
+    image = vm.build_initramfs(kernel)
+    assert vm.build_initramfs(kernel) == image  # cached by content
+    listing = subprocess.run(
+        ["cpio", "-t", "--quiet"], input=image.read_bytes(), capture_output=True, check=True
+    ).stdout.decode()
+    for name in ("init", "bin/busybox", "lib/modules/9p.ko", "lib/modules/9pnet_virtio.ko"):
+        assert name in listing.split()
+
+
+def test_set_rodata_patches_only_that_variable(fifo_obj: bytes) -> None:
+    patched = set_rodata(fifo_obj, "error_after", 50)
+    assert len(patched) == len(fifo_obj)
+    diff = [i for i, (a, b) in enumerate(zip(fifo_obj, patched, strict=True)) if a != b]
+    assert len(diff) == 1 and patched[diff[0]] == 50
+    rodata = ELFFile(io.BytesIO(patched)).get_section_by_name(".rodata")
+    assert rodata is not None
+    start = rodata["sh_offset"]
+    assert start <= diff[0] < start + rodata["sh_size"]
+
+
+def test_set_rodata_errors(fifo_obj: bytes) -> None:
+    with pytest.raises(RodataError, match=r"no \.rodata variable"):
+        set_rodata(fifo_obj, "nr_enqueued", 1)  # a .bss variable
+    with pytest.raises(RodataError, match="does not fit"):
+        set_rodata(fifo_obj, "error_after", 1 << 64)

@@ -1,0 +1,87 @@
+"""The sched_ext VM boots and gives a script what the harness promises (one boot)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools import vm
+from tools.sidkernel import SidKernel
+
+pytestmark = pytest.mark.vm
+
+# Small modules that need no hardware, with dependencies (crc and crypto helpers).
+MODULES = ["uinput", "tcp_bbr", "btrfs", "nfsv4", "ceph", "dm_crypt", "wireguard"]
+
+
+def VM_INPUTS(kernel: SidKernel, sched_dir: Path) -> dict[str, bytes | str]:
+    return {"insmod.sh": vm.insmod_script(kernel, MODULES, strict=True)}
+
+
+VM_PRELUDE = 'bash "$RESULTS/insmod.sh"'
+
+VM_STEPS = {
+    "state": "cat /sys/kernel/sched_ext/state",
+    "kernel": 'uname -r; echo "$KVER"; '
+    'grep -x CONFIG_SCHED_CLASS_EXT=y "$KMOD_ROOT/lib/modules/$KVER/config"',
+    "root_is_readonly": "touch /etc/schedswitchd-vm-probe",
+    "results": 'mkdir -p "$RESULTS/out" && printf "from the VM\\n" > "$RESULTS/out/hello.txt"',
+    "no_network": "ls /sys/class/net",
+    "exit_status": "echo before; exit 7",
+    "modules": "for m in " + " ".join(MODULES) + "; do "
+    'test -d /sys/module/$m && test -f /sys/kernel/btf/$m && echo "ok $m"; done',
+    "modprobe": 'modprobe -d "$KMOD_ROOT" isofs && test -f /sys/kernel/btf/isofs && echo loaded',
+    "bpffs": "mount | grep -c ' /sys/fs/bpf type bpf'",
+}
+
+
+def test_sched_ext_is_there_and_disabled(vm_steps: vm.StepsResult) -> None:
+    assert vm_steps.step("state").check().output.strip() == "disabled"
+
+
+def test_runs_the_cached_kernel(vm_steps: vm.StepsResult, sid_kernel: SidKernel) -> None:
+    lines = vm_steps.step("kernel").check().output.split()
+    assert lines[:2] == [sid_kernel.version, sid_kernel.version]
+    assert lines[2] == "CONFIG_SCHED_CLASS_EXT=y"
+
+
+def test_host_root_is_read_only(vm_steps: vm.StepsResult) -> None:
+    step = vm_steps.step("root_is_readonly")
+    assert step.returncode != 0
+    assert "Read-only file system" in step.output
+
+
+def test_results_come_back(vm_steps: vm.StepsResult) -> None:
+    vm_steps.step("results").check()
+    assert vm_steps.vm.files["out/hello.txt"] == b"from the VM\n"
+
+
+def test_no_network_device(vm_steps: vm.StepsResult) -> None:
+    assert vm_steps.step("no_network").check().output.split() == ["lo"]
+
+
+def test_step_exit_status_and_output(vm_steps: vm.StepsResult) -> None:
+    step = vm_steps.step("exit_status")
+    assert (step.returncode, step.output) == (7, "before\n")
+    with pytest.raises(vm.VmError, match="exited 7"):
+        step.check()
+
+
+def test_insmod_in_dependency_order(vm_steps: vm.StepsResult) -> None:
+    assert "insmod: " in vm_steps.vm.text("steps/_prelude.out")
+    out = vm_steps.step("modules").check().output.split("\n")
+    assert [line for line in out if line] == [f"ok {m}" for m in MODULES]
+
+
+def test_modprobe_from_the_cache(vm_steps: vm.StepsResult) -> None:
+    assert vm_steps.step("modprobe").check().output.strip() == "loaded"
+
+
+def test_bpffs_mounted(vm_steps: vm.StepsResult) -> None:
+    assert vm_steps.step("bpffs").check().output.strip() == "1"
+
+
+def test_unknown_step_is_a_clear_error(vm_steps: vm.StepsResult) -> None:
+    with pytest.raises(vm.VmError, match="did not finish"):
+        vm_steps.step("never-declared")

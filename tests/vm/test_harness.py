@@ -1,0 +1,43 @@
+"""run_in_vm's contract: exit status, output, inputs, result files, hard timeout (2 boots)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+import pytest
+
+from tools import vm
+
+pytestmark = pytest.mark.vm
+
+
+def test_script_status_output_and_files(vm_run: Callable[..., vm.VmResult]) -> None:
+    result = vm_run(
+        'cat "$RESULTS/in.txt"; echo "cwd=$(pwd) user=$(id -u)"; echo err >&2\n'
+        'cp "$RESULTS/in.txt" "$RESULTS/copy.txt"; exit 3\n',
+        inputs={"in.txt": "hello\n"},
+        cwd="/usr",
+        timeout=120,
+    )
+    assert result.returncode == 3
+    assert not result.timed_out
+    assert result.output == "hello\ncwd=/usr user=0\nerr\n"
+    assert result.files["copy.txt"] == b"hello\n"
+    assert "Run /init as init process" in result.console
+    assert result.log_dir is not None and (result.log_dir / "console.log").is_file()
+    with pytest.raises(vm.VmError, match="exit status 3"):
+        result.check()
+    shutil.rmtree(result.log_dir)
+
+
+def test_hard_timeout_keeps_the_console(vm_run: Callable[..., vm.VmResult]) -> None:
+    result = vm_run("echo started; sleep 600", timeout=20)
+    assert result.timed_out
+    assert result.returncode is None
+    assert result.elapsed_s < 30
+    assert result.log_dir is not None
+    assert (result.log_dir / "console.log").read_text(errors="replace") == result.console
+    assert vm.READY_MARK in result.console  # it had booted; the script was what hung
+    assert result.output == "started\n"
+    shutil.rmtree(result.log_dir)

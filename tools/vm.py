@@ -1,0 +1,558 @@
+"""Run shell scripts as root inside a qemu VM booted on Debian sid's sched_ext kernel.
+
+The VM (recipe: ``/work/shared/docs/vm.md``) boots the cached kernel (:mod:`tools.sidkernel`)
+with a tiny initramfs: static busybox plus the 9p modules. Its init mounts the host's ``/``
+read-only over virtio-9p, mounts proc, sys, devtmpfs, bpffs, tracefs and tmpfs on ``/tmp`` and
+``/run``, mounts a writable 9p share (the results directory) on ``/tmp/vm-results``, ``chroot``s
+into the host root and runs the script with bash. So the script sees the host's files at the
+same paths (the repository, its ``.venv``, bpftool, the kernel cache) and its writes to
+``$RESULTS`` come back to the host. The VM has no network device.
+
+Acceleration: KVM when it works, else ``-accel tcg,thread=single -cpu max`` (multi-threaded
+TCG oopses the guest while sched_ext schedulers attach and detach, see vm.md). Whether KVM
+boots this kernel is probed once (12 s at most) and remembered next to the kernel cache;
+``SCHEDSWITCHD_VM_ACCEL=tcg|kvm`` forces a choice.
+
+Entry points: :func:`run_in_vm` (one script, one boot) and :func:`run_steps` (several named
+checks in one boot, each with its own exit status and output, for a pytest module).
+:func:`insmod_script` loads many modules fast from decompressed copies in dependency order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.sidkernel import SidKernel, ensure_kernel, module_name, parse_modules_dep
+
+QEMU = "qemu-system-x86_64"
+BUSYBOX = Path("/bin/busybox")
+ACCEL_ENV = "SCHEDSWITCHD_VM_ACCEL"
+RESULTS_IN_VM = "/tmp/vm-results"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_LOG_ROOT = REPO / "build" / "vm-logs"
+INITRAMFS_MODULES = ("9p", "9pnet_virtio")  # and their dependencies (netfs, 9pnet)
+READY_MARK = "@@schedswitchd-vm-ready@@"
+KVM_PROBE_TIMEOUT_S = 12.0
+
+_STEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class VmError(Exception):
+    """The VM could not run the script (no qemu, no kernel, boot failure, timeout) or a
+    checked script failed. The message carries the tail of the output and console log."""
+
+
+@dataclass
+class VmResult:
+    """What one boot produced.
+
+    ``returncode`` is the script's exit status, or None if it never finished (timeout, kernel
+    panic, init failure). ``output`` is its stdout and stderr interleaved; ``console`` the
+    serial console (kernel log and init messages); ``files`` every file the script left under
+    ``$RESULTS`` (relative path -> bytes). ``elapsed_s`` is wall time in seconds from qemu
+    start to exit. ``log_dir`` is the kept work directory (console.log, results) when the run
+    failed or ``keep=True`` was asked, else None.
+    """
+
+    returncode: int | None
+    output: str
+    console: str
+    files: dict[str, bytes]
+    elapsed_s: float
+    accel: str
+    timed_out: bool
+    log_dir: Path | None = None
+
+    def text(self, name: str) -> str:
+        """A result file decoded as UTF-8 (replacement for bad bytes); VmError if absent."""
+        if name not in self.files:
+            raise VmError(f"the VM wrote no {name!r}; it wrote {sorted(self.files)}\n{self.tail()}")
+        return self.files[name].decode(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of output and console, for error messages."""
+        out = "\n".join(self.output.splitlines()[-lines:])
+        con = "\n".join(self.console.splitlines()[-lines:])
+        where = f" (kept in {self.log_dir})" if self.log_dir else ""
+        status = "timed out" if self.timed_out else f"exit status {self.returncode}"
+        return (
+            f"--- VM {status} after {self.elapsed_s:.1f}s, accel {self.accel}{where}\n"
+            f"--- output (tail):\n{out}\n--- console (tail):\n{con}"
+        )
+
+    def check(self) -> VmResult:
+        """Return self if the script exited 0, else raise VmError with the tails."""
+        if self.returncode != 0:
+            raise VmError(f"VM script failed\n{self.tail()}")
+        return self
+
+
+@dataclass
+class StepResult:
+    """One named step of :func:`run_steps`: exit status (124 = step timeout) and output."""
+
+    name: str
+    returncode: int
+    output: str
+
+    def check(self) -> StepResult:
+        """Return self if the step exited 0, else raise VmError with its output."""
+        if self.returncode != 0:
+            raise VmError(f"step {self.name} exited {self.returncode}:\n{self.output}")
+        return self
+
+
+@dataclass
+class StepsResult:
+    """All steps of one boot; ``step(name)`` raises VmError if that step never finished."""
+
+    vm: VmResult
+    steps: dict[str, StepResult] = field(default_factory=dict)
+
+    def step(self, name: str) -> StepResult:
+        """The named step's result; VmError (with output and console tails) if it did not run."""
+        if name not in self.steps:
+            raise VmError(f"step {name!r} did not finish in the VM\n{self.vm.tail()}")
+        return self.steps[name]
+
+
+# --- modules ----------------------------------------------------------------------------------
+
+
+def module_load_order(kernel: SidKernel, names: Iterable[str]) -> list[str]:
+    """``names`` plus everything they depend on, each once, dependencies first.
+
+    ``modules.dep`` lists a module's full dependency closure, ordered so that ``modprobe``
+    loads it from the last entry to the first (``man 5 modules.dep``). Names are module
+    names (underscores); KeyError for a name that is not in this kernel's modules.
+    """
+    deps = parse_modules_dep(kernel)
+    by_name = {module_name(rel): rel for rel in deps}
+    order: list[str] = []
+    seen: set[str] = set()
+    for name in names:
+        rel = by_name[name]
+        for dep in [*reversed(deps[rel]), rel]:
+            dep_name = module_name(dep)
+            if dep_name not in seen:
+                seen.add(dep_name)
+                order.append(dep_name)
+    return order
+
+
+# Modules that run self-tests or stress loops when inserted (minutes under TCG), or that can
+# only fail without hardware or a configured subsystem: never picked by sample_modules().
+_SLOW_OR_FAILING = re.compile(
+    r"(^test_|_test$|_tests$|test|torture|kunit|tcrypt|^ubifs$|^dm_|^xen|^nfit|^hyperv|hv_)"
+)
+_SAMPLE_DIRS = ("kernel/fs/", "kernel/net/", "kernel/crypto/", "kernel/lib/")
+
+
+def sample_modules(kernel: SidKernel, count: int) -> list[str]:
+    """``count`` module names that insert cleanly without hardware, for tests and benchmarks.
+
+    Taken in ``modules.order`` order from fs/, net/, crypto/ and lib/, skipping self-tests
+    and the like; the list holds ``count`` names (their dependencies are extra, added by
+    :func:`module_load_order`). ValueError if the kernel has fewer such modules.
+    """
+    order = (kernel.modules_dir / "modules.order").read_text().split()
+    picked = []
+    for rel in order:
+        name = module_name(rel)
+        if rel.startswith(_SAMPLE_DIRS) and not _SLOW_OR_FAILING.search(name):
+            picked.append(name)
+            if len(picked) == count:
+                return picked
+    raise ValueError(f"only {len(picked)} sample modules in {kernel.version}, {count} asked")
+
+
+def insmod_script(kernel: SidKernel, names: Iterable[str], *, strict: bool = False) -> str:
+    """Shell lines that ``insmod`` ``names`` (plus dependencies) from the decompressed copies.
+
+    Under TCG, ``modprobe`` of an xz module costs ~0.25 s of decompression; these copies are
+    already decompressed on the host and reached through the read-only 9p root. Modules
+    already present (``/sys/module/NAME``) are skipped. Failures are printed to stderr as
+    ``insmod failed: NAME``; with ``strict`` the script then exits 1. The number loaded is
+    printed as ``insmod: N loaded``.
+    """
+    paths = kernel.decompressed_paths()
+    order = module_load_order(kernel, names)
+    listing = " ".join(shlex.quote(f"{n}={paths[n]}") for n in order)
+    fail = "exit 1" if strict else ":"
+    return (
+        "_n=0\n"
+        f"for _m in {listing}; do\n"
+        "  _name=${_m%%=*}; _ko=${_m#*=}\n"
+        '  [ -d "/sys/module/$_name" ] && continue\n'
+        '  if insmod "$_ko"; then _n=$((_n+1)); else echo "insmod failed: $_name" >&2; '
+        f"{fail}; fi\n"
+        "done\n"
+        'echo "insmod: $_n loaded"\n'
+    )
+
+
+# --- initramfs --------------------------------------------------------------------------------
+
+
+def _cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
+    """An uncompressed ``newc`` cpio archive (``Documentation/driver-api/early-userspace/
+    buffer-format.rst``): (path, mode, data) per entry, directories before their files."""
+    out = bytearray()
+
+    def add(name: str, mode: int, data: bytes, ino: int) -> None:
+        raw = name.encode() + b"\0"
+        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(raw), 0)
+        out.extend(b"070701" + b"".join(b"%08x" % f for f in fields) + raw)
+        out.extend(b"\0" * (-len(out) % 4))
+        out.extend(data)
+        out.extend(b"\0" * (-len(out) % 4))
+
+    for ino, (name, mode, data) in enumerate(entries, start=1):
+        add(name, mode, data, ino)
+    add("TRAILER!!!", 0, b"", 0)
+    return bytes(out)
+
+
+_INIT = r"""#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /newroot
+/bin/busybox --install -s /bin
+export PATH=/bin
+fail() { echo "vm-init: $*" > /dev/console; poweroff -f; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in @MODULES@; do insmod /lib/modules/$m.ko || fail "insmod $m"; done
+O=trans=virtio,version=9p2000.L,msize=512000
+mount -t 9p -o $O,ro hostroot /newroot || fail "mount host root"
+mount -t proc proc /newroot/proc
+mount -t sysfs sysfs /newroot/sys
+mount -t devtmpfs devtmpfs /newroot/dev
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs tmpfs /newroot/run
+mount -t bpf bpf /newroot/sys/fs/bpf
+mount -t tracefs tracefs /newroot/sys/kernel/tracing
+mount -t debugfs debugfs /newroot/sys/kernel/debug
+mkdir -p /newroot@RESULTS@
+mount -t 9p -o $O results /newroot@RESULTS@ || fail "mount results"
+echo "@READY@" > /dev/console
+R=@RESULTS@/.vm
+chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/script" \
+  > /newroot$R/output 2>&1 < /dev/null
+echo $? > /newroot@RESULTS@/.vm/rc
+sync
+umount /newroot@RESULTS@
+poweroff -f
+"""
+
+
+def build_initramfs(kernel: SidKernel) -> Path:
+    """The initramfs for ``kernel`` (cached next to it, rebuilt when its inputs change)."""
+    order = module_load_order(kernel, INITRAMFS_MODULES)
+    init = (
+        _INIT.replace("@MODULES@", " ".join(order))
+        .replace("@RESULTS@", RESULTS_IN_VM)
+        .replace("@READY@", READY_MARK)
+    )
+    busybox = BUSYBOX.read_bytes()
+    kos = {n: kernel.decompressed_paths()[n].read_bytes() for n in order}
+    digest = hashlib.sha256(init.encode() + busybox + b"".join(kos.values())).hexdigest()[:16]
+    out_dir = kernel.root / "vm"
+    out = out_dir / f"initramfs-{digest}.cpio"
+    if out.is_file():
+        return out
+    entries: list[tuple[str, int, bytes]] = [
+        ("bin", 0o40755, b""),
+        ("lib", 0o40755, b""),
+        ("lib/modules", 0o40755, b""),
+        ("bin/busybox", 0o100755, busybox),
+        ("init", 0o100755, init.encode()),
+        *((f"lib/modules/{n}.ko", 0o100644, data) for n, data in kos.items()),
+    ]
+    out_dir.mkdir(exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(_cpio_newc(entries))
+    tmp.rename(out)
+    return out
+
+
+# --- qemu -------------------------------------------------------------------------------------
+
+
+def _qemu_argv(
+    kernel: SidKernel,
+    initramfs: Path,
+    results: Path,
+    console: Path,
+    *,
+    accel: str,
+    memory_mib: int,
+    cpus: int,
+    cmdline: str,
+) -> list[str]:
+    accel_args = (
+        ["-accel", "kvm", "-cpu", "host"]
+        if accel == "kvm"
+        else ["-accel", "tcg,thread=single", "-cpu", "max"]
+    )
+    virtfs = "local,security_model=none,multidevs=remap"
+    return [
+        QEMU,
+        *accel_args,
+        "-m", str(memory_mib),
+        "-smp", str(cpus),
+        "-nodefaults", "-display", "none", "-no-reboot",
+        "-nic", "none",
+        "-serial", f"file:{console}",
+        "-kernel", str(kernel.vmlinuz),
+        "-initrd", str(initramfs),
+        "-append", f"console=ttyS0 panic=-1 rdinit=/init {cmdline}".strip(),
+        "-virtfs", f"{virtfs},path=/,mount_tag=hostroot,readonly=on",
+        "-virtfs", f"{virtfs},path={results},mount_tag=results",
+    ]  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """In the qemu child: get SIGKILL when the Python process that started it dies, so a
+    killed test run never leaves a VM behind (prctl(2) PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def _boot(
+    kernel: SidKernel,
+    work: Path,
+    *,
+    accel: str,
+    timeout: float,
+    memory_mib: int,
+    cpus: int,
+    cmdline: str,
+    stop_on_ready: bool = False,
+) -> tuple[bool, float, str]:
+    """Boot once; (timed_out, elapsed seconds, console text). ``stop_on_ready`` ends the VM as
+    soon as init reports the root mounted (for the KVM probe)."""
+    console = work / "console.log"
+    console.write_bytes(b"")
+    argv = _qemu_argv(
+        kernel,
+        build_initramfs(kernel),
+        work / "results",
+        console,
+        accel=accel,
+        memory_mib=memory_mib,
+        cpus=cpus,
+        cmdline=cmdline,
+    )
+    (work / "qemu.argv").write_text(shlex.join(argv) + "\n")
+    start = time.monotonic()
+    with (work / "qemu.stderr").open("wb") as err:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, preexec_fn=_die_with_parent
+        )
+        timed_out = False
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - start > timeout:
+                    timed_out = True
+                    break
+                if stop_on_ready and READY_MARK.encode() in console.read_bytes():
+                    break
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    elapsed = time.monotonic() - start
+    text = console.read_text(errors="replace")
+    if proc.returncode not in (0, None, -9) and not timed_out:
+        text += "\n--- qemu stderr:\n" + (work / "qemu.stderr").read_text(errors="replace")
+    return timed_out, elapsed, text
+
+
+def choose_accel(kernel: SidKernel) -> str:
+    """``"kvm"`` if KVM boots this kernel to init here, else ``"tcg"``; probed once per kernel.
+
+    Nested KVM on these machines hangs in the kernel's decompressor (vm.md), so the probe
+    boots with a 12 s limit and the verdict is stored in ``<kernel.root>/vm/accel``.
+    """
+    forced = os.environ.get(ACCEL_ENV, "").strip()
+    if forced in ("kvm", "tcg"):
+        return forced
+    verdict = kernel.root / "vm" / "accel"
+    if verdict.is_file() and verdict.read_text().strip() in ("kvm", "tcg"):
+        return verdict.read_text().strip()
+    accel = "tcg"
+    if os.access("/dev/kvm", os.R_OK | os.W_OK):
+        with tempfile.TemporaryDirectory(prefix="schedswitchd-kvm-probe-") as tmp:
+            work = Path(tmp)
+            (work / "results" / ".vm").mkdir(parents=True)
+            _write_script(work / "results", "true\n", {}, "/")
+            _, _, console = _boot(
+                kernel,
+                work,
+                accel="kvm",
+                timeout=KVM_PROBE_TIMEOUT_S,
+                memory_mib=512,
+                cpus=1,
+                cmdline="",
+                stop_on_ready=True,
+            )
+            if READY_MARK in console:
+                accel = "kvm"
+    try:
+        verdict.parent.mkdir(exist_ok=True)
+        verdict.write_text(accel + "\n")
+    except OSError:
+        pass  # a read-only cache just means probing again next time
+    return accel
+
+
+def _write_script(results: Path, script: str, env: Mapping[str, str], cwd: str) -> None:
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    (results / ".vm" / "env").write_text("\n".join(lines) + f"\nVM_CWD={shlex.quote(cwd)}\n")
+    (results / ".vm" / "script").write_text(script)
+
+
+def _collect(results: Path) -> dict[str, bytes]:
+    files = {}
+    for path in sorted(results.rglob("*")):
+        rel = path.relative_to(results).as_posix()
+        if path.is_file() and not rel.startswith(".vm/"):
+            files[rel] = path.read_bytes()
+    return files
+
+
+def run_in_vm(
+    script: str,
+    *,
+    kernel: SidKernel | None = None,
+    timeout: float = 300.0,
+    env: Mapping[str, str] | None = None,
+    cwd: str = "/",
+    inputs: Mapping[str, bytes | str] | None = None,
+    memory_mib: int = 2048,
+    cpus: int = 2,
+    accel: str | None = None,
+    cmdline: str = "",
+    keep: bool = False,
+    log_root: Path | None = None,
+) -> VmResult:
+    """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
+
+    The script runs with ``cwd`` as working directory and these variables besides ``env``:
+    ``RESULTS`` (writable dir whose files come back in ``VmResult.files``; ``inputs`` are
+    placed there before boot), ``KVER`` (kernel release), ``KMOD_ROOT`` (for
+    ``modprobe -d $KMOD_ROOT``), ``REPO`` (this repository) and ``PY`` (its venv python).
+    ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires.
+    The work directory (console log, qemu command line, results) is deleted on success and
+    kept under ``log_root`` (default ``build/vm-logs``) on failure or with ``keep``.
+
+    Raises VmError if qemu is not installed; a script failure is reported in the result, not
+    raised (use ``VmResult.check()``).
+    """
+    if shutil.which(QEMU) is None:
+        raise VmError(f"{QEMU} not found: install Debian's qemu-system-x86 (make deps)")
+    kernel = kernel or ensure_kernel()
+    accel = accel or choose_accel(kernel)
+    log_root = log_root or DEFAULT_LOG_ROOT
+    log_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=time.strftime("vm-%Y%m%d-%H%M%S-"), dir=log_root))
+    results = work / "results"
+    (results / ".vm").mkdir(parents=True)
+    for name, data in (inputs or {}).items():
+        target = results / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+    full_env = {
+        "RESULTS": RESULTS_IN_VM,
+        "KVER": kernel.version,
+        "KMOD_ROOT": str(kernel.root / "usr"),
+        "REPO": str(REPO),
+        "PY": str(REPO / ".venv" / "bin" / "python"),
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        **(env or {}),
+    }
+    _write_script(results, script, full_env, cwd)
+    timed_out, elapsed, console = _boot(
+        kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
+        cmdline=cmdline,
+    )  # fmt: skip
+    rc_file = results / ".vm" / "rc"
+    rc_text = rc_file.read_text().strip() if rc_file.is_file() else ""
+    out_file = results / ".vm" / "output"
+    result = VmResult(
+        returncode=int(rc_text) if rc_text.lstrip("-").isdigit() else None,
+        output=out_file.read_text(errors="replace") if out_file.is_file() else "",
+        console=console,
+        files=_collect(results),
+        elapsed_s=elapsed,
+        accel=accel,
+        timed_out=timed_out,
+    )
+    if keep or result.returncode != 0:
+        result.log_dir = work
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def run_steps(
+    steps: Mapping[str, str],
+    *,
+    prelude: str = "",
+    common: str = "",
+    step_timeout: float = 120.0,
+    inputs: Mapping[str, bytes | str] | None = None,
+    **kwargs: Any,
+) -> StepsResult:
+    """Run several named checks in one boot, each in its own bash with its own status.
+
+    ``prelude`` runs once first (a failure there stops the run: no step results); ``common``
+    is sourced by every step (shell functions, variables). Each step is bounded by
+    ``step_timeout`` seconds (exit 124 when it expires). Other keyword arguments go to
+    :func:`run_in_vm` (``timeout`` should cover all steps); ``inputs`` are placed in
+    ``$RESULTS`` as for :func:`run_in_vm`. The prelude's output is ``steps/_prelude.out``
+    in the result files. Raises ValueError for a step name
+    outside ``[A-Za-z0-9_.-]``.
+    """
+    files: dict[str, bytes | str] = {
+        **(inputs or {}),
+        ".steps/common.sh": common,
+        ".steps/_prelude.sh": prelude,
+    }
+    lines = [
+        'mkdir -p "$RESULTS/steps"',
+        'if ! bash "$RESULTS/.steps/_prelude.sh" > "$RESULTS/steps/_prelude.out" 2>&1; then',
+        '  echo "prelude failed:"; cat "$RESULTS/steps/_prelude.out"; exit 1',
+        "fi",
+    ]
+    for name, body in steps.items():
+        if not _STEP_NAME.match(name):
+            raise ValueError(f"bad step name {name!r}")
+        files[f".steps/{name}.sh"] = f'. "$RESULTS/.steps/common.sh"\n{body}\n'
+        lines.append(
+            f'timeout -k 5 {step_timeout:g} bash "$RESULTS/.steps/{name}.sh" '
+            f'> "$RESULTS/steps/{name}.out" 2>&1; echo $? > "$RESULTS/steps/{name}.rc"'
+        )
+    vm = run_in_vm("\n".join(lines) + "\n", inputs=files, **kwargs)
+    result = StepsResult(vm)
+    for name in steps:
+        rc = vm.files.get(f"steps/{name}.rc", b"").decode().strip()
+        if rc.lstrip("-").isdigit():
+            out = vm.files.get(f"steps/{name}.out", b"").decode(errors="replace")
+            result.steps[name] = StepResult(name, int(rc), out)
+    return result

@@ -11,6 +11,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedswitchd.daemon import protocol as proto
 
 from .fakes import FakeBackend
 from .harness import Client, Running
@@ -406,3 +410,50 @@ def test_sigterm_is_not_needed_for_pidfd_cleanup(srv: Running) -> None:
     c.close()
     srv.wait_for(lambda s: not s.connections)
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+# --- arbitrary bytes over the socket --------------------------------------------------------
+
+FRAGMENTS = [
+    b'{"v":1,"op":"status"}',
+    b'{"v":1,"op":"hint","workload":"gaming"}',
+    b'{"v":1,"op":"release","lease":"1-x"}',
+    b'{"v":1,"op":"list"}',
+    b"\n",
+    b"{",
+    b"}",
+    b'"',
+    b"\xff",
+    b" ",
+    b"x" * 1500,
+]
+
+
+@pytest.fixture(scope="module")
+def shared_srv() -> Iterator[Running]:
+    running = Running()
+    yield running
+    running.stop()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.binary(max_size=3000) | st.lists(st.sampled_from(FRAGMENTS), max_size=8).map(b"".join)
+)
+def test_arbitrary_bytes_over_the_socket(shared_srv: Running, data: bytes) -> None:
+    """Every non-empty line gets exactly one well-formed reply, in order, or the connection
+    is closed after a ``too_large`` reply; the server keeps serving."""
+    c = shared_srv.client()
+    try:
+        c.send_raw(data + b"\n")
+        segments = [s for s in data.split(b"\n") if s]
+        for _ in segments:
+            reply = c.recv_line()
+            assert reply is not None, "connection closed without a reply"
+            parsed = proto.parse_reply(json.dumps(reply).encode())
+            if isinstance(parsed, proto.ErrorReply) and parsed.error.code == proto.TOO_LARGE:
+                assert c.recv_line() is None
+                break
+    finally:
+        c.close()
+    assert shared_srv.client().request(op="status")["ok"]

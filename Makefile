@@ -99,6 +99,7 @@ demo: deps
 bench: deps
 	$(VPY) bench/btf_parse.py
 	$(VPY) bench/kmod_btf.py
+	$(VPY) bench/load_attach.py
 
 clean:
 	rm -rf $(BUILD) .mypy_cache .pytest_cache .ruff_cache

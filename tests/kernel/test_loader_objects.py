@@ -149,6 +149,7 @@ def libbpf_pins(bpffs: Path) -> Iterator[Path]:
         "kmod_fixed",
         "kmod_ptrs",
         "struct_ops",
+        "tcp_ca",
         "globals",
         "maps",
         "ksyms",

@@ -266,8 +266,16 @@ class Switcher:
         run. Returns ``None`` if it already runs, else the record (check ``record.ok``).
         Never raises a :class:`SchedSwitchError`; it lands in ``record.error``.
         """
-        if target == self.active and (target == KERNEL or self._confirmed(self.current)):
-            return None
+        if target == self.active:
+            if target == KERNEL:
+                return None
+            state = self.backend.kernel_state()
+            if state.state in ("enabling", "disabling"):
+                # Mid-transition (an ejection in progress?): check_ejected() settles it first,
+                # so that an ejected scheduler is not re-attached without being counted.
+                return None
+            if self._confirmed(self.current):
+                return None
         if target != KERNEL and spec is None:
             raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
         record = self._record(target, OK, reason)

@@ -151,3 +151,14 @@ def test_kernel_target_needs_no_spec_but_scheduler_does() -> None:
     s, _ = make()
     with pytest.raises(ValueError):
         s.switch_to("fifo", None, "x")
+
+
+def test_no_reattach_while_kernel_is_disabling() -> None:
+    s, b = make()
+    s.switch_to("fifo", SPEC, "x")
+    b.state = "disabling"  # the kernel is ejecting it right now
+    assert s.switch_to("fifo", SPEC, "again") is None
+    assert s.check_ejected() is None  # still transitional: wait for the next notification
+    b.eject()
+    found = s.check_ejected()
+    assert found is not None and found[0].result == sw.EJECTED

@@ -44,7 +44,9 @@ from schedswitchd.bpf.spec import (
 from schedswitchd.errors import BpfSyscallError, LoadError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
+from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
 from schedswitchd.kernel.structops import (
     StructOpsKernelType,
@@ -333,8 +335,10 @@ class _Loader:
         open_btf_object: Callable[[str], BtfFd] | None,
         kernel_config: Mapping[str, KconfigValue] | None,
         pin_root: str | os.PathLike[str],
+        features: BtfFeatures | None = None,
     ) -> None:
         self.spec = spec
+        self.btf_features = features
         self.kernel = kernel
         self.open_btf_object = open_btf_object
         self.kernel_config = kernel_config
@@ -374,7 +378,12 @@ class _Loader:
     def load_btf(self) -> None:
         start = time.perf_counter_ns()
         if self.spec.btf is not None:
-            self.obj.btf_fd = S.btf_load(self.spec.btf.raw)
+            feats = self.btf_features if self.btf_features is not None else btf_features()
+            self.btf_features = feats
+            raw = self.spec.btf.raw
+            if feats.missing():  # only for kinds this kernel lacks (libbpf's rule)
+                raw = sanitize_btf(self.spec.btf, feats)
+            self.obj.btf_fd = S.btf_load(raw)
         _timed(self.obj, "btf", start)
 
     def resolve_externs(self) -> None:
@@ -755,8 +764,9 @@ class _Loader:
                 expected_attach_type=eat,
                 prog_flags=A.F_SLEEPABLE if prog.sleepable else 0,
                 btf_fd=btf,
-                func_info=func_info if btf is not None else b"",
-                line_info=line_info if btf is not None else b"",
+                # without kernel FUNC support libbpf drops func and line info too
+                func_info=func_info if btf is not None and self._has_func() else b"",
+                line_info=line_info if btf is not None and self._has_func() else b"",
                 attach_btf_id=attach_btf_id,
                 attach_btf_obj_fd=attach_obj,
                 fd_array=self.fd_array,
@@ -764,6 +774,9 @@ class _Loader:
             )
         except BpfSyscallError as e:
             raise _prog_error(prog.name, e) from e
+
+    def _has_func(self) -> bool:
+        return self.btf_features is None or self.btf_features.func
 
     def _attach_target(self, prog: ProgramSpec) -> tuple[int, BtfFd | None]:
         kind, prefix = _TRACING_TARGETS[prog.expected_attach_type]
@@ -843,6 +856,7 @@ def load_object(
     open_btf_object: Callable[[str], BtfFd] | None = None,
     kernel_config: Mapping[str, KconfigValue] | None = None,
     pin_root: str | os.PathLike[str] = DEFAULT_PIN_ROOT,
+    btf_features: BtfFeatures | None = None,
 ) -> LoadedObject:
     """Load ``spec`` into the kernel (everything but attaching).
 
@@ -851,7 +865,9 @@ def load_object(
     (``KernelBtfRegistry.open_btf_object``), needed only when something resolves into a
     module; ``kernel_config``: overrides reading the running kernel's config;
     ``pin_root``: the bpffs directory of ``LIBBPF_PIN_BY_NAME`` maps (an existing pin is
-    reused when it matches, else the new map is pinned there).
+    reused when it matches, else the new map is pinned there); ``btf_features``: the
+    kernel's BTF features (default: probed once per process), deciding what the object's
+    BTF is sanitised for.
 
     Raises :class:`LoadError` (e.g. a missing strong kfunc, a struct_ops member the kernel
     lacks with a non-zero value; :class:`ProgramLoadError` with the verifier log for a
@@ -859,7 +875,7 @@ def load_object(
     :class:`~schedswitchd.errors.CoreError`. On any failure everything created so far is
     closed before the error propagates.
     """
-    loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root)
+    loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root, btf_features)
     try:
         loader.load_btf()
         loader.resolve_externs()

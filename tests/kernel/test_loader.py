@@ -37,6 +37,7 @@ from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import kconfig as K
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
+from schedswitchd.kernel.features import BtfFeatures
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from tests.kernel import asm
 
@@ -463,3 +464,18 @@ def test_pin_by_name_creates_then_reuses(kernel: TargetBtfs, bpffs: Path) -> Non
     with pytest.raises(LoadError, match="does not match"):
         load_object(bad, kernel, pin_root=bpffs)
     os.unlink(bpffs / "ssd_pinned")
+
+
+def test_btf_sanitised_for_a_kernel_without_newer_kinds(kernel: TargetBtfs) -> None:
+    # As if the kernel knew neither DATASEC/VAR nor FUNC: data maps get STRUCT value types.
+    old = BtfFeatures(False, False, False, False, False, False, False, False)
+    with load_object(_spec(), kernel, btf_features=old) as obj:
+        assert S.prog_test_run(obj.programs["counter"].fd).retval == 41
+        assert obj.read_variable("counter") == struct.pack("<Q", 1)
+        assert obj.btf_fd is not None
+        loaded = Btf.from_bytes(S.btf_info(obj.btf_fd, data=True).data or b"")
+        datasec = obj.spec.map(".data").value_type_id
+        assert loaded.kind(datasec) == Kind.STRUCT  # what the kernel got is sanitised
+        # a keyless array map needs a DATASEC value type, so (as libbpf does) the map was
+        # created again without BTF types
+        assert S.map_info(obj.maps[".data"].fd).btf_value_type_id == 0

@@ -7,7 +7,8 @@ VPY := $(VENV)/bin/python
 BUILD := build
 
 APT_PACKAGES := clang llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
-	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils
+	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
+	systemd
 
 .PHONY: all deps kernel schedulers test lint typecheck pytest demo bench clean test-objects
 all: test

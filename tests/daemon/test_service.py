@@ -336,3 +336,16 @@ def test_units_pass_systemd_analyze_verify(workdir: Path) -> None:
     service_text = (ROOT / "systemd/schedswitchd.service").read_text()
     for needle in ("Type=notify", "WatchdogSec=", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN"):
         assert needle in service_text
+
+
+def test_socket_path_agrees_everywhere() -> None:
+    from schedswitchd.daemon.client import DEFAULT_SOCKET
+    from schedswitchd.daemon.config import SocketConfig, load_config
+
+    unit = (ROOT / "systemd/schedswitchd.socket").read_text()
+    shipped = load_config(ROOT / "config/schedswitchd.toml")
+    assert f"ListenStream={DEFAULT_SOCKET}" in unit
+    assert SocketConfig().path == shipped.socket.path == DEFAULT_SOCKET
+    assert (
+        f"--config {service.DEFAULT_CONFIG}" in (ROOT / "systemd/schedswitchd.service").read_text()
+    )

@@ -1,0 +1,625 @@
+"""The real :class:`~schedswitchd.daemon.switcher.SchedulerBackend`: our loader, the kernel
+BTF registry, ``/sys/kernel/sched_ext`` and bpffs pins.
+
+``prepare`` does all heavy work while the previous scheduler still runs: open the object
+(:class:`~schedswitchd.kernel.spec_cache.SpecCache`, keyed by path, device, inode, size and
+mtime), apply the configuration (``.rodata`` tunables, ``sched_ext_ops`` scalars,
+``hotplug_seq`` from ``/sys/kernel/sched_ext/hotplug_seq``), read only the module BTFs the
+object declares in ``.kmod_btfs`` plus the configured extras (through the registry's bounded
+cache), run CO-RE, create maps and load programs. ``attach`` creates the struct_ops link,
+pins it (and the data map holding the exit record) under the pin directory, and waits for
+``state`` = ``enabled`` with the scheduler's ops name; ``detach`` unpins and closes the link
+and waits for ``disabled``. ``adopt`` re-opens what a previous daemon pinned.
+
+Every handle records per-phase timings in ns (``KernelPrepared.timings_ns``); the latest
+ones also appear in :meth:`KernelBackend.counters` as ``prepare.<phase>_ns``,
+``attach.<phase>_ns`` and ``detach.<phase>_ns``.
+
+Kernel references: ``Documentation/scheduler/sched-ext.rst`` (states, ops name, exit
+kinds), ``include/uapi/linux/bpf.h`` (``BPF_LINK_CREATE``, ``BPF_OBJ_PIN``/``GET``,
+``BPF_LINK_GET_INFO``), and ``/work/shared/docs/loader-spec.md`` for the load order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
+from schedswitchd.bpf.spec import MapKind, ObjectSpec
+from schedswitchd.daemon.config import Config, SchedulerConfig
+from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
+from schedswitchd.errors import (
+    BpfSyscallError,
+    CustomizationError,
+    LoadError,
+    SchedExtError,
+    SchedSwitchError,
+)
+from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import sched_ext as scx
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport
+from schedswitchd.kernel.fd import LinkFd, MapFd
+from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.scheduler_pins import PinDir, PinError
+from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
+from schedswitchd.kernel.spec_cache import SpecCache
+from schedswitchd.kernel.uevents import Uevent, UeventListener
+
+log = logging.getLogger("schedswitchd.backend")
+
+#: The struct_ops type of a sched_ext scheduler (``include/linux/sched/ext.h``).
+SCHED_EXT_OPS = "sched_ext_ops"
+#: Interval of the sysfs check behind the uevents in :meth:`KernelBackend.watch` (s).
+WATCH_POLL_S = 0.25
+_KEY0 = b"\0\0\0\0"
+
+
+@dataclass(eq=False)
+class KernelPrepared:
+    """A scheduler loaded by :meth:`KernelBackend.prepare` or taken over by
+    :meth:`KernelBackend.adopt`.
+
+    ``name``: configured name; ``ops_name``: ``sched_ext_ops.name``; ``spec``: the
+    customised object spec; ``ops_map``: name of its ``sched_ext_ops`` struct_ops map;
+    ``loaded``: the loaded object (``None`` for an adopted handle, which holds the link,
+    the struct_ops map and the exit map as ``adopted_*`` fds instead); ``uei``: where the
+    exit record lives (``None`` when the object keeps none); ``report``: which module BTFs
+    the load read; ``timings_ns``: phase durations in ns.
+    """
+
+    name: str
+    ops_name: str
+    spec: ObjectSpec
+    ops_map: str
+    loaded: LoadedObject | None
+    uei: UeiLayout | None
+    report: TargetReport | None = None
+    timings_ns: dict[str, int] = field(default_factory=dict)
+    attached: bool = False
+    discarded: bool = False
+    adopted_link: LinkFd | None = None
+    adopted_ops_map: MapFd | None = None
+    adopted_exit_map: MapFd | None = None
+
+    @property
+    def adopted(self) -> bool:
+        """True for a handle made by :meth:`KernelBackend.adopt`."""
+        return self.loaded is None
+
+    def exit_map_fd(self) -> MapFd | None:
+        """The data map holding the exit record, if known."""
+        if self.loaded is not None:
+            if self.uei is None:
+                return None
+            m = self.loaded.maps.get(self.uei.map_name)
+            return m.fd if m is not None else None
+        return self.adopted_exit_map
+
+    def link(self) -> LinkFd | None:
+        """The struct_ops link while attached."""
+        if self.loaded is not None:
+            return self.loaded.links.get(self.ops_map)
+        return self.adopted_link
+
+    def create_link(self) -> LinkFd:
+        """Register the scheduler: write the struct_ops value (first time) and create the
+        link (``BPF_LINK_CREATE``, attach type ``BPF_STRUCT_OPS``)."""
+        if self.loaded is not None:
+            made = self.loaded.attach_struct_ops(self.ops_map)
+            link = made.get(self.ops_map) or self.loaded.links.get(self.ops_map)
+            if link is None:
+                raise LoadError(f"{self.name}: struct_ops map {self.ops_map} made no link")
+            return link
+        if self.adopted_ops_map is None:
+            raise LoadError(f"{self.name}: adopted without its struct_ops map")
+        self.adopted_link = S.link_create(self.adopted_ops_map, A.AttachType.STRUCT_OPS)
+        return self.adopted_link
+
+    def close_link(self) -> None:
+        """Close the link (the scheduler is unregistered when its last reference goes)."""
+        if self.loaded is not None:
+            self.loaded.detach_struct_ops(self.ops_map)
+        elif self.adopted_link is not None:
+            self.adopted_link.close()
+            self.adopted_link = None
+
+    def close(self) -> None:
+        """Close every fd the handle owns."""
+        if self.loaded is not None:
+            self.loaded.close()
+        for fd in (self.adopted_link, self.adopted_ops_map, self.adopted_exit_map):
+            if fd is not None:
+                fd.close()
+
+
+def sched_ext_map(spec: ObjectSpec, ops_type: str = SCHED_EXT_OPS) -> str:
+    """Name of the one ``ops_type`` (``sched_ext_ops``) struct_ops map of ``spec``. Raises
+    :class:`LoadError` when there is none (not a scheduler) or several."""
+    names = [
+        m.name
+        for m in spec.struct_ops_maps
+        if m.struct_ops is not None and m.struct_ops.type_name == ops_type and m.autocreate
+    ]
+    if not names:
+        raise LoadError(f"object {spec.name!r} has no struct {ops_type}: not a scheduler")
+    if len(names) > 1:
+        raise LoadError(f"object {spec.name!r} defines several schedulers: {', '.join(names)}")
+    return names[0]
+
+
+def ops_name_of(spec: ObjectSpec, map_name: str) -> str:
+    """The ``name`` member of struct_ops variable ``map_name`` (what ``root/ops`` reads).
+    Raises :class:`LoadError` when it is missing or empty (the kernel refuses those)."""
+    so = spec.map(map_name).struct_ops
+    mem = so.member("name") if so is not None else None
+    if so is None or mem is None:
+        raise LoadError(f"{spec.name}: {map_name} has no 'name' member")
+    raw = so.data[mem.offset : mem.offset + mem.size].split(b"\0", 1)[0]
+    name = raw.decode("utf-8", errors="replace")
+    if not name:
+        raise LoadError(f"{spec.name}: {map_name}.name is empty; sched_ext requires a name")
+    return name
+
+
+def customize(
+    spec: ObjectSpec, ops_map: str, cfg: SchedulerConfig, hotplug_seq: int | None
+) -> ObjectSpec:
+    """``spec`` with ``cfg``'s ``.rodata`` tunables and ``sched_ext_ops`` scalars applied,
+    and ``hotplug_seq`` when given. Raises :class:`CustomizationError` naming the key."""
+    for key, value in cfg.rodata.items():
+        sections = [
+            m.name for m in spec.maps if m.kind is MapKind.RODATA and m.variable(key) is not None
+        ]
+        if not sections:
+            raise CustomizationError(
+                f"{spec.name}: rodata.{key}: no such .rodata variable in the object"
+            )
+        spec = set_variable(spec, key, value, section=sections[0])
+    for key, number in cfg.struct_ops.items():
+        spec = set_struct_ops_member(spec, ops_map, key, number)
+    if hotplug_seq is not None:
+        spec = set_struct_ops_member(spec, ops_map, "hotplug_seq", hotplug_seq)
+    return spec
+
+
+class KernelBackend:
+    """sched_ext through our loader. Thread-safety: ``prepare``/``attach``/``detach``/
+    ``discard``/``adopt``/``exit_info`` from one worker thread at a time (the switcher's);
+    ``kernel_state``/``counters``/``watch`` from any thread.
+
+    ``pin_dir``: bpffs directory for pins; ``registry``: the kernel BTF registry (default: a
+    new one on ``/sys/kernel/btf`` with ``btf_max_entries``/``btf_max_bytes``);
+    ``sched_ext_root``: ``/sys/kernel/sched_ext`` (a parameter for tests); ``ops_type``: the
+    struct_ops type that makes an object a scheduler (another type only in host tests,
+    which have no sched_ext).
+    """
+
+    def __init__(
+        self,
+        *,
+        pin_dir: str | Path = "/sys/fs/bpf/schedswitchd",
+        registry: KernelBtfRegistry | None = None,
+        btf_max_entries: int = 16,
+        btf_max_bytes: int = 64 << 20,
+        sched_ext_root: Path = scx.SCHED_EXT_ROOT,
+        specs: SpecCache | None = None,
+        ops_type: str = SCHED_EXT_OPS,
+    ) -> None:
+        self.ops_type = ops_type
+        self.pins = PinDir(pin_dir)
+        self.registry = registry or KernelBtfRegistry(
+            max_entries=btf_max_entries, max_bytes=btf_max_bytes
+        )
+        self.root = sched_ext_root
+        self.specs = specs or SpecCache()
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    # --- counters ----------------------------------------------------------------------------
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def _timings(self, prefix: str, timings: Mapping[str, int]) -> None:
+        with self._lock:
+            for k in [k for k in self._counts if k.startswith(prefix + ".")]:
+                del self._counts[k]
+            for k, v in timings.items():
+                self._counts[f"{prefix}.{k}_ns"] = v
+
+    def counters(self) -> Mapping[str, int]:
+        """Registry, spec-cache and backend counters plus the latest phase timings (ns)."""
+        st = self.registry.stats()
+        sp = self.specs.stats()
+        out = {
+            "btf_cache_hits": st.cache.hits,
+            "btf_cache_misses": st.cache.misses,
+            "btf_cache_evictions": st.cache.evictions,
+            "btf_cache_invalidations": st.cache.invalidations,
+            "btf_cache_entries": st.cache.entries,
+            "btf_cache_bytes": st.cache.bytes_held,
+            "module_btfs_read": st.module_btfs_read,
+            "module_btf_read_ns": st.read_ns,
+            "module_uevents": st.module_uevents,
+            "spec_cache_hits": sp.hits,
+            "spec_cache_misses": sp.misses,
+        }
+        with self._lock:
+            out.update(self._counts)
+        return out
+
+    # --- kernel view -------------------------------------------------------------------------
+
+    def kernel_state(self) -> KernelState:
+        """``/sys/kernel/sched_ext`` now; ``unavailable`` when absent or unreadable."""
+        try:
+            st = scx.read_status(self.root)
+        except SchedSwitchError:
+            return KernelState("unavailable")
+        return KernelState(str(st.state), st.ops, st.enable_seq)
+
+    def _status(self) -> scx.SchedExtStatus:
+        return scx.read_status(self.root)
+
+    # --- prepare -----------------------------------------------------------------------------
+
+    def prepare(self, name: str, spec: SchedulerConfig) -> KernelPrepared:
+        """Open, customise and load scheduler ``name`` (see the module docstring); never
+        attaches. Raises ``ObjectError``/``CustomizationError``/``BtfError``/``CoreError``/
+        ``LoadError`` (``ProgramLoadError`` with ``verifier_log``)/``BpfSyscallError``/
+        ``RegistryError``; a failure leaves nothing loaded. When declared modules are not
+        loaded, the error message names them."""
+        self._count("prepares")
+        try:
+            handle = self._prepare(name, spec)
+        except SchedSwitchError:
+            self._count("prepare_failures")
+            raise
+        self._timings("prepare", handle.timings_ns)
+        log.info(
+            "prepared %s (ops %s): %s",
+            name,
+            handle.ops_name,
+            ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in handle.timings_ns.items()),
+        )
+        return handle
+
+    def _prepare(self, name: str, cfg: SchedulerConfig) -> KernelPrepared:
+        t: dict[str, int] = {}
+        opened = self.specs.open(cfg.object)
+        t["open"] = opened.open_ns
+        start = time.perf_counter_ns()
+        ops_map = sched_ext_map(opened.spec, self.ops_type)
+        hotplug: int | None = None
+        if cfg.hotplug_seq and scx.available(self.root):
+            hotplug = self._status().hotplug_seq
+        spec = customize(opened.spec, ops_map, cfg, hotplug)
+        ops_name = ops_name_of(spec, ops_map)
+        uei = uei_layout(spec)
+        t["customize"] = time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        targets = self.registry.targets(spec.kmod_btfs, extra=cfg.kmods)
+        t["kmod_btfs"] = time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        try:
+            loaded = load_object(spec, targets, open_btf_object=self.registry.open_btf_object)
+        except SchedSwitchError as exc:
+            missing = targets.report.missing
+            if not missing:
+                raise
+            err = LoadError(
+                f"{exc} [declared module BTF not available: {', '.join(missing)} "
+                "(module not loaded?)]"
+            )
+            err.verifier_log = getattr(exc, "verifier_log", None)  # type: ignore[attr-defined]
+            raise err from exc
+        t["load"] = time.perf_counter_ns() - start
+        for k, v in loaded.timings_ns.items():
+            t[f"load.{k}"] = v
+        report = targets.report
+        self._count("module_btfs_declared", len(report.declared))
+        return KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
+
+    # --- attach / detach ---------------------------------------------------------------------
+
+    def _handle(self, prepared: Prepared) -> KernelPrepared:
+        h = cast(KernelPrepared, prepared)
+        if not isinstance(h, KernelPrepared):
+            raise TypeError(f"not a KernelPrepared: {prepared!r}")
+        if h.discarded:
+            raise LoadError(f"{h.name}: handle was discarded")
+        return h
+
+    def attach(self, prepared: Prepared, timeout_s: float) -> None:
+        """Create the struct_ops link, pin it (and the exit map), and wait for ``enabled``
+        with the ops name. Raises ``SchedExtError`` (sched_ext not ``disabled`` first, or
+        the kernel disabled the scheduler or did not enable it within ``timeout_s``),
+        ``BpfSyscallError`` (the kernel refused the link, e.g. ``ops.init`` failed) or
+        ``PinError``; on any failure the link and pins are gone again."""
+        h = self._handle(prepared)
+        t: dict[str, int] = {}
+        before = self._status()
+        if before.state is not scx.ScxState.DISABLED:
+            raise SchedExtError(
+                f"cannot attach {h.name}: sched_ext is {before.state} (ops {before.ops!r}), "
+                "not disabled"
+            )
+        self._count("attaches")
+        start = time.perf_counter_ns()
+        try:
+            link = h.create_link()
+        except SchedSwitchError:
+            self._count("attach_failures")
+            raise
+        h.attached = True
+        t["link"] = time.perf_counter_ns() - start
+        try:
+            start = time.perf_counter_ns()
+            self.pins.pin(h.name, link, h.exit_map_fd())
+            t["pin"] = time.perf_counter_ns() - start
+            start = time.perf_counter_ns()
+            self._wait_enabled(h, timeout_s)
+            t["enable_wait"] = time.perf_counter_ns() - start
+        except SchedSwitchError:
+            self._count("attach_failures")
+            self._undo_attach(h)
+            raise
+        h.timings_ns.update({f"attach.{k}": v for k, v in t.items()})
+        self._timings("attach", t)
+        log.info(
+            "attached %s (ops %s): %s",
+            h.name,
+            h.ops_name,
+            ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
+        )
+
+    def _wait_enabled(self, h: KernelPrepared, timeout_s: float) -> None:
+        # BPF_LINK_CREATE returns once scx_enable() finished, so "disabled" now means the
+        # kernel already threw the scheduler out (its exit record says why): fail at once
+        # instead of waiting for the timeout.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self._status()
+            if st.state is scx.ScxState.ENABLED:
+                if st.ops == h.ops_name:
+                    return
+                raise SchedExtError(
+                    f"after attaching {h.name} the kernel runs {st.ops!r}, not {h.ops_name!r}"
+                )
+            if st.state is scx.ScxState.DISABLED:
+                raise SchedExtError(
+                    f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach"
+                )
+            if time.monotonic() >= deadline:
+                raise SchedExtError(
+                    f"{h.name} not enabled within {timeout_s * 1000:.0f} ms (state {st.state})"
+                )
+            time.sleep(0.002)
+
+    def _undo_attach(self, h: KernelPrepared) -> None:
+        try:
+            self.pins.unpin(h.name)
+        except PinError as exc:
+            log.warning("%s", exc)
+        h.close_link()
+        h.attached = False
+        try:
+            self._wait_disabled(h, 2.0)
+        except SchedSwitchError as exc:
+            log.warning("after a failed attach of %s: %s", h.name, exc)
+
+    def _wait_disabled(self, h: KernelPrepared, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self._status()
+            if st.state is scx.ScxState.DISABLED:
+                return
+            if st.state is scx.ScxState.ENABLED and st.ops != h.ops_name:
+                return  # someone else's scheduler: ours is gone
+            if time.monotonic() >= deadline:
+                raise SchedExtError(
+                    f"{h.name} ({h.ops_name}) still {st.state} {timeout_s * 1000:.0f} ms "
+                    "after its link was closed"
+                )
+            time.sleep(0.002)
+
+    def detach(self, prepared: Prepared, timeout_s: float) -> None:
+        """Unpin and close the link, then wait for ``disabled``. The maps stay readable
+        until :meth:`discard`. A no-op for a handle that is not attached. Raises
+        ``SchedExtError`` on timeout, ``PinError`` when the pin cannot be removed."""
+        h = self._handle(prepared)
+        if not h.attached:
+            return
+        self._count("detaches")
+        t: dict[str, int] = {}
+        start = time.perf_counter_ns()
+        self.pins.unpin(h.name)
+        t["unpin"] = time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        h.close_link()
+        h.attached = False
+        t["link_close"] = time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        self._wait_disabled(h, timeout_s)
+        t["disable_wait"] = time.perf_counter_ns() - start
+        h.timings_ns.update({f"detach.{k}": v for k, v in t.items()})
+        self._timings("detach", t)
+        log.info(
+            "detached %s: %s",
+            h.name,
+            ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
+        )
+
+    def discard(self, prepared: Prepared) -> None:
+        """Free the handle (detaching first if attached). Idempotent; never raises."""
+        h = cast(KernelPrepared, prepared)
+        if h.discarded:
+            return
+        if h.attached:
+            try:
+                self.detach(h, 5.0)
+            except SchedSwitchError as exc:
+                log.warning("discarding %s: %s", h.name, exc)
+                h.attached = False
+        h.close()
+        h.discarded = True
+
+    # --- exit info ---------------------------------------------------------------------------
+
+    def exit_info(self, prepared: Prepared) -> ExitInfo | None:
+        """The scheduler's exit record from its data map (``uei``), or ``None``."""
+        h = cast(KernelPrepared, prepared)
+        fd = h.exit_map_fd() if not h.discarded else None
+        if h.uei is None or fd is None:
+            return None
+        try:
+            value_size = h.spec.map(h.uei.map_name).value_size
+            value = S.map_lookup_elem(fd, _KEY0, value_size)
+            rec = h.uei.decode(value) if value is not None else None
+        except (SchedSwitchError, ValueError, KeyError) as exc:
+            log.warning("cannot read the exit record of %s: %s", h.name, exc)
+            return None
+        if rec is None:
+            return None
+        return ExitInfo(rec.kind, rec.exit_code, rec.reason, rec.message)
+
+    # --- adopt -------------------------------------------------------------------------------
+
+    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> KernelPrepared | None:
+        """Take over a scheduler pinned by a previous daemon if the kernel still runs it
+        (``enabled`` and ``root/ops`` equal to its ops name) and it is configured; remove
+        every other pin (stale). ``None`` when nothing was adopted."""
+        try:
+            st: scx.SchedExtStatus | None = self._status()
+        except SchedSwitchError:
+            st = None
+        adopted: KernelPrepared | None = None
+        for entry in self.pins.names():
+            if adopted is None and st is not None and entry in schedulers:
+                try:
+                    adopted = self._adopt_one(entry, schedulers[entry], st)
+                except SchedSwitchError as exc:
+                    log.warning("cannot re-adopt pinned scheduler %s: %s", entry, exc)
+                if adopted is not None:
+                    continue
+            try:
+                if self.pins.unpin(entry):
+                    self._count("stale_pins_removed")
+                    log.info("removed stale pin %s", self.pins.root / entry)
+            except SchedSwitchError as exc:
+                log.warning("%s", exc)
+        if adopted is not None:
+            self._count("adoptions")
+            log.info("re-adopted %s (ops %s) from its pin", adopted.name, adopted.ops_name)
+        return adopted
+
+    def _adopt_one(
+        self, name: str, cfg: SchedulerConfig, st: scx.SchedExtStatus
+    ) -> KernelPrepared | None:
+        if st.state is not scx.ScxState.ENABLED:
+            return None
+        spec = self.specs.open(cfg.object).spec
+        ops_map = sched_ext_map(spec, self.ops_type)
+        ops_name = ops_name_of(spec, ops_map)
+        if st.ops != ops_name:
+            return None
+        pinned = self.pins.open(name)
+        if pinned is None:
+            return None
+        ops_fd: MapFd | None = None
+        try:
+            info = S.link_info(pinned.link)
+            if info.type != A.LinkType.STRUCT_OPS or not info.map_id:
+                raise LoadError(f"pinned link of {name} is not a live struct_ops link")
+            ops_fd = S.map_get_fd_by_id(info.map_id)
+            if S.map_info(ops_fd).type != A.MapType.STRUCT_OPS:
+                raise LoadError(f"pinned link of {name} does not hold a struct_ops map")
+        except (SchedSwitchError, BpfSyscallError):
+            pinned.close()
+            if ops_fd is not None:
+                ops_fd.close()
+            raise
+        uei = uei_layout(spec)
+        exit_map = pinned.exit_map
+        if (
+            exit_map is not None
+            and uei is not None
+            and S.map_info(exit_map).value_size != spec.map(uei.map_name).value_size
+        ):
+            exit_map.close()  # the object changed on disk: its layout is not the map's
+            exit_map = None
+        return KernelPrepared(
+            name,
+            ops_name,
+            spec,
+            ops_map,
+            None,
+            uei,
+            attached=True,
+            adopted_link=pinned.link,
+            adopted_ops_map=ops_fd,
+            adopted_exit_map=exit_map,
+        )
+
+    # --- watching ----------------------------------------------------------------------------
+
+    def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` on every sched_ext uevent (``SCXOPS``) and whenever a sysfs
+        check (every :data:`WATCH_POLL_S` s) sees ``state``/``ops``/``enable_seq`` change,
+        so an ejection is noticed well within 1 s even if an event is lost. The uevent
+        listener also keeps the BTF registry's module cache true. Returns ``stop``."""
+        listener: UeventListener | None = UeventListener()
+        subs = []
+        try:
+            assert listener is not None
+            listener.start()
+        except (OSError, TimeoutError) as exc:
+            log.warning("no uevents (%s); relying on the sysfs check", exc)
+            listener = None
+        if listener is not None:
+
+            def on_scx(ev: Uevent) -> None:
+                self._count("sched_ext_uevents")
+                notify()
+
+            subs.append(listener.subscribe_sched_ext(on_scx))
+            subs.append(self.registry.attach(listener))
+        stop_event = threading.Event()
+
+        def poll() -> None:
+            last = self.kernel_state()
+            while not stop_event.wait(WATCH_POLL_S):
+                now = self.kernel_state()
+                if now != last:
+                    last = now
+                    notify()
+
+        thread = threading.Thread(target=poll, name="scx-watch", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            stop_event.set()
+            for sub in subs:
+                sub.cancel()
+            if listener is not None:
+                listener.stop()
+            thread.join(2.0)
+
+        return stop
+
+
+def create_backend(config: Config) -> KernelBackend:
+    """The daemon's backend factory (``schedswitchd --backend``'s default)."""
+    return KernelBackend(
+        pin_dir=config.daemon.pin_dir,
+        btf_max_entries=config.btf_cache.max_entries,
+        btf_max_bytes=config.btf_cache.max_bytes,
+    )

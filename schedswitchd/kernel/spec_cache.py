@@ -1,0 +1,94 @@
+"""Opened BPF objects, cached by file identity so a switch does not re-parse its ELF file.
+
+Opening an object (:func:`~schedswitchd.bpf.object.open_object`) is pure and its result, an
+:class:`~schedswitchd.bpf.spec.ObjectSpec`, immutable, so one spec serves every later load of
+the same file. The key is the file's resolved path plus ``(st_dev, st_ino, st_size,
+st_mtime_ns)`` taken from the *open* file, so a rebuilt or replaced object (new inode, size
+or mtime) is opened again and the bytes parsed are the bytes identified.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import ObjectSpec
+from schedswitchd.errors import ObjectError
+from schedswitchd.kernel.lru import BoundedLru, LruStats
+
+#: Default bounds: a daemon config names a handful of schedulers.
+DEFAULT_MAX_ENTRIES = 16
+DEFAULT_MAX_BYTES = 256 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SpecKey:
+    """What identifies one version of an object file."""
+
+    path: str
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSpec:
+    """A cache answer: the spec, its key, whether it came from the cache and the time spent
+    (ns) reading and parsing it (0 on a hit)."""
+
+    spec: ObjectSpec
+    key: SpecKey
+    cached: bool
+    open_ns: int
+
+
+def object_name(path: str) -> str:
+    """libbpf's object name: the file name up to its first dot (``fifo`` for
+    ``fifo.bpf.o``)."""
+    base = os.path.basename(path)
+    return base.split(".", 1)[0] or base
+
+
+class SpecCache:
+    """A bounded LRU of opened objects keyed by :class:`SpecKey`; thread-safe.
+
+    ``max_entries``/``max_bytes`` bound the cache (bytes = object file sizes).
+    """
+
+    def __init__(
+        self, *, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        self._lru: BoundedLru[SpecKey, ObjectSpec] = BoundedLru(
+            max_entries=max_entries, max_bytes=max_bytes
+        )
+
+    def open(self, path: str | os.PathLike[str]) -> OpenedSpec:
+        """The spec of the object at ``path`` (from the cache when the file is unchanged).
+
+        Raises :class:`~schedswitchd.errors.ObjectError` when the file cannot be read or is
+        not a valid BPF object, :class:`~schedswitchd.errors.BtfError` for bad ``.BTF``.
+        """
+        real = os.path.realpath(path)
+        start = time.perf_counter_ns()
+        try:
+            with open(real, "rb", buffering=0) as f:
+                st = os.fstat(f.fileno())
+                key = SpecKey(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                spec = self._lru.get(key)
+                if spec is not None:
+                    return OpenedSpec(spec, key, True, 0)
+                data = f.read()
+        except OSError as exc:
+            raise ObjectError(
+                f"cannot read BPF object {os.fspath(path)!r}: {exc.strerror}"
+            ) from exc
+        spec = open_object(data, name=object_name(real))
+        self._lru.put(key, spec, len(data))
+        return OpenedSpec(spec, key, False, time.perf_counter_ns() - start)
+
+    def stats(self) -> LruStats:
+        """The cache's counters (hits, misses, evictions, ...)."""
+        return self._lru.stats()

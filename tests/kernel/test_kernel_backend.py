@@ -1,0 +1,376 @@
+"""The real backend on the host kernel, which has BPF but no sched_ext: loading through the
+registry with customisation, the spec cache, exit records read back from a real data map,
+bpffs pins of a real struct_ops link, stale-pin cleanup, the sysfs view. The sched_ext
+half (attach/detach/adopt of a running scheduler) runs in the VM (tests/vm/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.daemon.config import SchedulerConfig
+from schedswitchd.daemon.kernel_backend import (
+    KernelBackend,
+    KernelPrepared,
+    ops_name_of,
+    sched_ext_map,
+)
+from schedswitchd.errors import CustomizationError, LoadError, SchedExtError
+from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.fd import LinkFd
+from schedswitchd.kernel.scheduler_pins import PinDir
+from schedswitchd.kernel.scx_exit import uei_layout
+from schedswitchd.kernel.spec_cache import SpecCache
+from tests.bpf.conftest import BPF_BUILD_DIR
+
+pytestmark = pytest.mark.root
+
+TCP = "tcp_congestion_ops"
+TCP_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+@pytest.fixture(scope="module")
+def registry() -> KernelBtfRegistry:
+    return KernelBtfRegistry()
+
+
+@pytest.fixture(scope="session")
+def bpf_object() -> Callable[[str], Path]:
+    """``bpf_object("uei")`` -> ``build/tests/bpf/uei.bpf.o`` (built by ``make test``)."""
+
+    def find(name: str) -> Path:
+        obj = BPF_BUILD_DIR / f"{name}.bpf.o"
+        if not obj.is_file():
+            pytest.fail(f"{obj} is missing: run `make test-objects` (or `make test`)")
+        return obj
+
+    return find
+
+
+@pytest.fixture
+def scx_root(tmp_path: Path) -> Path:
+    """A directory shaped like /sys/kernel/sched_ext with no scheduler attached."""
+    root = tmp_path / "sched_ext"
+    root.mkdir()
+    for name, text in {
+        "state": "disabled",
+        "switch_all": "0",
+        "nr_rejected": "0",
+        "hotplug_seq": "7",
+        "enable_seq": "3",
+    }.items():
+        (root / name).write_text(text + "\n")
+    return root
+
+
+@pytest.fixture
+def backend(registry: KernelBtfRegistry, bpffs: Path, scx_root: Path) -> KernelBackend:
+    return KernelBackend(
+        pin_dir=bpffs / "pins", registry=registry, sched_ext_root=scx_root, ops_type=TCP
+    )
+
+
+def _set_state(scx_root: Path, state: str, ops: str | None) -> None:
+    (scx_root / "state").write_text(state + "\n")
+    if ops is None:
+        shutil.rmtree(scx_root / "root", ignore_errors=True)
+    else:
+        (scx_root / "root").mkdir(exist_ok=True)
+        (scx_root / "root" / "ops").write_text(ops + "\n")
+
+
+@pytest.fixture
+def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
+    """Make the fake sysfs do what sched_ext does synchronously in BPF_LINK_CREATE and when
+    the last link reference closes: read enabled (with the ops name) / disabled. The links
+    themselves stay real."""
+    create, close = KernelPrepared.create_link, KernelPrepared.close_link
+
+    def create_link(self: KernelPrepared) -> LinkFd:
+        link = create(self)
+        _set_state(scx_root, "enabled", self.ops_name)
+        return link
+
+    def close_link(self: KernelPrepared) -> None:
+        close(self)
+        _set_state(scx_root, "disabled", None)
+
+    monkeypatch.setattr(KernelPrepared, "create_link", create_link)
+    monkeypatch.setattr(KernelPrepared, "close_link", close_link)
+
+
+def _registered(name: str, want: bool) -> bool:
+    """Whether congestion control ``name`` is (``want``) or is not registered, waiting up
+    to 2 s: dropping a pinned link's last reference is finished by a kernel work item."""
+    deadline = time.monotonic() + 2
+    while True:
+        listed = name in TCP_LIST.read_text().split()
+        if listed == want or time.monotonic() > deadline:
+            return listed == want
+        time.sleep(0.01)
+
+
+def _attached(h: KernelPrepared) -> bool:
+    return h.attached  # a call, so the type checker does not narrow across attach/detach
+
+
+def _cfg(obj: Path, **kw: object) -> SchedulerConfig:
+    return SchedulerConfig.model_validate({"object": str(obj), **kw})
+
+
+def test_prepare_loads_with_config_and_timings(
+    backend: KernelBackend, bpf_object: Callable[[str], Path]
+) -> None:
+    cfg = _cfg(
+        bpf_object("uei"), rodata={"ssthresh_value": 5}, struct_ops={"flags": 0}, hotplug_seq=False
+    )
+    h = backend.prepare("uei", cfg)
+    try:
+        assert h.ops_name == "ssd_uei" and h.ops_map == "ssd_uei"
+        assert h.loaded is not None and set(h.loaded.programs) >= {"ssd_uei_ssthresh"}
+        for phase in ("open", "customize", "kmod_btfs", "load", "load.maps"):
+            assert h.timings_ns[phase] >= 0, phase
+        assert h.timings_ns["load"] > 0
+        # the tunable reached the kernel's .rodata map
+        rodata = h.loaded.maps[".rodata"]
+        value = S.map_lookup_elem(rodata.fd, b"\0\0\0\0", rodata.spec.value_size)
+        off = rodata.spec.variable("ssthresh_value")
+        assert value is not None and off is not None
+        assert struct.unpack_from("<I", value, off.offset)[0] == 5
+        counters = backend.counters()
+        assert counters["prepares"] == 1 and counters["spec_cache_misses"] == 1
+        assert counters["prepare.load_ns"] == h.timings_ns["load"]
+    finally:
+        backend.discard(h)
+    h2 = backend.prepare("uei", cfg)
+    backend.discard(h2)
+    assert backend.counters()["spec_cache_hits"] == 1
+    assert h2.timings_ns["open"] == 0  # cached: not parsed again
+    backend.discard(h2)  # idempotent
+
+
+def test_prepare_sets_hotplug_seq_from_sysfs(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    # tcp_congestion_ops has no hotplug_seq member: the attempt proves the sysfs value is
+    # read and applied (the customisation names the member it could not set).
+    with pytest.raises(CustomizationError, match="hotplug_seq"):
+        backend.prepare("uei", _cfg(bpf_object("uei")))
+    assert backend.counters()["prepare_failures"] == 1
+
+
+def test_prepare_errors_are_typed(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], tmp_path: Path
+) -> None:
+    with pytest.raises(CustomizationError, match=r"rodata\.nope"):
+        backend.prepare("uei", _cfg(bpf_object("uei"), rodata={"nope": 1}, hotplug_seq=False))
+    with pytest.raises(LoadError, match="not a scheduler"):
+        KernelBackend(pin_dir=tmp_path).prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    with pytest.raises(LoadError, match="several"):
+        backend.prepare("so", _cfg(bpf_object("struct_ops"), hotplug_seq=False))
+
+
+def test_spec_cache_keyed_by_identity(bpf_object: Callable[[str], Path], tmp_path: Path) -> None:
+    obj = tmp_path / "x.bpf.o"
+    shutil.copy(bpf_object("uei"), obj)
+    cache = SpecCache(max_entries=4)
+    a = cache.open(obj)
+    assert not a.cached and a.open_ns > 0 and a.spec.name == "x"
+    assert cache.open(obj).cached
+    os.utime(obj, ns=(time.time_ns(), time.time_ns() + 10**9))  # mtime changes
+    assert not cache.open(obj).cached
+    replacement = tmp_path / "y"
+    shutil.copy(bpf_object("struct_ops"), replacement)
+    os.replace(replacement, obj)  # new inode and size at the same path
+    c = cache.open(obj)
+    assert not c.cached and {m.name for m in c.spec.struct_ops_maps} == {"ssd_plain", "ssd_link"}
+
+
+def test_exit_info_read_from_the_data_map(
+    backend: KernelBackend, bpf_object: Callable[[str], Path]
+) -> None:
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        assert h.uei is not None and h.uei.map_name == ".data"
+        assert backend.exit_info(h) is None  # never written
+        reason, msg = b"BPF scheduler called scx_bpf_error()", b"injected error after 40"
+        rec = struct.pack("<iiq128s1024s", 1, 1025, -22, reason, msg)
+        assert h.loaded is not None
+        h.loaded.write_variable("uei", rec)
+        info = backend.exit_info(h)
+        assert info is not None
+        assert (info.kind, info.kind_name, info.exit_code) == (1025, "ERROR_BPF", -22)
+        assert (info.reason, info.message) == (reason.decode(), msg.decode())
+    finally:
+        backend.discard(h)
+    assert backend.exit_info(h) is None  # discarded: nothing to read, no error
+
+
+def test_uei_layout_absent_and_names(bpf_object: Callable[[str], Path]) -> None:
+    spec = SpecCache().open(bpf_object("struct_ops")).spec
+    assert uei_layout(spec) is None
+    uspec = SpecCache().open(bpf_object("uei")).spec
+    assert ops_name_of(uspec, sched_ext_map(uspec, TCP)) == "ssd_uei"
+
+
+def test_attach_needs_sched_ext(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        (scx_root / "state").write_text("enabled\n")
+        with pytest.raises(SchedExtError, match="not disabled"):
+            backend.attach(h, 0.2)
+        assert not h.attached and h.link() is None
+        assert backend.pins.names() == []
+    finally:
+        backend.discard(h)
+
+
+def test_attach_undone_when_the_kernel_does_not_run_it(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    # The link is real (tcp_congestion_ops registers); sysfs still reads "disabled" after
+    # BPF_LINK_CREATE returned, which on sched_ext means the kernel threw the scheduler out
+    # at once: attach fails without waiting out its timeout and leaves no link, no pin.
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        start = time.monotonic()
+        with pytest.raises(SchedExtError, match="disabled by the kernel right after attach"):
+            backend.attach(h, 5.0)
+        assert time.monotonic() - start < 2.0
+        assert h.link() is None and not h.attached
+        assert backend.pins.names() == []
+        assert _registered("ssd_uei", False)
+        assert backend.counters()["attach_failures"] == 1
+    finally:
+        (scx_root / "state").write_text("disabled\n")
+        backend.discard(h)
+
+
+@pytest.mark.usefixtures("sysfs_follows")
+def test_attach_detach_pins_and_reattach(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    # attach confirms "enabled" with the ops name and pins the real link and exit map,
+    # detach removes the pins and closes the link, and a detached handle attaches again
+    # (what a rollback does).
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        for _ in range(2):
+            backend.attach(h, 2.0)
+            link = h.link()
+            assert link is not None and h.attached
+            assert sorted(os.listdir(backend.pins.path("uei"))) == ["exit_map", "link"]
+            pinned = S.obj_get(backend.pins.path("uei") / "link")
+            try:
+                assert S.link_info(pinned).id == S.link_info(link).id
+                assert S.link_info(pinned).type == A.LinkType.STRUCT_OPS
+            finally:
+                pinned.close()
+            assert _registered("ssd_uei", True)
+            assert {"attach.link_ns", "attach.pin_ns", "attach.enable_wait_ns"} <= set(
+                backend.counters()
+            )
+            backend.detach(h, 2.0)
+            assert not _attached(h) and backend.pins.names() == []
+            assert _registered("ssd_uei", False)
+            assert "detach.disable_wait_ns" in backend.counters()
+        backend.detach(h, 0.1)  # not attached: a no-op
+    finally:
+        _set_state(scx_root, "disabled", None)
+        backend.discard(h)
+
+
+def test_pins_survive_the_handle_and_adopt_cleans_stale(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    assert h.loaded is not None
+    link = h.create_link()
+    data = h.exit_map_fd()
+    assert data is not None
+    backend.pins.pin("uei", link, data)
+    (backend.pins.root / "junk").mkdir()
+    link_id = S.link_info(link).id
+    h.close()  # as if the daemon died: only the pins hold the link now
+    assert _registered("ssd_uei", True)
+    pinned = PinDir(backend.pins.root).open("uei")
+    assert pinned is not None and pinned.exit_map is not None
+    assert S.link_info(pinned.link).id == link_id
+    pinned.close()
+    # sched_ext reads disabled: nothing to adopt, every pin is stale and removed, which
+    # drops the last reference to the link.
+    cfg = {"uei": _cfg(bpf_object("uei"), hotplug_seq=False)}
+    assert backend.adopt(cfg) is None
+    assert backend.pins.names() == []
+    assert backend.counters()["stale_pins_removed"] == 2
+    assert _registered("ssd_uei", False)
+
+
+@pytest.mark.usefixtures("sysfs_follows")
+def test_adopt_reopens_a_running_pinned_scheduler(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+
+    def previous_daemon() -> None:
+        # attach and pin, record an exit record, then die (fds closed, pins stay)
+        h = backend.prepare("uei", cfg)
+        assert h.loaded is not None
+        backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
+        rec = struct.pack("<iiq128s1024s", 1, 1026, 0, b"stall", b"m")
+        h.loaded.write_variable("uei", rec)
+        h.close()
+        assert (scx_root / "root" / "ops").read_text() == "ssd_uei\n"
+
+    previous_daemon()
+    # pinned under a name the configuration no longer has: stale, removed
+    assert backend.adopt({"other": cfg}) is None
+    assert backend.pins.names() == []
+    previous_daemon()
+    got = backend.adopt({"uei": cfg})
+    assert isinstance(got, KernelPrepared)
+    try:
+        assert got.adopted and got.attached and got.ops_name == "ssd_uei"
+        assert _registered("ssd_uei", True)
+        info = backend.exit_info(got)
+        assert info is not None and (info.kind_name, info.reason) == ("ERROR_STALL", "stall")
+        assert backend.pins.names() == ["uei"]
+        backend.detach(got, 1.0)  # unpins and closes the adopted link
+        assert backend.pins.names() == []
+        assert _registered("ssd_uei", False)
+        # an adopted handle attaches again (rollback) from the struct_ops map it holds
+        backend.attach(got, 2.0)
+        assert backend.pins.names() == ["uei"]
+        assert _registered("ssd_uei", True)
+    finally:
+        backend.discard(got)
+    assert backend.pins.names() == []
+    assert _registered("ssd_uei", False)
+
+
+def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path: Path) -> None:
+    st = backend.kernel_state()
+    assert (st.state, st.ops, st.enable_seq) == ("disabled", None, 3)
+    assert KernelBackend(sched_ext_root=tmp_path / "absent").kernel_state().state == ("unavailable")
+    hits = threading.Event()
+    stop = backend.watch(hits.set)
+    try:
+        time.sleep(0.1)
+        hits.clear()
+        start = time.monotonic()
+        (scx_root / "state").write_text("enabled\n")
+        assert hits.wait(1.0), "a sysfs change was not noticed within 1 s"
+        assert time.monotonic() - start < 1.0
+    finally:
+        stop()

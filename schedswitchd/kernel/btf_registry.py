@@ -153,6 +153,29 @@ class RegistryStats:
     module_uevents: int
     ids: BtfIdStats | None
 
+    def as_counters(self) -> dict[str, int]:
+        """Flat ``name -> int`` counters for status output (bytes, ns and counts as named)."""
+        c = self.cache
+        out = {
+            "btf_cache_hits": c.hits,
+            "btf_cache_misses": c.misses,
+            "btf_cache_evictions": c.evictions,
+            "btf_cache_invalidations": c.invalidations,
+            "btf_cache_entries": c.entries,
+            "btf_cache_bytes": c.bytes_held,
+            "btf_cache_max_entries": c.max_entries,
+            "btf_cache_max_bytes": c.max_bytes,
+            "kmod_btfs_read": self.module_btfs_read,
+            "kmod_btf_read_ns": self.read_ns,
+            "kmod_btf_stale_dropped": self.stale_dropped,
+            "kmod_uevents": self.module_uevents,
+        }
+        if self.ids is not None:
+            out["btf_id_full_scans"] = self.ids.full_scans
+            out["btf_id_incremental_scans"] = self.ids.incremental_scans
+            out["btf_id_mismatches"] = self.ids.mismatches
+        return out
+
 
 class KernelBtfRegistry:
     """vmlinux and module BTFs of one kernel, for every load a process makes.

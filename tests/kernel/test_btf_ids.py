@@ -86,6 +86,7 @@ def test_registry_on_sysfs_root() -> None:
     assert t.report.missing == ["nf_tables"] and t.report.modules_read == 0
     reg.handle_uevent(make_uevent("remove", "/module/nf_tables", "module"))
     assert reg.stats().module_uevents == 1
+    assert reg.stats().as_counters()["btf_id_full_scans"] >= 1
 
 
 def test_eperm_while_walking_is_not_fatal() -> None:

@@ -80,6 +80,9 @@ def test_declared_two_modules_reads_exactly_two(full_root: Path) -> None:
     s = reg.stats()
     assert (s.module_btfs_read, s.cache.hits, s.cache.entries) == (2, 2, 2)
     assert s.cache.bytes_held == sum(os.path.getsize(full_root / n) for n in ("kvm", "nf_tables"))
+    flat = s.as_counters()
+    assert flat["kmod_btfs_read"] == 2 and flat["btf_cache_hits"] == 2
+    assert flat["btf_cache_bytes"] == s.cache.bytes_held and "btf_id_full_scans" not in flat
 
 
 def test_config_extras_duplicates_dashes_and_absent_modules(full_root: Path) -> None:

@@ -479,3 +479,37 @@ def test_btf_sanitised_for_a_kernel_without_newer_kinds(kernel: TargetBtfs) -> N
         # a keyless array map needs a DATASEC value type, so (as libbpf does) the map was
         # created again without BTF types
         assert S.map_info(obj.maps[".data"].fd).btf_value_type_id == 0
+
+
+def _with_indexed_read(spec: ObjectSpec) -> ObjectSpec:
+    """Add a program reading ``*(u64 *)((char *)&counter + tunable)``: the verifier knows
+    the frozen .rodata value, so the access is accepted or rejected by ``tunable``."""
+    body = (
+        asm.ld_imm64(1, 0, 0, 0)  # &counter
+        + asm.ld_imm64(3, 0, 0, 0)  # &tunable
+        + asm.ldx_w(2, 3, 0)
+        + I.Insn(I.CLASS_ALU64 | asm.ALU_ADD | I.SRC_X, 1, 2, 0, 0).encode()
+        + asm.ldx_dw(0, 1, 0)
+        + asm.exit_()
+    )
+    prog = _prog(
+        "indexed",
+        body,
+        (
+            Fixup(FixupKind.MAP_VALUE, 0, map_index=0),
+            Fixup(FixupKind.MAP_VALUE, 2, map_index=1),
+        ),
+    )
+    return dataclasses.replace(spec, programs=(*spec.programs, prog))
+
+
+def test_bad_rodata_value_is_a_verifier_error(kernel: TargetBtfs) -> None:
+    from schedswitchd.bpf.customize import set_variable
+
+    good = set_variable(_with_indexed_read(_spec()), "tunable", 0)
+    with load_object(good, kernel) as obj:
+        assert "indexed" in obj.programs
+    bad = set_variable(_with_indexed_read(_spec()), "tunable", 4096)
+    err = _fail_leaves_nothing(bad, kernel, ProgramLoadError)
+    assert isinstance(err, ProgramLoadError) and err.program == "indexed"
+    assert err.verifier_log and "invalid access to map value" in err.verifier_log

@@ -183,3 +183,25 @@ def test_xlated_same_as_libbpf(name: str, registry: KernelBtfRegistry, libbpf_pi
     assert set(ours) == set(theirs)
     for prog, xl in theirs.items():
         assert ours[prog] == xl, f"{name}:{prog} differs from libbpf's xlated instructions"
+
+
+def test_core_relocations_run_for_real(registry: KernelBtfRegistry) -> None:
+    from schedswitchd.bpf.btf_types import Enum, Kind
+
+    vmlinux = registry.targets(()).vmlinux
+    with _load(_obj("core_kinds"), registry) as obj:
+        assert "core" in obj.timings_ns
+        with S.link_create(obj.programs["core_kinds"].fd, A.AttachType.TRACE_RAW_TP):
+            deadline = time.monotonic() + 5
+            while not any(obj.read_variable("out")[8:16]):
+                assert time.monotonic() < deadline, "sched_switch program never ran"
+                time.sleep(0.01)
+        out = struct.unpack("<16Q", obj.read_variable("out"))
+    task = vmlinux.find("task_struct", Kind.STRUCT)
+    assert task is not None
+    pid_type = vmlinux.type(vmlinux.find("pid_type", Kind.ENUM) or 0)
+    assert isinstance(pid_type, Enum)
+    sid = next(v.value for v in pid_type.values if v.name == "PIDTYPE_SID")
+    assert out[1:4] == (1, 0, 16)  # pid exists, no_such_field does not, sizeof(comm)
+    assert out[7:12] == (task, 1, 0, vmlinux.size_of(task), 1)
+    assert out[12:14] == (0, sid)

@@ -53,9 +53,27 @@ def test_load_order_puts_dependencies_first(kernel: SidKernel) -> None:
 def test_insmod_script_uses_decompressed_copies(kernel: SidKernel) -> None:
     script = vm.insmod_script(kernel, ["9p"], strict=True)
     paths = kernel.decompressed_paths()
-    assert script.index(f"netfs={paths['netfs']}") < script.index(f"9p={paths['9p']}")
+    assert script.index(f"netfs {paths['netfs']}\n") < script.index(f"9p {paths['9p']}\n")
     assert ".xz" not in script
-    assert "exit 1" in script
+    assert "--strict" in script
+
+
+def test_insmod_many_reports_failures(tmp_path: Path) -> None:
+    # On the host (no modules allowed to load here): a non-module file fails with a reason.
+    bogus = tmp_path / "bogus.ko"
+    bogus.write_bytes(b"not an ELF module")
+    script = REPO / "tools" / "insmod_many.py"
+    for strict, want_rc in ((True, 1), (False, 0)):
+        proc = subprocess.run(
+            ["python3", "-I", "-S", str(script), *(["--strict"] if strict else [])],
+            input=f"no_such_mod_xyz {bogus}\n",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == want_rc
+        assert proc.stderr.startswith("insmod failed: no_such_mod_xyz: ")
+        assert proc.stdout == "insmod: 0 loaded, 1 failed in " + proc.stdout.split(" in ")[1]
 
 
 def test_sample_modules_skip_self_tests(kernel: SidKernel) -> None:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schedswitchd.kernel.uevents import (
     Action,
@@ -87,6 +89,34 @@ def test_parse_unknown_action_kept_as_text() -> None:
 def test_parse_rejects_malformed(data: bytes) -> None:
     with pytest.raises(UeventParseError):
         parse_uevent(data)
+
+
+@given(st.binary(max_size=600))
+def test_parse_arbitrary_bytes_only_raises_parse_error(data: bytes) -> None:
+    try:
+        ev = parse_uevent(data)
+    except UeventParseError:
+        return
+    assert ev.devpath.startswith("/")
+
+
+_TEXT = st.characters(codec="utf-8", blacklist_characters="\x00")
+_PATH = st.characters(codec="utf-8", blacklist_characters="\x00@")
+
+
+@given(
+    st.sampled_from(["add", "remove", "change", "bind"]),
+    st.text(_PATH, max_size=40),
+    st.dictionaries(st.text("ABCDEFGHIJ_", min_size=1, max_size=8), st.text(_TEXT, max_size=20)),
+)
+def test_parse_round_trips_kernel_format(action: str, path: str, env: dict[str, str]) -> None:
+    devpath = "/" + path
+    fields = {**env, "ACTION": action, "DEVPATH": devpath, "SUBSYSTEM": "x"}
+    raw = f"{action}@{devpath}\0".encode() + b"".join(
+        f"{k}={v}\0".encode() for k, v in fields.items()
+    )
+    ev = parse_uevent(raw)
+    assert (ev.action, ev.devpath, ev.subsystem, dict(ev.env)) == (action, devpath, "x", fields)
 
 
 def test_make_uevent_matches_parse() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,36 @@ def test_event_during_read_is_not_cached(
     assert reg.cached_modules() == [] and vmlinux is reg.vmlinux
     monkeypatch.undo()
     assert reg.module("nf_tables") is not None and reg.cached_modules() == ["nf_tables"]
+
+
+def test_concurrent_loads_and_events_keep_bounds(full_root: Path) -> None:
+    names = ["ext4", "kvm", "kvm_intel", "nf_tables", "xfs", "zram", "dummy", "xor"]
+    size = {n: os.path.getsize(full_root / n) for n in names}
+    bound = sorted(size.values())[-1] + sorted(size.values())[-2]
+    reg = KernelBtfRegistry(btf_root=full_root, max_entries=3, max_bytes=bound)
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(40):
+                pick = [names[(k + i) % len(names)], names[(k * 3 + i) % len(names)]]
+                t = reg.targets(pick)
+                assert {b.name for b in t.all()[1:]} == set(pick)
+                if i % 7 == 0:
+                    reg.handle_uevent(make_uevent("remove", f"/module/{pick[0]}", "module"))
+                s = reg.stats().cache
+                assert s.entries <= 3 and s.bytes_held <= bound
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    s = reg.stats().cache
+    assert s.bytes_held == sum(size[n] for n in reg.cached_modules())
 
 
 def test_overflow_resync_drops_everything(full_root: Path) -> None:

@@ -75,7 +75,10 @@ def _ms(ns: int | None) -> str:
 
 
 def _switch_line(info: proto.SwitchInfo) -> str:
-    phases = " ".join(f"{k} {v / 1e6:.1f}" for k, v in info.phases_ns.items() if k != "total")
+    # Top-level phases only; the backend's prepare.<phase> breakdown is in --json.
+    phases = " ".join(
+        f"{k} {v / 1e6:.1f}" for k, v in info.phases_ns.items() if k != "total" and "." not in k
+    )
     line = (
         f"{info.previous} -> {info.target} {info.result}  total "
         f"{_ms(info.phases_ns.get('total'))}  gap {_ms(info.gap_ns)}"

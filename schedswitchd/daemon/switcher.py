@@ -94,6 +94,12 @@ class Prepared(Protocol):
         """``sched_ext_ops.name``: what ``/sys/kernel/sched_ext/root/ops`` reads when it runs."""
         ...
 
+    @property
+    def timings_ns(self) -> Mapping[str, int]:
+        """Durations in ns of the load's own phases (e.g. ``btf``, ``core``, ``maps``,
+        ``prog:<name>``), reported as ``prepare.<phase>`` in switch records; may be empty."""
+        ...
+
 
 class SchedulerBackend(Protocol):
     """The kernel side of switching. All methods block; errors are
@@ -173,9 +179,10 @@ class SwitchRecord:
     ``kernel``; ``result``: ``ok``, ``failed`` (prepare failed; nothing changed),
     ``rolled_back``, ``rollback_failed``, ``ejected``, ``adopted``; ``reason``: why the
     switch was made (free text from the caller, e.g. ``lease 3-ab gaming``);
-    ``phases_ns``: ``prepare``, ``detach``, ``attach``, ``confirm``, ``rollback``, ``total``
-    as they happened; ``gap_ns``: upper bound on the time no BPF scheduler ran (start of
-    detach to confirmed attach; ``None`` when no gap was opened); ``error``: the failure;
+    ``phases_ns``: ``prepare`` (with the backend's own ``prepare.<phase>`` breakdown),
+    ``detach``, ``attach``, ``confirm``, ``rollback``, ``total`` as they happened;
+    ``gap_ns``: upper bound on the time no BPF scheduler ran (start of detach to confirmed
+    attach; ``None`` when no gap was opened); ``error``: the failure;
     ``exit``: the kernel's exit record for ejections and failed attaches.
     """
 
@@ -296,6 +303,8 @@ class Switcher:
             except SchedSwitchError as exc:
                 record.result, record.error = FAILED, exc
                 return
+            for phase, ns in new.timings_ns.items():
+                record.phases_ns[f"prepare.{phase}"] = ns
         old = self.current
         gap_start = time.monotonic_ns()
         if old is not None:

@@ -25,6 +25,7 @@ class FakePrepared:
     attached: bool = False
     discarded: bool = False
     exit: ExitInfo | None = None
+    timings_ns: dict[str, int] = field(default_factory=lambda: {"btf": 2, "core": 3})
 
 
 @dataclass

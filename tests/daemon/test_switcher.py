@@ -31,7 +31,16 @@ def test_switch_order_and_timings() -> None:
     assert rec is not None and rec.ok
     # heavy work first, old one freed only after the new one is confirmed
     assert b.calls == ["prepare vtime", "detach fifo", "attach vtime", "discard fifo"]
-    assert set(rec.phases_ns) == {"prepare", "detach", "attach", "confirm", "total"}
+    assert set(rec.phases_ns) == {
+        "prepare",
+        "prepare.btf",
+        "prepare.core",
+        "detach",
+        "attach",
+        "confirm",
+        "total",
+    }
+    assert (rec.phases_ns["prepare.btf"], rec.phases_ns["prepare.core"]) == (2, 3)
     assert all(v >= 0 for v in rec.phases_ns.values())
     assert rec.gap_ns is not None and 0 <= rec.gap_ns <= rec.phases_ns["total"]
     assert s.active == "vtime" and len(b.live) == 1

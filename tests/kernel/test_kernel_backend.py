@@ -337,6 +337,7 @@ def test_adopt_reopens_a_running_pinned_scheduler(
     # pinned under a name the configuration no longer has: stale, removed
     assert backend.adopt({"other": cfg}) is None
     assert backend.pins.names() == []
+    assert _registered("ssd_uei", False)  # its last reference was the pin
     previous_daemon()
     got = backend.adopt({"uei": cfg})
     assert isinstance(got, KernelPrepared)

@@ -457,3 +457,20 @@ def test_arbitrary_bytes_over_the_socket(shared_srv: Running, data: bytes) -> No
     finally:
         c.close()
     assert shared_srv.client().request(op="status")["ok"]
+
+
+def test_slow_switch_does_not_block_other_clients() -> None:
+    r = Running(FakeBackend(delay_s=1.5))  # every prepare takes 1.5 s
+    try:
+        hinter = r.client()
+        hinter.send_raw(b'{"v":1,"op":"hint","workload":"gaming"}\n')
+        time.sleep(0.2)  # the switch is now running on the worker thread
+        other = r.client()
+        start = time.monotonic()
+        status = other.request(op="status")
+        assert time.monotonic() - start < 0.5, "status waited for the switch"
+        assert status["ok"] and status["status"]["active"] == "kernel"
+        reply = hinter.recv_line()
+        assert reply is not None and reply["active"] == "gaming"
+    finally:
+        r.stop()

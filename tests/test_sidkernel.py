@@ -137,3 +137,18 @@ def test_partial_cache_never_looks_complete(tmp_path: Path) -> None:
     good.mkdir()
     (good / sidkernel.MARKER).write_text(json.dumps({"version": "1.3-amd64", "created": 1.0}))
     assert [k.version for _, k in sidkernel._complete(tmp_path)] == ["1.3-amd64"]
+
+
+def test_resolve_through_the_cached_apt_lists(kernel: SidKernel) -> None:
+    # Offline: the private lists fetched when the cache was built answer apt-cache.
+    apt = sidkernel._PrivateApt(kernel.root.parent / ".apt")
+    version, packages = sidkernel.resolve_packages(apt)
+    assert version.endswith("-amd64")
+    assert f"linux-modules-{version}" in packages
+    assert f"linux-binary-{version}" in packages
+    marker = json.loads((kernel.root / sidkernel.MARKER).read_text())
+    if version == kernel.version:
+        assert sorted(marker["packages"]) == sorted(packages)
+    # The private sources list points at the machine's own mirror, suite sid.
+    uri, _ = sidkernel.system_mirror()
+    assert f" {uri} sid main" in apt.source_list.read_text()

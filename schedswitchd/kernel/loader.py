@@ -415,8 +415,16 @@ class _Loader:
                     )
                 hit = None
             else:
+                in_module = btf is not self.kernel.vmlinux
                 return ResolvedExtern(
-                    ext.name, ext.kind, True, btf.name, fid, fd_index=self.fd_index(btf)
+                    ext.name,
+                    ext.kind,
+                    True,
+                    btf.name,
+                    fid,
+                    fd_index=self.fd_index(btf),
+                    # an ld_imm64 of the kfunc's address names its module BTF by fd
+                    module_fd=self.module_fd(btf).fd if in_module else 0,
                 )
         if ext.weak:
             return ResolvedExtern(ext.name, ext.kind, False)

@@ -513,3 +513,32 @@ def test_bad_rodata_value_is_a_verifier_error(kernel: TargetBtfs) -> None:
     err = _fail_leaves_nothing(bad, kernel, ProgramLoadError)
     assert isinstance(err, ProgramLoadError) and err.program == "indexed"
     assert err.verifier_log and "invalid access to map value" in err.verifier_log
+
+
+def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
+    """``if (kfunc)``: a resolved kfunc's address is an ld_imm64 of its BTF id
+    (BPF_PSEUDO_BTF_ID); an unresolved weak one becomes the constant 0."""
+    body = (
+        asm.ld_imm64(1, 0, 0, 0)  # &bpf_rcu_read_lock
+        + asm.ld_imm64(2, 0, 0, 0)  # &ssd_no_such_kfunc
+        + asm.mov64_reg(0, 2)
+        + asm.exit_()
+    )
+    prog = _prog(
+        "ksym_addr",
+        body,
+        (
+            Fixup(FixupKind.KSYM, 0, extern="bpf_rcu_read_lock"),
+            Fixup(FixupKind.KSYM, 2, extern="ssd_no_such_kfunc"),
+        ),
+    )
+    spec = _spec()
+    spec = dataclasses.replace(spec, programs=(*spec.programs, prog))
+    with load_object(spec, kernel) as obj:
+        insns = obj.programs["ksym_addr"].insns
+        first, missing = I.decode(insns, 0), I.decode(insns, 2)
+        assert first.src == I.PSEUDO_BTF_ID
+        assert first.imm == kernel.vmlinux.find_ids("bpf_rcu_read_lock", Kind.FUNC)[0]
+        assert I.decode(insns, 1).imm == 0  # vmlinux: no module BTF fd
+        assert (missing.src, missing.imm, I.decode(insns, 3).imm) == (0, 0, 0)
+        assert S.prog_test_run(obj.programs["ksym_addr"].fd).retval == 0

@@ -1,0 +1,135 @@
+"""Runs inside the sched_ext VM (``tests/vm/test_loader_vm.py``): our loader on the sample
+schedulers, and the xlated comparison with Debian's libbpf (``bpftool prog loadall``).
+
+Usage (in the VM): ``python -m tests.vm.loader_driver SCHED_DIR NAME OUT.json``. Records:
+``cycle`` (load ``NAME.bpf.o`` -- the ``.struct_ops.link`` build --, attach, sched_ext
+state and ops name, a workload, the ``nr_enqueued`` counter, detach, final state, phase
+timings) and ``xlated`` (per program of ``NAME.legacy.bpf.o``: whether our xlated
+instructions equal libbpf's, map ids aside). Observations only; the host test asserts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from schedswitchd.bpf import insn as I
+from schedswitchd.bpf.object import open_object
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.fd import ProgFd
+from schedswitchd.kernel.loader import load_object
+
+STATE = Path("/sys/kernel/sched_ext/state")
+OPS = Path("/sys/kernel/sched_ext/root/ops")
+
+
+def _state() -> str:
+    return STATE.read_text().strip()
+
+
+def _wait_state(want: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _state() == want:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _workload() -> None:
+    procs = [
+        subprocess.Popen(["sh", "-c", "seq 1 20000 | sort -rn | tail -1 > /dev/null"])
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.wait()
+
+
+def cycle(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"initial": _state()}
+    spec = open_object(path)
+    with load_object(spec, reg.targets(spec.kmod_btfs), open_btf_object=reg.open_btf_object) as obj:
+        obj.attach_struct_ops()
+        out["enabled"] = _wait_state("enabled", 10)
+        out["ops"] = OPS.read_text().strip() if OPS.exists() else None
+        _workload()
+        out["state_after_workload"] = _state()
+        raw = obj.read_variable("nr_enqueued")  # u64, or u64[levels]: sum them
+        out["nr_enqueued"] = sum(
+            int.from_bytes(raw[i : i + 8], "little") for i in range(0, len(raw), 8)
+        )
+        obj.detach_struct_ops()
+        out["disabled"] = _wait_state("disabled", 10)
+        out["timings_ns"] = dict(obj.timings_ns)
+    return out
+
+
+def _normalize(xlated: bytes) -> bytes:
+    buf = bytearray(xlated)
+    i, n = 0, I.count(buf)
+    while i < n:
+        ins = I.decode(buf, i)
+        if ins.is_ld_imm64:
+            if ins.src in (I.PSEUDO_MAP_FD, I.PSEUDO_MAP_VALUE):
+                I.encode_into(buf, i, I.Insn(ins.code, ins.dst, ins.src, ins.off, 0))
+            i += 2
+        else:
+            i += 1
+    return bytes(buf)
+
+
+def xlated(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
+    pins = Path("/sys/fs/bpf/ssd_loader_vm")
+    run = subprocess.run(
+        ["bpftool", "prog", "loadall", str(path), str(pins)], capture_output=True, text=True
+    )
+    if run.returncode != 0:
+        return {"libbpf_error": run.stderr[-500:]}
+    try:
+        theirs: dict[str, bytes] = {}
+        for pin in sorted(os.listdir(pins)):
+            with S.obj_get(pins / pin, expect=ProgFd) as fd:
+                info = S.prog_info(fd)
+                theirs[info.name] = _normalize(info.xlated_insns)
+    finally:
+        shutil.rmtree(pins, ignore_errors=True)
+    spec = open_object(path)
+    with load_object(spec, reg.targets(spec.kmod_btfs), open_btf_object=reg.open_btf_object) as obj:
+        ours = {
+            S.prog_info(p.fd, xlated=False).name: _normalize(S.prog_info(p.fd).xlated_insns)
+            for p in obj.programs.values()
+        }
+    return {
+        "ours": sorted(ours),
+        "theirs": sorted(theirs),
+        "equal": {n: ours.get(n) == x for n, x in theirs.items()},
+        "insns": {n: len(x) // 8 for n, x in theirs.items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    sched_dir, name, out_path = Path(argv[0]), argv[1], Path(argv[2])
+    reg = KernelBtfRegistry()
+    result: dict[str, Any] = {}
+    for key, fn, obj in (
+        ("cycle", cycle, sched_dir / f"{name}.bpf.o"),
+        ("xlated", xlated, sched_dir / f"{name}.legacy.bpf.o"),
+    ):
+        try:
+            result[key] = fn(reg, obj)
+        except Exception as e:  # record, so one failure does not hide the rest
+            result[key] = {"exception": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}
+    out_path.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -171,3 +171,14 @@ def test_no_reattach_while_kernel_is_disabling() -> None:
     b.eject()
     found = s.check_ejected()
     assert found is not None and found[0].result == sw.EJECTED
+
+
+def test_backends_conform_to_the_protocol() -> None:
+    """Checked by mypy (structural typing): both backends are SchedulerBackends."""
+    from schedswitchd.daemon.kernel_backend import KernelBackend
+
+    def as_protocol(backend: KernelBackend | FakeBackend) -> sw.SchedulerBackend:
+        return backend
+
+    assert as_protocol(FakeBackend()) is not None
+    assert callable(KernelBackend.prepare)

@@ -808,6 +808,20 @@ class _Loader:
         btf, tid = hit
         return tid, None if btf is self.kernel.vmlinux else self.module_fd(btf)
 
+    def fill_prog_arrays(self) -> None:
+        """``.values`` initialisers of PROG_ARRAY maps: slot -> program fd."""
+        for m in self.spec.maps:
+            if m.type != A.MapType.PROG_ARRAY or not m.init_slots or m.name not in self.obj.maps:
+                continue
+            for index, prog_name in m.init_slots:
+                prog = self.obj.programs.get(prog_name)
+                if prog is None:
+                    raise LoadError(
+                        f"map {m.name}: slot {index} names program {prog_name}, "
+                        "which was not loaded"
+                    )
+                S.map_update_elem(self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(prog.fd.fd))
+
     def build_struct_ops_values(self) -> None:
         for map_name, plan in self.plans.items():
             so = self.spec.map(map_name).struct_ops
@@ -890,6 +904,7 @@ def load_object(
         loader.plan_struct_ops()
         loader.create_maps()
         loader.load_programs()
+        loader.fill_prog_arrays()
         loader.build_struct_ops_values()
     except BaseException:
         loader.obj.close()

@@ -542,3 +542,28 @@ def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
         assert I.decode(insns, 1).imm == 0  # vmlinux: no module BTF fd
         assert (missing.src, missing.imm, I.decode(insns, 3).imm) == (0, 0, 0)
         assert S.prog_test_run(obj.programs["ksym_addr"].fd).retval == 0
+
+
+def test_prog_array_values_initialiser(kernel: TargetBtfs) -> None:
+    spec = _spec()
+    jmp = MapSpec(
+        "jmp_table",
+        "jmp_table",
+        MapKind.DECLARED,
+        A.MapType.PROG_ARRAY,
+        4,
+        4,
+        2,
+        init_slots=((1, "counter"),),
+    )
+    spec = dataclasses.replace(spec, maps=(*spec.maps, jmp))
+    with load_object(spec, kernel) as obj:
+        m = obj.maps["jmp_table"].fd
+        assert S.map_lookup_elem(m, struct.pack("<I", 1), 4) == struct.pack(
+            "<I", obj.programs["counter"].id
+        )
+        assert S.map_lookup_elem(m, struct.pack("<I", 0), 4) is None
+    bad = dataclasses.replace(jmp, init_slots=((0, "no_such_prog"),))
+    spec_bad = dataclasses.replace(spec, maps=(*spec.maps[:-1], bad))
+    err = _fail_leaves_nothing(spec_bad, kernel, LoadError)
+    assert "no_such_prog" in str(err)

@@ -6,9 +6,10 @@ subprogram, elsewhere an entry program. Relocations of executable sections are c
 per instruction (map reference, global data, subprogram call, callback pointer, kfunc call,
 ksym or kconfig load, arena data). Each entry program is then linked on its own: the
 ``.text`` subprograms it reaches (through calls or callback pointers, transitively) are
-appended once each after it, call and ``BPF_PSEUDO_FUNC`` offsets are rewritten for the new
-layout, and func_info, line_info and CO-RE records are re-based to the linked instruction
-indices. Instruction format: :mod:`schedswitchd.bpf.insn`.
+appended once each after it (depth-first, in libbpf's order), call and
+``BPF_PSEUDO_FUNC`` offsets are rewritten for the new layout, and func_info, line_info
+and CO-RE records are re-based to the linked instruction indices.
+Instruction format: :mod:`schedswitchd.bpf.insn`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from schedswitchd.bpf import insn as I
 from schedswitchd.bpf.btf_ext import BtfExt
@@ -236,58 +238,64 @@ def link_program(
     """
     out = bytearray(entry.section.data[entry.offset : entry.offset + entry.size])
     placed: dict[int, int] = {}
-    work: list[tuple[Function, int]] = [(entry, 0)]
     fixups: list[Fixup] = []
     finfo: list[FuncInfo] = []
     linfo: list[LineInfo] = []
     crelos: list[CoreRelo] = []
     subs: list[str] = []
-    i = 0
-    while i < len(work):
-        f, base = work[i]
-        i += 1
-        sec_relos = relos.get(f.section.index, {})
+    if ext is not None:
+        _rebase_ext(entry, 0, ext, finfo, linfo, crelos)
+    # Depth-first like libbpf's recursive bpf_object__reloc_code, so the linked layout (and
+    # the kernel's xlated program) is the same as libbpf's; an explicit stack of
+    # (function, base slot, next instruction) frames keeps deep call chains off the C stack.
+    stack: list[list[Any]] = [[entry, 0, 0]]
+    while stack:
+        frame = stack[-1]
+        f, base, j = frame
         n = f.size // I.INSN_SIZE
-        j = 0
-        while j < n:
-            sec_idx = f.first + j
-            slot = base + j
-            ins = I.decode(out, slot)
-            step = 2 if ins.is_ld_imm64 else 1
-            if ins.is_ld_imm64 and j + 1 >= n:
-                raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
-            r = sec_relos.get(sec_idx)
-            target = -1
-            if r is not None and r.kind in ("call", "func"):
-                target = r.target
-            elif r is not None:
-                _apply(out, slot, ins, r, fixups)
-            elif ins.code == I.CALL and ins.src == I.PSEUDO_CALL:
-                if f.section.name != ".text":
-                    raise ObjectError(
-                        f"{f.name}: call at instruction {j} without a relocation leaves .text"
-                    )
-                target = sec_idx + ins.imm + 1
-            elif ins.is_ld_imm64 and ins.src == I.PSEUDO_FUNC:
-                raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
-            if target >= 0:
-                sub = text_funcs.get(target)
-                if sub is None:
-                    raise ObjectError(
-                        f"{f.name}: instruction {j} calls .text instruction {target}, "
-                        "which does not start a function"
-                    )
-                if sub.offset not in placed:
-                    placed[sub.offset] = len(out) // I.INSN_SIZE
-                    work.append((sub, placed[sub.offset]))
-                    subs.append(sub.name)
-                    out += sub.section.data[sub.offset : sub.offset + sub.size]
-                rel = placed[sub.offset] - slot - 1
-                src = I.PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
-                I.encode_into(out, slot, I.Insn(ins.code, ins.dst, src, ins.off, rel))
-            j += step
-        if ext is not None:
-            _rebase_ext(f, base, ext, finfo, linfo, crelos)
+        if j >= n:
+            stack.pop()
+            continue
+        sec_idx = f.first + j
+        slot = base + j
+        ins = I.decode(out, slot)
+        if ins.is_ld_imm64 and j + 1 >= n:
+            raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
+        frame[2] = j + (2 if ins.is_ld_imm64 else 1)
+        r = relos.get(f.section.index, {}).get(sec_idx)
+        target = -1
+        if r is not None and r.kind in ("call", "func"):
+            target = r.target
+        elif r is not None:
+            _apply(out, slot, ins, r, fixups)
+        elif ins.code == I.CALL and ins.src == I.PSEUDO_CALL:
+            if f.section.name != ".text":
+                raise ObjectError(
+                    f"{f.name}: call at instruction {j} without a relocation leaves .text"
+                )
+            target = sec_idx + ins.imm + 1
+        elif ins.is_ld_imm64 and ins.src == I.PSEUDO_FUNC:
+            raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
+        if target < 0:
+            continue
+        sub = text_funcs.get(target)
+        if sub is None:
+            raise ObjectError(
+                f"{f.name}: instruction {j} calls .text instruction {target}, "
+                "which does not start a function"
+            )
+        fresh = sub.offset not in placed
+        if fresh:
+            placed[sub.offset] = len(out) // I.INSN_SIZE
+            subs.append(sub.name)
+            out += sub.section.data[sub.offset : sub.offset + sub.size]
+            if ext is not None:
+                _rebase_ext(sub, placed[sub.offset], ext, finfo, linfo, crelos)
+        rel = placed[sub.offset] - slot - 1
+        src = I.PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
+        I.encode_into(out, slot, I.Insn(ins.code, ins.dst, src, ins.off, rel))
+        if fresh:
+            stack.append([sub, placed[sub.offset], 0])
     return Linked(bytes(out), tuple(fixups), tuple(finfo), tuple(linfo), tuple(crelos), tuple(subs))
 
 

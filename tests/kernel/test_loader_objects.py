@@ -135,15 +135,7 @@ def libbpf_pins(bpffs: Path) -> Iterator[Path]:
     "name",
     [
         "kconfig",
-        pytest.param(
-            "subprogs",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the object linker appends subprograms breadth-first; libbpf "
-                "(bpf_object__reloc_code) appends depth-first (loop_cb, add_one, map_cb, "
-                "twice), so callback/call offsets differ",
-            ),
-        ),
+        "subprogs",
         "core_kinds",
         "kmod_empty",
         "kmod_fixed",

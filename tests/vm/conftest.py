@@ -7,10 +7,11 @@ One boot per test module: a module declares its checks as named shell steps
     VM_COMMON = "..."         # optional, sourced by every step (shell functions)
     VM_STEPS = {"state": "cat /sys/kernel/sched_ext/state", ...}
     VM_TIMEOUT = 240          # optional, seconds for the whole boot
-    VM_INPUTS = {...}         # optional: files put in $RESULTS, or a callable
-                              # (kernel, build/bpf dir) -> that dict
+    VM_INPUTS = {...}         # optional: files put in $RESULTS
 
-and each test asserts on ``vm_steps.step("state")``. Other tests call ``vm_run(script)`` for a
+and each test asserts on ``vm_steps.step("state")``. VM_STEPS, VM_PRELUDE, VM_COMMON and
+VM_INPUTS may also be functions ``(kernel: SidKernel, sched_dir: Path) -> value``, called
+once when the module's VM boots. Other tests call ``vm_run(script)`` for a
 boot of their own. When qemu or the kernel cannot be obtained these fixtures FAIL (never
 skip): `make test` must not pass without having run the VM.
 """
@@ -72,18 +73,22 @@ def vm_steps(
 ) -> vm.StepsResult:
     """The test module's ``VM_STEPS`` run in one boot (see the module docstring)."""
     module = request.module
-    steps: Mapping[str, str] = module.VM_STEPS
-    inputs = getattr(module, "VM_INPUTS", None)
-    if callable(inputs):
-        inputs = inputs(sid_kernel, sched_objects)
+
+    def declared(name: str, default: Any) -> Any:
+        value = getattr(module, name, default)
+        return value(sid_kernel, sched_objects) if callable(value) else value
+
+    steps: Mapping[str, str] = declared("VM_STEPS", None)
+    if not steps:
+        pytest.fail(f"{module.__name__} uses vm_steps but declares no VM_STEPS")
     result = vm.run_steps(
         steps,
-        prelude=getattr(module, "VM_PRELUDE", ""),
-        common=getattr(module, "VM_COMMON", ""),
+        prelude=declared("VM_PRELUDE", ""),
+        common=declared("VM_COMMON", ""),
         step_timeout=getattr(module, "VM_STEP_TIMEOUT", 120),
         kernel=sid_kernel,
         timeout=getattr(module, "VM_TIMEOUT", 240),
-        inputs=inputs,
+        inputs=declared("VM_INPUTS", None),
     )
     if not result.steps:
         pytest.fail(f"no step of {module.__name__} ran in the VM\n{result.vm.tail()}")

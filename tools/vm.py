@@ -241,6 +241,10 @@ mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
 mkdir -p /newroot@RESULTS@
 mount -t 9p -o $O results /newroot@RESULTS@ || fail "mount results"
+# The checkout may live under /tmp (CI clones anywhere), which the tmpfs above hides: give it
+# its own share at the same path.
+mkdir -p /newroot@REPO@
+mount -t 9p -o $O,ro repo /newroot@REPO@ || fail "mount repo"
 echo "@READY@" > /dev/console
 R=@RESULTS@/.vm
 chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/script" \
@@ -248,6 +252,7 @@ chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/scr
 echo $? > /newroot@RESULTS@/.vm/rc
 sync
 umount /newroot@RESULTS@
+umount /newroot@REPO@
 poweroff -f
 """
 
@@ -259,6 +264,7 @@ def build_initramfs(kernel: SidKernel) -> Path:
         _INIT.replace("@MODULES@", " ".join(order))
         .replace("@RESULTS@", RESULTS_IN_VM)
         .replace("@READY@", READY_MARK)
+        .replace("@REPO@", str(REPO))
     )
     busybox = BUSYBOX.read_bytes()
     kos = {n: kernel.decompressed_paths()[n].read_bytes() for n in order}
@@ -315,6 +321,7 @@ def _qemu_argv(
         "-append", f"console=ttyS0 panic=-1 rdinit=/init {cmdline}".strip(),
         "-virtfs", f"{virtfs},path=/,mount_tag=hostroot,readonly=on",
         "-virtfs", f"{virtfs},path={results},mount_tag=results",
+        "-virtfs", f"{virtfs},path={REPO},mount_tag=repo,readonly=on",
     ]  # fmt: skip
 
 

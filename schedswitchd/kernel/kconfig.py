@@ -155,6 +155,25 @@ def kernel_version_code(release: str | None = None) -> int:
     return (major << 16) + (minor << 8) + min(patch, 255)
 
 
+def has_syscall_wrapper() -> bool:
+    """``LINUX_HAS_SYSCALL_WRAPPER``: whether syscalls enter through arch wrappers
+    (``__x64_sys_bpf`` and the like in ``/proc/kallsyms``), as libbpf probes it."""
+    prefixes = ("__x64_sys_bpf", "__arm64_sys_bpf", "__s390x_sys_bpf", "__riscv_sys_bpf")
+    try:
+        with open("/proc/kallsyms", encoding="ascii", errors="replace") as f:
+            return any(line.rstrip().endswith(prefixes) for line in f)
+    except OSError:
+        return False
+
+
+#: libbpf's other virtual ``LINUX_*`` externs (``bpf_object__resolve_externs``); BPF
+#: cookies exist on every kernel this daemon supports (5.15+).
+_VIRTUAL = {
+    "LINUX_HAS_BPF_COOKIE": lambda: True,
+    "LINUX_HAS_SYSCALL_WRAPPER": has_syscall_wrapper,
+}
+
+
 # --- encoding a value for an extern's BTF type -------------------------------------------------
 
 
@@ -226,6 +245,8 @@ def encode_value(slot: KcfgSlot, name: str, value: KconfigValue) -> bytes:
             raise LoadError(f"kconfig extern {name}: string value needs a char array")
         data = value.encode()[: slot.size - 1]
         return data + bytes(slot.size - len(data))
+    if slot.kind is KcfgType.BOOL and value in (0, 1):
+        return bytes([value])
     if slot.kind not in (KcfgType.INT, KcfgType.CHAR):
         raise LoadError(f"kconfig extern {name}: number {value} needs an integer type")
     bits = slot.size * 8
@@ -245,11 +266,14 @@ def extern_bytes(
     release: str | None = None,
 ) -> bytes:
     """Bytes for the ``__kconfig`` extern ``name`` (type ``type_id`` in ``btf``): from
-    ``config``, or ``LINUX_KERNEL_VERSION`` from ``release``. An unknown name is all zero
+    ``config``, ``LINUX_KERNEL_VERSION`` from ``release``, or libbpf's virtual
+    ``LINUX_HAS_BPF_COOKIE`` / ``LINUX_HAS_SYSCALL_WRAPPER``. An unknown name is all zero
     when ``weak`` and a :class:`LoadError` otherwise."""
     slot = classify(btf, type_id, name)
     if name == "LINUX_KERNEL_VERSION":
         return encode_value(slot, name, kernel_version_code(release))
+    if name in _VIRTUAL:
+        return encode_value(slot, name, int(_VIRTUAL[name]()))
     value = config.get(name)
     if value is None:
         if weak:

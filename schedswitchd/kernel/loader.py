@@ -262,12 +262,14 @@ class LoadedObject:
     def write_variable(self, name: str, data: bytes) -> None:
         """Overwrite global variable ``name`` (exactly its size). Mmapable data maps are
         written in place through ``mmap`` so concurrent program writes to other variables
-        are not lost; others by read-modify-write. Frozen maps (``.rodata``) raise
+        are not lost; others by read-modify-write. Frozen maps (``.rodata``, ``.kconfig``)
+        raise
         :class:`~schedswitchd.errors.BpfSyscallError` (``EPERM``)."""
         m, off, size = self._variable(name)
         if len(data) != size:
             raise LoadError(f"variable {name} is {size} bytes, got {len(data)}")
-        if m.spec.flags & A.F_MMAPABLE and m.spec.kind is not MapKind.RODATA:
+        frozen = m.spec.kind in (MapKind.RODATA, MapKind.KCONFIG)
+        if m.spec.flags & A.F_MMAPABLE and not frozen:
             length = max(m.spec.value_size, 1)
             with mmap.mmap(m.fd.fd, length, mmap.MAP_SHARED) as mm:
                 mm[off : off + size] = data

@@ -172,3 +172,20 @@ def test_extern_bytes_weak_strong_and_version() -> None:
         K.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=False)
     ver = K.extern_bytes(btf, ids["int"], "LINUX_KERNEL_VERSION", cfg, weak=False, release="6.18.2")
     assert int.from_bytes(ver, "little") == 0x061202
+
+
+def test_virtual_linux_externs() -> None:
+    btf, ids = _types()
+    assert K.extern_bytes(btf, ids["bool"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == b"\x01"
+    wrapper = K.extern_bytes(btf, ids["bool"], "LINUX_HAS_SYSCALL_WRAPPER", {}, weak=False)
+    assert wrapper == bytes([K.has_syscall_wrapper()])
+    assert K.extern_bytes(btf, ids["int"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == (
+        (1).to_bytes(4, "little")
+    )
+    with pytest.raises(LoadError, match="LINUX_NOT_A_THING"):
+        K.extern_bytes(btf, ids["int"], "LINUX_NOT_A_THING", {}, weak=False)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 syscall wrapper names")
+def test_host_has_syscall_wrapper() -> None:
+    assert K.has_syscall_wrapper()  # x86-64 kernels since 4.17 wrap every syscall

@@ -101,6 +101,7 @@ bench: deps
 	$(VPY) bench/btf_parse.py
 	$(VPY) bench/kmod_btf.py
 	$(VPY) bench/load_attach.py
+	$(VPY) bench/object_open.py
 
 clean:
 	rm -rf $(BUILD) .mypy_cache .pytest_cache .ruff_cache

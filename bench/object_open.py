@@ -1,0 +1,133 @@
+"""Benchmark: opening (and CO-RE relocating) a BPF object, ours vs libbpf, in the same run.
+
+Series, each repeated ``--runs`` times in this process (interleaved), medians printed:
+
+* ``ours cold``: ``open_object(path)`` -- read the file, ELF via pyelftools, BTF fix-ups,
+  ``.BTF.ext``, maps, relocation classification and subprogram linking of every program;
+* ``ours cached``: ``SpecCache.open(path)`` on an unchanged file (what the daemon does when
+  it switches back to a scheduler it has opened before);
+* ``ours CO-RE``: ``core.relocate`` of every program's CO-RE relocations against the running
+  kernel's vmlinux BTF (parsed once beforehand, as the daemon keeps it), fresh candidate
+  cache each run -- libbpf does this inside ``bpf_object__load``, so it is reported apart;
+* ``libbpf open``: ``bpf_object__open_file`` + ``bpf_object__close`` through ctypes
+  (``libbpf.so.1``). libbpf's open parses ELF, BTF and relocations but links subprograms
+  only at load time, so ``ours cold`` does somewhat more work than it.
+
+Default object: the largest ``build/tests/bpf/*.bpf.o`` (``make test-objects``).
+Usage: ``python bench/object_open.py [--runs N] [--object PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from schedswitchd.bpf.btf import Btf  # noqa: E402
+from schedswitchd.bpf.core import CandidateCache, relocate  # noqa: E402
+from schedswitchd.bpf.object import open_object  # noqa: E402
+from schedswitchd.bpf.spec import ObjectSpec  # noqa: E402
+from schedswitchd.bpf.spec_cache import SpecCache  # noqa: E402
+
+VMLINUX = "/sys/kernel/btf/vmlinux"
+_KEEP: list[object] = []
+
+
+def _libbpf() -> ctypes.CDLL:
+    lib = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so.1", use_errno=True)
+    lib.bpf_object__open_file.restype = ctypes.c_void_p
+    lib.bpf_object__open_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.bpf_object__close.argtypes = [ctypes.c_void_p]
+    lib.libbpf_get_error.argtypes = [ctypes.c_void_p]
+    lib.libbpf_get_error.restype = ctypes.c_long
+    # silence libbpf's informational messages on stderr
+    printer = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    quiet = printer(lambda _level, _fmt, _args: 0)
+    lib.libbpf_set_print.argtypes = [printer]
+    lib.libbpf_set_print.restype = ctypes.c_void_p
+    lib.libbpf_set_print(quiet)
+    _KEEP.append(quiet)  # the callback must outlive the library
+    return lib
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _core_all(spec: ObjectSpec, vmlinux: Btf) -> int:
+    n = 0
+    assert spec.btf is not None
+    cache = CandidateCache()
+    for p in spec.programs:
+        if p.core_relos:
+            relocate(spec.btf, p.insns, p.core_relos, [vmlinux], cache)
+            n += len(p.core_relos)
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--object", type=Path, default=None)
+    args = ap.parse_args(argv)
+    obj = args.object
+    if obj is None:
+        objs = sorted((REPO / "build/tests/bpf").glob("*.bpf.o"), key=lambda p: p.stat().st_size)
+        if not objs:
+            print("no test objects: run `make test-objects`", file=sys.stderr)
+            return 2
+        obj = objs[-1]
+    lib = _libbpf()
+    path_b = str(obj).encode()
+
+    def libbpf_open() -> None:
+        o = lib.bpf_object__open_file(path_b, None)
+        if not o or lib.libbpf_get_error(o):
+            raise OSError(ctypes.get_errno(), f"bpf_object__open_file({obj}) failed")
+        lib.bpf_object__close(o)
+
+    spec = open_object(obj)  # warm imports and file cache
+    libbpf_open()
+    vmlinux = Btf.from_file(VMLINUX, name="vmlinux") if Path(VMLINUX).exists() else None
+    nrelos = sum(len(p.core_relos) for p in spec.programs)
+    cache = SpecCache()
+    cache.open(obj)
+    series: dict[str, list[float]] = {"ours cold": [], "ours cached": [], "libbpf open": []}
+    if vmlinux is not None and nrelos:
+        series["ours CO-RE"] = []
+    for _ in range(max(3, args.runs)):
+        series["ours cold"].append(_timed(lambda: open_object(obj)))
+        series["ours cached"].append(_timed(lambda: cache.open(obj)))
+        series["libbpf open"].append(_timed(libbpf_open))
+        if "ours CO-RE" in series and vmlinux is not None:
+            series["ours CO-RE"].append(_timed(lambda: _core_all(spec, vmlinux)))
+    med = {k: statistics.median(v) for k, v in series.items()}
+    size = obj.stat().st_size
+    print(
+        f"object {obj.name}: {size} bytes, {len(spec.programs)} programs, "
+        f"{sum(p.insn_count for p in spec.programs)} linked insns, {len(spec.maps)} maps, "
+        f"{nrelos} CO-RE relocations; {args.runs} runs, medians"
+    )
+    for k, v in med.items():
+        print(f"  {k:<12} {v:9.3f} ms")
+    ref = med["libbpf open"]
+    print(f"  ratio ours cold / libbpf open   = {med['ours cold'] / ref:6.2f}")
+    print(f"  ratio ours cached / libbpf open = {med['ours cached'] / ref:6.3f}")
+    if "ours CO-RE" in med:
+        both = med["ours cold"] + med["ours CO-RE"]
+        print(f"  ratio ours cold+CO-RE / libbpf open = {both / ref:6.2f} (libbpf: CO-RE at load)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

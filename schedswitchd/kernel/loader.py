@@ -31,6 +31,7 @@ from schedswitchd.bpf.btf import Btf
 from schedswitchd.bpf.btf_types import Kind
 from schedswitchd.bpf.core import CandidateCache, relocate
 from schedswitchd.bpf.core_compat import types_are_compat
+from schedswitchd.bpf.core_types import CoreReloKind
 from schedswitchd.bpf.spec import (
     PIN_BY_NAME,
     ExternKind,
@@ -669,7 +670,19 @@ class _Loader:
         if not prog.core_relos:
             return prog.insns
         local = self._local_btf()
+        # libbpf consults module BTFs only for a local type without candidates in vmlinux.
+        # Try vmlinux alone first so a lazy target set (registry fallback mode) reads no
+        # module at all when everything resolves there; a relocation left unmatched (no
+        # candidate, or none matching) repeats with every target, which gives the same
+        # result as searching them all from the start.
+        vmlinux_only = relocate(
+            local, prog.insns, prog.core_relos, [self.kernel.vmlinux], self.core_cache
+        )
+        if all(r.found or r.kind == CoreReloKind.TYPE_ID_LOCAL for r in vmlinux_only.results):
+            return vmlinux_only.insns
         targets = list(self.kernel)
+        if len(targets) == 1:
+            return vmlinux_only.insns
         return relocate(local, prog.insns, prog.core_relos, targets, self.core_cache).insns
 
     def apply_fixups(self, prog: ProgramSpec, insns: bytes) -> bytes:

@@ -5,17 +5,20 @@ except for map ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from schedswitchd.bpf import insn as I
+from schedswitchd.bpf.btf import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.kernel import attr as A
@@ -26,6 +29,8 @@ from schedswitchd.kernel.fd import ProgFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
 
 pytestmark = pytest.mark.root
+
+T = TypeVar("T")
 
 OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -197,3 +202,49 @@ def test_core_relocations_run_for_real(registry: KernelBtfRegistry) -> None:
     assert out[1:4] == (1, 0, 16)  # pid exists, no_such_field does not, sizeof(comm)
     assert out[7:12] == (task, 1, 0, vmlinux.size_of(task), 1)
     assert out[12:14] == (0, sid)
+
+
+class _CountingKernel:
+    """vmlinux plus one (empty) module BTF; counts how often the modules are reached."""
+
+    def __init__(self, vmlinux: Btf) -> None:
+        from schedswitchd.bpf.btf_builder import BtfBuilder
+
+        b = BtfBuilder()
+        b.add_int("int", 4, signed=True)
+        self.vmlinux = vmlinux
+        self.module = Btf.from_bytes(b.build(), name="ssd_fake_mod")
+        self.module_reads = 0
+
+    def __iter__(self) -> Iterator[Btf]:
+        yield self.vmlinux
+        self.module_reads += 1
+        yield self.module
+
+    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
+        for btf in self:
+            got = probe(btf)
+            if got is not None:
+                return btf, got
+        return None
+
+
+def test_core_reads_modules_only_for_types_vmlinux_lacks(registry: KernelBtfRegistry) -> None:
+    from schedswitchd.bpf.core import relocate
+
+    vmlinux = registry.targets(()).vmlinux
+    spec = _obj("core_kinds")
+    prog = spec.program("core_kinds")
+    assert spec.btf is not None
+    res = relocate(spec.btf, prog.insns, prog.core_relos, [vmlinux])
+    found = tuple(r.relo for r in res.results if r.found)
+    assert 0 < len(found) < len(prog.core_relos)  # the object also asks for missing types
+    only_found = dataclasses.replace(spec, programs=(dataclasses.replace(prog, core_relos=found),))
+    lazy = _CountingKernel(vmlinux)
+    with load_object(only_found, lazy):
+        pass
+    assert lazy.module_reads == 0
+    eager = _CountingKernel(vmlinux)
+    with load_object(spec, eager) as obj:
+        assert "core_kinds" in obj.programs
+    assert eager.module_reads >= 1

@@ -89,13 +89,23 @@ $(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
 	@mkdir -p $(@D)
 	$(BPF_CLANG) $(SCHED_CFLAGS) -c $< -o $@
 
-schedulers: $(SCHED_OBJS)
+# Deliberately broken schedulers for the daemon's VM tests (tests/vm/bpf/*.bpf.c), built the
+# same way: build/tests/vm/bpf/NAME.bpf.o.
+VM_TEST_SRCS := $(wildcard tests/vm/bpf/*.bpf.c)
+VM_TEST_OBJS := $(patsubst tests/vm/bpf/%.bpf.c,$(BUILD)/tests/vm/bpf/%.bpf.o,$(VM_TEST_SRCS))
+
+$(BUILD)/tests/vm/bpf/%.bpf.o: tests/vm/bpf/%.bpf.c $(wildcard bpf/*.h) $(BUILD)/sid/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(SCHED_CFLAGS) -c $< -o $@
+
+schedulers: $(SCHED_OBJS) $(VM_TEST_OBJS)
 
 test: lint typecheck pytest
 
-demo: deps
-	@echo "make demo: the daemon switching schedulers in the sched_ext VM is not built yet (issues 6 and 7)." >&2
-	@exit 2
+# Boots the sched_ext VM, runs the daemon with config/schedswitchd.toml and plays a short
+# launcher session (tools/demo.py); the last line is a JSON summary.
+demo: deps kernel schedulers
+	@$(VPY) -m tools.demo
 
 bench: deps
 	$(VPY) bench/btf_parse.py

@@ -1,0 +1,437 @@
+"""Launcher sessions against a real daemon, run as root *inside* the sched_ext VM.
+
+``python -m tools.session checks --config C --out FILE``: the end-to-end checks of the
+daemon's VM tests (tests/vm/test_daemon_e2e.py); each check's observations go to FILE as
+JSON, the pytest side asserts on them. ``python -m tools.session demo --config C``: the
+session ``make demo`` shows (tools/demo.py boots the VM and runs it).
+
+One Python process plays every client: launchers are ``fork()``ed children (a new
+interpreter costs many seconds under TCG), each with its own connection, so a launcher's
+death or another uid is the real thing for the daemon (``SO_PEERCRED``, pidfd). The
+kernel's view is read from ``/sys/kernel/sched_ext`` directly, never from the daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from schedswitchd.cli import ctl
+from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.client import DaemonClient, DaemonError, DaemonUnavailable
+
+SCX = Path("/sys/kernel/sched_ext")
+NOBODY = 65534
+R = TypeVar("R")
+
+
+def ask(client: DaemonClient, request: Any, cls: type[R]) -> R:
+    """``client.request(request)``, checked to be a ``cls`` reply."""
+    reply = client.request(request)
+    if not isinstance(reply, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(reply).__name__}")
+    return reply
+
+
+def config_variant(repo: Path, *, extra: str = "") -> str:
+    """The shipped ``config/schedswitchd.toml`` with absolute object paths (so the text can
+    live anywhere, e.g. in the VM's results directory) plus ``extra`` TOML appended."""
+    text = (repo / "config" / "schedswitchd.toml").read_text()
+    text = text.replace('object = "../', f'object = "{repo}/')
+    return text + "\n" + extra
+
+
+def kernel_view() -> dict[str, Any]:
+    """``state``, ``ops`` (None when no scheduler) and ``enable_seq`` from sysfs."""
+    ops_file = SCX / "root" / "ops"
+    try:
+        ops: str | None = ops_file.read_text().strip()
+    except OSError:
+        ops = None
+    return {
+        "state": (SCX / "state").read_text().strip(),
+        "ops": ops,
+        "enable_seq": int((SCX / "enable_seq").read_text()),
+    }
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``pred`` until true or ``timeout_s`` passes; returns the last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if pred():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+
+
+class Daemon:
+    """``schedswitchd`` started as a child with ``config``, logging to ``log``."""
+
+    def __init__(self, config: str, socket_path: str, log: Path) -> None:
+        self.config, self.socket_path, self.log = config, socket_path, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 120.0) -> float:
+        """Start it and wait until it answers ``status``; returns the seconds that took."""
+        start = time.monotonic()
+        exe = Path(sys.executable).with_name("schedswitchd")
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(exe), "--config", self.config, "--socket", self.socket_path],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+        def answers() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"schedswitchd exited with {self.proc.returncode}")
+            try:
+                with DaemonClient(self.socket_path, timeout_s=5) as c:
+                    c.request(proto.StatusRequest())
+                return True
+            except (DaemonUnavailable, DaemonError):
+                return False
+
+        if not wait_for(answers, timeout_s, 0.2):
+            raise RuntimeError(f"schedswitchd did not answer within {timeout_s} s")
+        return time.monotonic() - start
+
+    def kill9(self) -> None:
+        """``kill -9`` and reap."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM and reap (the attached scheduler stays pinned)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+class Launcher:
+    """A forked child holding one hint on its own connection until killed.
+
+    ``uid``: drop to this uid first (refused hints are reported, not raised). ``reply``
+    is the child's report: ``{"lease": ...}`` or ``{"error": code, "message": ...}``."""
+
+    def __init__(self, socket_path: str, workload: str, *, uid: int | None = None) -> None:
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            os.close(rfd)
+            code = 0
+            try:
+                if uid is not None:
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
+                client = DaemonClient(socket_path)
+                try:
+                    hint = proto.HintRequest(workload=workload, pid=os.getpid())
+                    r = ask(client, hint, proto.HintReply)
+                    report: dict[str, Any] = {"lease": r.lease, "active": r.active}
+                except DaemonError as exc:
+                    report = {"error": exc.code, "message": str(exc)}
+                os.write(wfd, json.dumps(report).encode() + b"\n")
+                os.close(wfd)
+                if "lease" in report:
+                    while True:
+                        time.sleep(3600)
+            except BaseException as exc:  # report anything, never run the parent's code
+                with contextlib.suppress(OSError):
+                    os.write(wfd, json.dumps({"error": "child", "message": repr(exc)}).encode())
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        self.pid = pid
+        with os.fdopen(rfd, "rb") as pipe:
+            line = pipe.readline()
+        self.reply: dict[str, Any] = json.loads(line) if line else {"error": "no reply"}
+
+    def kill(self) -> None:
+        """``kill -9`` the launcher and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def status(sock: str) -> proto.StatusBody:
+    with DaemonClient(sock) as c:
+        return ask(c, proto.StatusRequest(), proto.StatusReply).status
+
+
+def history(sock: str) -> list[proto.SwitchInfo]:
+    with DaemonClient(sock) as c:
+        return ask(c, proto.HistoryRequest(), proto.HistoryReply).entries
+
+
+def runs(ops: str | None) -> Callable[[], bool]:
+    """Predicate: the kernel runs ``ops`` (``None``: no BPF scheduler, ``disabled``)."""
+
+    def check() -> bool:
+        k = kernel_view()
+        if ops is None:
+            return bool(k["state"] == "disabled")
+        return bool(k["state"] == "enabled" and k["ops"] == ops)
+
+    return check
+
+
+# --- checks (tests/vm/test_daemon_e2e.py) -----------------------------------------------------
+
+
+def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
+    """Every end-to-end check, in order; observations to ``out`` as JSON after each."""
+    results: dict[str, Any] = {}
+
+    def save() -> None:
+        out.write_text(json.dumps(results, indent=1, default=str))
+
+    daemon = Daemon(config, sock, log)
+    results["start_s"] = daemon.start()
+    results["initial"] = kernel_view()
+    save()
+
+    # 1. a launcher hints battery (fifo); then a higher-priority hint (gaming -> latency)
+    battery = Launcher(sock, "battery")
+    ok = wait_for(runs("ss_fifo"), 30)
+    results["battery"] = {"reply": battery.reply, "kernel": kernel_view(), "waited_ok": ok}
+    save()
+    admin = DaemonClient(sock)
+    r = ask(admin, proto.HintRequest(workload="gaming"), proto.HintReply)
+    gaming_lease = r.lease
+    results["gaming"] = {
+        "reply": r.model_dump(mode="json"),
+        "kernel": kernel_view(),
+        "status_active": status(sock).active,
+    }
+    save()
+    rel = admin.request(proto.ReleaseRequest(lease=gaming_lease))
+    results["gaming_released"] = {"reply": rel.model_dump(mode="json"), "kernel": kernel_view()}
+    save()
+
+    # 2. the launcher dies: its lease ends, the default (kernel) returns
+    battery.kill()
+    ok = wait_for(runs(None), 30)
+    st = status(sock)
+    results["launcher_died"] = {
+        "kernel": kernel_view(),
+        "waited_ok": ok,
+        "active": st.active,
+        "leases": st.leases,
+    }
+    save()
+
+    # 3. an unauthorised uid is refused and nothing changes
+    before = kernel_view()
+    nobody = Launcher(sock, "gaming", uid=NOBODY)
+    nobody.kill()
+    results["unauthorised"] = {"reply": nobody.reply, "before": before, "after": kernel_view()}
+    save()
+
+    # 4. the error-injecting scheduler is ejected; the daemon says why and falls back to the
+    #    live gaming lease's scheduler
+    gamer = Launcher(sock, "gaming")
+    wait_for(runs("ss_latency"), 30)
+    faulty = Launcher(sock, "fault-test")
+
+    def ejected() -> bool:
+        return any(h.result == "ejected" for h in history(sock))
+
+    ok = wait_for(ejected, 60, 0.2)
+    wait_for(runs("ss_latency"), 30)
+    st = status(sock)
+    results["ejection"] = {
+        "faulty_reply": faulty.reply,
+        "waited_ok": ok,
+        "history": [h.model_dump(mode="json") for h in history(sock)],
+        "status": st.model_dump(mode="json"),
+        "kernel": kernel_view(),
+    }
+    save()
+    faulty.kill()
+
+    # 5. a scheduler the verifier rejects leaves the running one enabled
+    before = kernel_view()
+    try:
+        sw = admin.request(proto.SwitchRequest(scheduler="broken"))
+        broken: dict[str, Any] = {"reply": sw.model_dump(mode="json")}
+    except DaemonError as exc:
+        broken = {"error": exc.code, "message": str(exc), "verifier_log": exc.verifier_log}
+    broken.update(before=before, after=kernel_view())
+    with contextlib.suppress(DaemonError):
+        admin.request(proto.SwitchRequest(scheduler="auto"))
+    broken["after_auto"] = kernel_view()
+    results["broken"] = broken
+    save()
+
+    # 6. kill -9 of the daemon leaves the scheduler enabled; a new daemon re-adopts it
+    wait_for(runs("ss_latency"), 30)
+    before = kernel_view()
+    admin.close()
+    daemon.kill9()
+    time.sleep(2)
+    during = kernel_view()
+    pins = sorted(os.listdir("/sys/fs/bpf/schedswitchd"))
+    daemon2 = Daemon(config, sock, log)
+    results["restart_s"] = daemon2.start()
+    st = status(sock)
+    results["kill9"] = {
+        "before": before,
+        "during": during,
+        "pins": pins,
+        "status": st.model_dump(mode="json"),
+        "history": [h.model_dump(mode="json") for h in history(sock)],
+        "after": kernel_view(),
+    }
+    save()
+    gamer.kill()
+    daemon2.stop()
+    results["done"] = True
+    save()
+
+
+# --- demo (make demo) ---------------------------------------------------------------------------
+
+
+def _say(text: str) -> None:
+    print(f"\n=== {text}", flush=True)
+
+
+def _ctl(*argv: str) -> None:
+    sys.stdout.flush()
+    ctl.main([*argv])
+    sys.stdout.flush()
+
+
+def _switch_line(info: proto.SwitchInfo | None) -> str:
+    if info is None:
+        return "no switch needed"
+    total = info.phases_ns.get("total", 0) / 1e6
+    gap = "-" if info.gap_ns is None else f"{info.gap_ns / 1e6:.1f} ms"
+    phases = ", ".join(
+        f"{k} {v / 1e6:.1f}"
+        for k, v in info.phases_ns.items()
+        if k in ("prepare", "detach", "attach", "confirm", "rollback")
+    )
+    line = f"{info.previous} -> {info.target}: {info.result} in {total:.1f} ms"
+    line += f" (gap {gap}; {phases} ms)"
+    if info.error is not None:
+        line += f"\n    error {info.error.code}: {info.error.message}"
+    if info.exit is not None:
+        line += f"\n    exit {info.exit.kind_name}: {info.exit.reason} {info.exit.message}"
+    return line
+
+
+def _kernel_line() -> str:
+    k = kernel_view()
+    return f"kernel: sched_ext {k['state']}, ops {k['ops'] or '-'}, enable_seq {k['enable_seq']}"
+
+
+def run_demo(config: str, sock: str, log: Path) -> int:
+    """The ``make demo`` session; prints as it goes, ends with one JSON summary line."""
+    problems: list[str] = []
+
+    def expect(what: str, ops: str | None, timeout_s: float = 30) -> None:
+        if not wait_for(runs(ops), timeout_s):
+            problems.append(f"{what}: kernel shows {kernel_view()}, expected {ops or 'disabled'}")
+        print(_kernel_line(), flush=True)
+
+    _say(f"starting schedswitchd --config {config}")
+    daemon = Daemon(config, sock, log)
+    print(f"daemon answering after {daemon.start():.1f} s", flush=True)
+    print(_kernel_line())
+    _ctl("list", "--socket", sock)
+
+    _say("a game launcher hints 'gaming' (it holds the lease while the game runs)")
+    game = Launcher(sock, "gaming")
+    print(f"launcher pid {game.pid}: {game.reply}")
+    expect("gaming hint", "ss_latency")
+    _ctl("status", "--socket", sock)
+
+    admin = DaemonClient(sock)
+    _say("a video call starts: hint 'video-call' (priority 30 < gaming's 50: gaming stays)")
+    r = ask(admin, proto.HintRequest(workload="video-call"), proto.HintReply)
+    call_lease = r.lease
+    print(_switch_line(r.switch))
+    expect("video-call hint", "ss_latency")
+
+    _say("the game exits: its lease ends, the video call's scheduler takes over")
+    game.kill()
+    expect("game exit", "ss_vtime")
+    print(_switch_line(history(sock)[-1]))
+
+    _say("a higher-priority hint: 'fault-test' (priority 90) runs ss_fifo told to fail")
+    faulty = Launcher(sock, "fault-test")
+    print(f"launcher pid {faulty.pid}: {faulty.reply}")
+
+    def ejected() -> bool:
+        return any(h.result == "ejected" for h in history(sock))
+
+    if not wait_for(ejected, 60, 0.2):
+        problems.append("the faulty scheduler was not ejected within 60 s")
+    expect("fallback after ejection", "ss_vtime")
+    for h in history(sock)[-3:]:
+        print(_switch_line(h))
+    _ctl("status", "--socket", sock)
+    faulty.kill()  # its scheduler is held back; the launcher gives up
+
+    _say("release everything: the default (the kernel's own scheduler) returns")
+    released = ask(admin, proto.ReleaseRequest(lease=call_lease), proto.ReleaseReply)
+    print(f"released {call_lease}; active now {released.active}")
+    expect("release all", None)
+    _ctl("history", "--socket", sock)
+    entries = history(sock)
+    admin.close()
+    daemon.stop()
+    return _summary(entries, problems)
+
+
+def _summary(entries: list[proto.SwitchInfo], problems: list[str]) -> int:
+    """Print the one-line JSON summary; 0 when every expectation held."""
+    made = [e for e in entries if e.result == "ok"]
+    totals = [e.phases_ns["total"] / 1e6 for e in made if "total" in e.phases_ns]
+    gaps = [e.gap_ns / 1e6 for e in made if e.gap_ns is not None]
+    summary = {
+        "kernel": os.uname().release,
+        "switches": len(made),
+        "ejections": sum(e.result == "ejected" for e in entries),
+        "median_switch_ms": round(statistics.median(totals), 1) if totals else None,
+        "median_gap_ms": round(statistics.median(gaps), 1) if gaps else None,
+        "result": "ok" if not problems else "failed: " + "; ".join(problems),
+    }
+    print(json.dumps(summary), flush=True)
+    return 0 if not problems else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["checks", "demo"])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--socket", default="/run/schedswitchd-session.sock")
+    parser.add_argument("--out", type=Path, default=Path("checks.json"))
+    parser.add_argument("--log", type=Path, default=Path("/tmp/schedswitchd.log"))
+    args = parser.parse_args(argv)
+    if args.mode == "checks":
+        run_checks(args.config, args.socket, args.out, args.log)
+        return 0
+    return run_demo(args.config, args.socket, args.log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

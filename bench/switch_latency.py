@@ -1,0 +1,625 @@
+"""Benchmark: switching sched_ext schedulers as the number of loaded modules grows (in the VM).
+
+The case for ``.kmod_btfs``: libbpf reads the BTF of *every* loaded module as soon as a CO-RE
+relocation, a kfunc or an attach target is missing from vmlinux. The sample scheduler
+``ss_latency`` (``bpf/latency.bpf.c``) reads two facts of the ``uinput`` module's BTF through
+CO-RE relocations, so every loader has to look beyond vmlinux for it.
+
+One boot of the sched_ext VM (:mod:`tools.vm`, Debian sid's kernel under qemu) runs the
+whole measurement. Modules are inserted incrementally (pre-decompressed copies, dependency
+order) until 1, 10, 100 and 300 module BTFs are present (``/sys/kernel/btf`` minus vmlinux;
+the VM's own 9p modules count, so the smallest step has ``uinput`` plus those four). At each
+step, ``--reps`` repetitions of, in the same run:
+
+(a) libbpf: Debian 12's ``bpftool struct_ops register`` (libbpf 1.1) of the legacy
+    ``.struct_ops`` build, from process start to its exit with sched_ext ``enabled``
+    (nothing was running before; libbpf ignores ``.kmod_btfs``);
+(b) ours, cold: a fresh Python process that imports the loader, parses vmlinux and the
+    declared module BTF, loads and attaches the ``.kmod_btfs`` build; from process start to
+    ``enabled`` (interpreter start-up and imports included);
+(c) ours, warm, without ``.kmod_btfs``: a long-lived process that keeps a
+    :class:`~schedswitchd.kernel.btf_registry.KernelBtfRegistry` (vmlinux parsed once,
+    bounded module cache) and runs ``ss_fifo``; a hint arrives on its stdin, it opens and
+    loads the new object while ``ss_fifo`` still runs, detaches ``ss_fifo`` and attaches the
+    new one; from the hint's arrival to ``enabled``;
+(d) the same as (c) with the ``.kmod_btfs`` build.
+
+Per switch it also records: the no-scheduler gap (c, d: from the old scheduler's detach
+starting to the new one ``enabled``; a, b cannot prepare while another scheduler runs, so
+their gap is the whole switch), the share of the time spent inside ``bpf(2)`` (ours: the
+``syscall.STATS`` counters around our ``bpf()`` wrapper), and the warm process's RSS.
+
+Until the daemon's real backend is on main, (c) and (d) are measured with this warm loader
+process, NOT the daemon: the table says so.
+
+Outputs under ``--out`` (default ``bench/results``): ``switch_latency.json`` (every sample),
+``switch_latency.md`` (the table), ``switch_latency.png`` (latency against module count) and
+``switch_profile_{c,d}.txt`` (cProfile of one warm switch at the largest count).
+
+Targets (issue 8): (c) and (d) flat within 5% from the smallest to the largest count; (d) at
+300 at most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm
+RSS at most 48 MiB. Exit status 0 when all are met, 2 when not, 1 on failure.
+
+Usage: ``python bench/switch_latency.py [--reps 7] [--counts 1,10,100,300] [--out DIR]``.
+Internal sub-commands (run inside the VM): ``_vm``, ``_warm``, ``_cold``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SCHED_DIR = REPO / "build" / "bpf"
+DECLARED_MODULE = "uinput"
+NEW_OPS = "ss_latency"
+BASE_OPS = "ss_fifo"
+OBJECTS = {
+    "a": "latency.legacy.bpf.o",
+    "b": "latency.bpf.o",
+    "c": "latency.nokmod.bpf.o",
+    "d": "latency.bpf.o",
+}
+BASE_OBJECT = "fifo.bpf.o"
+COLUMNS = {
+    "a": "libbpf 1.1 (bpftool)",
+    "b": "ours, cold process",
+    "c": "ours warm, no .kmod_btfs",
+    "d": "ours warm, .kmod_btfs",
+}
+FLAT_TARGET = 0.05
+HALF_TARGET = 0.5
+GAP_TARGET = 0.2
+RSS_TARGET_MIB = 48.0
+STATE = Path("/sys/kernel/sched_ext/state")
+OPS = Path("/sys/kernel/sched_ext/root/ops")
+BTF_ROOT = Path("/sys/kernel/btf")
+
+
+# --- helpers shared by the VM-side processes -------------------------------------------------
+
+
+def _now_ns() -> int:
+    return time.monotonic_ns()
+
+
+def _rss_kib() -> int:
+    """VmRSS of this process in KiB (``/proc/self/status``, ``man 5 proc``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _scx() -> tuple[str, str | None]:
+    state = STATE.read_text().strip()
+    try:
+        ops: str | None = OPS.read_text().strip()
+    except OSError:
+        ops = None
+    return state, ops
+
+
+def _wait(state: str, ops: str | None = None, timeout_s: float = 30.0) -> int:
+    """Poll sysfs every 1 ms until sched_ext is ``state`` (with ``ops``); monotonic ns then.
+    RuntimeError on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st, cur = _scx()
+        if st == state and (ops is None or cur == ops):
+            return _now_ns()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sched_ext still {st} ({cur}), wanted {state} ({ops})")
+        time.sleep(0.001)
+
+
+def _module_count() -> int:
+    return sum(1 for n in os.listdir(BTF_ROOT) if n != "vmlinux")
+
+
+# --- (b): one cold load in a fresh process ---------------------------------------------------
+
+
+def cold_main(obj_path: str, ops: str) -> int:
+    """Load + attach ``obj_path`` with a new registry, print one JSON line when ``enabled``,
+    then wait for stdin to close and detach."""
+    t_main = _now_ns()
+    from schedswitchd.bpf.object import open_object
+    from schedswitchd.kernel import syscall as S
+    from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+    from schedswitchd.kernel.loader import load_object
+
+    t_imported = _now_ns()
+    S.STATS.reset()
+    spec = open_object(obj_path)
+    registry = KernelBtfRegistry()
+    targets = registry.targets(spec.kmod_btfs)
+    obj = load_object(spec, targets, open_btf_object=registry.open_btf_object)
+    obj.attach_struct_ops()
+    t_enabled = _wait("enabled", ops)
+    print(
+        json.dumps(
+            {
+                "main_ns": t_main,
+                "imported_ns": t_imported,
+                "enabled_ns": t_enabled,
+                "syscall_ns": S.STATS.total_ns,
+                "syscalls": S.STATS.calls,
+                "modules_read": targets.report.modules_read,
+                "rss_kib": _rss_kib(),
+            }
+        ),
+        flush=True,
+    )
+    sys.stdin.read()
+    obj.close()
+    return 0
+
+
+# --- (c)/(d): the warm process ---------------------------------------------------------------
+
+
+def warm_main(base_path: str) -> int:
+    """Keep a registry warm and ``base_path`` (ss_fifo) loaded. Stdin lines: ``arm`` attaches
+    ss_fifo; ``switch OBJ OPS [profile FILE]`` switches from it to OBJ (timed from the line's
+    arrival), then closes OBJ. One JSON line answers each."""
+    from schedswitchd.bpf.object import open_object
+    from schedswitchd.kernel import syscall as S
+    from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+    from schedswitchd.kernel.loader import LoadedObject, load_object
+
+    registry = KernelBtfRegistry()
+    _ = registry.vmlinux
+
+    def load(path: str) -> tuple[LoadedObject, int]:
+        spec = open_object(path)
+        targets = registry.targets(spec.kmod_btfs)
+        obj = load_object(spec, targets, open_btf_object=registry.open_btf_object)
+        return obj, targets.report.modules_read
+
+    base, _ = load(base_path)
+    print(json.dumps({"ready": True, "rss_kib": _rss_kib()}), flush=True)
+
+    for line in sys.stdin:
+        t_hint = _now_ns()
+        words = line.split()
+        if words == ["arm"]:  # the old scheduler starts running (not timed)
+            base.attach_struct_ops()
+            _wait("enabled", BASE_OPS)
+            print(json.dumps({"armed": True}), flush=True)
+            continue
+        if not words or words[0] != "switch":
+            print(json.dumps({"error": f"unknown command {line!r}"}), flush=True)
+            continue
+        path, ops = words[1], words[2]
+        prof = None
+        if len(words) > 4 and words[3] == "profile":
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+        S.STATS.reset()
+        new, modules_read = load(path)  # heavy work while the old scheduler still runs
+        t_prepared = _now_ns()
+        base.detach_struct_ops()
+        t_disabled = _wait("disabled")
+        new.attach_struct_ops()
+        t_enabled = _wait("enabled", ops)
+        syscall_ns = S.STATS.total_ns
+        if prof is not None:
+            prof.disable()
+            import io
+            import pstats
+
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
+            Path(words[4]).write_text(buf.getvalue())
+        rss = _rss_kib()
+        new.close()  # leaves sched_ext disabled for the other columns (not timed)
+        _wait("disabled")
+        print(
+            json.dumps(
+                {
+                    "total_ns": t_enabled - t_hint,
+                    "prepare_ns": t_prepared - t_hint,
+                    "detach_ns": t_disabled - t_prepared,
+                    "gap_ns": t_enabled - t_disabled,
+                    "syscall_ns": syscall_ns,
+                    "modules_read": modules_read,
+                    "rss_kib": rss,
+                }
+            ),
+            flush=True,
+        )
+    base.close()
+    return 0
+
+
+# --- the driver inside the VM ----------------------------------------------------------------
+
+
+def _insmod_until(
+    modules: list[tuple[str, str]], target: int, log: IO[str], until: str | None = None
+) -> None:
+    """insmod from ``modules`` (name, path; dependency order) until ``target`` module BTFs
+    are present (or module ``until`` is loaded) or the list runs out."""
+
+    def more() -> bool:
+        if until is not None:
+            return not (Path("/sys/module") / until).exists()
+        return _module_count() < target
+
+    while more() and modules:
+        name, path = modules.pop(0)
+        if (Path("/sys/module") / name).exists():
+            continue
+        proc = subprocess.run(["insmod", path], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            log.write(f"insmod failed: {name}: {proc.stderr.strip()}\n")
+
+
+class Warm:
+    """The warm process, driven over its stdin/stdout."""
+
+    def __init__(self, py: str) -> None:
+        self.proc = subprocess.Popen(
+            [py, __file__, "_warm", str(SCHED_DIR / BASE_OBJECT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.read()
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"warm process ended (status {self.proc.wait()})")
+        out: dict[str, Any] = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(out["error"])
+        return out
+
+    def switch(self, obj: str, profile: str | None = None) -> dict[str, Any]:
+        """Attach ss_fifo (not timed), then switch to ``obj``; sched_ext ends disabled."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("arm\n")
+        self.proc.stdin.flush()
+        self.read()
+        extra = f" profile {profile}" if profile else ""
+        self.proc.stdin.write(f"switch {SCHED_DIR / obj} {NEW_OPS}{extra}\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def measure_a() -> dict[str, Any]:
+    t0 = _now_ns()
+    proc = subprocess.run(
+        ["bpftool", "struct_ops", "register", str(SCHED_DIR / OBJECTS["a"])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    t1 = _now_ns()
+    state, ops = _scx()
+    if proc.returncode != 0 or (state, ops) != ("enabled", NEW_OPS):
+        raise RuntimeError(f"bpftool register: {proc.returncode} {state} {ops} {proc.stderr}")
+    subprocess.run(
+        ["bpftool", "struct_ops", "unregister", "name", NEW_OPS], capture_output=True, check=True
+    )
+    _wait("disabled")
+    return {"total_ns": t1 - t0, "gap_ns": t1 - t0}
+
+
+def measure_b(py: str) -> dict[str, Any]:
+    t0 = _now_ns()
+    proc = subprocess.Popen(
+        [py, __file__, "_cold", str(SCHED_DIR / OBJECTS["b"]), NEW_OPS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    line = proc.stdout.readline()
+    proc.stdin.close()
+    if proc.wait(timeout=60) != 0 or not line:
+        raise RuntimeError(f"cold load failed (status {proc.returncode})")
+    got = json.loads(line)
+    _wait("disabled")
+    total = got["enabled_ns"] - t0
+    return {
+        "total_ns": total,
+        "gap_ns": total,
+        "startup_ns": got["imported_ns"] - t0,
+        "syscall_ns": got["syscall_ns"],
+        "modules_read": got["modules_read"],
+        "rss_kib": got["rss_kib"],
+    }
+
+
+def vm_main(args: argparse.Namespace) -> int:
+    """Inside the VM: insmod step by step, measure a-d at each step, write JSON results."""
+    py = sys.executable
+    out_dir = Path(args.results)
+    log = (out_dir / "switch_latency.log").open("w", buffering=1)
+    modules = [
+        tuple(line.split(maxsplit=1)) for line in Path(args.modules).read_text().splitlines()
+    ]
+    modules_left: list[tuple[str, str]] = [(m[0], m[1]) for m in modules]
+    results: dict[str, Any] = {"steps": [], "cpus": os.cpu_count()}
+    # uinput first (it heads the list): every step needs the declared module.
+    _insmod_until(modules_left, 0, log, until=DECLARED_MODULE)
+    warm: Warm | None = None
+    try:
+        for target in args.counts:
+            t_ins = time.monotonic()
+            _insmod_until(modules_left, target, log)
+            count = _module_count()
+            log.write(f"step {target}: {count} module BTFs ({time.monotonic() - t_ins:.1f}s)\n")
+            if not (Path("/sys/module") / DECLARED_MODULE).exists():
+                raise RuntimeError(f"{DECLARED_MODULE} is not loaded")
+            if warm is None:
+                warm = Warm(py)
+            # Warm-up (not recorded): the warm process meets the new module set once.
+            warm.switch(OBJECTS["c"])
+            warm.switch(OBJECTS["d"])
+            samples: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTS}
+            for rep in range(args.reps):
+                order = "abcd"[rep % 4 :] + "abcd"[: rep % 4]
+                for col in order:
+                    if col == "a":
+                        samples["a"].append(measure_a())
+                    elif col == "b":
+                        samples["b"].append(measure_b(py))
+                    else:
+                        samples[col].append(warm.switch(OBJECTS[col]))
+                log.write(f"step {target} rep {rep} done\n")
+            results["steps"].append({"target": target, "modules": count, "samples": samples})
+            (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
+        for col in "cd":
+            assert warm is not None
+            warm.switch(OBJECTS[col], profile=str(out_dir / f"switch_profile_{col}.txt"))
+    finally:
+        if warm is not None:
+            warm.close()
+    (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
+    return 0
+
+
+# --- the host side ---------------------------------------------------------------------------
+
+
+def _ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def summarize(samples: list[dict[str, Any]], key: str = "total_ns") -> dict[str, float]:
+    """Median, quartiles, min and max of ``key`` over ``samples`` in ms."""
+    vals = sorted(_ms(s[key]) for s in samples)
+    q = statistics.quantiles(vals, n=4) if len(vals) > 1 else [vals[0]] * 3
+    return {"median": statistics.median(vals), "p25": q[0], "p75": q[2], "min": vals[0],
+            "max": vals[-1]}  # fmt: skip
+
+
+def _share(samples: list[dict[str, Any]]) -> float | None:
+    if not samples or "syscall_ns" not in samples[0]:
+        return None
+    return float(statistics.median(s["syscall_ns"] / s["total_ns"] for s in samples))
+
+
+def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
+    """The markdown table, the summary and the exit status (0 all targets met, 2 not)."""
+    summary: dict[str, Any] = {"meta": meta, "steps": []}
+    for step in raw["steps"]:
+        s = step["samples"]
+        cols = {k: summarize(v) for k, v in s.items()}
+        gaps = {k: summarize(s[k], "gap_ns") for k in "cd"}
+        shares = {k: _share(s[k]) for k in "bcd"}
+        rss = max(x["rss_kib"] for k in "cd" for x in s[k]) / 1024
+        reads = {k: statistics.median(x["modules_read"] for x in s[k]) for k in "bcd"}
+        summary["steps"].append({"target": step["target"], "modules": step["modules"],
+                                 "cols": cols, "gaps": gaps, "syscall_share": shares,
+                                 "warm_rss_mib": rss, "modules_read": reads})  # fmt: skip
+    lines = [
+        "| modules | (a) libbpf ms | (b) ours cold ms | (c) warm, no .kmod_btfs ms "
+        "| (d) warm, .kmod_btfs ms | b/a | c/a | d/a | gap c / d ms | bpf() share b / c / d "
+        "| warm RSS MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for st in summary["steps"]:
+        c, g, sh = st["cols"], st["gaps"], st["syscall_share"]
+        a = c["a"]["median"]
+
+        def cell(k: str, c: dict[str, dict[str, float]] = c) -> str:
+            x = c[k]
+            iqr = (x["p75"] - x["p25"]) / x["median"] * 100
+            return f"{x['median']:.0f} ±{iqr / 2:.0f}%"
+
+        share_txt = " / ".join(f"{sh[k] * 100:.0f}%" if sh[k] is not None else "-" for k in "bcd")
+        lines.append(
+            f"| {st['modules']} | {cell('a')} | {cell('b')} | {cell('c')} | {cell('d')} "
+            f"| {c['b']['median'] / a:.2f} | {c['c']['median'] / a:.2f} "
+            f"| {c['d']['median'] / a:.2f} "
+            f"| {g['c']['median']:.0f} / {g['d']['median']:.0f} | {share_txt} "
+            f"| {st['warm_rss_mib']:.1f} |"
+        )
+    first, last = summary["steps"][0], summary["steps"][-1]
+    checks = []
+
+    def flat(k: str) -> float:
+        return float(last["cols"][k]["median"] / first["cols"][k]["median"] - 1)
+
+    for k in "cd":
+        f = flat(k)
+        checks.append((f"({k}) flat within 5% from {first['modules']} to {last['modules']} "
+                       f"modules: {f * 100:+.1f}%", abs(f) <= FLAT_TARGET))  # fmt: skip
+    half = last["cols"]["d"]["median"] / last["cols"]["a"]["median"]
+    checks.append((f"(d) at {last['modules']} = {half:.2f} x (a) (target <= 0.50)",
+                   half <= HALF_TARGET))  # fmt: skip
+    for k in "cd":
+        worst = max(st["gaps"][k]["median"] / st["cols"][k]["median"] for st in summary["steps"])
+        checks.append((f"gap ({k}) at most {worst:.2f} of the switch (target <= 0.20)",
+                       worst <= GAP_TARGET))  # fmt: skip
+    rss = max(st["warm_rss_mib"] for st in summary["steps"])
+    checks.append((f"warm RSS max {rss:.1f} MiB (target <= 48)", rss <= RSS_TARGET_MIB))
+    summary["checks"] = [{"what": w, "met": ok} for w, ok in checks]
+    notes = [
+        "",
+        f"Medians of {meta['reps']} switches (± half the interquartile range, % of the median). "
+        f"{meta['machine']}; {meta['date']}; host load average at start {meta['load']}.",
+        "Module counts are module BTFs present (`/sys/kernel/btf` minus vmlinux), including "
+        "the VM's four 9p modules.",
+        f"(c)/(d): {meta['warm_kind']}. Gap: from the old scheduler's detach starting to the new "
+        "one `enabled` (a/b cannot prepare while a scheduler runs: their gap is the whole "
+        "switch). bpf() share: time inside our `bpf()` wrapper / whole switch.",
+        "",
+        *(f"- {'met' if ok else 'MISSED'}: {w}" for w, ok in checks),
+    ]
+    return "\n".join(lines + notes) + "\n", summary, 0 if all(ok for _, ok in checks) else 2
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    """Median latency (with quartile bars) of a-d against module count, PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = summary["steps"]
+    xs = [st["modules"] for st in steps]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    styles = {"a": ("tab:red", "o"), "b": ("tab:gray", "s"), "c": ("tab:orange", "^"),
+              "d": ("tab:green", "D")}  # fmt: skip
+    for k, label in COLUMNS.items():
+        med = [st["cols"][k]["median"] for st in steps]
+        lo = [m - st["cols"][k]["p25"] for m, st in zip(med, steps, strict=True)]
+        hi = [st["cols"][k]["p75"] - m for m, st in zip(med, steps, strict=True)]
+        color, marker = styles[k]
+        ax.errorbar(xs, med, yerr=[lo, hi], label=f"({k}) {label}", color=color,
+                    marker=marker, capsize=3)  # fmt: skip
+    for k in "cd":
+        gap = [st["gaps"][k]["median"] for st in steps]
+        ax.plot(xs, gap, linestyle=":", color=styles[k][0], marker=styles[k][1],
+                label=f"({k}) no-scheduler gap")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x) for x in xs])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("module BTFs loaded")
+    ax.set_ylabel("switch latency, ms (median, quartile bars)")
+    ax.set_title(
+        f"Switch to ss_latency (needs uinput BTF), sched_ext VM, {summary['meta']['accel']}"
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def host_main(args: argparse.Namespace) -> int:
+    from tools import vm
+    from tools.sidkernel import ensure_kernel
+
+    made = subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=False)
+    if made.returncode != 0:
+        return 1
+    kernel = ensure_kernel()
+    counts = sorted({int(c) for c in args.counts.split(",")})
+    order = vm.module_load_order(
+        kernel, [DECLARED_MODULE, *vm.sample_modules(kernel, max(counts) + 60)]
+    )
+    paths = kernel.decompressed_paths()
+    modules = "".join(f"{n} {paths[n]}\n" for n in order)
+    load = os.getloadavg()
+    t0 = time.monotonic()
+    script = (
+        f'"$PY" "$REPO/bench/switch_latency.py" _vm --counts {",".join(map(str, counts))} '
+        f'--reps {args.reps} --modules "$RESULTS/modules.txt" --results "$RESULTS"\n'
+    )
+    result = vm.run_in_vm(
+        script,
+        kernel=kernel,
+        timeout=args.timeout,
+        inputs={"modules.txt": modules},
+        memory_mib=2048,
+        cpus=2,
+        keep=args.keep,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("switch_latency.log", "switch_profile_c.txt", "switch_profile_d.txt"):
+        if name in result.files:
+            (out / name).write_bytes(result.files[name])
+    if result.returncode != 0 or "switch_latency.raw.json" not in result.files:
+        print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
+        return 1
+    raw = json.loads(result.text("switch_latency.raw.json"))
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"qemu {result.accel} (single-threaded TCG, -cpu max, 2 vCPUs, 2 GiB), "
+        f"kernel {kernel.version}, host {os.cpu_count()} cores",
+        "load": " ".join(f"{x:.1f}" for x in load),
+        "reps": str(args.reps),
+        "accel": result.accel,
+        "warm_kind": args.warm_kind,
+        "vm_wall_s": f"{time.monotonic() - t0:.0f}",
+    }
+    table, summary, status = build_report(raw, meta)
+    (out / "switch_latency.md").write_text(table)
+    (out / "switch_latency.json").write_text(json.dumps({"summary": summary, "raw": raw}, indent=1))
+    plot(summary, out / "switch_latency.png")
+    print(table)
+    print(f"(VM run {meta['vm_wall_s']} s; results in {out})")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd")
+    vmp = sub.add_parser("_vm")
+    vmp.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], required=True)
+    vmp.add_argument("--reps", type=int, required=True)
+    vmp.add_argument("--modules", required=True)
+    vmp.add_argument("--results", required=True)
+    wp = sub.add_parser("_warm")
+    wp.add_argument("base")
+    cp = sub.add_parser("_cold")
+    cp.add_argument("object")
+    cp.add_argument("ops")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--counts", default="1,10,100,300")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--keep", action="store_true", help="keep the VM work directory")
+    ap.add_argument(
+        "--warm-kind",
+        default="a long-lived loader process with a warm BTF registry (not yet the daemon)",
+    )
+    args = ap.parse_args(argv)
+    if args.cmd == "_vm":
+        return vm_main(args)
+    if args.cmd == "_warm":
+        return warm_main(args.base)
+    if args.cmd == "_cold":
+        return cold_main(args.object, args.ops)
+    return host_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

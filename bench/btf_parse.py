@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", default=DEFAULT_PATH)
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--child", choices=["ours", "libbpf"], help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (bench/host.py)")
     args = ap.parse_args(argv)
     if args.child:
         fn = child_ours if args.child == "ours" else child_libbpf
@@ -132,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ratio = ours_ms / lib_ms
     rss_x = ours_rss / size
     mib = 1 << 20
+    status = 0 if ratio <= TIME_TARGET and rss_x <= RSS_TARGET else 2
+    if args.json:
+        out = {"runs": runs, "size": size, "ours_ms": ours_ms, "libbpf_ms": lib_ms,
+               "ratio": ratio, "ours_rss": ours_rss, "libbpf_rss": lib_rss,
+               "copy_ms": med("copy", "ms"), "rss_x": rss_x, "status": status}  # fmt: skip
+        print(json.dumps(out))
+        return status
     print(f"file: {args.path} ({size / mib:.2f} MiB); lookup {LOOKUP!r} -> id {ids.pop()}")
     print(f"runs: {runs} per side, fresh subprocess each; medians")
     print(
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         f"time ratio ours/libbpf: {ratio:.2f} (target <= {TIME_TARGET:g}); "
         f"our added RSS / file size: {rss_x:.2f} (target <= {RSS_TARGET:g})"
     )
-    return 0 if ratio <= TIME_TARGET and rss_x <= RSS_TARGET else 2
+    return status
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import argparse
 import ctypes
 import ctypes.util
 import gc
+import json
 import os
 import statistics
 import sys
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--declared", default="nf_tables")
     ap.add_argument("--counts", default="1,10,100,300")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (bench/host.py)")
     args = ap.parse_args(argv)
     runs = max(5, args.runs)
     counts = sorted({int(c) for c in args.counts.split(",")})
@@ -163,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     def med(s: str, n: int) -> float:
         return float(statistics.median(samples[(s, n)])) / 1e6
 
+    lo, hi = counts[0], counts[-1]
+    if args.json:
+        rows = {n: {s: med(s, n) for s in "abc"} for n in counts}
+        ok = (abs(med("b", hi) / med("b", lo) - 1) <= FLAT_TARGET
+              and abs(med("c", hi) / med("c", lo) - 1) <= FLAT_TARGET
+              and med("c", hi) / med("a", hi) <= WARM_TARGET)  # fmt: skip
+        print(json.dumps({"runs": runs, "declared": args.declared, "ms": rows,
+                          "status": 0 if ok else 2}))  # fmt: skip
+        return 0 if ok else 2
     print(f"kernel {kernel.version}: declared module {args.declared!r}; {runs} runs, medians (ms)")
     print("(a) libbpf: btf__parse_split of every module BTF present")
     print("(b) ours, cold: new registry, targets([declared])   (c) ours, warm: cached")
@@ -172,7 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     for n in counts:
         a, b, c = med("a", n), med("b", n), med("c", n)
         print(f"| {n} | {a:.3f} | {b:.3f} | {c:.4f} | {b / a:.3f} | {c / a:.4f} |")
-    lo, hi = counts[0], counts[-1]
     flat_b = med("b", hi) / med("b", lo) - 1
     flat_c = med("c", hi) / med("c", lo) - 1
     warm_ratio = med("c", hi) / med("a", hi)

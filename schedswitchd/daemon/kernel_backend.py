@@ -251,6 +251,9 @@ class KernelBackend:
             "module_uevents": st.module_uevents,
             "spec_cache_hits": sp.hits,
             "spec_cache_misses": sp.misses,
+            # Process-wide bpf(2) calls and time inside them (for bench/switch_latency.py).
+            "bpf_syscalls": S.STATS.calls,
+            "bpf_syscall_ns": S.STATS.total_ns,
         }
         with self._lock:
             out.update(self._counts)

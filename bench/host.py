@@ -7,6 +7,8 @@ another), and prints one markdown table with ours next to libbpf measured in the
   libbpf 1.1 ``btf__parse``, fresh process per run) and the RSS it adds;
 * ``bench/kmod_btf.py``: the declared module's BTF ready with 1/10/100/300 real module BTFs
   present (libbpf's way: parse every module; ours cold and warm);
+* ``bench/object_open.py``: open (ELF + BTF + linking) of the largest test object, ours cold
+  and from the spec cache, vs libbpf ``bpf_object__open_file``;
 * ``bench/load_attach.py``: load + attach + detach of the ``tcp_congestion_ops`` test
   object, ours with kernel BTF already parsed vs libbpf through ctypes, and the share of
   our time inside ``bpf(2)``.
@@ -48,7 +50,10 @@ def run(script: str, *args: str) -> tuple[int, dict[str, Any] | None, str]:
 
 
 def table(
-    btf: dict[str, Any] | None, kmod: dict[str, Any] | None, la: dict[str, Any] | None
+    btf: dict[str, Any] | None,
+    kmod: dict[str, Any] | None,
+    oo: dict[str, Any] | None,
+    la: dict[str, Any] | None,
 ) -> list[str]:
     """Markdown rows: benchmark, case, ours ms, libbpf ms, ratio, note."""
     out = [
@@ -71,6 +76,19 @@ def table(
                 f"| cold {b:.3f} / warm {c:.4f} | {a:.3f} | {b / a:.3f} / {c / a:.5f} "
                 f"| libbpf parses every module |"
             )
+    if oo is not None:
+        ms = oo["ms"]
+        ref = ms["libbpf open"]
+        core = (
+            f"; CO-RE of all its relocations {ms['ours CO-RE']:.2f} ms"
+            if "ours CO-RE" in ms
+            else ""
+        )
+        out.append(
+            f"| object open | {oo['object']} | cold {ms['ours cold']:.2f} / cached "
+            f"{ms['ours cached']:.4f} | {ref:.2f} | {ms['ours cold'] / ref:.2f} / "
+            f"{ms['ours cached'] / ref:.4f} | libbpf does CO-RE at load{core} |"
+        )
     if la is not None:
         out.append(
             f"| load + attach + detach | tcp_congestion_ops object | {la['ours_ms']:.2f} "
@@ -87,16 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs = ["--runs", str(args.runs)] if args.runs else []
     results: dict[str, tuple[int, dict[str, Any] | None, str]] = {}
-    for script in ("btf_parse.py", "kmod_btf.py", "load_attach.py"):
+    for script in ("btf_parse.py", "kmod_btf.py", "object_open.py", "load_attach.py"):
         t0 = time.monotonic()
         results[script] = run(script, *runs)
         status, data, err = results[script]
         print(f"{script}: status {status} in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         if data is None:
             print(f"{script} failed:\n{err}", file=sys.stderr)
-    lines = table(
-        results["btf_parse.py"][1], results["kmod_btf.py"][1], results["load_attach.py"][1]
-    )
+    lines = table(*(results[s][1] for s in results))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import json
 import statistics
 import sys
 import time
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--object", type=Path, default=None)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (bench/host.py)")
     args = ap.parse_args(argv)
     obj = args.object
     if obj is None:
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             series["ours CO-RE"].append(_timed(lambda: _core_all(spec, vmlinux)))
     med = {k: statistics.median(v) for k, v in series.items()}
     size = obj.stat().st_size
+    if args.json:
+        print(json.dumps({"object": obj.name, "runs": args.runs, "ms": med}))
+        return 0
     print(
         f"object {obj.name}: {size} bytes, {len(spec.programs)} programs, "
         f"{sum(p.insn_count for p in spec.programs)} linked insns, {len(spec.maps)} maps, "

@@ -42,7 +42,7 @@ from schedswitchd.bpf.spec import (
     ObjectSpec,
     ProgramSpec,
 )
-from schedswitchd.errors import BpfSyscallError, LoadError
+from schedswitchd.errors import BpfSyscallError, CoreError, LoadError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
@@ -670,20 +670,29 @@ class _Loader:
         if not prog.core_relos:
             return prog.insns
         local = self._local_btf()
-        # libbpf consults module BTFs only for a local type without candidates in vmlinux.
-        # Try vmlinux alone first so a lazy target set (registry fallback mode) reads no
-        # module at all when everything resolves there; a relocation left unmatched (no
-        # candidate, or none matching) repeats with every target, which gives the same
-        # result as searching them all from the start.
-        vmlinux_only = relocate(
-            local, prog.insns, prog.core_relos, [self.kernel.vmlinux], self.core_cache
-        )
-        if all(r.found or r.kind == CoreReloKind.TYPE_ID_LOCAL for r in vmlinux_only.results):
-            return vmlinux_only.insns
-        targets = list(self.kernel)
-        if len(targets) == 1:
-            return vmlinux_only.insns
-        return relocate(local, prog.insns, prog.core_relos, targets, self.core_cache).insns
+        return relocate(
+            local, prog.insns, prog.core_relos, self._core_targets(local, prog), self.core_cache
+        ).insns
+
+    def _core_targets(self, local: Btf, prog: ProgramSpec) -> list[Btf]:
+        """vmlinux alone when it has candidates for every relocated type, else vmlinux and
+        the module BTFs. libbpf consults module BTFs only for a local type with *no*
+        candidate in vmlinux (a field or enumerator missing from a vmlinux candidate does
+        not count), and so does the engine, so the results are the same; walking the
+        module list eagerly would make an object without ``.kmod_btfs`` read every loaded
+        module's BTF, the cost this project removes.
+        """
+        vmlinux_only = [self.kernel.vmlinux]
+        for relo in prog.core_relos:
+            if relo.kind is CoreReloKind.TYPE_ID_LOCAL:
+                continue
+            try:
+                found = len(self.core_cache.get(local, relo.type_id, vmlinux_only))
+            except CoreError:
+                return vmlinux_only  # relocate() raises it again, naming the relocation
+            if not found:
+                return list(self.kernel)
+        return vmlinux_only
 
     def apply_fixups(self, prog: ProgramSpec, insns: bytes) -> bytes:
         buf = bytearray(insns)

@@ -231,17 +231,32 @@ class _CountingKernel:
 
 def test_core_reads_modules_only_for_types_vmlinux_lacks(registry: KernelBtfRegistry) -> None:
     from schedswitchd.bpf.core import relocate
+    from schedswitchd.bpf.core_cands import find_candidates
+    from schedswitchd.bpf.core_types import CoreReloKind
 
     vmlinux = registry.targets(()).vmlinux
     spec = _obj("core_kinds")
     prog = spec.program("core_kinds")
     assert spec.btf is not None
     res = relocate(spec.btf, prog.insns, prog.core_relos, [vmlinux])
-    found = tuple(r.relo for r in res.results if r.found)
-    assert 0 < len(found) < len(prog.core_relos)  # the object also asks for missing types
-    only_found = dataclasses.replace(spec, programs=(dataclasses.replace(prog, core_relos=found),))
+    # Relocations of types vmlinux has, including fields it lacks (task_struct___kinds'
+    # no_such_field): libbpf reads no module BTF for those; only a type with no candidate in
+    # vmlinux (no_such_struct___kinds) sends it to the modules.
+    in_vmlinux = tuple(
+        r.relo
+        for r in res.results
+        if r.kind == CoreReloKind.TYPE_ID_LOCAL
+        or r.target_btf == "vmlinux"
+        or r.found
+        or find_candidates(spec.btf, r.relo.type_id, [vmlinux]).cands
+    )
+    assert any(not r.found for r in res.results if r.relo in in_vmlinux)
+    assert 0 < len(in_vmlinux) < len(prog.core_relos)
+    only_vmlinux_types = dataclasses.replace(
+        spec, programs=(dataclasses.replace(prog, core_relos=in_vmlinux),)
+    )
     lazy = _CountingKernel(vmlinux)
-    with load_object(only_found, lazy):
+    with load_object(only_vmlinux_types, lazy):
         pass
     assert lazy.module_reads == 0
     eager = _CountingKernel(vmlinux)

@@ -18,12 +18,13 @@ from typing import Any
 ANON = "(anon)"
 
 
-def bpftool_types(path: Path) -> dict[int, dict[str, Any]]:
-    """bpftool's JSON types of ``path`` by id."""
+def bpftool_types(path: Path, base: Path | None = None) -> dict[int, dict[str, Any]]:
+    """bpftool's JSON types of ``path`` (split BTF on ``base`` if given) by id."""
     bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
-    out = subprocess.run(
-        [bpftool, "btf", "dump", "file", str(path), "-j"], check=True, capture_output=True
-    ).stdout
+    cmd = [bpftool, "btf", "dump", "file", str(path)]
+    if base is not None:
+        cmd += ["-B", str(base)]
+    out = subprocess.run([*cmd, "-j"], check=True, capture_output=True).stdout
     return {t["id"]: t for t in json.loads(out)["types"]}
 
 

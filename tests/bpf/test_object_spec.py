@@ -367,3 +367,20 @@ def test_open_from_bytes_equals_open_from_path(bpf_object: Obj, name: str) -> No
     assert a.maps == b.maps
     assert a.externs == b.externs
     assert a.btf is not None and b.btf is not None and bytes(a.btf.raw) == bytes(b.btf.raw)
+
+
+# --- arena ------------------------------------------------------------------------------------
+
+
+def test_arena_globals_relocate_into_the_arena_map(bpf_object: Obj) -> None:
+    o = _open(bpf_object, "arena")
+    assert [m.name for m in o.maps] == ["arena"]
+    arena = o.maps[0]
+    assert arena.kind is MapKind.ARENA and arena.type == S.MAP_TYPE_ARENA
+    assert arena.max_entries == 2 and arena.flags == S.F_MMAPABLE
+    assert arena.section == ".addr_space.1"
+    assert arena.data is not None and arena.data[:8] == (3).to_bytes(8, "little")
+    p = o.program("touch_arena")
+    assert {(f.kind, f.map_index) for f in p.fixups} == {(FixupKind.MAP_VALUE, 0)}
+    # ld_imm64 of arena_counter (offset 0) and of arena_table (offset 8; [1] is a +8 store)
+    assert sorted(f.offset for f in p.fixups) == [0, 8]

@@ -322,6 +322,11 @@ def _ctl(*argv: str) -> None:
 def _switch_line(info: proto.SwitchInfo | None) -> str:
     if info is None:
         return "no switch needed"
+    if info.result == "ejected":
+        line = f"{info.previous}: ejected by the kernel"
+        if info.exit is not None:
+            line += f" ({info.exit.kind_name}: {info.exit.reason}: {info.exit.message})"
+        return line
     total = info.phases_ns.get("total", 0) / 1e6
     gap = "-" if info.gap_ns is None else f"{info.gap_ns / 1e6:.1f} ms"
     phases = ", ".join(
@@ -352,54 +357,67 @@ def run_demo(config: str, sock: str, log: Path) -> int:
             problems.append(f"{what}: kernel shows {kernel_view()}, expected {ops or 'disabled'}")
         print(_kernel_line(), flush=True)
 
+    def settled_last() -> proto.SwitchInfo | None:
+        # the kernel can show the new scheduler just before the daemon closes its record
+        wait_for(lambda: _closed(history(sock)), 10, 0.1)
+        entries = history(sock)
+        return entries[-1] if entries else None
+
     _say(f"starting schedswitchd --config {config}")
     daemon = Daemon(config, sock, log)
     print(f"daemon answering after {daemon.start():.1f} s", flush=True)
     print(_kernel_line())
     _ctl("list", "--socket", sock)
 
-    _say("a game launcher hints 'gaming' (it holds the lease while the game runs)")
-    game = Launcher(sock, "gaming")
-    print(f"launcher pid {game.pid}: {game.reply}")
-    expect("gaming hint", "ss_latency")
+    _say("a video-call app hints 'video-call' (its launcher holds the lease while it runs)")
+    call = Launcher(sock, "video-call")
+    print(f"launcher pid {call.pid}: {call.reply}")
+    expect("video-call hint", "ss_vtime")
+    print(_switch_line(settled_last()))
     _ctl("status", "--socket", sock)
 
+    _say("a game starts: hint 'gaming' (priority 50 beats video-call's 30)")
     admin = DaemonClient(sock)
-    _say("a video call starts: hint 'video-call' (priority 30 < gaming's 50: gaming stays)")
-    r = ask(admin, proto.HintRequest(workload="video-call"), proto.HintReply)
-    call_lease = r.lease
+    r = ask(admin, proto.HintRequest(workload="gaming"), proto.HintReply)
+    print(f"lease {r.lease}; active {r.active}")
     print(_switch_line(r.switch))
-    expect("video-call hint", "ss_latency")
+    expect("gaming hint", "ss_latency")
 
-    _say("the game exits: its lease ends, the video call's scheduler takes over")
-    game.kill()
-    expect("game exit", "ss_vtime")
-    print(_switch_line(history(sock)[-1]))
+    _say(f"the game ends: release {r.lease}; the video call's scheduler returns")
+    released = ask(admin, proto.ReleaseRequest(lease=r.lease), proto.ReleaseReply)
+    print(f"released; active {released.active}")
+    expect("gaming release", "ss_vtime")
+    print(_switch_line(settled_last()))
 
-    _say("a higher-priority hint: 'fault-test' (priority 90) runs ss_fifo told to fail")
+    _say("a higher-priority hint 'fault-test' (90) runs ss_fifo told to call scx_bpf_error()")
     faulty = Launcher(sock, "fault-test")
     print(f"launcher pid {faulty.pid}: {faulty.reply}")
 
     def ejected() -> bool:
         return any(h.result == "ejected" for h in history(sock))
 
-    if not wait_for(ejected, 60, 0.2):
-        problems.append("the faulty scheduler was not ejected within 60 s")
+    if not wait_for(ejected, 90, 0.2):
+        problems.append("the faulty scheduler was not ejected within 90 s")
     expect("fallback after ejection", "ss_vtime")
+    settled_last()
     for h in history(sock)[-3:]:
         print(_switch_line(h))
     _ctl("status", "--socket", sock)
     faulty.kill()  # its scheduler is held back; the launcher gives up
 
-    _say("release everything: the default (the kernel's own scheduler) returns")
-    released = ask(admin, proto.ReleaseRequest(lease=call_lease), proto.ReleaseReply)
-    print(f"released {call_lease}; active now {released.active}")
+    _say("release all: the video-call app exits, the default (the kernel's own) returns")
+    call.kill()
     expect("release all", None)
+    settled_last()
     _ctl("history", "--socket", sock)
     entries = history(sock)
     admin.close()
     daemon.stop()
     return _summary(entries, problems)
+
+
+def _closed(entries: list[proto.SwitchInfo]) -> bool:
+    return not entries or entries[-1].result == "ejected" or "total" in entries[-1].phases_ns
 
 
 def _summary(entries: list[proto.SwitchInfo], problems: list[str]) -> int:

@@ -333,7 +333,9 @@ class Server:
                 case proto.ListRequest():
                     reply = self._list(request)
                 case proto.HistoryRequest():
-                    entries = [switch_info(r) for r in self.switcher.history]
+                    # list() copies the deque in one C call, so the switcher thread's
+                    # appends cannot interleave with the iteration
+                    entries = [switch_info(r) for r in list(self.switcher.history)]
                     if request.limit is not None:
                         entries = entries[-request.limit :]
                     reply = proto.HistoryReply(id=request.id, entries=entries)
@@ -627,7 +629,9 @@ class Server:
             settled = True
         except TimeoutError:
             settled = False
-        made = [r for r in self.switcher.history if r.seq > seq_before and r.result != "ejected"]
+        made = [
+            r for r in list(self.switcher.history) if r.seq > seq_before and r.result != "ejected"
+        ]
         return (made[-1] if made else None), settled
 
     async def _poller(self) -> None:

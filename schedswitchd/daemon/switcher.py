@@ -276,13 +276,10 @@ class Switcher:
         if target == self.active:
             if target == KERNEL:
                 return None
-            state = self.backend.kernel_state()
-            if state.state in ("enabling", "disabling"):
-                # Mid-transition (an ejection in progress?): check_ejected() settles it first,
-                # so that an ejected scheduler is not re-attached without being counted.
-                return None
-            if self._confirmed(self.current):
-                return None
+            # Whether it runs or the kernel is ejecting it (mid-transition, or just done since
+            # check_ejected() looked): never re-attach it here. check_ejected() on the next
+            # pass records the ejection and its exit info and backs the scheduler off.
+            return None
         if target != KERNEL and spec is None:
             raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
         record = self._record(target, OK, reason)

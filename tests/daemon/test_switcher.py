@@ -122,11 +122,17 @@ def test_ejection_is_noticed_with_exit_info() -> None:
     assert s.check_ejected() is None
 
 
-def test_switch_after_unnoticed_ejection_reattaches() -> None:
+def test_unnoticed_ejection_is_counted_not_reattached() -> None:
+    # The kernel can finish an ejection between check_ejected() and switch_to() (seen in
+    # the VM: "faulty -> faulty" re-attaches with no ejection recorded, so no backoff).
     s, b = make()
     s.switch_to("fifo", SPEC, "x")
     b.eject()
-    rec = s.switch_to("fifo", SPEC, "again")
+    assert s.switch_to("fifo", SPEC, "again") is None
+    assert b.kernel_state().state == "disabled"
+    got = s.check_ejected()
+    assert got is not None and got[0].result == "ejected" and got[0].previous == "fifo"
+    rec = s.switch_to("fifo", SPEC, "after backoff")
     assert rec is not None and rec.ok and b.kernel_state().ops == "fifo_ops"
 
 

@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD := build
 
-APT_PACKAGES := clang llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
+APT_PACKAGES := clang clang-16 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
 	systemd
 

@@ -23,15 +23,9 @@ from schedswitchd.errors import BtfError, ObjectError
 from tests.bpf.conftest import BPF_BUILD_DIR
 
 OBJECTS = (
-    "maps",
-    "globals",
-    "subprogs",
-    "ksyms",
-    "kconfig",
-    "struct_ops",
-    "kmod_fixed",
-    "kmod_ptrs",
-)
+    "maps", "globals", "subprogs", "ksyms", "kconfig", "struct_ops", "kmod_fixed", "kmod_ptrs",
+    "core_kinds", "arena",
+)  # fmt: skip
 _SHDR = 64  # sizeof(Elf64_Shdr)
 
 

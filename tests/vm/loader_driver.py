@@ -5,7 +5,8 @@ Usage (in the VM): ``python -m tests.vm.loader_driver SCHED_DIR NAME OUT.json``.
 ``cycle`` (load ``NAME.bpf.o`` -- the ``.struct_ops.link`` build --, attach, sched_ext
 state and ops name, a workload, the ``nr_enqueued`` counter, detach, final state, phase
 timings) and ``xlated`` (per program of ``NAME.legacy.bpf.o``: whether our xlated
-instructions equal libbpf's, map ids aside). Observations only; the host test asserts.
+instructions equal libbpf's, per-load values aside: see :mod:`tests.xlated`).
+Observations only; the host test asserts.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from schedswitchd.bpf import insn as I
 from schedswitchd.bpf.object import open_object
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import ProgFd
 from schedswitchd.kernel.loader import load_object
+from tests.xlated import differences
 
 STATE = Path("/sys/kernel/sched_ext/state")
 OPS = Path("/sys/kernel/sched_ext/root/ops")
@@ -72,20 +73,6 @@ def cycle(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     return out
 
 
-def _normalize(xlated: bytes) -> bytes:
-    buf = bytearray(xlated)
-    i, n = 0, I.count(buf)
-    while i < n:
-        ins = I.decode(buf, i)
-        if ins.is_ld_imm64:
-            if ins.src in (I.PSEUDO_MAP_FD, I.PSEUDO_MAP_VALUE):
-                I.encode_into(buf, i, I.Insn(ins.code, ins.dst, ins.src, ins.off, 0))
-            i += 2
-        else:
-            i += 1
-    return bytes(buf)
-
-
 def xlated(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     pins = Path("/sys/fs/bpf/ssd_loader_vm")
     run = subprocess.run(
@@ -98,20 +85,22 @@ def xlated(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
         for pin in sorted(os.listdir(pins)):
             with S.obj_get(pins / pin, expect=ProgFd) as fd:
                 info = S.prog_info(fd)
-                theirs[info.name] = _normalize(info.xlated_insns)
+                theirs[info.name] = info.xlated_insns
     finally:
         shutil.rmtree(pins, ignore_errors=True)
     spec = open_object(path)
     with load_object(spec, reg.targets(spec.kmod_btfs), open_btf_object=reg.open_btf_object) as obj:
         ours = {
-            S.prog_info(p.fd, xlated=False).name: _normalize(S.prog_info(p.fd).xlated_insns)
+            S.prog_info(p.fd, xlated=False).name: S.prog_info(p.fd).xlated_insns
             for p in obj.programs.values()
         }
+    diffs = {n: differences(ours.get(n, b""), x) for n, x in theirs.items()}
     return {
         "ours": sorted(ours),
         "theirs": sorted(theirs),
-        "equal": {n: ours.get(n) == x for n, x in theirs.items()},
+        "equal": {n: not d for n, d in diffs.items()},
         "insns": {n: len(x) // 8 for n, x in theirs.items()},
+        "diffs": diffs,
     }
 
 

@@ -53,4 +53,4 @@ def test_xlated_same_as_libbpf_in_vm(observed: dict[str, Any], name: str) -> Non
     assert "exception" not in x, x.get("tb")
     assert "libbpf_error" not in x, x.get("libbpf_error")
     assert x["ours"] == x["theirs"]
-    assert all(x["equal"].values()), x["equal"]
+    assert all(x["equal"].values()), x["diffs"]

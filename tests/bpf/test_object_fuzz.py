@@ -101,7 +101,7 @@ u32s = st.one_of(
 u64s = st.one_of(u32s, st.integers(0, 2**64 - 1), st.sampled_from([2**63, 2**64 - 8]))
 
 FUZZ = settings(
-    max_examples=400,
+    max_examples=800,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=False,

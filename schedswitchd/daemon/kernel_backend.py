@@ -301,6 +301,11 @@ class KernelBackend:
         t["open"] = opened.open_ns
         start = time.perf_counter_ns()
         ops_map = sched_ext_map(opened.spec, self.ops_type)
+        if self.ops_type == SCHED_EXT_OPS and not scx.available(self.root):
+            raise scx.SchedExtUnavailable(
+                f"cannot load {name}: this kernel has no sched_ext ({self.root / 'state'} "
+                "is missing; CONFIG_SCHED_CLASS_EXT is not set)"
+            )
         hotplug: int | None = None
         if cfg.hotplug_seq and scx.available(self.root):
             hotplug = self._status().hotplug_seq

@@ -27,6 +27,7 @@ from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
+from schedswitchd.kernel.sched_ext import SchedExtUnavailable
 from schedswitchd.kernel.scheduler_pins import PinDir
 from schedswitchd.kernel.scx_exit import uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache
@@ -175,6 +176,12 @@ def test_prepare_errors_are_typed(
         backend.prepare("uei", _cfg(bpf_object("uei"), rodata={"nope": 1}, hotplug_seq=False))
     with pytest.raises(LoadError, match="not a scheduler"):
         KernelBackend(pin_dir=tmp_path).prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    fifo = BPF_BUILD_DIR.parents[1] / "bpf" / "fifo.bpf.o"  # make schedulers (make test)
+    if not fifo.is_file():
+        pytest.fail(f"{fifo} is missing: run `make schedulers` (or `make test`)")
+    no_scx = KernelBackend(pin_dir=tmp_path, sched_ext_root=tmp_path / "absent")
+    with pytest.raises(SchedExtUnavailable, match="this kernel has no sched_ext"):
+        no_scx.prepare("fifo", _cfg(fifo))
     with pytest.raises(LoadError, match="several"):
         backend.prepare("so", _cfg(bpf_object("struct_ops"), hotplug_seq=False))
 

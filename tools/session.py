@@ -300,6 +300,17 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
         "after": kernel_view(),
     }
     save()
+    # the re-adopted scheduler detaches like any other (its link came from the pin)
+    with DaemonClient(sock) as admin2:
+        stopped = admin2.request(proto.StopRequest())
+    ok = wait_for(runs(None), 30)
+    results["stop_adopted"] = {
+        "reply": stopped.model_dump(mode="json"),
+        "waited_ok": ok,
+        "kernel": kernel_view(),
+        "pins": sorted(os.listdir("/sys/fs/bpf/schedswitchd")),
+    }
+    save()
     gamer.kill()
     daemon2.stop()
     results["done"] = True

@@ -11,7 +11,8 @@ kernel's own scheduler returns); uid 65534 is refused; the error-injecting sched
 (``fault-test`` -> ss_fifo with ``error_after``) is ejected, the daemon reports the exit
 kind and reason and falls back to ss_latency; switching to the broken scheduler fails with
 the verifier's log and leaves ss_latency enabled; ``kill -9`` of the daemon leaves
-ss_latency enabled and a new daemon re-adopts it from its pin.
+ss_latency enabled and a new daemon re-adopts it from its pin, and an admin ``stop`` then
+detaches it (unpinned, ``disabled``).
 """
 
 from __future__ import annotations
@@ -153,3 +154,12 @@ def test_kill9_leaves_scheduler_and_restart_readopts(checks: dict[str, Any]) -> 
     assert st["kernel"]["ops"] == "ss_latency" and st["kernel"]["state"] == "enabled"
     assert k["history"][0]["result"] == "adopted"
     assert k["after"]["enable_seq"] == k["before"]["enable_seq"]  # not re-attached
+
+
+def test_readopted_scheduler_detaches(checks: dict[str, Any]) -> None:
+    s = checks["stop_adopted"]
+    switch = s["reply"]["switch"]
+    assert switch["previous"] == "latency" and switch["target"] == "kernel", switch
+    assert switch["result"] == "ok"
+    assert s["waited_ok"] and s["kernel"]["state"] == "disabled"
+    assert s["pins"] == []

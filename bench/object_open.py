@@ -36,7 +36,7 @@ from schedswitchd.bpf.btf import Btf  # noqa: E402
 from schedswitchd.bpf.core import CandidateCache, relocate  # noqa: E402
 from schedswitchd.bpf.object import open_object  # noqa: E402
 from schedswitchd.bpf.spec import ObjectSpec  # noqa: E402
-from schedswitchd.bpf.spec_cache import SpecCache  # noqa: E402
+from schedswitchd.kernel.spec_cache import SpecCache  # noqa: E402
 
 VMLINUX = "/sys/kernel/btf/vmlinux"
 _KEEP: list[object] = []

@@ -22,7 +22,7 @@ from schedswitchd.daemon.kernel_backend import (
     ops_name_of,
     sched_ext_map,
 )
-from schedswitchd.errors import CustomizationError, LoadError, SchedExtError
+from schedswitchd.errors import CustomizationError, LoadError, ObjectError, SchedExtError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
@@ -200,6 +200,19 @@ def test_spec_cache_keyed_by_identity(bpf_object: Callable[[str], Path], tmp_pat
     os.replace(replacement, obj)  # new inode and size at the same path
     c = cache.open(obj)
     assert not c.cached and {m.name for m in c.spec.struct_ops_maps} == {"ssd_plain", "ssd_link"}
+
+
+def test_spec_cache_bound_and_unreadable_file(
+    bpf_object: Callable[[str], Path], tmp_path: Path
+) -> None:
+    cache = SpecCache(max_entries=2)
+    for name in ("uei", "struct_ops", "kconfig"):
+        cache.open(bpf_object(name))
+    stats = cache.stats()
+    assert (stats.entries, stats.evictions, stats.misses) == (2, 1, 3)
+    assert not cache.open(bpf_object("uei")).cached  # the oldest was evicted
+    with pytest.raises(ObjectError, match="cannot read BPF object"):
+        cache.open(tmp_path / "missing.bpf.o")
 
 
 def test_exit_info_read_from_the_data_map(

@@ -26,20 +26,32 @@ struct stats {
 u64 cpu_loads[1] SEC(".data.cpu_loads");
 u32 cpu_ids[4] SEC(".bss.cpu_ids");
 
-SEC("tp_btf/sched_switch")
-int read_globals(u64 *ctx)
-{
-	u32 i = bpf_get_smp_processor_id() & 3;
+/* The context a test passes with BPF_PROG_TEST_RUN (ctx_in). */
+struct args {
+	u32 idx;
+};
 
+/* A syscall program, so that a test can run it deterministically and check every global
+ * it touches. Returns the slot index it used. */
+SEC("syscall")
+int read_globals(struct args *ctx)
+{
+	u32 i = ctx->idx & 3;
+	u32 w = 0;
+
+	/* An explicit bound the verifier can follow (a modulo loses the bounds). */
+	if (i < 3)
+		w = weights[i];
 	if (verbose)
-		counter += nr_cpus + slice_ns + tag[0] + weights[i % 3] + small_u8;
+		counter += nr_cpus + slice_ns + tag[0] + w + small_u8;
 	zeroed++;
 	stats.enq++;
 	stats.disp += static_data;
+	stats.kind = i;
 	signed_data += hidden_var;
 	cpu_loads[0] += i;
-	cpu_ids[i] = i;
-	return 0;
+	cpu_ids[i] = i + 1;
+	return i;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* BTF-defined maps of several kinds: hash, array, per-CPU hash, ring buffer, bloom filter
- * (map_extra), LRU with NUMA node, pinning, and an array-of-maps with a .values initialiser. */
+ * (map_extra), LRU with NUMA node, pinning, and an array-of-maps with a .values initialiser.
+ * on_switch (a raw tracepoint program, which BPF_PROG_TEST_RUN runs with the context a test
+ * passes) uses each of them, so a test can count its runs in every map. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
@@ -69,26 +71,66 @@ struct {
 	.values = { [0] = &inner_b, [2] = &inner_a },
 };
 
-SEC("tp_btf/sched_switch")
-int on_switch(u64 *ctx)
+/* Keys of the counts map. */
+enum { K_CALLS = 1, K_RINGBUF_OK = 2, K_BLOOM_HIT = 3 };
+
+static void count(__u32 key, __u64 n)
 {
-	__u32 key = 1;
 	__u64 *v = bpf_map_lookup_elem(&counts, &key);
-	struct pair *p;
-	void *m;
 
 	if (v)
-		__sync_fetch_and_add(v, 1);
+		__sync_fetch_and_add(v, n);
+	else
+		bpf_map_update_elem(&counts, &key, &n, BPF_NOEXIST);
+}
+
+static void bump_inner(__u32 slot, __u32 n)
+{
+	__u32 zero = 0;
+	__u32 *val;
+	void *m;
+
+	m = bpf_map_lookup_elem(&outer, &slot);
+	if (!m)
+		return;
+	val = bpf_map_lookup_elem(m, &zero);
+	if (val)
+		*val += n;
+}
+
+SEC("raw_tp/sched_switch")
+int on_switch(__u64 *ctx)
+{
+	__u32 a = (__u32)ctx[0]; /* sched_switch's preempt; a test run passes its own */
+	__u32 key = 1;
+	__u64 pkey = 7;
+	__u64 init[2];
+	__u64 *pv;
+	struct pair *p;
+	count(K_CALLS, a);
 	p = bpf_map_lookup_elem(&pinned_array, &key);
-	if (p)
+	if (p) {
+		p->a += 10;
 		p->b++;
-	m = bpf_map_lookup_elem(&outer, &key);
-	if (m)
-		bpf_map_lookup_elem(m, &key);
-	bpf_ringbuf_output(&events, &key, sizeof(key), 0);
+	}
+	bump_inner(0, 1);   /* slot 0 holds inner_b */
+	bump_inner(2, 100); /* slot 2 holds inner_a */
+	bump_inner(1, 1000); /* slot 1 is empty: no effect */
+	if (bpf_ringbuf_output(&events, &key, sizeof(key), 0) == 0)
+		count(K_RINGBUF_OK, 1);
 	bpf_map_push_elem(&bloom, &key, 0);
-	bpf_map_update_elem(&lru, &key, &key, BPF_ANY);
-	bpf_map_lookup_elem(&percpu, &key);
+	if (bpf_map_peek_elem(&bloom, &key) == 0)
+		count(K_BLOOM_HIT, 1);
+	bpf_map_update_elem(&lru, &key, &a, BPF_ANY);
+	pv = bpf_map_lookup_elem(&percpu, &pkey);
+	if (pv)
+		pv[0]++;
+	else {
+		/* Filled at run time (a constant initialiser would go to .rodata.cst16). */
+		init[0] = 1;
+		init[1] = a;
+		bpf_map_update_elem(&percpu, &pkey, init, BPF_NOEXIST);
+	}
 	return 0;
 }
 

@@ -1,15 +1,13 @@
 """The loader on real clang-built objects (``build/tests/bpf/*.bpf.o``, from
 ``make test-objects``) on the host kernel, and the same result as libbpf: programs loaded by
-Debian's libbpf (``bpftool prog loadall``) and by us have identical xlated instructions
-except for map ids."""
+Debian's libbpf (``libbpf.so.1`` through ctypes, tests/libbpf_xlated.py) and by us have
+identical xlated instructions except for map ids."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import struct
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +22,9 @@ from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import kconfig as K
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
-from schedswitchd.kernel.fd import ProgFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from tests.core_libbpf import LibbpfError
+from tests.libbpf_xlated import libbpf_xlated
 from tests.xlated import differences
 
 pytestmark = pytest.mark.root
@@ -111,6 +110,7 @@ def test_struct_ops_object_attaches_both_forms(registry: KernelBtfRegistry) -> N
 @pytest.fixture
 def libbpf_pins(bpffs: Path) -> Iterator[Path]:
     d = bpffs / "libbpf"
+    d.mkdir()
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -131,32 +131,26 @@ def libbpf_pins(bpffs: Path) -> Iterator[Path]:
         "ksyms",
     ],
 )
-def test_xlated_same_as_libbpf(name: str, registry: KernelBtfRegistry, libbpf_pins: Path) -> None:
-    if shutil.which("bpftool") is None:
-        pytest.skip("bpftool not installed")
-    obj_path = OBJ_DIR / f"{name}.bpf.o"
+def test_xlated_same_as_libbpf(
+    name: str, registry: KernelBtfRegistry, libbpf_pins: Path, bpffs: Path
+) -> None:
     spec = _obj(name)
-    run = subprocess.run(
-        ["bpftool", "prog", "loadall", str(obj_path), str(libbpf_pins)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if run.returncode != 0:
-        last = run.stderr.strip().splitlines()[-1:] or ["?"]
-        pytest.skip(f"libbpf 1.1 (bpftool) cannot load {name}: {last[0]}")
-    theirs: dict[str, bytes] = {}
-    for pin in sorted(os.listdir(libbpf_pins)):
-        with S.obj_get(libbpf_pins / pin, expect=ProgFd) as fd:
-            info = S.prog_info(fd)
-            theirs[info.name] = info.xlated_insns
-    assert theirs, "bpftool pinned no programs"
-    with _load(spec, registry) as obj:
-        ours = {
-            S.prog_info(p.fd, xlated=False).name: S.prog_info(p.fd).xlated_insns
-            for p in obj.programs.values()
-        }
-    assert set(ours) == set(theirs)
+    try:
+        theirs = libbpf_xlated(OBJ_DIR / f"{name}.bpf.o", libbpf_pins)
+    except LibbpfError as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip() and "failed to load" not in ln]
+        last = lines[-1:] or ["?"]
+        pytest.skip(f"libbpf 1.1 cannot load {name}: {last[0]}")
+    assert theirs, "libbpf loaded no programs"
+    ours_pins = bpffs / "ours"
+    ours_pins.mkdir()
+    with _load(spec, registry, pin_root=ours_pins) as obj:
+        ours = {n: S.prog_info(p.fd).xlated_insns for n, p in obj.programs.items()}
+    assert set(theirs) <= set(ours)
+    # libbpf 1.1 leaves a '?' program out even when a struct_ops map uses it (ssd_release);
+    # we load it, as later libbpf does: the only programs libbpf 1.1 lacks are such ones.
+    for extra in set(ours) - set(theirs):
+        assert not spec.program(extra).autoload and spec.struct_ops_maps, extra
     for prog, xl in theirs.items():
         assert not differences(ours[prog], xl), f"{name}:{prog} differs from libbpf's"
 

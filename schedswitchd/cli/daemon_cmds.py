@@ -46,7 +46,12 @@ def register(sub: Any) -> None:
     hint.add_argument("--ttl", type=float, help="also end the lease after TTL seconds")
     release = add("release", "end a lease", _release)
     release.add_argument("lease")
-    switch = add("switch", "admin: run SCHEDULER ('kernel': none, 'auto': follow hints)", _switch)
+    switch = add(
+        "switch",
+        "admin: run SCHEDULER ('kernel': none, 'auto': follow hints); if the switch fails "
+        "(or the kernel later ejects it) the override is dropped and hints rule again",
+        _switch,
+    )
     switch.add_argument("scheduler")
     add("stop", "admin: back to the kernel's own scheduler", _stop)
     add("reload", "admin: re-read the daemon's configuration", _reload)

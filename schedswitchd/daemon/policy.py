@@ -6,7 +6,8 @@ rules can be tested exhaustively. The rules:
 - A lease names a workload; the workload's :class:`~schedswitchd.daemon.config.HintRule`
   gives a scheduler and a priority. A lease whose workload has no rule (after a reload) is
   kept but ignored.
-- An admin override (a scheduler or ``kernel``) beats every lease.
+- An admin override (a scheduler or ``kernel``) beats every lease (the server drops it
+  when its switch fails or its scheduler is ejected).
 - Otherwise the live lease with the highest priority wins, ties going to the newest lease;
   a lease whose scheduler is held back by backoff is skipped, and the next one is tried.
 - With no usable lease the default runs, unless the default is held back too, in which
@@ -160,6 +161,8 @@ class Policy:
         """The scheduler that should run at ``now_ns`` (see the module docstring).
 
         An admin override is obeyed even when that scheduler is backed off: an admin asked.
+        The server drops an override whose switch fails or whose scheduler is ejected, so a
+        failed override is tried once, not on every pass.
         """
         if self.override is not None:
             return Decision(self.override, None, "override")

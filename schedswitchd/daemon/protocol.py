@@ -117,7 +117,9 @@ class HistoryRequest(_Request):
 
 class SwitchRequest(_Request):
     """Admin: run ``scheduler`` regardless of leases (``kernel``: none; ``auto``: follow
-    the leases again)."""
+    the leases again). If the switch fails (or the scheduler is later ejected) the
+    override is dropped: the reply is an error, the failure is in the history once, the
+    scheduler is backed off, and the daemon follows the leases and default again."""
 
     op: Literal["switch"] = "switch"
     scheduler: Workload

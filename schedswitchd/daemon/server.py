@@ -497,12 +497,17 @@ class Server:
             self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
         log.info("admin override: %s", target, extra={"SCHEDULER": target})
         self._kick()
-        record, _ = await self._settle()
+        made, _ = await self._settle_records()
+        # The override's own attempt decides the reply, not a fallback switch made after it.
+        failed = [r for r in made if r.target == target and not r.ok and r.error is not None]
+        record = failed[0] if failed else (made[-1] if made else None)
         if record is not None and not record.ok and record.error is not None:
             err = record.error
+            dropped = "" if target == KERNEL else "; override dropped, following hints"
             return proto.error_reply(
                 err.code,
-                f"switch to {record.target} {record.result}: {err}",
+                f"switch to {record.target} {record.result}: {err}{dropped} "
+                f"(running {self.switcher.active})",
                 op=request.op,
                 id=request.id,
                 verifier_log=getattr(err, "verifier_log", None),
@@ -618,6 +623,11 @@ class Server:
     async def _settle(self) -> tuple[SwitchRecord | None, bool]:
         """Wait for the reconcile pass covering changes so far. Returns the newest switch
         record made meanwhile (or ``None``) and whether the pass finished in time."""
+        made, settled = await self._settle_records()
+        return (made[-1] if made else None), settled
+
+    async def _settle_records(self) -> tuple[list[SwitchRecord], bool]:
+        """Like :meth:`_settle`, but every switch record made meanwhile, oldest first."""
         gen = self._gen
         seq_before = self.switcher.history[-1].seq if self.switcher.history else 0
         timeout = 2 * self.config.limits.switch_timeout_s + 5
@@ -632,7 +642,7 @@ class Server:
         made = [
             r for r in list(self.switcher.history) if r.seq > seq_before and r.result != "ejected"
         ]
-        return (made[-1] if made else None), settled
+        return made, settled
 
     async def _poller(self) -> None:
         # Safety net behind the backend's uevent notifications: also catches ejections whose
@@ -662,6 +672,8 @@ class Server:
         if ejected is not None:
             gone, ran_for = ejected
             hold = self.policy.record_failure(gone.previous, now, ran_for)
+            if self.policy.override == gone.previous:
+                self._drop_override(gone.previous, "it was ejected by the kernel")
             exit_ = gone.exit
             log.warning(
                 "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
@@ -702,9 +714,23 @@ class Server:
             if record.ok or target == KERNEL:
                 break
             self.policy.record_failure(target, time.monotonic_ns())
+            if decision.why == "override":
+                # Obeying a failed override again would retry it on every pass (the admin
+                # override ignores backoff): drop it, like an ejection, and follow the hints.
+                self._drop_override(target, "the switch failed")
         self._arm_deadline(now)
         if self.on_change is not None:
             self.on_change(self.summary())
+
+    def _drop_override(self, target: str, why: str) -> None:
+        """End a failed admin override: the daemon follows hints and the default again."""
+        self.policy.override = None
+        log.warning(
+            "admin override %s dropped: %s; following hints again",
+            target,
+            why,
+            extra={"SCHEDULER": target},
+        )
 
     def _arm_deadline(self, now: int) -> None:
         deadline = self.policy.next_deadline(now)

@@ -474,3 +474,41 @@ def test_slow_switch_does_not_block_other_clients() -> None:
         assert reply is not None and reply["active"] == "gaming"
     finally:
         r.stop()
+
+
+def test_failed_admin_switch_is_tried_once_then_dropped() -> None:
+    """A failing override is not retried on every pass: it is dropped (hints rule again),
+    the reply carries the error, and the history holds one failure."""
+    backend = FakeBackend(fail_prepare={"broken"})
+    r = Running(backend)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="battery")["active"] == "fifo"
+        reply = c.request(op="switch", scheduler="broken")
+        assert reply["ok"] is False and reply["op"] == "switch"
+        assert "kfunc scx_bpf_nope" in reply["error"]["message"]
+        assert "override dropped" in reply["error"]["message"]
+        time.sleep(1.5)  # several poll passes (poll_s 0.2)
+        assert backend.calls.count("prepare broken") == 1
+        status = c.request(op="status")["status"]
+        assert status["override"] is None and status["active"] == "fifo"
+        assert [b["scheduler"] for b in status["backoff"]] == ["broken"]
+        entries = c.request(op="history")["entries"]
+        assert [h["result"] for h in entries if h["target"] == "broken"] == ["failed"]
+        assert kernel_ops(r) == "fifo_ops"
+        # The admin may ask again at once: the explicit request clears the backoff.
+        assert c.request(op="switch", scheduler="broken")["ok"] is False
+        assert backend.calls.count("prepare broken") == 2
+    finally:
+        r.stop()
+
+
+def test_ejected_override_is_dropped(srv: Running) -> None:
+    c = srv.client()
+    c.request(op="hint", workload="battery")
+    assert c.request(op="switch", scheduler="vtime")["active"] == "vtime"
+    srv.backend.eject()
+    srv.wait_for(lambda s: s.switcher.active == "fifo", 3)
+    time.sleep(1.0)
+    assert srv.backend.calls.count("prepare vtime") == 1
+    assert c.request(op="status")["status"]["override"] is None

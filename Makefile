@@ -21,7 +21,8 @@ $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
 $(VENV)/.stamp: pyproject.toml $(BUILD)/.apt-stamp
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -m pip install -q --upgrade pip
-	@$(VPY) -m pip install -q --no-warn-script-location -e '.[dev,bench]'
+	@# setuptools warns on every editable install that ./schedswitchd shadows the package: expected here.
+	@PYTHONWARNINGS='ignore:Editable installation' $(VPY) -m pip install -q --no-warn-script-location -e '.[dev,bench]'
 	@touch $@
 
 deps: $(VENV)/.stamp

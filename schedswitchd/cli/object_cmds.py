@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
@@ -51,7 +52,10 @@ def register(sub: Any) -> None:
     )
     load.add_argument("--json", action="store_true", help="print one JSON object")
     load.set_defaults(handler=_load)
-    unload = osub.add_parser("unload", help="remove what `object load --pin DIR` left")
+    unload = osub.add_parser(
+        "unload",
+        help="remove the pins `object load --pin DIR` made (only those; DIR must be on bpffs)",
+    )
     unload.add_argument("dir")
     unload.add_argument("--json", action="store_true", help="print one JSON object")
     unload.set_defaults(handler=_unload)
@@ -131,8 +135,11 @@ def _load(args: argparse.Namespace) -> int:
 
 def _unload(args: argparse.Namespace) -> int:
     removed = unpin_directory(args.dir)
+    left = sorted(os.listdir(args.dir)) if os.path.isdir(args.dir) else []
     if args.json:
-        print(json.dumps({"removed": removed}))
-    else:
-        print(f"removed {len(removed)} pins from {args.dir}")
+        print(json.dumps({"removed": removed, "left": left}))
+        return 0
+    print(f"removed {len(removed)} pins from {args.dir}")
+    if left:
+        print(f"kept {args.dir}: it still holds {', '.join(left)} (not made by `object load`)")
     return 0

@@ -14,7 +14,10 @@ files), so dots become ``_``: ``.rodata`` is pinned as ``map__rodata``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,22 +27,47 @@ from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.fd import LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.loader import LoadedObject
 
-BPF_FS_MAGIC = 0xCAFE4A11
+BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
+
+# Names pin_object creates: a kind prefix, then an object name with "." and "/" replaced.
+_PIN_ENTRY = re.compile(r"^(link|prog|map)_([^./]+)$")
+
+
+class _Statfs(ctypes.Structure):
+    # Only ``f_type`` (the first field, a ``long`` on Linux ABIs we run on) is read; the
+    # padding covers the rest of ``struct statfs`` (120 bytes on 64-bit, see statfs(2)).
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 256)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.statfs.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Statfs)]
+_libc.statfs.restype = ctypes.c_int
+
+
+def fs_magic(path: str | os.PathLike[str]) -> int:
+    """The ``statfs(2)`` ``f_type`` of the filesystem holding ``path`` (e.g.
+    :data:`BPF_FS_MAGIC`, ``include/uapi/linux/magic.h``). Raises :class:`OSError`."""
+    buf = _Statfs()
+    if _libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fsdecode(path))
+    return int(buf.f_type) & 0xFFFFFFFF
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
 
 
 def is_bpffs(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` lies on a bpf filesystem (``statfs`` type ``BPF_FS_MAGIC``),
-    judged from ``/proc/self/mountinfo`` (the longest mount point containing it)."""
-    target = os.path.realpath(path)
-    best, fstype = "", ""
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            mnt = left.split()[4].replace("\\040", " ")
-            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
-            if inside and len(mnt) >= len(best):
-                best, fstype = mnt, right.split()[0]
-    return fstype == "bpf"
+    """Whether ``path`` (or, if it does not exist yet, its nearest existing ancestor) lies
+    on a bpf filesystem: ``statfs`` type ``BPF_FS_MAGIC``."""
+    try:
+        return fs_magic(_existing_ancestor(Path(path))) == BPF_FS_MAGIC
+    except OSError:
+        return False
 
 
 def pin_name(name: str) -> str:
@@ -53,9 +81,13 @@ def pin_object(obj: LoadedObject, directory: str | os.PathLike[str]) -> dict[str
     struct_ops maps registered (the pins own them). On failure the pins made so far are
     removed and :class:`LoadError` / :class:`BpfSyscallError` propagates."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    # Checked before mkdir so nothing is created on another filesystem.
     if not is_bpffs(d):
-        raise LoadError(f"{d} is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)")
+        raise LoadError(f"{d} is not on a bpf filesystem (mount one: mount -t bpf bpf /sys/fs/bpf)")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LoadError(f"cannot create pin directory {d}: {exc.strerror}") from exc
     made: dict[str, str] = {}
     entries: list[tuple[str, OwnedFd]] = [(f"link_{n}", fd) for n, fd in obj.links.items()]
     entries += [(f"prog_{n}", p.fd) for n, p in obj.programs.items()]
@@ -95,18 +127,33 @@ class PinnedObject:
         self.close()
 
 
+def _pin_entries(directory: Path) -> list[tuple[str, str, str]]:
+    """``(entry, kind, name)`` for each entry of ``directory`` that :func:`pin_object`
+    could have made: a name ``link_*``/``prog_*``/``map_*`` that is a pin (bpffs shows
+    pins as regular files), never a directory or symlink."""
+    out = []
+    for entry in sorted(os.listdir(directory)):
+        m = _PIN_ENTRY.match(entry)
+        if m is None:
+            continue
+        if not stat.S_ISREG(os.lstat(directory / entry).st_mode):
+            continue
+        out.append((entry, m.group(1), m.group(2)))
+    return out
+
+
 def open_pinned(directory: str | os.PathLike[str]) -> PinnedObject:
-    """Re-open every pin of a :func:`pin_object` directory."""
+    """Re-open every pin of a :func:`pin_object` directory (other entries are ignored)."""
     out = PinnedObject()
+    d = Path(directory)
     try:
-        for entry in sorted(os.listdir(directory)):
-            kind, _, name = entry.partition("_")
-            path = Path(directory) / entry
+        for entry, kind, name in _pin_entries(d):
+            path = d / entry
             if kind == "link":
                 out.links[name] = S.obj_get(path, expect=LinkFd)
             elif kind == "prog":
                 out.programs[name] = S.obj_get(path, expect=ProgFd)
-            elif kind == "map":
+            else:
                 out.maps[name] = S.obj_get(path, expect=MapFd)
     except BaseException:
         out.close()
@@ -114,13 +161,37 @@ def open_pinned(directory: str | os.PathLike[str]) -> PinnedObject:
     return out
 
 
-def unpin_directory(directory: str | os.PathLike[str]) -> list[str]:
-    """Undo :func:`pin_object`: unregister legacy struct_ops maps (delete key 0), detach
-    links, unlink every pin and remove the directory. Returns the removed pin names.
-    Raises :class:`LoadError` when ``directory`` is not a pin directory."""
-    d = Path(directory)
+def _check_pin_directory(d: Path) -> Path:
+    """``d`` resolved, if it may be emptied by :func:`unpin_directory`; else LoadError."""
     if not d.is_dir():
         raise LoadError(f"{d} is not a directory of pins")
+    real = Path(os.path.realpath(d))
+    try:
+        magic = fs_magic(real)
+    except OSError as exc:
+        raise LoadError(f"cannot check the filesystem of {d}: {exc.strerror}") from exc
+    if magic != BPF_FS_MAGIC:
+        raise LoadError(
+            f"{d} is not on a bpf filesystem, so it holds no pins: refusing to touch it"
+        )
+    if os.path.ismount(real):
+        raise LoadError(
+            f"{d} is the root of a bpf filesystem, not a pin directory made by "
+            "`object load --pin DIR`: refusing to touch it"
+        )
+    return real
+
+
+def unpin_directory(directory: str | os.PathLike[str]) -> list[str]:
+    """Undo :func:`pin_object`: unregister legacy struct_ops maps (delete key 0), detach
+    links, unlink the pins :func:`pin_object` names (``link_*``, ``prog_*``, ``map_*``)
+    and remove the directory if that leaves it empty. Anything else in it (other files,
+    subdirectories) is left alone; nothing is removed recursively. Returns the removed pin
+    names. Raises :class:`LoadError` when ``directory`` is not a directory, is not on a bpf
+    filesystem (``statfs`` magic ``BPF_FS_MAGIC``) or is a bpffs mount root, and
+    :class:`BpfSyscallError` when a ``link_``/``prog_``/``map_`` pin holds another kind of
+    object."""
+    d = _check_pin_directory(Path(directory))
     removed: list[str] = []
     with open_pinned(d) as pinned:
         for map_fd in pinned.maps.values():
@@ -131,8 +202,14 @@ def unpin_directory(directory: str | os.PathLike[str]) -> list[str]:
         for link_fd in pinned.links.values():
             with contextlib.suppress(BpfSyscallError):
                 S.link_detach(link_fd)
-    for entry in sorted(os.listdir(d)):
-        os.unlink(d / entry)
+    for entry, _, _ in _pin_entries(d):
+        try:
+            os.unlink(d / entry)
+        except FileNotFoundError:
+            continue  # removed concurrently
+        except OSError as exc:
+            raise LoadError(f"cannot remove pin {d / entry}: {exc.strerror}") from exc
         removed.append(entry)
-    d.rmdir()
+    if not os.listdir(d):
+        d.rmdir()
     return removed

@@ -10,6 +10,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import LoadError
+from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
@@ -53,3 +54,45 @@ def test_pin_outside_bpffs_is_refused(tmp_path: Path) -> None:
     assert not is_bpffs(tmp_path)
     with pytest.raises(LoadError, match="not a directory"):
         unpin_directory(tmp_path / "nope")
+
+
+def test_unpin_refuses_a_directory_not_on_bpffs(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    names = ["notes.txt", "map_x", "link_y", "prog_z"]
+    for n in names:
+        (victim / n).write_text("important")
+    with pytest.raises(LoadError, match="not on a bpf filesystem"):
+        unpin_directory(victim)
+    assert sorted(os.listdir(victim)) == sorted(names)
+    assert (victim / "notes.txt").read_text() == "important"
+
+
+def test_unpin_refuses_the_bpffs_root(bpffs: Path) -> None:
+    with pytest.raises(LoadError, match="root of a bpf filesystem"):
+        unpin_directory(bpffs.parent)
+    assert bpffs.is_dir()
+
+
+def _pin_array(path: Path) -> None:
+    with S.map_create(A.MapType.ARRAY, 4, 4, 1, name="pintest") as fd:
+        S.obj_pin(fd, path)
+
+
+def test_unpin_removes_only_its_pins_and_never_recurses(bpffs: Path) -> None:
+    d = bpffs / "obj"
+    d.mkdir()
+    _pin_array(d / "map_mine")
+    _pin_array(d / "foreign")  # a pin pin_object never names
+    (d / "map_sub").mkdir()  # a directory with a pin-like name
+    _pin_array(d / "map_sub" / "map_inner")
+    os.symlink("/etc/hostname", d / "map_sym")
+    assert unpin_directory(d) == ["map_mine"]
+    assert sorted(os.listdir(d)) == ["foreign", "map_sub", "map_sym"]
+    assert os.listdir(d / "map_sub") == ["map_inner"]
+    for n in ("foreign", "map_sym"):
+        os.unlink(d / n)
+    os.unlink(d / "map_sub" / "map_inner")
+    (d / "map_sub").rmdir()
+    _pin_array(d / "map_again")
+    assert unpin_directory(d) == ["map_again"] and not d.exists()  # empty: removed

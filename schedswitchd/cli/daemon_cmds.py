@@ -119,8 +119,13 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     s: proto.StatusBody = reply.status
     k = s.kernel
+    if k.state == "unavailable":
+        kernel = "not available in this kernel (no /sys/kernel/sched_ext): schedulers cannot run"
+    else:
+        seq = "-" if k.enable_seq is None else str(k.enable_seq)
+        kernel = f"{k.state}  ops {k.ops or '-'}  enable_seq {seq}"
     rows = [
-        ("kernel", f"{k.state}  ops {k.ops or '-'}  enable_seq {k.enable_seq}"),
+        ("sched_ext", kernel),
         ("active", s.active + ("  (re-adopted)" if s.adopted else "")),
         ("desired", s.desired + (f"  (admin override {s.override})" if s.override else "")),
         ("lease", _lease_line(s.lease) if s.lease else "-"),

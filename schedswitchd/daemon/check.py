@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from schedswitchd.daemon.config import Config, SchedulerConfig
-from schedswitchd.daemon.switcher import SchedulerBackend
+from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
 from schedswitchd.errors import SchedSwitchError
 
 EM_BPF = 247
@@ -90,12 +90,15 @@ def inspect_object(spec: SchedulerConfig) -> tuple[list[str], list[str]]:
 
 
 def check_config(config: Config, backend: SchedulerBackend | None) -> list[CheckResult]:
-    """Check every scheduler of an already validated ``config``; see the module docstring."""
+    """Check every scheduler of an already validated ``config``; see the module docstring.
+    On a kernel without sched_ext (see :func:`sched_ext_missing`) only the static checks
+    run: preparing would fail on the first sched_ext kfunc for every scheduler alike."""
     results = []
+    prepare = backend is not None and not sched_ext_missing(backend)
     for name, spec in config.schedulers.items():
         problems, notes = inspect_object(spec)
         depth = "object"
-        if backend is not None and not problems:
+        if backend is not None and prepare and not problems:
             depth = "prepared"
             start = time.monotonic_ns()
             try:
@@ -115,11 +118,28 @@ def check_config(config: Config, backend: SchedulerBackend | None) -> list[Check
     return results
 
 
-def format_report(config: Config, results: list[CheckResult], backend_name: str | None) -> str:
+def sched_ext_missing(backend: SchedulerBackend) -> bool:
+    """True if ``backend`` reports a kernel without sched_ext."""
+    return backend.kernel_state().state == UNAVAILABLE
+
+
+def format_report(
+    config: Config,
+    results: list[CheckResult],
+    backend_name: str | None,
+    *,
+    no_sched_ext: bool = False,
+) -> str:
     """The text ``--check-config`` prints: the file, what was checked, one block per
-    scheduler."""
+    scheduler. ``no_sched_ext``: the kernel has no sched_ext, said first."""
     lines = [f"{config.source}: configuration is valid"]
-    if backend_name is None:
+    if no_sched_ext:
+        lines.insert(0, f"NOTE: {NO_SCHED_EXT}")
+        lines.append(
+            "checked: object files statically (ELF64 EM_BPF relocatable, struct_ops section, "
+            "rodata tunables); NOT checked: CO-RE and loading, which need sched_ext"
+        )
+    elif backend_name is None:
         lines.append(
             "checked: object files statically (ELF64 EM_BPF relocatable, struct_ops section, "
             "rodata tunables); NOT checked: CO-RE against the running kernel and loading "

@@ -40,6 +40,8 @@ from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
 from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
 from schedswitchd.daemon.switcher import (
+    NO_SCHED_EXT,
+    UNAVAILABLE,
     ExitInfo,
     SchedulerBackend,
     Switcher,
@@ -181,6 +183,9 @@ class Server:
         """Adopt a pinned scheduler if any, start the reconcile task, serve on ``sock`` (a
         listening ``AF_UNIX`` ``SOCK_STREAM`` socket)."""
         loop = asyncio.get_running_loop()
+        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        if kernel.state == UNAVAILABLE:
+            log.warning("%s", NO_SCHED_EXT)
         record = await loop.run_in_executor(
             self.worker, self.switcher.adopt, self.config.schedulers
         )

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 from schedswitchd import __version__
-from schedswitchd.daemon.check import check_config, format_report
+from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing
 from schedswitchd.daemon.config import Config, json_schema, load_config
 from schedswitchd.daemon.server import Server
 from schedswitchd.daemon.switcher import SchedulerBackend
@@ -251,7 +251,10 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
         await stop.wait()
     finally:
         notify("STOPPING=1")
-        log.info("stopping; the attached scheduler stays pinned")
+        if server.switcher.current is not None:
+            log.info("stopping; the attached scheduler %s stays pinned", server.switcher.active)
+        else:
+            log.info("stopping; no scheduler is attached")
         if watchdog is not None:
             watchdog.cancel()
         await server.close()
@@ -305,7 +308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             except SchedSwitchError as exc:
                 print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
         results = check_config(config, backend)
-        print(format_report(config, results, args.backend if backend is not None else None))
+        report = format_report(
+            config,
+            results,
+            args.backend if backend is not None else None,
+            no_sched_ext=backend is not None and sched_ext_missing(backend),
+        )
+        print(report)
         return 0 if all(r.ok for r in results) else 1
     setup_logging(config)
     if factory is None:

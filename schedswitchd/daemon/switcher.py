@@ -49,6 +49,15 @@ def exit_kind_name(kind: int) -> str:
     return EXIT_KINDS.get(kind, f"KIND_{kind}")
 
 
+#: ``KernelState.state`` of a kernel without sched_ext (no ``/sys/kernel/sched_ext``).
+UNAVAILABLE = "unavailable"
+#: What the daemon says, once, where a kernel without sched_ext matters.
+NO_SCHED_EXT = (
+    "this kernel has no sched_ext (/sys/kernel/sched_ext missing): schedulers cannot be "
+    "attached; the kernel's own scheduler runs"
+)
+
+
 @dataclass(frozen=True)
 class KernelState:
     """What ``/sys/kernel/sched_ext`` says.

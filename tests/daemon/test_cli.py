@@ -31,7 +31,7 @@ def test_status_table_and_json(srv: Running, capsys: pytest.CaptureFixture[str])
     holder.request(op="hint", workload="gaming")
     assert ctl.main(["status", "--socket", srv.path]) == 0
     table = capsys.readouterr().out
-    assert "kernel       enabled  ops gaming_ops  enable_seq 1" in table
+    assert "sched_ext    enabled  ops gaming_ops  enable_seq 1" in table
     assert "active       gaming" in table and "last switch  kernel -> gaming ok" in table
     assert ctl.main(["status", "--socket", srv.path, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -118,3 +118,18 @@ def test_schedswitch_run_signal_exit_status() -> None:
         run.main(["-q", "--socket", "/nonexistent/s", "x", "--", "sh", "-c", "kill -9 $$"]) == 137
     )
     assert run.main(["-q", "--socket", "/nonexistent/s", "x", "--", "/nonexistent/cmd"]) == 127
+
+
+def test_status_without_sched_ext(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="schedswitchd")
+    r = Running(FakeBackend(state="unavailable"))
+    try:
+        assert "this kernel has no sched_ext" in caplog.text
+        assert ctl.main(["status", "--socket", r.path]) == 0
+        table = capsys.readouterr().out
+        assert "sched_ext    not available in this kernel" in table
+        assert "None" not in table
+    finally:
+        r.stop()

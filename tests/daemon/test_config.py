@@ -177,3 +177,14 @@ def test_check_prepares_through_backend(bpf_object: Path) -> None:
     backend = FakeBackend(verifier_reject={"t"})
     [result] = check.check_config(config, backend)
     assert not result.ok and "verifier log:\nR1 invalid mem access" in result.notes
+
+
+def test_check_without_sched_ext_says_so_and_skips_prepare(bpf_object: Path) -> None:
+    config = conf_for(bpf_object)
+    backend = FakeBackend(state="unavailable")
+    [result] = check.check_config(config, backend)
+    assert result.ok and result.depth == "object" and backend.calls == []
+    report = check.format_report(config, [result], "kernel", no_sched_ext=True)
+    lines = report.splitlines()
+    assert lines[0].startswith("NOTE: this kernel has no sched_ext (/sys/kernel/sched_ext")
+    assert "NOT checked: CO-RE and loading" in report

@@ -42,7 +42,7 @@ from schedswitchd.bpf.spec import (
     ObjectSpec,
     ProgramSpec,
 )
-from schedswitchd.errors import BpfSyscallError, CoreError, LoadError
+from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
@@ -461,6 +461,40 @@ class _Loader:
         raise LoadError(f"ksym {ext.name} not found in kernel BTF ({self._searched()})")
 
     def _searched(self) -> str:
+        text = self._searched_names()
+        missing = self._missing_modules()
+        if missing:
+            text += f"; declared module(s) not loaded: {', '.join(missing)}"
+        return text
+
+    def _missing_modules(self) -> tuple[str, ...]:
+        """Declared modules whose BTF is absent (``TargetBtfs.report.missing``; none for a
+        :class:`StaticKernelBtfs`)."""
+        report = getattr(self.kernel, "report", None)
+        return tuple(getattr(report, "missing", ()))
+
+    def _unresolved(self, prog: ProgramSpec, core: tuple[str, ...]) -> str:
+        """Why a rejected program may have failed, for its error: the declared modules that
+        are not loaded, then the CO-RE relocations that found no candidate and were
+        poisoned (``core``) and the unresolved weak kfuncs it calls; "" when none."""
+        parts = []
+        missing = self._missing_modules()
+        if missing:
+            parts.append(f"declared module(s) not loaded: {', '.join(missing)}")
+        weak = sorted(
+            {
+                fx.extern
+                for fx in prog.fixups
+                if fx.kind is FixupKind.KFUNC_CALL
+                and not getattr(self.obj.externs.get(fx.extern), "resolved", False)
+            }
+        )
+        missing_syms = [*core, *(f"kfunc {k}" for k in weak)]
+        if missing_syms:
+            parts.append(f"not found ({self._searched_names()}): {', '.join(missing_syms)}")
+        return "; ".join(parts)
+
+    def _searched_names(self) -> str:
         names = getattr(self.kernel, "searched", None)
         return "searched " + ", ".join(names) if names else "searched vmlinux"
 
@@ -651,13 +685,19 @@ class _Loader:
             elif not prog.autoload:
                 continue
             start = time.perf_counter_ns()
-            insns = self.relocate(prog)
+            insns, poisoned = self.relocate(prog)
             self.obj.timings_ns["core"] = self.obj.timings_ns.get("core", 0) + (
                 time.perf_counter_ns() - start
             )
             start = time.perf_counter_ns()
             insns = self.apply_fixups(prog, insns)
-            fd = self._load_one(prog, insns, binding)
+            try:
+                fd = self._load_one(prog, insns, binding)
+            except ProgramLoadError as e:
+                hint = self._unresolved(prog, poisoned)
+                if not hint:
+                    raise
+                raise e.with_hint(hint, self._missing_modules()) from e.__cause__
             loaded = LoadedProgram(prog, fd, 0, insns)
             self.obj.programs[prog.name] = loaded
             loaded.id = S.prog_info(fd, xlated=False).id
@@ -666,13 +706,22 @@ class _Loader:
                 S.prog_bind_map(fd, rodata.fd)
             _timed(self.obj, f"prog:{prog.name}", start)
 
-    def relocate(self, prog: ProgramSpec) -> bytes:
+    def relocate(self, prog: ProgramSpec) -> tuple[bytes, tuple[str, ...]]:
+        """CO-RE-relocated instructions, and a description of each poisoned relocation
+        (no candidate in the target BTFs: the verifier rejects it if it is reachable)."""
         if not prog.core_relos:
-            return prog.insns
+            return prog.insns, ()
         local = self._local_btf()
-        return relocate(
+        res = relocate(
             local, prog.insns, prog.core_relos, self._core_targets(local, prog), self.core_cache
-        ).insns
+        )
+        poisoned = tuple(
+            f"CO-RE {r.kind.name} of {_local_type_name(local, r.relo.type_id)} "
+            f"(insn #{r.relo.insn_idx})"
+            for r in res.results
+            if r.poisoned
+        )
+        return res.insns, poisoned
 
     def _core_targets(self, local: Btf, prog: ProgramSpec) -> list[Btf]:
         """vmlinux alone when it has candidates for every relocated type, else vmlinux and
@@ -858,6 +907,25 @@ class _Loader:
             self.obj.struct_ops_values[map_name] = build_value(plan, so.data, fds)
 
 
+def _local_type_name(btf: Btf, type_id: int) -> str:
+    """``struct foo`` / ``enum bar`` / ``[id]`` for a local type, for error messages."""
+    try:
+        t = btf.type(type_id)
+    except BtfError:  # relocate() already named a bad id; never fail while explaining
+        return f"[{type_id}]"
+    name = t.name or f"[{type_id}]"
+    prefix = _KIND_PREFIX.get(t.kind, "")
+    return prefix + name
+
+
+_KIND_PREFIX = {
+    Kind.STRUCT: "struct ",
+    Kind.UNION: "union ",
+    Kind.ENUM: "enum ",
+    Kind.ENUM64: "enum ",
+}
+
+
 def _s32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
@@ -867,11 +935,29 @@ class ProgramLoadError(LoadError):
     and ``errno_name`` the kernel's errno (from the underlying
     :class:`~schedswitchd.errors.BpfSyscallError`)."""
 
-    def __init__(self, program: str, cause: BpfSyscallError) -> None:
+    def __init__(
+        self,
+        program: str,
+        cause: BpfSyscallError,
+        *,
+        hint: str = "",
+        missing_modules: tuple[str, ...] = (),
+    ) -> None:
         self.program = program
+        self.cause = cause
         self.verifier_log = cause.verifier_log
         self.errno_name = cause.errno_name
-        super().__init__(f"program {program}: {cause}")
+        #: declared modules (``.kmod_btfs`` / configured) that were not loaded at load time
+        self.missing_modules = missing_modules
+        head = f"program {program}: {hint}: " if hint else f"program {program}: "
+        super().__init__(head + str(cause))
+
+    def with_hint(self, hint: str, missing_modules: tuple[str, ...]) -> ProgramLoadError:
+        """The same error with ``hint`` (what was not found, which declared modules were
+        absent) put before the kernel's message."""
+        return ProgramLoadError(
+            self.program, self.cause, hint=hint, missing_modules=missing_modules
+        )
 
 
 def _prog_error(name: str, e: BpfSyscallError) -> ProgramLoadError:

@@ -6,6 +6,10 @@ Usage (in the VM): ``python -m tests.vm.loader_driver SCHED_DIR NAME OUT.json``.
 state and ops name, a workload, the ``nr_enqueued`` counter, detach, final state, phase
 timings) and ``xlated`` (per program of ``NAME.legacy.bpf.o``: whether our xlated
 instructions equal libbpf's, per-load values aside: see :mod:`tests.xlated`).
+``python -m tests.vm.loader_driver --absent SCHED_DIR NAME OUT.json`` instead records what
+loading ``NAME.bpf.o`` does while a module it declares in ``.kmod_btfs`` is not loaded
+(``absent``: the registry's missing modules, the error's type, message and
+``missing_modules``, sched_ext state before and after, and whether the load succeeded).
 Observations only; the host test asserts.
 """
 
@@ -104,7 +108,36 @@ def xlated(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     }
 
 
+def absent(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"initial": _state(), "loaded": False}
+    spec = open_object(path)
+    targets = reg.targets(spec.kmod_btfs)
+    out["declared"] = list(targets.report.declared)
+    out["report_missing"] = list(targets.report.missing)
+    try:
+        with load_object(spec, targets, open_btf_object=reg.open_btf_object):
+            out["loaded"] = True
+    except Exception as e:
+        out["error_type"] = type(e).__name__
+        out["error_mro"] = [c.__name__ for c in type(e).__mro__]
+        out["message"] = str(e)
+        out["missing_modules"] = list(getattr(e, "missing_modules", ()))
+    out["final"] = _state()
+    out["bpf_progs_left"] = subprocess.run(
+        ["bpftool", "prog", "show", "name", "ss_latency_init"], capture_output=True, text=True
+    ).stdout
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--absent":
+        out = Path(argv[3])
+        try:
+            res = absent(KernelBtfRegistry(), Path(argv[1]) / f"{argv[2]}.bpf.o")
+        except Exception as e:
+            res = {"exception": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}
+        out.write_text(json.dumps(res))
+        return 0
     sched_dir, name, out_path = Path(argv[0]), argv[1], Path(argv[2])
     reg = KernelBtfRegistry()
     result: dict[str, Any] = {}

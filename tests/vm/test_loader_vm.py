@@ -1,7 +1,9 @@
 """Our loader runs the sample sched_ext schedulers in the VM (one boot): load + attach the
 ``.struct_ops.link`` build -> ``enabled`` with the right ops name -> a workload moves its
 counter -> detach -> ``disabled``; and the legacy build's programs, loaded by libbpf 1.1
-(``bpftool prog loadall``) and by us, have identical xlated instructions (map ids aside)."""
+(``bpftool prog loadall``) and by us, have identical xlated instructions (map ids aside).
+First, before uinput is insmod'ed, loading ss_latency (it declares uinput in ``.kmod_btfs``)
+fails with a LoadError naming the module and leaves sched_ext disabled."""
 
 from __future__ import annotations
 
@@ -24,7 +26,11 @@ SCHEDULERS = ("fifo", "vtime", "latency")  # latency reads uinput's BTF: insmod'
 def observed(
     vm_run: Callable[..., vm.VmResult], sched_objects: Path, sid_kernel: SidKernel
 ) -> dict[str, Any]:
-    script = 'bash "$RESULTS/insmod.sh"\n' + "".join(
+    script = (
+        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --absent '
+        f'"{sched_objects}" latency "$RESULTS/absent.json"\n'
+        'bash "$RESULTS/insmod.sh"\n'
+    ) + "".join(
         f'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver "{sched_objects}" '
         f'{name} "$RESULTS/{name}.json"\n'
         for name in SCHEDULERS
@@ -32,7 +38,26 @@ def observed(
     inputs = {"insmod.sh": vm.insmod_script(sid_kernel, ["uinput"], strict=True)}
     res = vm_run(script, timeout=600, inputs=inputs)
     res.check()
-    return {name: json.loads(res.text(f"{name}.json")) for name in SCHEDULERS}
+    out = {name: json.loads(res.text(f"{name}.json")) for name in SCHEDULERS}
+    out["absent"] = json.loads(res.text("absent.json"))
+    return out
+
+
+def test_module_not_loaded_is_named(observed: dict[str, Any]) -> None:
+    """ss_latency without uinput: our loader refuses it with a LoadError whose message names
+    the declared module that is not loaded, and nothing stays loaded or attached."""
+    a = observed["absent"]
+    assert "exception" not in a, a.get("tb")
+    assert a["declared"] == ["uinput"] and a["report_missing"] == ["uinput"]
+    assert not a["loaded"]
+    assert "LoadError" in a["error_mro"], a
+    print("absent-module error:", a["error_type"], a["message"])
+    assert "declared module(s) not loaded: uinput" in a["message"], a["message"]
+    # the poisoned relocation that made the verifier refuse ops.init is named too
+    assert "CO-RE ENUMVAL_VALUE of enum uinput_state___ss" in a["message"], a["message"]
+    assert a["missing_modules"] == ["uinput"]
+    assert a["initial"] == "disabled" and a["final"] == "disabled"
+    assert a["bpf_progs_left"] == "", a["bpf_progs_left"]
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)

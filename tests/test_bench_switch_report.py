@@ -1,0 +1,75 @@
+"""bench/switch_latency.py's report: table rows, ratios against (a) and target checks, from
+synthetic samples (the measurement itself runs in the VM: `make bench`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "switch_latency.py"
+
+
+@pytest.fixture(scope="module")
+def sl() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("switch_latency", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["switch_latency"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sample(total_ms: float, gap_ms: float, rss_mib: float = 40.0) -> dict[str, Any]:
+    return {"total_ns": int(total_ms * 1e6), "gap_ns": int(gap_ms * 1e6),
+            "syscall_ns": int(total_ms * 1e5), "modules_read": 1, "startup_ns": 0,
+            "rss_kib": int(rss_mib * 1024)}  # fmt: skip
+
+
+def _raw(a: list[float], d: list[float], gap: float, rss: float) -> dict[str, Any]:
+    steps = []
+    for n, a_ms, d_ms in zip((5, 10, 100, 300), a, d, strict=True):
+        steps.append({"target": n, "modules": n, "samples": {
+            "a": [_sample(a_ms, a_ms)] * 3,
+            "b": [_sample(20000, 20000)] * 3,
+            "c": [_sample(d_ms * 2, gap, rss)] * 3,
+            "d": [_sample(d_ms, gap, rss)] * 3,
+        }})  # fmt: skip
+    return {"steps": steps}
+
+
+META = {"date": "d", "machine": "m", "load": "1", "reps": "3", "accel": "tcg",
+        "cold_reps": "3", "cold_startup_share": "60%"}  # fmt: skip
+
+
+def test_table_ratios_and_met_targets(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    table, summary, status = sl.build_report(raw, META)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 5  # header + 4 module counts
+    assert rows[-1].startswith("| 300 | 600 ")
+    assert "| 0.34 |" in rows[-1]  # (d)/(a) at 300: 202/600
+    assert status == 0
+    assert all(c["met"] for c in summary["checks"])
+
+
+def test_missed_targets_say_by_how_much(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 220, 260, 400], gap=150, rss=61)
+    table, summary, status = sl.build_report(raw, META)
+    assert status == 2
+    missed = [c["what"] for c in summary["checks"] if not c["met"]]
+    assert any("(d) flat" in w and "+100.0%" in w for w in missed)
+    assert any("(d) at 300 = 0.67 x (a)" in w for w in missed)
+    assert any("RSS max 61.0 MiB" in w for w in missed)
+    assert "MISSED" in table
+
+
+def test_plot_writes_a_png(sl: ModuleType, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    _, summary, _ = sl.build_report(_raw([400] * 4, [200] * 4, gap=30, rss=40), META)
+    sl.plot(summary, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

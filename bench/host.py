@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         if data is None:
             print(f"{script} failed:\n{err}", file=sys.stderr)
     lines = table(*(results[s][1] for s in results))
+    for script, (status, data, err) in results.items():
+        if data is None:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            lines.append(f"| {script} | did not run (status {status}) | | | | {last[:160]} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -279,18 +279,23 @@ class Daemon:
 
         self.proto = proto
         self.client_cls = DaemonClient
-        self.admin = DaemonClient(self.sock, timeout_s=120)
         self.unpark()
 
+    def _admin(self, request: Any) -> Any:
+        # A connection per request: the daemon closes idle ones (idle_timeout_s), and
+        # inserting 200 modules under TCG takes longer than that.
+        with self.client_cls(self.sock, timeout_s=120) as client:
+            return client.request(request)
+
     def _status(self) -> Any:
-        return self.admin.request(self.proto.StatusRequest()).status  # type: ignore[union-attr]
+        return self._admin(self.proto.StatusRequest()).status
 
     def park(self) -> None:
-        self.admin.request(self.proto.StopRequest())
+        self._admin(self.proto.StopRequest())
         _wait("disabled")
 
     def unpark(self) -> None:
-        self.admin.request(self.proto.SwitchRequest(scheduler="auto"))
+        self._admin(self.proto.SwitchRequest(scheduler="auto"))
         _wait("enabled", BASE_OPS, timeout_s=300)
 
     def rss_kib(self) -> int:
@@ -326,9 +331,10 @@ class Daemon:
     def close(self) -> None:
         """Back to the kernel's scheduler (the daemon leaves a pinned scheduler running
         across its own restarts), then stop the daemon."""
-        self.park()
-        self.admin.close()
-        self.proc.terminate()
+        try:
+            self.park()
+        finally:
+            self.proc.terminate()
         self.proc.wait(timeout=120)
         _wait("disabled", timeout_s=60)
 
@@ -515,7 +521,9 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
                    half <= HALF_TARGET))  # fmt: skip
     for k in "cd":
         worst = max(st["gaps"][k]["median"] / st["cols"][k]["median"] for st in summary["steps"])
-        checks.append((f"gap ({k}) at most {worst:.2f} of the switch (target <= 0.20)",
+        vs_a = max(st["gaps"][k]["median"] / st["cols"]["a"]["median"] for st in summary["steps"])
+        checks.append((f"gap ({k}) at most {worst:.2f} of its own switch (target <= 0.20; "
+                       f"at most {vs_a:.2f} of libbpf's switch (a))",
                        worst <= GAP_TARGET))  # fmt: skip
     rss = max(st["warm_rss_mib"] for st in summary["steps"])
     checks.append((f"warm RSS max {rss:.1f} MiB (target <= 48)", rss <= RSS_TARGET_MIB))

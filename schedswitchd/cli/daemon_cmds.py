@@ -128,8 +128,9 @@ def _status(args: argparse.Namespace) -> int:
         ("sched_ext", kernel),
         ("active", s.active + ("  (re-adopted)" if s.adopted else "")),
         ("desired", s.desired + (f"  (admin override {s.override})" if s.override else "")),
-        ("lease", _lease_line(s.lease) if s.lease else "-"),
+        ("lease", _lease_line(s.lease) if s.lease else _no_deciding_lease(s)),
         ("leases", str(s.leases)),
+        *(("", "  " + _lease_line(lease)) for lease in s.live_leases),
         ("last switch", _switch_line(s.last_switch) if s.last_switch else "-"),
         (
             "last exit",
@@ -150,6 +151,19 @@ def _status(args: argparse.Namespace) -> int:
     ]
     _table(rows)
     return 0
+
+
+def _no_deciding_lease(s: proto.StatusBody) -> str:
+    """The ``lease`` row when no lease decides what runs: say why, if leases are live."""
+    if not s.leases:
+        return "-"
+    if s.override is not None:
+        why = f"the admin override {s.override} wins"
+    elif s.backoff:
+        why = "their schedulers are held back after failures"
+    else:
+        why = f"the default {s.desired} runs"
+    return f"none of the {s.leases} live lease(s) decides what runs ({why})"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -196,7 +210,7 @@ def _hint(args: argparse.Namespace) -> int:
         if args.json:
             print(reply.model_dump_json(), flush=True)
         else:
-            print(f"lease {reply.lease}: {args.workload} -> {reply.active}", flush=True)
+            print(_hint_line(args.workload, reply), flush=True)
             print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
         # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -206,6 +220,25 @@ def _hint(args: argparse.Namespace) -> int:
             return 0
     print("the daemon closed the connection; the lease has ended", file=sys.stderr)
     return 1
+
+
+def _hint_line(workload: str, reply: proto.HintReply) -> str:
+    """What a hint achieved, for people: the running scheduler and, when it is not the
+    workload's, why (a failed switch and its error, a better lease, backoff, pending)."""
+    text = f"lease {reply.lease}: {workload} -> running {reply.active}"
+    wanted = reply.scheduler
+    sw = reply.switch
+    if sw is not None and sw.result not in ("ok", "adopted"):
+        error = f": {sw.error.message}" if sw.error is not None else ""
+        text += f" (switch to {sw.target} {sw.result}{error})"
+    elif reply.pending:
+        text += f" (switch to {reply.desired} still in progress)"
+    elif wanted is not None and reply.active != wanted:
+        if reply.desired != wanted:
+            text += f" ({wanted} not chosen: a higher-priority lease, an override or backoff)"
+        else:
+            text += f" (not {wanted}: see `schedswitchctl status`)"
+    return text
 
 
 def _release(args: argparse.Namespace) -> int:

@@ -255,6 +255,10 @@ class StatusBody(_Wire):
     adopted: bool = False
     lease: LeaseInfo | None = None
     leases: int = 0
+    live_leases: list[LeaseInfo] = Field(
+        default_factory=list,
+        description="Every live lease, best first, whether or not it decides what runs.",
+    )
     last_switch: SwitchInfo | None = None
     last_exit: ExitInfoModel | None = None
     backoff: list[BackoffInfo] = Field(default_factory=list)
@@ -282,12 +286,15 @@ class ErrorReply(_Reply):
 
 
 class HintReply(_Reply):
-    """``lease``: its id; ``desired``: what policy wants now; ``active``: what runs now;
-    ``switch``: the switch this hint caused, if any; ``pending``: the switch was still
-    running when the reply was sent."""
+    """``lease``: its id; ``scheduler``: the workload's scheduler per the hint rule;
+    ``desired``: what policy wants now; ``active``: what runs now; ``switch``: the switch
+    this hint caused, if any (a failed attempt at ``scheduler`` is preferred over a later
+    fallback, so its ``error`` says why ``scheduler`` does not run); ``pending``: the
+    switch was still running when the reply was sent."""
 
     op: Literal["hint"] = "hint"
     lease: str
+    scheduler: str | None = None
     desired: str
     active: str
     switch: SwitchInfo | None = None

@@ -433,10 +433,14 @@ class Server:
             extra={"LEASE": lease.id, "SCHEDULER": self.config.hints[lease.workload].scheduler},
         )
         self._kick()
-        record, settled = await self._settle()
+        made, settled = await self._settle_records()
+        wanted = self.config.hints[lease.workload].scheduler
+        failed = [r for r in made if r.target == wanted and not r.ok]
+        record = failed[0] if failed else (made[-1] if made else None)
         return proto.HintReply(
             id=request.id,
             lease=lease.id,
+            scheduler=wanted,
             desired=self.policy.decide(time.monotonic_ns()).scheduler,
             active=self.switcher.active,
             switch=switch_info(record) if record is not None else None,
@@ -576,6 +580,7 @@ class Server:
             adopted=self.adopted,
             lease=lease_info(decision.lease, self.config, now) if decision.lease else None,
             leases=len(self.policy.leases),
+            live_leases=[lease_info(lease, self.config, now) for lease in self._live_leases()],
             last_switch=switch_info(history[-1]) if history else None,
             last_exit=exit_model(self.switcher.last_exit),
             backoff=[
@@ -590,6 +595,12 @@ class Server:
             version=__version__,
             uptime_s=(now - self.started_ns) / NS_PER_S,
         )
+
+    def _live_leases(self) -> list[Lease]:
+        """Every live lease, best first; leases of workloads without a rule last."""
+        ranked = [lease for lease, _ in self.policy.ranked()]
+        seen = {lease.id for lease in ranked}
+        return ranked + [lease for lease in self.policy.leases.values() if lease.id not in seen]
 
     def _list(self, request: proto.ListRequest) -> proto.ListReply:
         now = time.monotonic_ns()

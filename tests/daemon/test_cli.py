@@ -133,3 +133,27 @@ def test_status_without_sched_ext(
         assert "None" not in table
     finally:
         r.stop()
+
+
+def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from schedswitchd.cli import daemon_cmds
+    from schedswitchd.daemon import protocol as proto
+
+    r = Running(FakeBackend(fail_prepare={"gaming"}))
+    try:
+        holder = r.client()
+        raw = holder.request(op="hint", workload="gaming")
+        reply = proto.parse_reply(json.dumps(raw).encode())
+        assert isinstance(reply, proto.HintReply) and reply.scheduler == "gaming"
+        line = daemon_cmds._hint_line("gaming", reply)
+        assert line.startswith(f"lease {reply.lease}: gaming -> running kernel")
+        assert "(switch to gaming failed: gaming: kfunc scx_bpf_nope not found" in line
+        assert ctl.main(["status", "--socket", r.path]) == 0
+        table = capsys.readouterr().out
+        assert "lease        none of the 1 live lease(s) decides what runs" in table
+        assert f"  {reply.lease}  gaming -> gaming (priority 50)" in table
+        assert "lease        -" not in table
+    finally:
+        r.stop()

@@ -336,7 +336,7 @@ def _switch_line(info: proto.SwitchInfo | None) -> str:
     if info.result == "ejected":
         line = f"{info.previous}: ejected by the kernel"
         if info.exit is not None:
-            line += f" ({info.exit.kind_name}: {info.exit.reason}: {info.exit.message})"
+            line += f" ({_exit_text(info.exit)})"
         return line
     total = info.phases_ns.get("total", 0) / 1e6
     gap = "-" if info.gap_ns is None else f"{info.gap_ns / 1e6:.1f} ms"
@@ -350,17 +350,103 @@ def _switch_line(info: proto.SwitchInfo | None) -> str:
     if info.error is not None:
         line += f"\n    error {info.error.code}: {info.error.message}"
     if info.exit is not None:
-        line += f"\n    exit {info.exit.kind_name}: {info.exit.reason} {info.exit.message}"
+        line += f"\n    exit {_exit_text(info.exit)}"
     return line
 
 
-def _kernel_line() -> str:
-    k = kernel_view()
+def _exit_text(exit_info: proto.ExitInfoModel) -> str:
+    """``KIND: reason: message`` (``struct scx_exit_info``), without empty parts."""
+    parts = [exit_info.kind_name, exit_info.reason, exit_info.message]
+    return ": ".join(p for p in parts if p)
+
+
+def _kernel_line(k: dict[str, Any] | None = None) -> str:
+    """One ``kernel:`` line: ``k`` or, by default, a sysfs read made now."""
+    k = kernel_view() if k is None else k
     return f"kernel: sched_ext {k['state']}, ops {k['ops'] or '-'}, enable_seq {k['enable_seq']}"
 
 
+class KernelLog:
+    """New ``sched_ext`` lines of the kernel log (``/dev/kmsg``, read from the end at
+    construction). Record format ``PRIO,SEQ,TS_US,FLAGS;TEXT`` (Documentation/ABI/testing/
+    dev-kmsg)."""
+
+    def __init__(self) -> None:
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def sched_ext_lines(self) -> list[str]:
+        """``[seconds since boot] text`` of every new ``sched_ext:`` record."""
+        lines: list[str] = []
+        while True:
+            try:
+                record = os.read(self.fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                return lines
+            except OSError:  # EPIPE: records overwritten before we read them; go on
+                continue
+            head, _, text = record.partition(";")
+            fields = head.split(",")
+            text = text.split("\n", 1)[0]
+            if text.startswith("sched_ext") and len(fields) >= 3:
+                lines.append(f"[{int(fields[2]) / 1e6:9.3f}] {text}")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+_COUNTERS = (
+    ("btf_cache_hits", "module BTF cache hits {}"),
+    ("btf_cache_misses", "misses {}"),
+    ("module_btfs_read", "module BTFs read {}"),
+    ("spec_cache_hits", "object spec cache hits {}"),
+    ("spec_cache_misses", "misses {}"),
+    ("prepares", "prepares {}"),
+    ("attaches", "attaches {}"),
+)
+
+
+def _print_status(sock: str) -> None:
+    """The daemon's ``status`` as the demo shows it: every lease, the last switch and exit,
+    backoff and a few meaningful counters (``schedswitchctl status --json`` has them all)."""
+    st = status(sock)
+    with DaemonClient(sock) as c:
+        leases = ask(c, proto.ListRequest(), proto.ListReply).leases
+    print(f"daemon: active {st.active}, desired {st.desired}; {len(leases)} lease(s):")
+    for lease in leases:
+        pid = f", pid {lease.pid}" if lease.pid is not None else ""
+        rule = f"{lease.workload} -> {lease.scheduler} (priority {lease.priority}{pid})"
+        print(f"    {lease.lease}  {rule}")
+    if st.last_exit is not None:
+        print(f"daemon: last scheduler exit {_exit_text(st.last_exit)}")
+    for b in st.backoff:
+        fails = "failure" if b.failures == 1 else "failures"
+        print(f"daemon: {b.scheduler} held back {b.remaining_s:.0f} s more ({b.failures} {fails})")
+    counts = [fmt.format(st.counters[n]) for n, fmt in _COUNTERS if n in st.counters]
+    if counts:
+        print("daemon counters: " + ", ".join(counts))
+    last = st.last_switch
+    if last is not None and last.phases_ns:
+        ms = {k: f"{v / 1e6:.1f}" for k, v in last.phases_ns.items()}
+        parts = [f"{k} {ms[k]} ms" for k in ("prepare", "attach") if k in ms]
+        if last.gap_ns is not None:
+            parts.append(f"gap {last.gap_ns / 1e6:.1f} ms")
+        if parts:
+            print(f"daemon: last switch ({last.previous} -> {last.target}) " + ", ".join(parts))
+
+
+def _launcher_text(launcher: Launcher) -> str:
+    r = launcher.reply
+    if "lease" in r:
+        return f"launcher pid {launcher.pid}: lease {r['lease']}, active {r['active']}"
+    return f"launcher pid {launcher.pid}: refused: {r.get('error')}: {r.get('message', '')}"
+
+
 def run_demo(config: str, sock: str, log: Path) -> int:
-    """The ``make demo`` session; prints as it goes, ends with one JSON summary line."""
+    """The ``make demo`` session; prints as it goes, ends with one JSON summary line.
+
+    Every ``kernel:`` line is a sysfs read made when it is printed; ``kernel log:`` lines
+    come from ``/dev/kmsg``; ``daemon:`` lines are what the daemon reports."""
     problems: list[str] = []
 
     def expect(what: str, ops: str | None, timeout_s: float = 30) -> None:
@@ -382,10 +468,10 @@ def run_demo(config: str, sock: str, log: Path) -> int:
 
     _say("a video-call app hints 'video-call' (its launcher holds the lease while it runs)")
     call = Launcher(sock, "video-call")
-    print(f"launcher pid {call.pid}: {call.reply}")
-    expect("video-call hint", "ss_vtime")
+    print(_launcher_text(call))
     print(_switch_line(settled_last()))
-    _ctl("status", "--socket", sock)
+    expect("video-call hint", "ss_vtime")
+    _print_status(sock)
 
     _say("a game starts: hint 'gaming' (priority 50 beats video-call's 30)")
     admin = DaemonClient(sock)
@@ -397,31 +483,64 @@ def run_demo(config: str, sock: str, log: Path) -> int:
     _say(f"the game ends: release {r.lease}; the video call's scheduler returns")
     released = ask(admin, proto.ReleaseRequest(lease=r.lease), proto.ReleaseReply)
     print(f"released; active {released.active}")
-    expect("gaming release", "ss_vtime")
     print(_switch_line(settled_last()))
+    expect("gaming release", "ss_vtime")
 
     _say("a higher-priority hint 'fault-test' (90) runs ss_fifo told to call scx_bpf_error()")
+    kmsg = KernelLog()
+    seen = len(history(sock))
     faulty = Launcher(sock, "fault-test")
-    print(f"launcher pid {faulty.pid}: {faulty.reply}")
+    print(_launcher_text(faulty))
+    print(_switch_line(settled_last()))
+    if not wait_for(runs("ss_fifo"), 30):
+        problems.append(f"faulty scheduler attached: kernel shows {kernel_view()}")
+    for line in kmsg.sched_ext_lines():  # the switch as the kernel logged it
+        print(f"kernel log: {line}")
+    print(_kernel_line(), flush=True)
+    fifo_seq = kernel_view()["enable_seq"]
+    print("waiting for the kernel to eject it (it errors after 200 enqueues)...", flush=True)
 
-    def ejected() -> bool:
-        return any(h.result == "ejected" for h in history(sock))
+    def left_fifo() -> bool:
+        k = kernel_view()
+        return bool(k["state"] != "enabled" or k["ops"] != "ss_fifo" or k["enable_seq"] != fifo_seq)
 
-    if not wait_for(ejected, 90, 0.2):
-        problems.append("the faulty scheduler was not ejected within 90 s")
-    expect("fallback after ejection", "ss_vtime")
+    if not wait_for(left_fifo, 90, 0.01):
+        problems.append("the kernel did not eject the faulty scheduler within 90 s")
+    print(_kernel_line(), flush=True)  # the first read after the kernel let go of ss_fifo
+    log_lines: list[str] = []
+
+    def logged() -> bool:
+        log_lines.extend(kmsg.sched_ext_lines())
+        return any('"ss_fifo" disabled' in line for line in log_lines)
+
+    if not wait_for(logged, 10):
+        problems.append(f"the kernel log does not say ss_fifo was disabled: {log_lines}")
+    kmsg.close()
+    for line in log_lines:
+        print(f"kernel log: {line}")
+
+    def daemon_saw_it() -> bool:
+        return any(h.result == "ejected" for h in history(sock)[seen:])
+
+    if not wait_for(daemon_saw_it, 30, 0.2):
+        problems.append("the daemon recorded no ejection")
+    if not wait_for(runs("ss_vtime"), 30):
+        problems.append(f"no fallback to ss_vtime after the ejection: {kernel_view()}")
     settled_last()
-    for h in history(sock)[-3:]:
-        print(_switch_line(h))
-    _ctl("status", "--socket", sock)
+    for h in history(sock)[seen + 1 :]:
+        print("daemon: " + _switch_line(h))
+    print(_kernel_line())
+    _print_status(sock)
     faulty.kill()  # its scheduler is held back; the launcher gives up
 
     _say("release all: the video-call app exits, the default (the kernel's own) returns")
     call.kill()
     expect("release all", None)
-    settled_last()
-    _ctl("history", "--socket", sock)
+    print(_switch_line(settled_last()))
     entries = history(sock)
+    print("daemon history:")
+    for n, h in enumerate(entries, 1):
+        print(f"  #{n} " + _switch_line(h).replace("\n", "\n   "))
     admin.close()
     daemon.stop()
     return _summary(entries, problems)

@@ -92,10 +92,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--socket", help="daemon socket path")
     parser.add_argument("--quiet", "-q", action="store_true", help="no messages on stderr")
-    parser.add_argument("workload")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    parser.add_argument(
+        "workload", nargs="?", help="a workload with a hint rule (see `schedswitchctl list`)"
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="the command to run, after '--', and its args"
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # argparse would take the first word after a leading "--" as WORKLOAD
+    # ("schedswitch-run -- echo hi" would hint "echo" and run "hi"): split at "--" first.
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if args.workload is None:
+            parser.error("WORKLOAD is missing before '--' (WORKLOAD -- CMD [ARGS...])")
+        # "WORKLOAD CMD -- X": this "--" belongs to the command.
+        command = [*args.command, *argv[cut:]] if args.command else argv[cut + 1 :]
+    else:
+        args = parser.parse_args(argv)
+        command = args.command
+    if args.workload is None:
+        parser.error("WORKLOAD and a command are required (WORKLOAD -- CMD [ARGS...])")
     if not command:
         parser.error("no command given (WORKLOAD -- CMD [ARGS...])")
     holder = HintHolder(args.workload, args.socket, args.quiet)

@@ -284,11 +284,12 @@ def _resolve_group(group: str | int) -> int:
 def _format_errors(path: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in err["loc"])
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = "unknown key"
-        lines.append(f"{path}: {key}: {reason}")
+        # A whole-file check (e.g. a hint naming an unknown scheduler) names its keys itself.
+        lines.append(f"{path}: {key}: {reason}" if key else f"{path}: {reason}")
     return "\n".join(lines)
 
 

@@ -60,8 +60,13 @@ INTERNAL = "internal"
 class RequestError(ProtocolError):
     """A request refused at the protocol level; ``code`` is one of this module's codes."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self, code: str, message: str, *, op: str | None = None, id: int | str | None = None
+    ) -> None:
         self.code = code
+        #: The request's ``op`` and ``id`` when they could be read, for the error reply.
+        self.op = op
+        self.id = id
         super().__init__(message)
 
 
@@ -373,6 +378,42 @@ def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Re
     """
     if len(line) > max_bytes:
         raise RequestError(TOO_LARGE, f"request longer than {max_bytes} bytes")
+    op, tag, version = _envelope(line)
+    try:
+        request = _validate(line)
+    except RequestError as exc:
+        exc.op, exc.id = op, tag
+        raise
+    # The model's ``v`` has a default (so requests are easy to build) and JSON ``true``
+    # equals 1 in Python: insist on the integer 1 actually being on the wire.
+    if type(version) is not int or version != VERSION:
+        raise RequestError(
+            UNSUPPORTED_VERSION,
+            f"'v' must be the integer {VERSION}: this daemon speaks protocol v{VERSION}",
+            op=op,
+            id=tag,
+        )
+    return request
+
+
+def _envelope(line: bytes) -> tuple[str | None, int | str | None, object]:
+    """``op`` (if a known one), ``id`` (if a valid tag) and raw ``v`` of a request line,
+    read leniently so that an error reply can echo them. ``(None, None, None)`` if the
+    line is not a JSON object."""
+    try:
+        raw = pydantic_core.from_json(line)
+    except ValueError:  # bad JSON, or nested deeper than pydantic-core's limit
+        return None, None, None
+    if not isinstance(raw, dict):
+        return None, None, None
+    op = raw.get("op")
+    tag = raw.get("id")
+    if not (type(tag) is int or (type(tag) is str and len(tag) <= 64)):
+        tag = None
+    return (op if isinstance(op, str) and op in _ops() else None), tag, raw.get("v")
+
+
+def _validate(line: bytes) -> Request:
     try:
         return _REQUEST.validate_json(line)
     except ValidationError as exc:

@@ -47,7 +47,7 @@ from schedswitchd.daemon.switcher import (
     Switcher,
     SwitchRecord,
 )
-from schedswitchd.errors import SchedSwitchError
+from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
 
@@ -323,7 +323,7 @@ class Server:
         try:
             request = proto.parse_request(line, self.config.limits.max_message_bytes)
         except proto.RequestError as exc:
-            return proto.error_reply(exc.code, str(exc))
+            return proto.error_reply(exc.code, str(exc), op=exc.op, id=exc.id)
         try:
             if request.op in proto.ADMIN_OPS and not self.is_admin(conn.peer):
                 raise proto.RequestError(proto.DENIED, f"{request.op} is for admins only")
@@ -531,7 +531,11 @@ class Server:
     async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
         if self.config.source is None:
             raise proto.RequestError(proto.BAD_REQUEST, "the configuration has no file to re-read")
-        config = await asyncio.to_thread(load_config, self.config.source)
+        try:
+            config = await asyncio.to_thread(load_config, self.config.source)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the old configuration: %s", exc)
+            raise
         self.apply_config(config)
         await self._settle()
         return proto.ReloadReply(

@@ -157,3 +157,13 @@ def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
         assert "lease        -" not in table
     finally:
         r.stop()
+
+
+def test_schedswitch_run_needs_workload_before_dashes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        run.main(["--socket", "/nonexistent/s", "--", "echo", "hi"])
+    assert info.value.code == 2
+    assert "WORKLOAD is missing before '--'" in capsys.readouterr().err
+    # A "--" after the command belongs to the command.
+    code = run.main(["-q", "--socket", "/nonexistent/s", "x", "sh", "-c", "exit 3", "--"])
+    assert code == 3

@@ -188,3 +188,9 @@ def test_check_without_sched_ext_says_so_and_skips_prepare(bpf_object: Path) -> 
     lines = report.splitlines()
     assert lines[0].startswith("NOTE: this kernel has no sched_ext (/sys/kernel/sched_ext")
     assert "NOT checked: CO-RE and loading" in report
+
+
+def test_whole_file_errors_have_no_empty_key_prefix() -> None:
+    message = error_of('[hints.gaming]\nscheduler = "nope"')
+    assert message.startswith("/etc/s.toml: hints.gaming.scheduler 'nope'"), message
+    assert "(top level)" not in message

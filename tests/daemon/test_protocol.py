@@ -182,3 +182,23 @@ def test_arbitrary_json_never_crashes(value: object) -> None:
 @given(near_requests)
 def test_near_requests_never_crash(value: dict[str, object]) -> None:
     _check(json.dumps(value).encode())
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"op": "status"}, {"v": True, "op": "status"}, {"v": 1.0, "op": "status"}],
+)
+def test_version_must_be_the_integer_1(fields: dict[str, object]) -> None:
+    with pytest.raises(p.RequestError) as info:
+        p.parse_request(json.dumps({**fields, "id": 7}).encode())
+    assert info.value.code == p.UNSUPPORTED_VERSION
+    assert (info.value.op, info.value.id) == ("status", 7)
+
+
+def test_errors_carry_the_readable_op_and_id() -> None:
+    with pytest.raises(p.RequestError) as info:
+        p.parse_request(req(op="hint", id="t1", workload="Bad Name"))
+    assert (info.value.code, info.value.op, info.value.id) == (p.BAD_REQUEST, "hint", "t1")
+    with pytest.raises(p.RequestError) as info:
+        p.parse_request(req(op="nope", id=True))  # unknown op, bool is not a tag
+    assert (info.value.op, info.value.id) == (None, None)

@@ -512,3 +512,24 @@ def test_ejected_override_is_dropped(srv: Running) -> None:
     time.sleep(1.0)
     assert srv.backend.calls.count("prepare vtime") == 1
     assert c.request(op="status")["status"]["override"] is None
+
+
+def test_error_replies_echo_id_and_op(srv: Running) -> None:
+    c = srv.client()
+    c.send_raw(b'{"v":1,"op":"hint","id":42,"workload":"Not A Name"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] is False
+    assert (reply["op"], reply["id"], reply["error"]["code"]) == ("hint", 42, "bad_request")
+    c.send_raw(b'{"op":"status","id":"x"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "unsupported_version"
+    assert (reply["op"], reply["id"]) == ("status", "x")
+
+
+def test_reload_with_bad_config_is_logged(srv: Running, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("ERROR", logger="schedswitchd")
+    (srv.dir / "schedswitchd.toml").write_text("[limits]\nmax_conections = 1\n")
+    reply = srv.client().request(op="reload", id=3)
+    assert reply["ok"] is False and reply["id"] == 3 and reply["op"] == "reload"
+    assert "reload refused, keeping the old configuration" in caplog.text
+    assert "max_conections" in caplog.text

@@ -535,8 +535,10 @@ def run_demo(config: str, sock: str, log: Path) -> int:
 
     _say("release all: the video-call app exits, the default (the kernel's own) returns")
     call.kill()
-    expect("release all", None)
+    if not wait_for(runs(None), 30):
+        problems.append(f"release all: kernel shows {kernel_view()}, expected disabled")
     print(_switch_line(settled_last()))
+    print(_kernel_line())
     entries = history(sock)
     print("daemon history:")
     for n, h in enumerate(entries, 1):

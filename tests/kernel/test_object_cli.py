@@ -68,3 +68,14 @@ def test_set_parsing() -> None:
     edited = apply_sets(spec, ["ssd_plain.flags=0"])
     so = edited.map("ssd_plain").struct_ops
     assert so is not None and so.data != spec.map("ssd_plain").struct_ops.data  # type: ignore[union-attr]
+
+
+def test_pin_to_a_missing_directory_off_bpffs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "a" / "b"
+    assert main(["object", "load", _obj(), "--pin", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "not on a bpf filesystem" in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()  # nothing created off bpffs
+    assert "ssd_link" not in CA_LIST.read_text().split()

@@ -79,6 +79,30 @@ def _ms(ns: int | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.1f} ms"
 
 
+#: The counters a person reads in the status table; ``--json`` has all of them.
+_STATUS_COUNTERS = (
+    "btf_cache_hits",
+    "btf_cache_misses",
+    "module_btfs_read",
+    "spec_cache_hits",
+    "spec_cache_misses",
+    "prepares",
+    "attaches",
+)
+
+
+def _counters_text(counters: dict[str, int]) -> str:
+    shown = [f"{n}={counters[n]}" for n in _STATUS_COUNTERS if n in counters]
+    if len(counters) > len(shown):
+        shown.append(f"(+{len(counters) - len(shown)} more with --json)")
+    return " ".join(shown) or "-"
+
+
+def _exit_text(exit_: proto.ExitInfoModel) -> str:
+    """``KIND: reason: message``, leaving out empty parts (the kernel's own wording)."""
+    return ": ".join(p for p in (exit_.kind_name, exit_.reason, exit_.message) if p)
+
+
 def _switch_line(info: proto.SwitchInfo) -> str:
     # Top-level phases only; the backend's prepare.<phase> breakdown is in --json.
     phases = " ".join(
@@ -93,7 +117,7 @@ def _switch_line(info: proto.SwitchInfo) -> str:
     if info.error is not None:
         line += f"  error {info.error.code}: {info.error.message}"
     if info.exit is not None:
-        line += f"  exit {info.exit.kind_name}: {info.exit.reason} {info.exit.message}".rstrip()
+        line += f"  exit {_exit_text(info.exit)}"
     return line
 
 
@@ -134,19 +158,18 @@ def _status(args: argparse.Namespace) -> int:
         ("last switch", _switch_line(s.last_switch) if s.last_switch else "-"),
         (
             "last exit",
-            f"{s.last_exit.kind_name}: {s.last_exit.reason} {s.last_exit.message}".rstrip()
-            if s.last_exit
-            else "-",
+            _exit_text(s.last_exit) if s.last_exit else "-",
         ),
         (
             "backoff",
             ", ".join(
-                f"{b.scheduler} ({b.failures} failures, {b.remaining_s:.0f} s left)"
+                f"{b.scheduler} ({b.failures} failure{'s' if b.failures != 1 else ''}, "
+                f"{b.remaining_s:.0f} s left)"
                 for b in s.backoff
             )
             or "-",
         ),
-        ("counters", " ".join(f"{n}={v}" for n, v in sorted(s.counters.items())) or "-"),
+        ("counters", _counters_text(s.counters)),
         ("daemon", f"pid {s.pid}  version {s.version}  up {s.uptime_s:.0f} s"),
     ]
     _table(rows)

@@ -167,3 +167,15 @@ def test_schedswitch_run_needs_workload_before_dashes(capsys: pytest.CaptureFixt
     # A "--" after the command belongs to the command.
     code = run.main(["-q", "--socket", "/nonexistent/s", "x", "sh", "-c", "exit 3", "--"])
     assert code == 3
+
+
+def test_exit_and_counter_texts() -> None:
+    from schedswitchd.cli.daemon_cmds import _counters_text, _exit_text
+    from schedswitchd.daemon.protocol import ExitInfoModel
+
+    e = ExitInfoModel(kind=1025, kind_name="ERROR_BPF", reason="scx_bpf_error", message="boom")
+    assert _exit_text(e) == "ERROR_BPF: scx_bpf_error: boom"
+    assert _exit_text(ExitInfoModel(kind=64, kind_name="UNREG")) == "UNREG"
+    text = _counters_text({"btf_cache_hits": 3, "prepares": 2, "attach.link_ns": 5})
+    assert text == "btf_cache_hits=3 prepares=2 (+1 more with --json)"
+    assert _counters_text({}) == "-"

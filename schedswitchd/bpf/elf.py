@@ -156,8 +156,12 @@ def read_elf(data: bytes) -> ElfObject:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
-    if len(data) < 64 or data[:4] != b"\x7fELF":
-        raise ObjectError("not an ELF file")
+    if data[:4] != b"\x7fELF":
+        raise ObjectError("not an ELF file (no ELF magic at the start)")
+    if len(data) < 64:
+        raise ObjectError(
+            f"truncated ELF file: {len(data)} bytes is shorter than the 64-byte ELF header"
+        )
     if data[4] != 2 or data[5] != 1:
         raise ObjectError("not a little-endian ELF64 file (BPF objects are ELF64 LE)")
     try:
@@ -166,6 +170,7 @@ def read_elf(data: bytes) -> ElfObject:
             raise ObjectError(f"ELF machine is {elf['e_machine']}, not EM_BPF")
         if elf["e_type"] != "ET_REL":
             raise ObjectError(f"ELF type is {elf['e_type']}, not a relocatable object")
+        _check_section_table(data)
         sections = _read_sections(elf, data)
         symbols = _read_symbols(elf, sections)
         relocs = _read_relocs(elf, sections, len(symbols))
@@ -184,8 +189,30 @@ def read_elf(data: bytes) -> ElfObject:
         UnicodeDecodeError,
         RecursionError,
     ) as exc:
-        raise ObjectError(f"malformed ELF: {exc}") from exc
+        raise ObjectError(f"malformed ELF (corrupt or truncated file): {exc}") from exc
     return ElfObject(tuple(sections), tuple(symbols), relocs)
+
+
+def _check_section_table(data: bytes) -> None:
+    """The ELF64 header's section header table must lie inside the file (``e_shoff`` at
+    byte 0x28, ``e_shentsize``/``e_shnum`` at 0x3A/0x3C; ``elf(5)``). A file cut short
+    (an interrupted copy or build) fails here, with the sizes in words."""
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    if shentsize != 64:
+        raise ObjectError(
+            f"malformed ELF file: section headers of {shentsize} bytes (ELF64 uses 64)"
+        )
+    if shoff == 0:
+        raise ObjectError("malformed ELF file: it has no section header table")
+    entries = max(shnum, 1)  # 0 means the count is kept in section 0's sh_size
+    end = shoff + entries * 64
+    if end > len(data):
+        raise ObjectError(
+            f"truncated ELF file: its section header table ({entries} entries at byte "
+            f"{shoff}) ends at byte {end}, but the file has only {len(data)} bytes "
+            "(cut short, e.g. an interrupted copy or build?)"
+        )
 
 
 def _read_sections(elf: object, data: bytes) -> list[Section]:

@@ -63,6 +63,10 @@ def open_object(source: str | os.PathLike[str] | bytes, *, name: str | None = No
         except OSError as exc:
             raise ObjectError(f"cannot read BPF object {os.fspath(source)!r}: {exc}") from exc
         obj_name = name or _object_name(os.fspath(source))
+        try:
+            return _open(read_elf(data), obj_name)
+        except (ObjectError, BtfError) as exc:  # name the file: callers open many
+            raise type(exc)(f"{os.fspath(source)}: {exc}") from exc
     return _open(read_elf(data), obj_name)
 
 

@@ -1,11 +1,13 @@
 """``schedswitchctl object load|unload``: load a BPF object with our loader, no daemon.
 
-``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--json]`` opens the object, applies
+``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--json] [--verbose]`` opens the object, applies
 ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a struct_ops variable), loads it
 and attaches its struct_ops maps. Without ``--pin`` everything is detached and unloaded
 before exiting (a dry run against the real kernel); with ``--pin`` links, programs and
 maps are pinned under DIR (bpffs) and stay live. ``object unload DIR`` removes them.
-Output: programs and maps with kernel ids and the load's phase timings (ns in JSON).
+Output: programs and maps with kernel ids and the load's phase timings (ns in JSON). When
+the kernel refuses a program, ``--verbose`` prints its full verifier log to stderr and
+``--json`` prints ``{"error": {"code", "message", "verifier_log"}}`` (exit 1).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.errors import CustomizationError
+from schedswitchd.errors import CustomizationError, LoadError, SchedSwitchError
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.pins import pin_object, unpin_directory
@@ -50,7 +53,17 @@ def register(sub: Any) -> None:
         default=[],
         help="set a global variable or a struct_ops member (MAP.MEMBER=VALUE) before load",
     )
-    load.add_argument("--json", action="store_true", help="print one JSON object")
+    load.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (on a program-load failure: the error and verifier log)",
+    )
+    load.add_argument(
+        "--verbose",
+        "--log",
+        action="store_true",
+        help="on a program-load failure, print the kernel's full verifier log to stderr",
+    )
     load.set_defaults(handler=_load)
     unload = osub.add_parser(
         "unload",
@@ -107,6 +120,23 @@ def describe(obj: LoadedObject) -> dict[str, Any]:
 
 
 def _load(args: argparse.Namespace) -> int:
+    try:
+        return _load_and_print(args)
+    except SchedSwitchError as exc:
+        log = getattr(exc, "verifier_log", None)
+        if not log:
+            raise
+        if args.json:
+            error = {"code": exc.code, "message": str(exc), "verifier_log": log}
+            print(json.dumps({"error": error}, sort_keys=True))
+            return 1
+        if args.verbose:
+            sys.stderr.write(log if log.endswith("\n") else log + "\n")
+            raise
+        raise LoadError(f"{exc} (--verbose prints the full verifier log)") from exc
+
+
+def _load_and_print(args: argparse.Namespace) -> int:
     spec = apply_sets(open_object(args.object), args.set)
     registry = KernelBtfRegistry()
     targets = registry.targets(spec.kmod_btfs)

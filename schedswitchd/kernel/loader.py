@@ -17,6 +17,7 @@ first, then the object's declared modules); module BTF fds through a callable (n
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import struct
@@ -221,15 +222,38 @@ class LoadedObject:
                     f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
                     "cannot be registered again: load the object again"
                 )
-            if n not in self._updated:  # the kernel takes a struct_ops value only once
-                S.map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
-                self._updated.add(n)
-            if is_link:
-                made[n] = self.links[n] = S.link_create(m.fd, A.AttachType.STRUCT_OPS)
-            else:
-                self._registered.add(n)
+            try:
+                if n not in self._updated:  # the kernel takes a struct_ops value only once
+                    S.map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
+                    self._updated.add(n)
+                if is_link:
+                    made[n] = self.links[n] = S.link_create(m.fd, A.AttachType.STRUCT_OPS)
+                else:
+                    self._registered.add(n)
+            except BpfSyscallError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise self._already_registered(n) from exc
+                raise
         self.timings_ns["attach"] = time.perf_counter_ns() - start
         return made
+
+    def _already_registered(self, map_name: str) -> LoadError:
+        """The error for ``EEXIST`` on registering struct_ops ``map_name``: the kernel's
+        ``reg`` callback found ops of the same name (``tcp_register_congestion_control``
+        and friends return ``-EEXIST``)."""
+        spec = self.maps[map_name].spec.struct_ops
+        ops_name = ""
+        member = spec.member("name") if spec is not None else None
+        if spec is not None and member is not None:
+            raw = spec.data[member.offset : member.offset + member.size]
+            ops_name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        type_name = spec.type_name if spec is not None else "struct_ops"
+        what = f"{type_name} '{ops_name}'" if ops_name else f"struct_ops map {map_name}"
+        return LoadError(
+            f"struct_ops {map_name}: {what} is already registered (a scheduler or "
+            "congestion control of that name is loaded; unload it first, or load this one "
+            f"under another name, e.g. --set {map_name}.name=NEW)"
+        )
 
     def detach_struct_ops(self, name: str | None = None) -> None:
         """Undo :meth:`attach_struct_ops`: close the link (link maps) or delete key 0

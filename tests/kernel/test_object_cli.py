@@ -79,3 +79,46 @@ def test_pin_to_a_missing_directory_off_bpffs(
     assert "not on a bpf filesystem" in err and err.count("\n") == 1
     assert not (tmp_path / "a").exists()  # nothing created off bpffs
     assert "ssd_link" not in CA_LIST.read_text().split()
+
+
+def test_second_load_of_a_registered_struct_ops_names_it(
+    bpffs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pin_dir = bpffs / "first"
+    assert main(["object", "load", _obj(), "--pin", str(pin_dir)]) == 0
+    capsys.readouterr()
+    try:
+        assert main(["object", "load", _obj()]) == 1
+        err = capsys.readouterr().err
+        assert "tcp_congestion_ops 'ssd_" in err and "is already registered" in err
+        assert "EEXIST" not in err and err.count("\n") == 1
+    finally:
+        assert main(["object", "unload", str(pin_dir)]) == 0
+    assert "ssd_link" not in CA_LIST.read_text().split()
+
+
+def _failing_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``object load`` then opens an object whose ``indexed`` program reads past ``counter``
+    when ``tunable`` is 4096: the verifier refuses it (a real load, not a fake)."""
+    from tests.kernel.test_loader import _spec, _with_indexed_read
+
+    monkeypatch.setattr(
+        "schedswitchd.cli.object_cmds.open_object", lambda path: _with_indexed_read(_spec())
+    )
+
+
+def test_verifier_failure_shows_the_log_on_request(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _failing_spec(monkeypatch)
+    argv = ["object", "load", "x.bpf.o", "--set", "tunable=4096"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--verbose" in err and "indexed" in err
+    assert main([*argv, "--verbose"]) == 1
+    err = capsys.readouterr().err
+    assert "invalid access to map value" in err and err.count("\n") > 2
+    assert main([*argv, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["code"] == "load" and "indexed" in out["error"]["message"]
+    assert "invalid access to map value" in out["error"]["verifier_log"]

@@ -23,7 +23,7 @@ from schedswitchd.bpf.core_patch import POISON_IMM
 from schedswitchd.bpf.core_types import CoreReloKind as K
 from schedswitchd.bpf.object import open_object
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
-from tests.core_libbpf import libbpf_relocated_insns
+from tests.libbpf_ref import libbpf_relocated_insns
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 pytestmark = pytest.mark.skipif(not VMLINUX.exists(), reason="no kernel BTF on this host")

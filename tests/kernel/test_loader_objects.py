@@ -1,6 +1,6 @@
 """The loader on real clang-built objects (``build/tests/bpf/*.bpf.o``, from
 ``make test-objects``) on the host kernel, and the same result as libbpf: programs loaded by
-Debian's libbpf (``libbpf.so.1`` through ctypes, tests/libbpf_xlated.py) and by us have
+Debian's libbpf (``libbpf.so.1`` through ctypes, tests/libbpf_ref.py) and by us have
 identical xlated instructions except for map ids."""
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from schedswitchd.kernel import kconfig as K
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from tests.core_libbpf import LibbpfError
-from tests.libbpf_xlated import libbpf_xlated
+from tests.libbpf_ref import LibbpfError, libbpf_xlated
 from tests.xlated import differences
 
 pytestmark = pytest.mark.root

@@ -18,6 +18,16 @@ from collections.abc import Sequence
 from schedswitchd import __version__
 from schedswitchd.errors import SchedSwitchError
 
+# --help is for users: the module docstring above is for developers.
+_DESCRIPTION = (
+    "Query and steer schedswitchd, the daemon that switches sched_ext CPU schedulers,\n"
+    "and inspect or load BPF scheduler objects."
+)
+_EPILOG = (
+    "Run 'schedswitchctl COMMAND --help' for a command's options. Errors are printed as one\n"
+    "line and give exit status 1. --socket PATH may also be given after the command."
+)
+
 # Command-family modules, each with ``register(subparsers)``. Listed here, not discovered,
 # so that the CLI's surface is visible in one place.
 _FAMILIES: tuple[str, ...] = (
@@ -31,7 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The full ``schedswitchctl`` argument parser."""
     import importlib
 
-    parser = argparse.ArgumentParser(prog="schedswitchctl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="schedswitchctl",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     # Its own dest: a sub-parser's default (None) would overwrite a shared one.
     parser.add_argument(

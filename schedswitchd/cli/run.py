@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the command's exit status (127 if it cannot be started)."""
     parser = argparse.ArgumentParser(
         prog="schedswitch-run",
-        description=(__doc__ or "").splitlines()[0],
+        description="Run a command while holding a schedswitchd hint for WORKLOAD; the hint "
+        "ends when the command ends. If the daemon is unreachable the command runs anyway.",
         usage="%(prog)s [--socket PATH] [--quiet] WORKLOAD -- CMD [ARGS...]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

@@ -273,7 +273,11 @@ async def _watchdog(server: Server, interval: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
-    parser = argparse.ArgumentParser(prog="schedswitchd", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="schedswitchd",
+        description="The schedswitchd service: switches sched_ext CPU schedulers on workload "
+        "hints received on its Unix socket (normally started by systemd).",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--config",

@@ -44,7 +44,7 @@ from schedswitchd.errors import (
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel import syscall as S
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, memo_counters
 from schedswitchd.kernel.fd import LinkFd, MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
@@ -256,6 +256,9 @@ class KernelBackend:
             "module_btfs_read": st.module_btfs_read,
             "module_btf_read_ns": st.read_ns,
             "module_uevents": st.module_uevents,
+            # Which modules hold what vmlinux lacks, per module set (objects without
+            # .kmod_btfs): hits avoid a walk over every module BTF.
+            **memo_counters(st.lookups),
             "spec_cache_hits": sp.hits,
             "spec_cache_misses": sp.misses,
             # Process-wide bpf(2) calls and time inside them (for bench/switch_latency.py).

@@ -18,7 +18,12 @@ object's ``.kmod_btfs`` section plus configured extras) and only those are read:
 
 Without any declaration a load falls back to libbpf's behaviour, searching every module, but
 lazily: :meth:`TargetBtfs.first` and :meth:`TargetBtfs.modules` parse one module at a time,
-only when vmlinux lacked what was asked for, and through the cache.
+only when vmlinux lacked what was asked for, and through the cache. Named lookups
+(:meth:`TargetBtfs.first_holding`, :meth:`TargetBtfs.modules_holding`) go through the
+registry's :class:`~schedswitchd.kernel.module_lookup.LookupMemo`: the first load after the
+set of loaded modules changed walks every module once for all of an object's names (like
+libbpf); later loads read only the modules that hold candidates. Modules read by a walk
+that hold none are not admitted to the cache, so a walk does not evict useful entries.
 
 ``btf_root`` is a parameter so tests can point it at a directory of real split BTF files.
 """
@@ -39,6 +44,14 @@ from schedswitchd.errors import BtfError, RegistryError
 from schedswitchd.kernel.btf_ids import BtfIdStats, KernelBtfIds
 from schedswitchd.kernel.fd import BtfFd
 from schedswitchd.kernel.lru import BoundedLru, LruStats
+from schedswitchd.kernel.module_lookup import (
+    DEFAULT_MAX_LOOKUPS,
+    Holders,
+    LookupMemo,
+    MemoStats,
+    ModuleLookup,
+    ModuleSet,
+)
 from schedswitchd.kernel.uevents import Action, Subscription, Uevent, UeventListener
 
 SYS_BTF_ROOT: Final = Path("/sys/kernel/btf")
@@ -82,13 +95,15 @@ class FileIdentity:
 @dataclass(frozen=True, slots=True)
 class ModuleBtf:
     """One parsed module BTF as cached: ``nbytes`` is its raw size, ``read_ns`` the time
-    to read and parse it, ``identity`` the file it came from."""
+    to read and parse it, ``identity`` the file it came from, ``generation`` the module's
+    event generation when the read started (it is cached only if no event came since)."""
 
     name: str
     btf: Btf
     nbytes: int
     identity: FileIdentity
     read_ns: int
+    generation: int = 0
 
 
 _vmlinux_lock = threading.Lock()
@@ -143,8 +158,8 @@ class TargetReport:
 class RegistryStats:
     """Registry counters: the cache's (``cache``), module BTFs read from disk and the time
     spent (ns) since creation, cache entries dropped because their file changed
-    (``stale_dropped``), module uevents handled, and the id map's counters (``ids``,
-    ``None`` without kernel ids)."""
+    (``stale_dropped``), module uevents handled, the id map's counters (``ids``,
+    ``None`` without kernel ids) and the module lookup memo's (``lookups``)."""
 
     cache: LruStats
     module_btfs_read: int
@@ -152,6 +167,7 @@ class RegistryStats:
     stale_dropped: int
     module_uevents: int
     ids: BtfIdStats | None
+    lookups: MemoStats
 
     def as_counters(self) -> dict[str, int]:
         """Flat ``name -> int`` counters for status output (bytes, ns and counts as named)."""
@@ -169,12 +185,28 @@ class RegistryStats:
             "kmod_btf_read_ns": self.read_ns,
             "kmod_btf_stale_dropped": self.stale_dropped,
             "kmod_uevents": self.module_uevents,
+            **memo_counters(self.lookups),
         }
         if self.ids is not None:
             out["btf_id_full_scans"] = self.ids.full_scans
             out["btf_id_incremental_scans"] = self.ids.incremental_scans
             out["btf_id_mismatches"] = self.ids.mismatches
         return out
+
+
+def memo_counters(m: MemoStats) -> dict[str, int]:
+    """The lookup memo's counters as flat status counters (``module_lookup_*``)."""
+    return {
+        "module_lookup_hits": m.hits,
+        "module_lookup_misses": m.misses,
+        "module_lookup_walks": m.walks,
+        "module_lookup_invalidations": m.invalidations,
+        "module_lookup_entries": m.entries,
+        "module_lookup_max_entries": m.max_entries,
+        "module_lookup_evictions": m.evictions,
+        "module_set_checks": m.checks,
+        "module_set_check_ns": m.check_ns,
+    }
 
 
 class KernelBtfRegistry:
@@ -184,6 +216,7 @@ class KernelBtfRegistry:
     the module cache bounds. ``ids``: the kernel BTF object id map; ``"auto"`` (default)
     means a :class:`KernelBtfIds` on the running kernel when ``btf_root`` is
     ``/sys/kernel/btf``, else none (a directory of files has no kernel objects).
+    ``max_lookups``: bound of the module lookup memo (entries).
 
     Thread-safe. Typical use by the loader::
 
@@ -201,6 +234,7 @@ class KernelBtfRegistry:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ids: KernelBtfIds | Literal["auto"] | None = "auto",
+        max_lookups: int = DEFAULT_MAX_LOOKUPS,
     ) -> None:
         self.btf_root = Path(btf_root)
         self._cache: BoundedLru[str, ModuleBtf] = BoundedLru(
@@ -216,6 +250,7 @@ class KernelBtfRegistry:
         self._read_ns = 0
         self._stale = 0
         self._uevents = 0
+        self.memo = LookupMemo(max_entries=max_lookups)
 
     # --- BTFs ------------------------------------------------------------------------------
 
@@ -237,21 +272,28 @@ class KernelBtfRegistry:
             raise RegistryError(f"cannot list {self.btf_root}: {exc.strerror}") from exc
         return sorted(n for n in names if n != VMLINUX)
 
-    def module(self, name: str, *, report: TargetReport | None = None) -> Btf | None:
+    def module(
+        self, name: str, *, report: TargetReport | None = None, admit: bool = True
+    ) -> Btf | None:
         """The split BTF of module ``name`` (``-`` read as ``_``), from the cache when its
         file is unchanged, else read from ``btf_root``; ``None`` when the module is not
-        loaded. ``report`` gets the read/hit accounted. Raises :class:`RegistryError` for
-        a bad name, :class:`BtfError` (naming the module) for malformed BTF."""
+        loaded. ``report`` gets the read/hit accounted; ``admit=False`` does not put a
+        module read now into the cache. Raises :class:`RegistryError` for a bad name,
+        :class:`BtfError` (naming the module) for malformed BTF."""
         name = normalize_module_name(name)
         if name == VMLINUX:
             return self.vmlinux
+        entry = self._entry(name, report, admit=admit)
+        return entry.btf if entry is not None else None
+
+    def _entry(self, name: str, report: TargetReport | None, *, admit: bool) -> ModuleBtf | None:
         path = self.btf_root / name
         entry = self._cache.get(name, valid=lambda e: self._still_current(e, path))
         if entry is not None:
             if report is not None:
                 report.cache_hits += 1
-            return entry.btf
-        return self._read_module(name, path, report)
+            return entry
+        return self._read_module(name, path, report, admit=admit)
 
     def _still_current(self, entry: ModuleBtf, path: Path) -> bool:
         try:
@@ -262,7 +304,9 @@ class KernelBtfRegistry:
             self._stale += 1
         return ok
 
-    def _read_module(self, name: str, path: Path, report: TargetReport | None) -> Btf | None:
+    def _read_module(
+        self, name: str, path: Path, report: TargetReport | None, *, admit: bool = True
+    ) -> ModuleBtf | None:
         vmlinux = self.vmlinux
         with self._lock:
             gen = self._gen.get(name, 0)
@@ -282,16 +326,98 @@ class KernelBtfRegistry:
         except BtfError as exc:
             raise BtfError(f"module {name!r}: {exc}", where=str(path)) from exc
         dt = time.perf_counter_ns() - t0
+        entry = ModuleBtf(name, btf, len(data), ident, dt, gen)
         with self._lock:
             self._read += 1
             self._read_ns += dt
-            # An add/remove event during the read means what we read may be gone already.
-            if self._gen.get(name, 0) == gen:
-                self._cache.put(name, ModuleBtf(name, btf, len(data), ident, dt), len(data))
+            if admit:
+                self._admit_locked(entry)
         if report is not None:
             report.read.append(name)
             report.read_ns += dt
-        return btf
+        return entry
+
+    def _admit_locked(self, entry: ModuleBtf) -> None:
+        # An add/remove event during the read means what we read may be gone already.
+        if self._gen.get(entry.name, 0) == entry.generation:
+            self._cache.put(entry.name, entry, entry.nbytes)
+
+    # --- module lookups ----------------------------------------------------------------------
+
+    def module_set(self) -> ModuleSet:
+        """The loaded modules now, as the lookup memo identifies them (one listing of
+        ``btf_root``). Raises :class:`RegistryError` when it cannot be listed."""
+        return self.memo.scan(self.btf_root)
+
+    def holders(
+        self,
+        lookups: Iterable[ModuleLookup],
+        *,
+        mods: ModuleSet | None = None,
+        report: TargetReport | None = None,
+        keep: dict[str, Btf] | None = None,
+    ) -> dict[ModuleLookup, Holders]:
+        """For each lookup, the modules of ``mods`` (default: the set loaded now) whose own
+        types hold a match, with their kernel BTF object ids, in walk order (sorted names).
+
+        Answers come from the memo while the module set is the one they were computed
+        for; the others are found by one walk that reads every module BTF once (through
+        the cache; ``report`` accounts reads and hits) and are remembered. A memo answer
+        whose holder's BTF object id changed (a reload seen only by the id map) drops the
+        memo and walks again. ``keep`` receives the holders' BTFs a walk parsed (so a
+        caller need not read them twice when the cache cannot hold them). Raises
+        :class:`RegistryError`/:class:`BtfError` as :meth:`module` does.
+        """
+        lookups = list(lookups)
+        if mods is None:
+            mods = self.module_set()
+        known, missing = self.memo.get(mods, lookups)
+        if known and self.ids is not None and not self._ids_unchanged(known):
+            self.memo.forget(mods)
+            known, missing = self.memo.get(mods, lookups)
+        if missing:
+            answers = self._walk(mods, missing, report, keep)
+            self.memo.store(mods, answers)
+            known.update(answers)
+        return known
+
+    def _ids_unchanged(self, known: dict[ModuleLookup, Holders]) -> bool:
+        ids = self.ids
+        assert ids is not None
+        for holders in known.values():
+            for name, btf_id in holders:
+                if btf_id is not None and ids.lookup(name) != btf_id:
+                    return False
+        return True
+
+    def _walk(
+        self,
+        mods: ModuleSet,
+        lookups: list[ModuleLookup],
+        report: TargetReport | None,
+        keep: dict[str, Btf] | None,
+    ) -> dict[ModuleLookup, Holders]:
+        found: dict[ModuleLookup, list[str]] = {lk: [] for lk in lookups}
+        for name in mods.names:
+            try:
+                name = normalize_module_name(name)
+            except RegistryError:
+                continue  # not a module node (e.g. a stray file in a test directory)
+            entry = self._entry(name, report, admit=False)
+            if entry is None:  # unloaded since the listing
+                continue
+            held = False
+            for lk in lookups:
+                if lk.held_by(entry.btf):
+                    found[lk].append(name)
+                    held = True
+            if held:
+                if keep is not None:
+                    keep[name] = entry.btf
+                if name not in self._cache:
+                    with self._lock:
+                        self._admit_locked(entry)
+        return {lk: tuple((n, self.btf_object_id(n)) for n in names) for lk, names in found.items()}
 
     def targets(self, declared: Iterable[str] | None, *, extra: Iterable[str] = ()) -> TargetBtfs:
         """The BTFs one load may search: vmlinux plus modules.
@@ -350,6 +476,7 @@ class KernelBtfRegistry:
             return
         with self._lock:
             self._uevents += 1
+        self.memo.bump()
         self.invalidate(name)
         if self.ids is not None:
             if event.action == Action.REMOVE:
@@ -363,6 +490,7 @@ class KernelBtfRegistry:
             for name in self._cache.ordered_keys():
                 self._gen[name] = self._gen.get(name, 0) + 1
             self._cache.clear()
+        self.memo.bump()
         if self.ids is not None:
             self.ids.mark_dirty()
 
@@ -389,6 +517,7 @@ class KernelBtfRegistry:
                 stale_dropped=self._stale,
                 module_uevents=self._uevents,
                 ids=self.ids.stats() if self.ids is not None else None,
+                lookups=self.memo.stats(),
             )
 
     def cached_modules(self) -> list[str]:
@@ -405,7 +534,11 @@ class TargetBtfs:
 
     Declared mode: the declared modules were read on creation; :meth:`all` is vmlinux plus
     those found. Fallback mode: nothing was read; :meth:`modules` and :meth:`first` read one
-    module at a time as the caller asks, so a load whose names are all in vmlinux reads none.
+    module at a time as the caller asks, so a load whose names are all in vmlinux reads none;
+    :meth:`prefetch`, :meth:`first_holding` and :meth:`modules_holding` answer named lookups
+    through the registry's memo (one module walk for all names of a load when the memo
+    lacks them) and read only the modules that hold a match. The module set is listed once
+    per target set: a load sees one snapshot, as libbpf does.
     ``report`` accounts what was read; ``searched`` names the BTFs consulted so far, for
     error messages. Use from one thread.
     """
@@ -416,6 +549,9 @@ class TargetBtfs:
         self.report = TargetReport(declared=declared, fallback=fallback)
         self._mods: dict[str, Btf] = {}
         self._searched: list[str] = [VMLINUX]
+        self._modset: ModuleSet | None = None
+        self._holders: dict[ModuleLookup, Holders] = {}
+        self._walked: dict[str, Btf] = {}  # holders parsed by a walk of this load
         if not fallback:
             for name in declared:
                 btf = registry.module(name, report=self.report)
@@ -432,8 +568,59 @@ class TargetBtfs:
 
     @property
     def searched(self) -> tuple[str, ...]:
-        """Names of the BTFs handed out so far: ``vmlinux`` first, then modules."""
-        return tuple(self._searched)
+        """Names of the BTFs handed out so far: ``vmlinux`` first, then modules; after a
+        named lookup in fallback mode, a last entry ``"all N module BTFs"`` says that every
+        loaded module was (or, through the memo, is known to have been) looked at."""
+        if self._modset is None:
+            return tuple(self._searched)
+        return (*self._searched, f"all {len(self._modset.names)} module BTFs")
+
+    def prefetch(self, lookups: Iterable[ModuleLookup]) -> None:
+        """Fallback mode: find the holders of every lookup at once (at most one module
+        walk, none when the memo knows them all). Declared mode: nothing to do."""
+        if not self.fallback:
+            return
+        need = [lk for lk in lookups if lk not in self._holders]
+        if not need:
+            return
+        if self._modset is None:
+            self._modset = self.registry.module_set()
+        self._holders.update(
+            self.registry.holders(need, mods=self._modset, report=self.report, keep=self._walked)
+        )
+
+    def _holder_names(self, lookups: Iterable[ModuleLookup]) -> list[str]:
+        lookups = list(lookups)
+        self.prefetch(lookups)
+        names = {name for lk in lookups for name, _ in self._holders[lk]}
+        return sorted(names)  # the walk order
+
+    def modules_holding(self, lookups: Iterable[ModuleLookup]) -> list[Btf]:
+        """The module BTFs that may hold a match for any of ``lookups``, in search order:
+        the declared modules, or (fallback) the holders among all loaded modules, read
+        through the cache. Searching these finds exactly what searching every module finds."""
+        if not self.fallback:
+            return list(self._mods.values())
+        out = []
+        for name in self._holder_names(lookups):
+            btf = self.module(name)
+            if btf is not None:  # unloaded since the walk
+                out.append(btf)
+        return out
+
+    def first_holding(
+        self, lookup: ModuleLookup, probe: Callable[[Btf], T | None]
+    ) -> tuple[Btf, T] | None:
+        """:meth:`first` for a probe that can succeed only on a BTF holding ``lookup``:
+        ``probe(vmlinux)``, then each module of :meth:`modules_holding` in order."""
+        got = probe(self.vmlinux)
+        if got is not None:
+            return self.vmlinux, got
+        for btf in self.modules_holding([lookup]):
+            got = probe(btf)
+            if got is not None:
+                return btf, got
+        return None
 
     def modules(self) -> Iterator[Btf]:
         """Module BTFs: the declared ones, or (fallback) every loaded module, each read only
@@ -469,7 +656,7 @@ class TargetBtfs:
             return self._mods[name]
         if not self.fallback:
             return None
-        btf = self.registry.module(name, report=self.report)
+        btf = self._walked.pop(name, None) or self.registry.module(name, report=self.report)
         if btf is not None:
             self._mods[name] = btf
             self.report.found.append(name)

@@ -12,6 +12,9 @@ daemon can do all heavy work while the previous scheduler still runs.
 Kernel BTF comes through a :class:`~schedswitchd.kernel.btf_registry.TargetBtfs` (vmlinux
 first, then the object's declared modules); module BTF fds through a callable (normally
 ``KernelBtfRegistry.open_btf_object``). Any failure closes everything created so far.
+Without declared modules, every name vmlinux lacks is looked up in the modules in one batch
+(:func:`~schedswitchd.kernel.object_lookups.object_module_lookups`) before anything else,
+so a registry's lookup memo walks the module BTFs at most once per load.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from schedswitchd.bpf import insn as I
 from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf_types import Kind, essential_name
 from schedswitchd.bpf.core import CandidateCache, relocate
 from schedswitchd.bpf.core_compat import types_are_compat
 from schedswitchd.bpf.core_types import CoreReloKind
@@ -50,6 +53,8 @@ from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
+from schedswitchd.kernel.module_lookup import ModuleLookup
+from schedswitchd.kernel.object_lookups import TRACING_TARGETS, object_module_lookups
 from schedswitchd.kernel.structops import (
     StructOpsKernelType,
     StructOpsPlan,
@@ -69,14 +74,7 @@ _U32 = struct.Struct("<I")
 POISON_CALL_KFUNC_BASE = 2002000000
 
 #: Section prefixes whose ``attach_to`` names a kernel BTF type: (kind, name prefix).
-_TRACING_TARGETS: dict[int, tuple[Kind, str]] = {
-    A.AttachType.TRACE_FENTRY: (Kind.FUNC, ""),
-    A.AttachType.TRACE_FEXIT: (Kind.FUNC, ""),
-    A.AttachType.MODIFY_RETURN: (Kind.FUNC, ""),
-    A.AttachType.TRACE_RAW_TP: (Kind.TYPEDEF, "btf_trace_"),
-    A.AttachType.TRACE_ITER: (Kind.FUNC, "bpf_iter_"),
-    A.AttachType.LSM_MAC: (Kind.FUNC, "bpf_lsm_"),
-}
+_TRACING_TARGETS = TRACING_TARGETS
 
 
 #: Map types created without BTF key/value types (libbpf's ``bpf_object__create_map``).
@@ -109,6 +107,20 @@ class KernelBtfs(Protocol):
     def __iter__(self) -> Iterator[Btf]: ...
 
     def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None: ...
+
+
+@runtime_checkable
+class IndexedKernelBtfs(KernelBtfs, Protocol):
+    """Kernel BTFs that answer named module lookups (``TargetBtfs`` does): the loader then
+    reads only the module BTFs that hold what vmlinux lacks."""
+
+    def prefetch(self, lookups: Iterable[ModuleLookup]) -> None: ...
+
+    def modules_holding(self, lookups: Iterable[ModuleLookup]) -> list[Btf]: ...
+
+    def first_holding(
+        self, lookup: ModuleLookup, probe: Callable[[Btf], T | None]
+    ) -> tuple[Btf, T] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +388,9 @@ class _Loader:
         self.core_cache = CandidateCache()
         self.pin_root = Path(pin_root)
         self.new_pins: list[Path] = []
+        self.index = kernel if isinstance(kernel, IndexedKernelBtfs) else None
+        self._core_modules: list[Btf] | None = None
+        self._core_lookups: list[ModuleLookup] = []
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -400,7 +415,23 @@ class _Loader:
             self.fd_array.append(fd)
         return self.fd_array.index(fd, 1)
 
+    def _first(
+        self, lookup: ModuleLookup, probe: Callable[[Btf], T | None]
+    ) -> tuple[Btf, T] | None:
+        if self.index is not None:
+            return self.index.first_holding(lookup, probe)
+        return self.kernel.first(probe)
+
     # --- steps -----------------------------------------------------------------------------
+
+    def prefetch_module_lookups(self) -> None:
+        """Look up, in one batch, every name of the object that vmlinux lacks (kfuncs,
+        typed ksyms, struct_ops types, attach targets, CO-RE root types)."""
+        if self.index is None:
+            return
+        lookups = object_module_lookups(self.spec, self.kernel.vmlinux, self.core_cache)
+        self._core_lookups = lookups.core
+        self.index.prefetch(lookups.all)
 
     def load_btf(self) -> None:
         start = time.perf_counter_ns()
@@ -429,7 +460,7 @@ class _Loader:
             ids = btf.find_ids(ext.essential_name, Kind.FUNC)
             return ids[0] if ids else None
 
-        hit = self.kernel.first(probe)
+        hit = self._first(ModuleLookup(ext.essential_name, (Kind.FUNC,)), probe)
         if hit is not None:
             btf, fid = hit
             proto = btf.type(fid)
@@ -471,7 +502,7 @@ class _Loader:
             ids = btf.find_ids(ext.essential_name, Kind.VAR)
             return ids[0] if ids else None
 
-        hit = self.kernel.first(probe)
+        hit = self._first(ModuleLookup(ext.essential_name, (Kind.VAR,)), probe)
         if hit is not None:
             btf, vid = hit
             var_type = getattr(btf.type(vid), "type", 0)
@@ -552,7 +583,7 @@ class _Loader:
             def probe(btf: Btf, tname: str = tname) -> StructOpsKernelType | None:
                 return find_struct_ops_kernel_type(btf, tname)
 
-            hit = self.kernel.first(probe)
+            hit = self._first(ModuleLookup(essential_name(tname), (Kind.STRUCT,)), probe)
             if hit is None:
                 raise LoadError(
                     f"struct_ops {so.var_name}: kernel has no struct_ops type {so.type_name} "
@@ -754,6 +785,10 @@ class _Loader:
         not count), and so does the engine, so the results are the same; walking the
         module list eagerly would make an object without ``.kmod_btfs`` read every loaded
         module's BTF, the cost this project removes.
+
+        With named lookups (``IndexedKernelBtfs``) the modules are only those holding a
+        candidate for any CO-RE root type of the object that vmlinux lacks; one list for
+        every program, so candidate pruning is shared across programs as with the full list.
         """
         vmlinux_only = [self.kernel.vmlinux]
         for relo in prog.core_relos:
@@ -764,8 +799,20 @@ class _Loader:
             except CoreError:
                 return vmlinux_only  # relocate() raises it again, naming the relocation
             if not found:
-                return list(self.kernel)
+                return self._core_module_targets(local)
         return vmlinux_only
+
+    def _core_module_targets(self, local: Btf) -> list[Btf]:
+        if self.index is None:
+            return list(self.kernel)
+        if self._core_modules is None:
+            lookups = self._core_lookups
+            if not lookups:  # no prefetch ran (load_object always runs it)
+                lookups = object_module_lookups(
+                    self.spec, self.kernel.vmlinux, self.core_cache
+                ).core
+            self._core_modules = [self.kernel.vmlinux, *self.index.modules_holding(lookups)]
+        return self._core_modules
 
     def apply_fixups(self, prog: ProgramSpec, insns: bytes) -> bytes:
         buf = bytearray(insns)
@@ -897,7 +944,7 @@ class _Loader:
             ids = btf.find_ids(name, kind)
             return ids[0] if ids else None
 
-        hit = self.kernel.first(probe)
+        hit = self._first(ModuleLookup(name, (kind,)), probe)
         if hit is None:
             raise LoadError(
                 f"program {prog.name}: attach target {name} not found ({self._searched()})"
@@ -1034,6 +1081,7 @@ def load_object(
     loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root, btf_features)
     try:
         loader.load_btf()
+        loader.prefetch_module_lookups()
         loader.resolve_externs()
         loader.plan_struct_ops()
         loader.create_maps()
@@ -1050,6 +1098,7 @@ def load_object(
 
 
 __all__ = [
+    "IndexedKernelBtfs",
     "KernelBtfs",
     "LoadedMap",
     "LoadedObject",

@@ -13,6 +13,14 @@ TCG oopses the guest while sched_ext schedulers attach and detach, see vm.md). W
 boots this kernel is probed once (12 s at most) and remembered next to the kernel cache;
 ``SCHEDSWITCHD_VM_ACCEL=tcg|kvm`` forces a choice.
 
+Ramroot mode (``run_in_vm(..., ramroot=RamRootSpec(...))``, :mod:`tools.ramroot`): the host
+packs what the script needs (interpreter, libraries, stdlib, the venv's runtime packages, the
+checkout's package, bench and tools, bpftool, listed extra files such as decompressed modules)
+into a tar in the results share; the init unpacks it into a tmpfs, unmounts 9p, removes the
+9p modules (``/sys/kernel/btf`` then holds only vmlinux), ``chroot``s into the tmpfs and runs
+the script there; afterwards it re-inserts the 9p modules from the initramfs and copies
+``$RESULTS`` out. For benchmarks that count module BTFs and must not pay 9p for every exec.
+
 Entry points: :func:`run_in_vm` (one script, one boot) and :func:`run_steps` (several named
 checks in one boot, each with its own exit status and output, for a pytest module).
 :func:`insmod_script` loads many modules fast from decompressed copies in dependency order.
@@ -35,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.ramroot import RamRootSpec, compute_manifest, write_archive
 from tools.sidkernel import SidKernel, ensure_kernel, module_name, parse_modules_dep
 
 QEMU = "qemu-system-x86_64"
@@ -45,6 +54,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LOG_ROOT = REPO / "build" / "vm-logs"
 INITRAMFS_MODULES = ("9p", "9pnet_virtio")  # and their dependencies (netfs, 9pnet)
 READY_MARK = "@@schedswitchd-vm-ready@@"
+RAMROOT_FLAG = "schedswitchd.ramroot"  # on the kernel command line: the init's ramroot mode
+RAMROOT_STATS_MARK = "@@schedswitchd-ramroot@@"
+RAMROOT_BUSYBOX_DIR = "/usr/libexec/schedswitchd-vm"  # busybox + applets/ inside the ramroot
+RAMROOT_ARCHIVE = ".vm/root.tar"  # in the results share
 KVM_PROBE_TIMEOUT_S = 12.0
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -64,7 +77,9 @@ class VmResult:
     serial console (kernel log and init messages); ``files`` every file the script left under
     ``$RESULTS`` (relative path -> bytes). ``elapsed_s`` is wall time in seconds from qemu
     start to exit. ``log_dir`` is the kept work directory (console.log, results) when the run
-    failed or ``keep=True`` was asked, else None.
+    failed or ``keep=True`` was asked, else None. ``ramroot`` (ramroot mode only, once the
+    init got that far) holds :func:`ramroot_stats` of the console plus the host's
+    ``archive_bytes``, ``archive_s`` (seconds to compute and write it) and ``memory_mib``.
     """
 
     returncode: int | None
@@ -75,6 +90,7 @@ class VmResult:
     accel: str
     timed_out: bool
     log_dir: Path | None = None
+    ramroot: dict[str, float] | None = None
 
     def text(self, name: str) -> str:
         """A result file decoded as UTF-8 (replacement for bad bytes); VmError if absent."""
@@ -225,11 +241,52 @@ _INIT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
 fail() { echo "vm-init: $*" > /dev/console; poweroff -f; }
+# Ramroot mode (tools/ramroot.py): unpack the archive from the results share into a tmpfs,
+# drop every 9p mount and module, run the script there, then bring 9p back to copy the
+# results out. Never returns.
+ramroot() {
+  mkdir -p /share
+  mount -t 9p -o $O results /share || fail "mount results"
+  mount -t tmpfs -o mode=0755 tmpfs /newroot || fail "mount the tmpfs root"
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  tar -xf /share/.vm/root.tar -C /newroot || fail "unpack the ramroot"
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  umount /share || fail "umount results"
+  for m in @RMMODULES@; do rmmod $m || fail "rmmod $m"; done
+  used=$(df -k /newroot | tail -n 1 | tr -s ' ' | cut -d' ' -f3)
+  avail=$(grep MemAvailable /proc/meminfo | tr -s ' ' | cut -d' ' -f2)
+  btf=$(ls /sys/kernel/btf | tr '\n' ,)
+  echo "@RAMROOT_STATS@ tmpfs_kib=$used unpack_start_s=$t0 unpack_end_s=$t1" \
+    "mem_available_kib=$avail btf=$btf" > /dev/console
+  mkdir -p /newroot/proc /newroot/sys /newroot/dev /newroot/run /newroot/tmp @BBDIR_IN@/bin
+  chmod 1777 /newroot/tmp
+  mount -t proc proc /newroot/proc
+  mount -t sysfs sysfs /newroot/sys
+  mount -t devtmpfs devtmpfs /newroot/dev
+  mount -t tmpfs tmpfs /newroot/run
+  mount -t bpf bpf /newroot/sys/fs/bpf
+  mount -t tracefs tracefs /newroot/sys/kernel/tracing
+  mount -t debugfs debugfs /newroot/sys/kernel/debug
+  cp /bin/busybox @BBDIR_IN@/busybox
+  chroot /newroot @BBDIR@/busybox --install -s @BBDIR@/bin || fail "busybox applets"
+  echo "@READY@" > /dev/console
+  R=@RESULTS@/.vm
+  chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/script" \
+    > /newroot$R/output 2>&1 < /dev/null
+  echo $? > /newroot$R/rc
+  for m in @MODULES@; do insmod /lib/modules/$m.ko || fail "insmod $m again"; done
+  mount -t 9p -o $O results /share || fail "mount results again"
+  tar -cf - -C /newroot@RESULTS@ . | tar -xf - -C /share || fail "copy the results out"
+  sync
+  umount /share
+  poweroff -f
+}
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 for m in @MODULES@; do insmod /lib/modules/$m.ko || fail "insmod $m"; done
 O=trans=virtio,version=9p2000.L,msize=512000
+grep -qw @RAMROOT_FLAG@ /proc/cmdline && ramroot
 mount -t 9p -o $O,ro hostroot /newroot || fail "mount host root"
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
@@ -262,6 +319,11 @@ def build_initramfs(kernel: SidKernel) -> Path:
     order = module_load_order(kernel, INITRAMFS_MODULES)
     init = (
         _INIT.replace("@MODULES@", " ".join(order))
+        .replace("@RMMODULES@", " ".join(reversed(order)))
+        .replace("@RAMROOT_FLAG@", RAMROOT_FLAG)
+        .replace("@RAMROOT_STATS@", RAMROOT_STATS_MARK)
+        .replace("@BBDIR_IN@", "/newroot" + RAMROOT_BUSYBOX_DIR)
+        .replace("@BBDIR@", RAMROOT_BUSYBOX_DIR)
         .replace("@RESULTS@", RESULTS_IN_VM)
         .replace("@READY@", READY_MARK)
         .replace("@REPO@", str(REPO))
@@ -435,6 +497,43 @@ def _collect(results: Path) -> dict[str, bytes]:
     return files
 
 
+def ramroot_stats(console: str) -> dict[str, float] | None:
+    """What the ramroot init reported on the console, or None if it did not get that far:
+    ``tmpfs_kib`` (used by the unpacked root), ``unpack_s`` (seconds to unpack it from the
+    results share), ``unpacked_at_s`` (guest uptime when done), ``mem_available_kib`` (after
+    unpacking) and ``module_btfs`` (entries of ``/sys/kernel/btf`` besides vmlinux once the
+    9p modules were removed: 0 when it worked)."""
+    for line in console.splitlines():
+        if line.startswith(RAMROOT_STATS_MARK):
+            fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+            btfs = [n for n in fields.get("btf", "").split(",") if n and n != "vmlinux"]
+            start, end = float(fields["unpack_start_s"]), float(fields["unpack_end_s"])
+            return {
+                "tmpfs_kib": float(fields["tmpfs_kib"]),
+                "unpack_s": end - start,
+                "unpacked_at_s": end,
+                "mem_available_kib": float(fields["mem_available_kib"]),
+                "module_btfs": float(len(btfs)),
+            }
+    return None
+
+
+def _pack_ramroot(spec: RamRootSpec, work: Path, results: Path) -> dict[str, float]:
+    """Write the ramroot archive (``spec``'s files plus the results dir at RESULTS_IN_VM)
+    into the results share; host-side figures for VmResult.ramroot."""
+    start = time.monotonic()
+    manifest = compute_manifest(spec)
+    tmp = work / "root.tar"
+    size = write_archive(manifest, tmp, extra={RESULTS_IN_VM: results})
+    tmp.rename(results / RAMROOT_ARCHIVE)
+    return {
+        "archive_bytes": float(size),
+        "archive_s": time.monotonic() - start,
+        "files": float(len(manifest.files)),
+        "tree_bytes": float(manifest.total_bytes),
+    }
+
+
 def run_in_vm(
     script: str,
     *,
@@ -449,6 +548,7 @@ def run_in_vm(
     cmdline: str = "",
     keep: bool = False,
     log_root: Path | None = None,
+    ramroot: RamRootSpec | None = None,
 ) -> VmResult:
     """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
 
@@ -459,6 +559,14 @@ def run_in_vm(
     ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires.
     The work directory (console log, qemu command line, results) is deleted on success and
     kept under ``log_root`` (default ``build/vm-logs``) on failure or with ``keep``.
+
+    With ``ramroot`` the script runs instead in a tmpfs root holding only what the spec lists
+    (:mod:`tools.ramroot`; files at their host paths, ``$RESULTS`` inside the tmpfs, copied
+    out after the script) with no 9p mount and no module loaded: ``/sys/kernel/btf`` holds
+    only vmlinux until the script inserts modules. Commands the spec does not list come from
+    busybox (appended to ``PATH``); ``KMOD_ROOT`` and the host's ``python3`` are absent (use
+    ``$PY``). ``memory_mib`` is raised by the tmpfs's size, rounded up to 256 MiB, so the
+    script keeps the memory it would have had. RamRootError if the file list cannot be built.
 
     Raises VmError if qemu is not installed; a script failure is reported in the result, not
     raised (use ``VmResult.check()``).
@@ -476,22 +584,36 @@ def run_in_vm(
         target = results / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data.encode() if isinstance(data, str) else data)
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     full_env = {
         "RESULTS": RESULTS_IN_VM,
         "KVER": kernel.version,
         "KMOD_ROOT": str(kernel.root / "usr"),
         "REPO": str(REPO),
         "PY": str(REPO / ".venv" / "bin" / "python"),
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": path if ramroot is None else f"{path}:{RAMROOT_BUSYBOX_DIR}/bin",
         "HOME": "/root",
         "LANG": "C.UTF-8",
         **(env or {}),
     }
     _write_script(results, script, full_env, cwd)
-    timed_out, elapsed, console = _boot(
-        kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
-        cmdline=cmdline,
-    )  # fmt: skip
+    host_stats: dict[str, float] = {}
+    if ramroot is not None:
+        try:
+            host_stats = _pack_ramroot(ramroot, work, results)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        memory_mib += -(-int(host_stats["tree_bytes"]) // (256 << 20)) * 256
+        host_stats["memory_mib"] = float(memory_mib)
+        cmdline = f"{cmdline} {RAMROOT_FLAG}".strip()
+    try:
+        timed_out, elapsed, console = _boot(
+            kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
+            cmdline=cmdline,
+        )  # fmt: skip
+    finally:
+        (results / RAMROOT_ARCHIVE).unlink(missing_ok=True)  # ~100+ MB, never worth keeping
     rc_file = results / ".vm" / "rc"
     rc_text = rc_file.read_text().strip() if rc_file.is_file() else ""
     out_file = results / ".vm" / "output"
@@ -504,6 +626,9 @@ def run_in_vm(
         accel=accel,
         timed_out=timed_out,
     )
+    if ramroot is not None:
+        guest = ramroot_stats(console)
+        result.ramroot = {**host_stats, **guest} if guest is not None else None
     if keep or result.returncode != 0:
         result.log_dir = work
     else:

@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from schedswitchd.errors import KernelError
+from schedswitchd.narrow_import import import_submodule
 
 log = logging.getLogger(__name__)
 
@@ -501,10 +502,13 @@ class UeventListener:
 
 @functools.cache
 def _socket_class() -> Any:
-    """pyroute2's ``AsyncUeventSocket``, imported on first use (a heavy import)."""
-    from pyroute2.netlink.uevent import AsyncUeventSocket
+    """pyroute2's ``AsyncUeventSocket``, imported on first use.
 
-    return AsyncUeventSocket
+    Narrowly (:func:`~schedswitchd.narrow_import.import_submodule`): the uevent socket's own
+    modules without ``pyroute2/__init__.py``, which imports all of pyroute2 (+7.4 MiB resident
+    in the daemon against +0.9 MiB).
+    """
+    return import_submodule("pyroute2", "netlink.uevent").AsyncUeventSocket
 
 
 def _always(_: Uevent) -> bool:

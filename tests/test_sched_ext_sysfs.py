@@ -70,6 +70,20 @@ def test_older_kernel_without_enable_seq(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
     (root / "enable_seq").unlink()
     assert sched_ext.read_status(root).enable_seq is None
+    assert sched_ext.read_enable_seq(root) is None
+
+
+def test_single_file_readers(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    assert (sched_ext.read_enable_seq(root), sched_ext.read_hotplug_seq(root)) == (7, 3)
+    (root / "hotplug_seq").write_text("soon\n")
+    with pytest.raises(SchedExtError, match="not an integer"):
+        sched_ext.read_hotplug_seq(root)
+    (root / "hotplug_seq").unlink()
+    with pytest.raises(SchedExtError, match="hotplug_seq is missing"):
+        sched_ext.read_hotplug_seq(root)
+    with pytest.raises(SchedExtUnavailable):
+        sched_ext.read_hotplug_seq(tmp_path / "absent")
 
 
 @pytest.mark.parametrize(

@@ -192,6 +192,15 @@ def runs(ops: str | None) -> Callable[[], bool]:
     return check
 
 
+def settled(sock: str, ops: str | None, active: str) -> Callable[[], bool]:
+    """Predicate: the kernel runs ``ops`` and the daemon's status says ``active``. The kernel
+    reads ``enabled`` a little before the daemon's switch ends (it confirms, pins, then
+    records the switch), so a status asked the moment sysfs changed can still name the
+    previous scheduler."""
+    kernel_runs = runs(ops)
+    return lambda: kernel_runs() and status(sock).active == active
+
+
 # --- checks (tests/vm/test_daemon_e2e.py) -----------------------------------------------------
 
 
@@ -227,7 +236,7 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
 
     # 2. the launcher dies: its lease ends, the default (kernel) returns
     battery.kill()
-    ok = wait_for(runs(None), 30)
+    ok = wait_for(settled(sock, None, "kernel"), 30)
     st = status(sock)
     results["launcher_died"] = {
         "kernel": kernel_view(),
@@ -254,7 +263,7 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
         return any(h.result == "ejected" for h in history(sock))
 
     ok = wait_for(ejected, 60, 0.2)
-    wait_for(runs("ss_latency"), 30)
+    wait_for(settled(sock, "ss_latency", "latency"), 30, 0.2)
     st = status(sock)
     results["ejection"] = {
         "faulty_reply": faulty.reply,

@@ -7,9 +7,22 @@ mtime), apply the configuration (``.rodata`` tunables, ``sched_ext_ops`` scalars
 ``hotplug_seq`` from ``/sys/kernel/sched_ext/hotplug_seq``), read only the module BTFs the
 object declares in ``.kmod_btfs`` plus the configured extras (through the registry's bounded
 cache), run CO-RE, create maps and load programs. ``attach`` creates the struct_ops link,
-pins it (and the data map holding the exit record) under the pin directory, and waits for
-``state`` = ``enabled`` with the scheduler's ops name; ``detach`` unpins and closes the link
-and waits for ``disabled``. ``adopt`` re-opens what a previous daemon pinned.
+confirms ``state`` = ``enabled`` with the scheduler's ops name, and only then pins the link
+(and the data map holding the exit record) under the pin directory; ``detach`` detaches the
+link in the kernel (``BPF_LINK_DETACH``) and leaves removing its pin and closing its fd to
+:meth:`KernelBackend.discard` (or the handle's next ``attach``). ``adopt`` re-opens what a
+previous daemon pinned.
+
+The no-scheduler gap of a switch is ``detach`` of the old scheduler plus ``attach`` of the
+new one up to the confirmation, so both do only what safety needs there. Both syscalls are
+synchronous in the kernel (``kernel/sched/ext/ext.c``, 7.x): ``BPF_LINK_DETACH`` on a
+struct_ops link calls ``bpf_scx_unreg()`` (``scx_disable()`` then
+``scx_flush_disable_work()``) before it returns, and ``BPF_LINK_CREATE`` calls
+``bpf_scx_reg()``, which queues ``scx_root_enable_workfn()`` on the ``scx_enable_helper``
+kthread and flushes it, returning after the state went to ``enabled`` (or, when the
+enable failed, after the disable work ran: ``state`` then reads ``disabled``). So no sysfs
+read sits between the two (``BPF_LINK_CREATE`` itself refuses with ``EBUSY`` unless sched_ext
+is ``disabled``), no wait sleeps, and one read of ``state`` plus ``root/ops`` confirms.
 
 Every handle records per-phase timings in ns (``KernelPrepared.timings_ns``); the latest
 ones also appear in :meth:`KernelBackend.counters` as ``prepare.<phase>_ns``,
@@ -22,6 +35,7 @@ kinds), ``include/uapi/linux/bpf.h`` (``BPF_LINK_CREATE``, ``BPF_OBJ_PIN``/``GET
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -91,6 +105,8 @@ class KernelPrepared:
     timings_ns: dict[str, int] = field(default_factory=dict)
     attached: bool = False
     discarded: bool = False
+    #: Detached in the kernel (``BPF_LINK_DETACH``) but its pin and link fd not yet released.
+    release_pending: bool = False
     adopted_link: LinkFd | None = None
     adopted_ops_map: MapFd | None = None
     adopted_exit_map: MapFd | None = None
@@ -228,6 +244,7 @@ class KernelBackend:
         self.specs = specs or SpecCache()
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._link_detach_works = True
 
     # --- counters ----------------------------------------------------------------------------
 
@@ -272,20 +289,22 @@ class KernelBackend:
     # --- kernel view -------------------------------------------------------------------------
 
     def kernel_state(self) -> KernelState:
-        """``/sys/kernel/sched_ext`` now; ``unavailable`` when absent or unreadable."""
+        """``/sys/kernel/sched_ext`` now; ``unavailable`` when absent or unreadable. Reads
+        the three files a :class:`KernelState` holds (``state``, ``root/ops``,
+        ``enable_seq``), not the whole status: the switcher's confirm and the watch poll
+        call it on every switch."""
         try:
-            st = scx.read_status(self.root)
+            state = scx.read_state(self.root)
+            return KernelState(str(state), scx.read_ops(self.root), scx.read_enable_seq(self.root))
         except SchedSwitchError:
             return KernelState("unavailable")
-        return KernelState(str(st.state), st.ops, st.enable_seq)
 
     def _status(self) -> scx.SchedExtStatus:
         return scx.read_status(self.root)
 
     def _state_ops(self) -> _StateOps:
-        """Only ``state`` and, when enabled, ``root/ops``: the attach/detach waits poll
-        every 2 ms inside the no-scheduler gap, where a full status read (7 files) cost
-        ~30 ms per switch under TCG (bench/switch_latency.py profile)."""
+        """Only ``state`` and, when enabled, ``root/ops``: these checks sit inside the
+        no-scheduler gap, where a full status read (7 files) cost ~3-5 ms each under TCG."""
         state = scx.read_state(self.root)
         ops = scx.read_ops(self.root) if state is scx.ScxState.ENABLED else None
         return _StateOps(state, ops)
@@ -326,7 +345,7 @@ class KernelBackend:
             )
         hotplug: int | None = None
         if cfg.hotplug_seq and scx.available(self.root):
-            hotplug = self._status().hotplug_seq
+            hotplug = scx.read_hotplug_seq(self.root)
         spec = customize(opened.spec, ops_map, cfg, hotplug)
         ops_name = ops_name_of(spec, ops_map)
         uei = uei_layout(spec)
@@ -364,24 +383,28 @@ class KernelBackend:
             raise LoadError(f"{h.name}: handle was discarded")
         return h
 
-    def attach(self, prepared: Prepared, timeout_s: float) -> None:
-        """Create the struct_ops link, pin it (and the exit map), and wait for ``enabled``
-        with the ops name. Raises ``SchedExtError`` (sched_ext not ``disabled`` first, or
-        the kernel disabled the scheduler or did not enable it within ``timeout_s``),
-        ``BpfSyscallError`` (the kernel refused the link, e.g. ``ops.init`` failed) or
-        ``PinError``; on any failure the link and pins are gone again."""
+    def attach(self, prepared: Prepared, timeout_s: float) -> int:
+        """Create the struct_ops link, confirm ``enabled`` with the ops name, then pin the
+        link (and the exit map). Returns the ``time.monotonic_ns()`` at which the kernel
+        was confirmed running the scheduler (the end of the no-scheduler gap; pinning
+        follows it). Raises ``SchedExtError`` (sched_ext not ``disabled`` -- the kernel's
+        ``EBUSY`` --, the kernel disabled the scheduler at once, someone else's runs, or it
+        was not enabled within ``timeout_s``), ``BpfSyscallError`` (the kernel refused the
+        link, e.g. ``ops.init`` failed) or ``PinError``; on any failure the link and pins
+        are gone again."""
         h = self._handle(prepared)
+        if h.release_pending:  # attached again after a detach (rollback): drop the old link
+            self._release(h)
         t: dict[str, int] = {}
-        before = self._status()
-        if before.state is not scx.ScxState.DISABLED:
-            raise SchedExtError(
-                f"cannot attach {h.name}: sched_ext is {before.state} (ops {before.ops!r}), "
-                "not disabled"
-            )
         self._count("attaches")
         start = time.perf_counter_ns()
         try:
             link = h.create_link()
+        except BpfSyscallError as exc:
+            self._count("attach_failures")
+            if exc.errno == errno.EBUSY:
+                raise self._busy(h) from exc
+            raise
         except SchedSwitchError:
             self._count("attach_failures")
             raise
@@ -389,29 +412,57 @@ class KernelBackend:
         t["link"] = time.perf_counter_ns() - start
         try:
             start = time.perf_counter_ns()
+            self._confirm_enabled(h, timeout_s)
+            enabled_ns = time.monotonic_ns()
+            t["confirm"] = time.perf_counter_ns() - start
+            # Pinned only after the confirmation, outside the no-scheduler gap. A daemon
+            # that dies before this line leaves no pin: its link fd closes, which
+            # unregisters the scheduler, and the kernel falls back to its own scheduler --
+            # the same as a daemon stopping without pins; nothing is left behind.
+            start = time.perf_counter_ns()
             self.pins.pin(h.name, link, h.exit_map_fd())
             t["pin"] = time.perf_counter_ns() - start
-            start = time.perf_counter_ns()
-            self._wait_enabled(h, timeout_s)
-            t["enable_wait"] = time.perf_counter_ns() - start
         except SchedSwitchError:
             self._count("attach_failures")
             self._undo_attach(h)
             raise
-        h.timings_ns.update({f"attach.{k}": v for k, v in t.items()})
-        self._timings("attach", t)
+        self._phase_timings(h, "attach", t)
         log.info(
             "attached %s (ops %s): %s",
             h.name,
             h.ops_name,
             ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
         )
+        return enabled_ns
 
-    def _wait_enabled(self, h: KernelPrepared, timeout_s: float) -> None:
-        # BPF_LINK_CREATE returns once scx_enable() finished, so "disabled" now means the
-        # kernel already threw the scheduler out (its exit record says why): fail at once
-        # instead of waiting for the timeout.
-        deadline = time.monotonic() + timeout_s
+    def _phase_timings(self, h: KernelPrepared, prefix: str, t: Mapping[str, int]) -> None:
+        """Record ``t`` as ``<prefix>.<phase>`` in the handle and the counters, replacing
+        the previous attach/detach's entries (the fallback detach has other phases)."""
+        for k in [k for k in h.timings_ns if k.startswith(prefix + ".")]:
+            del h.timings_ns[k]
+        h.timings_ns.update({f"{prefix}.{k}": v for k, v in t.items()})
+        self._timings(prefix, t)
+
+    def _busy(self, h: KernelPrepared) -> SchedExtError:
+        """The error for ``EBUSY`` from ``BPF_LINK_CREATE``: ``scx_root_enable_workfn()``
+        refuses unless sched_ext is ``disabled`` (or while an earlier attachment of the
+        same struct_ops map is still being torn down)."""
+        st = self.kernel_state()
+        if st.state != str(scx.ScxState.DISABLED):
+            return SchedExtError(
+                f"cannot attach {h.name}: sched_ext is {st.state} (ops {st.ops!r}), not disabled"
+            )
+        return SchedExtError(
+            f"cannot attach {h.name}: the kernel refused with EBUSY (another scheduler was "
+            "being enabled or disabled)"
+        )
+
+    def _confirm_enabled(self, h: KernelPrepared, timeout_s: float) -> None:
+        # BPF_LINK_CREATE returns once scx_root_enable_workfn() finished: "enabled" then,
+        # or "disabled"/"disabling" when the kernel threw the scheduler out (its exit record
+        # says why) -- fail at once. Only a transitional "enabling" (someone else's enable
+        # after ours ended) is waited for.
+        deadline: float | None = None
         while True:
             st = self._state_ops()
             if st.state is scx.ScxState.ENABLED:
@@ -420,27 +471,55 @@ class KernelBackend:
                 raise SchedExtError(
                     f"after attaching {h.name} the kernel runs {st.ops!r}, not {h.ops_name!r}"
                 )
-            if st.state is scx.ScxState.DISABLED:
+            if st.state in (scx.ScxState.DISABLED, scx.ScxState.DISABLING):
                 raise SchedExtError(
                     f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach"
                 )
-            if time.monotonic() >= deadline:
+            if deadline is None:
+                deadline = time.monotonic() + timeout_s
+            elif time.monotonic() >= deadline:
                 raise SchedExtError(
                     f"{h.name} not enabled within {timeout_s * 1000:.0f} ms (state {st.state})"
                 )
             time.sleep(0.002)
 
     def _undo_attach(self, h: KernelPrepared) -> None:
+        detached = self._detach_in_kernel(h)  # synchronous: nothing to wait for after it
+        h.attached = False
+        self._release(h)
+        if detached:
+            return
+        try:
+            self._wait_disabled(h, 2.0)
+        except SchedSwitchError as exc:
+            log.warning("after a failed attach of %s: %s", h.name, exc)
+
+    def _release(self, h: KernelPrepared) -> None:
+        """Remove the handle's pins and close its link fd (the link is already detached in
+        the kernel, or closing it is what unregisters the scheduler)."""
         try:
             self.pins.unpin(h.name)
         except PinError as exc:
             log.warning("%s", exc)
         h.close_link()
-        h.attached = False
+        h.release_pending = False
+
+    def _detach_in_kernel(self, h: KernelPrepared) -> bool:
+        """``BPF_LINK_DETACH`` on the handle's link: the kernel unregisters the scheduler
+        before the call returns, whatever else (pins, other processes) still holds the
+        link. False when it could not be used (kernels before 6.10 answer ``EOPNOTSUPP``
+        for struct_ops links), so the caller falls back to dropping every reference."""
+        link = h.link()
+        if link is None or not self._link_detach_works:
+            return False
         try:
-            self._wait_disabled(h, 2.0)
-        except SchedSwitchError as exc:
-            log.warning("after a failed attach of %s: %s", h.name, exc)
+            S.link_detach(link)
+        except BpfSyscallError as exc:
+            if exc.errno == errno.EOPNOTSUPP:
+                self._link_detach_works = False
+            log.warning("BPF_LINK_DETACH of %s failed (%s); closing the link instead", h.name, exc)
+            return False
+        return True
 
     def _wait_disabled(self, h: KernelPrepared, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -458,26 +537,35 @@ class KernelBackend:
             time.sleep(0.002)
 
     def detach(self, prepared: Prepared, timeout_s: float) -> None:
-        """Unpin and close the link, then wait for ``disabled``. The maps stay readable
-        until :meth:`discard`. A no-op for a handle that is not attached. Raises
-        ``SchedExtError`` on timeout, ``PinError`` when the pin cannot be removed."""
+        """Detach the link in the kernel (``BPF_LINK_DETACH``: the scheduler is disabled
+        when the call returns); its pin and fd are released by :meth:`discard` or the
+        handle's next :meth:`attach`, after the new scheduler runs. On kernels without
+        ``BPF_LINK_DETACH`` for struct_ops links: unpin and close the link, then wait for
+        ``disabled``. The maps stay readable until :meth:`discard`. A no-op for a handle
+        that is not attached. Raises ``SchedExtError`` on timeout (fallback only),
+        ``PinError`` when the pin cannot be removed (fallback only)."""
         h = self._handle(prepared)
         if not h.attached:
             return
         self._count("detaches")
         t: dict[str, int] = {}
         start = time.perf_counter_ns()
-        self.pins.unpin(h.name)
-        t["unpin"] = time.perf_counter_ns() - start
-        start = time.perf_counter_ns()
-        h.close_link()
-        h.attached = False
-        t["link_close"] = time.perf_counter_ns() - start
-        start = time.perf_counter_ns()
-        self._wait_disabled(h, timeout_s)
-        t["disable_wait"] = time.perf_counter_ns() - start
-        h.timings_ns.update({f"detach.{k}": v for k, v in t.items()})
-        self._timings("detach", t)
+        if self._detach_in_kernel(h):
+            t["link_detach"] = time.perf_counter_ns() - start
+            h.attached = False
+            h.release_pending = True
+        else:
+            start = time.perf_counter_ns()
+            self.pins.unpin(h.name)
+            t["unpin"] = time.perf_counter_ns() - start
+            start = time.perf_counter_ns()
+            h.close_link()
+            h.attached = False
+            t["link_close"] = time.perf_counter_ns() - start
+            start = time.perf_counter_ns()
+            self._wait_disabled(h, timeout_s)
+            t["disable_wait"] = time.perf_counter_ns() - start
+        self._phase_timings(h, "detach", t)
         log.info(
             "detached %s: %s",
             h.name,
@@ -495,6 +583,8 @@ class KernelBackend:
             except SchedSwitchError as exc:
                 log.warning("discarding %s: %s", h.name, exc)
                 h.attached = False
+        if h.release_pending:
+            self._release(h)
         h.close()
         h.discarded = True
 

@@ -5,8 +5,9 @@ real backend (loader + ``/sys/kernel/sched_ext`` + bpffs pins) and, for host tes
 fake in ``tests/``. :class:`Switcher` drives it:
 
 1. ``prepare`` the new scheduler while the old one still runs (all heavy work);
-2. ``detach`` the old one (returns once the kernel reads ``disabled``);
-3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name);
+2. ``detach`` the old one (returns once the kernel no longer runs it);
+3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name, and
+   says when it saw that: the end of the no-scheduler gap);
 4. confirm with ``kernel_state``; only then ``discard`` the old one's loaded objects.
 
 If 2-4 fail, the new one is discarded and the old one attached again from the objects kept
@@ -106,7 +107,8 @@ class Prepared(Protocol):
     @property
     def timings_ns(self) -> Mapping[str, int]:
         """Durations in ns of the load's own phases (e.g. ``btf``, ``core``, ``maps``,
-        ``prog:<name>``), reported as ``prepare.<phase>`` in switch records; may be empty."""
+        ``prog:<name>``), reported as ``prepare.<phase>`` in switch records, and of the
+        latest ``attach.<phase>``/``detach.<phase>``, reported as they are; may be empty."""
         ...
 
 
@@ -121,20 +123,24 @@ class SchedulerBackend(Protocol):
         kmod BTFs and CO-RE against the running kernel, create maps and load programs.
         Does not touch the running scheduler. Raises ``LoadError``/``BpfSyscallError`` (with
         ``verifier_log``)/``ObjectError``/... on failure, leaving nothing behind.
-    ``attach(prepared, timeout_s)``
-        Requires sched_ext ``disabled``. Creates the struct_ops link, pins it under the pin
-        dir, and returns once ``state`` reads ``enabled`` and ``root/ops`` equals
-        ``prepared.ops_name``. On failure or timeout: undoes the link and pin (the kernel is
+    ``attach(prepared, timeout_s) -> int | None``
+        Requires sched_ext ``disabled``. Creates the struct_ops link and pins it under the
+        pin dir; returns once ``state`` reads ``enabled``, ``root/ops`` equals
+        ``prepared.ops_name`` and the pin exists. Returns the ``time.monotonic_ns()`` at
+        which the kernel was seen running the scheduler (work after that, such as pinning,
+        is outside the no-scheduler gap), or ``None`` (the gap then ends when ``attach``
+        returns). On failure or timeout: undoes the link and pin (the kernel is
         ``disabled`` again) and raises ``SchedExtError``/``BpfSyscallError``. Must work again
         on a handle that was attached and detached before (used for rollback).
     ``detach(prepared, timeout_s)``
-        Unpins and closes the link of an attached handle and returns once ``state`` reads
-        ``disabled``; the handle's maps stay readable (for ``exit_info``) until ``discard``.
-        A no-op if the handle is not attached (e.g. the kernel already ejected it).
-        Raises ``SchedExtError`` on timeout.
+        Detaches the link of an attached handle and returns once the kernel no longer runs
+        it (``disabled``, unless someone else attached meanwhile); the handle's maps stay
+        readable (for ``exit_info``) until ``discard``, and releasing its pin may be left to
+        ``discard`` or the next ``attach``. A no-op if the handle is not attached (e.g. the
+        kernel already ejected it). Raises ``SchedExtError`` on timeout.
     ``discard(prepared)``
-        Frees everything the handle holds (detaching first if still attached). Idempotent;
-        never raises.
+        Frees everything the handle holds (detaching first if still attached, releasing its
+        pin). Idempotent; never raises.
     ``kernel_state() -> KernelState``
         Reads ``/sys/kernel/sched_ext``. Thread-safe, cheap, never raises (``unavailable``).
     ``exit_info(prepared) -> ExitInfo | None``
@@ -154,7 +160,7 @@ class SchedulerBackend(Protocol):
 
     def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
 
-    def attach(self, prepared: Prepared, timeout_s: float) -> None: ...
+    def attach(self, prepared: Prepared, timeout_s: float) -> int | None: ...
 
     def detach(self, prepared: Prepared, timeout_s: float) -> None: ...
 
@@ -189,9 +195,11 @@ class SwitchRecord:
     ``rolled_back``, ``rollback_failed``, ``ejected``, ``adopted``; ``reason``: why the
     switch was made (free text from the caller, e.g. ``lease 3-ab gaming``);
     ``phases_ns``: ``prepare`` (with the backend's own ``prepare.<phase>`` breakdown),
-    ``detach``, ``attach``, ``confirm``, ``rollback``, ``total`` as they happened;
-    ``gap_ns``: upper bound on the time no BPF scheduler ran (start of detach to confirmed
-    attach; ``None`` when no gap was opened); ``error``: the failure;
+    ``detach``, ``attach`` (with the backend's ``detach.<phase>``/``attach.<phase>``, e.g.
+    ``detach.link_detach``, ``attach.link``, ``attach.confirm``, ``attach.pin``),
+    ``confirm``, ``rollback``, ``total`` as they happened; ``gap_ns``: upper bound on the
+    time no BPF scheduler ran (start of detach to the moment the backend saw the new one
+    ``enabled``; ``None`` when no gap was opened); ``error``: the failure;
     ``exit``: the kernel's exit record for ejections and failed attaches.
     """
 
@@ -210,6 +218,17 @@ class SwitchRecord:
     def ok(self) -> bool:
         """True if ``target`` runs now."""
         return self.result in (OK, ADOPTED)
+
+
+#: Prefixes of a handle's ``timings_ns`` entries that ``attach``/``detach`` record.
+_BACKEND_PHASES = ("attach.", "detach.")
+
+
+def _copy_phases(record: SwitchRecord, prepared: Prepared, prefix: str) -> None:
+    """The backend's ``<prefix><phase>`` timings of ``prepared`` into the record as is."""
+    for phase, ns in prepared.timings_ns.items():
+        if phase.startswith(prefix):
+            record.phases_ns[phase] = ns
 
 
 class _Clock:
@@ -310,13 +329,15 @@ class Switcher:
                 record.result, record.error = FAILED, exc
                 return
             for phase, ns in new.timings_ns.items():
-                record.phases_ns[f"prepare.{phase}"] = ns
+                if not phase.startswith(_BACKEND_PHASES):
+                    record.phases_ns[f"prepare.{phase}"] = ns
         old = self.current
         gap_start = time.monotonic_ns()
         if old is not None:
             try:
                 with _Phase(record, "detach"):
                     self.backend.detach(old, self.timeout_s)
+                _copy_phases(record, old, "detach.")
             except SchedSwitchError as exc:
                 # The old one may still run; keep it as current and give up on the new one.
                 record.result, record.error = FAILED, exc
@@ -332,7 +353,9 @@ class Switcher:
             return
         try:
             with _Phase(record, "attach"):
-                self.backend.attach(new, self.timeout_s)
+                enabled_ns = self.backend.attach(new, self.timeout_s)
+            gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
+            _copy_phases(record, new, "attach.")
             with _Phase(record, "confirm"):
                 if not self._confirmed(new):
                     state = self.backend.kernel_state()
@@ -346,7 +369,7 @@ class Switcher:
             self.backend.discard(new)
             record.result = self._roll_back(record, old)
             return
-        record.gap_ns = time.monotonic_ns() - gap_start if old is not None else None
+        record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new
         self.attached_ns = time.monotonic_ns()
         if old is not None:

@@ -133,6 +133,19 @@ def read_ops(root: Path = SCHED_EXT_ROOT) -> str | None:
     return _read_text(root / "root" / "ops")
 
 
+def read_enable_seq(root: Path = SCHED_EXT_ROOT) -> int | None:
+    """``enable_seq``: how many schedulers were ever enabled; ``None`` before 6.12 (no such
+    file). Raises :class:`SchedExtError` when it does not hold an integer."""
+    return _read_int(root / "enable_seq")
+
+
+def read_hotplug_seq(root: Path = SCHED_EXT_ROOT) -> int:
+    """``hotplug_seq`` (CPU hotplug events, for ``sched_ext_ops.hotplug_seq``). Raises
+    :class:`SchedExtUnavailable` without sched_ext, :class:`SchedExtError` when unreadable."""
+    _require_root(root)
+    return _must_int(root / "hotplug_seq")
+
+
 def read_events(root: Path = SCHED_EXT_ROOT) -> Mapping[str, int]:
     """``root/events`` as a read-only name → count map; empty when absent.
 

@@ -35,6 +35,10 @@ class FakeBackend:
     fail_attach: set[str] = field(default_factory=set)
     fail_detach: bool = False
     delay_s: float = 0.0
+    #: Like the real backend: record attach./detach. phase timings on the handle and spend
+    #: this long in attach after the kernel enabled the scheduler (pinning), returning the
+    #: moment it was enabled.
+    attach_tail_s: float | None = None
     pinned: FakePrepared | None = None
     state: str = "disabled"
     ops: str | None = None
@@ -58,7 +62,7 @@ class FakeBackend:
         self.live.add(id(handle))
         return handle
 
-    def attach(self, handle: Prepared, timeout_s: float) -> None:
+    def attach(self, handle: Prepared, timeout_s: float) -> int | None:
         prepared = cast(FakePrepared, handle)
         self.calls.append(f"attach {prepared.name}")
         assert not prepared.discarded, "attach of a discarded handle"
@@ -73,6 +77,12 @@ class FakeBackend:
             self.enable_seq += 1
             prepared.attached = True
             self.attached_handle = prepared
+        if self.attach_tail_s is None:
+            return None
+        enabled_ns = time.monotonic_ns()
+        time.sleep(self.attach_tail_s)
+        prepared.timings_ns.update({"attach.link": 11, "attach.pin": 13})
+        return enabled_ns
 
     def detach(self, handle: Prepared, timeout_s: float) -> None:
         prepared = cast(FakePrepared, handle)
@@ -84,6 +94,8 @@ class FakeBackend:
                 self.state, self.ops = "disabled", None
                 self.attached_handle = None
             prepared.attached = False
+        if self.attach_tail_s is not None:
+            prepared.timings_ns["detach.link_detach"] = 17
 
     def discard(self, handle: Prepared) -> None:
         prepared = cast(FakePrepared, handle)

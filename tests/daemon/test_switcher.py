@@ -46,6 +46,26 @@ def test_switch_order_and_timings() -> None:
     assert s.active == "vtime" and len(b.live) == 1
 
 
+def test_gap_ends_when_the_backend_saw_it_enabled_and_has_its_phases() -> None:
+    # The backend pins after the kernel enabled the new scheduler (50 ms here): that is
+    # not part of the gap; its own attach./detach. phases land in the record as they are.
+    s, _ = make(FakeBackend(attach_tail_s=0.05))
+    s.switch_to("fifo", SPEC, "x")
+    rec = s.switch_to("vtime", SPEC, "y")
+    assert rec is not None and rec.ok and rec.gap_ns is not None
+    assert rec.phases_ns["attach"] >= 50_000_000
+    assert rec.gap_ns <= rec.phases_ns["detach"] + rec.phases_ns["attach"] - 50_000_000
+    assert rec.phases_ns["detach.link_detach"] == 17
+    assert (rec.phases_ns["attach.link"], rec.phases_ns["attach.pin"]) == (11, 13)
+    assert not [k for k in rec.phases_ns if k.startswith(("prepare.attach", "prepare.detach"))]
+    # a backend that does not say when (None): the gap ends when attach returns
+    s2, _ = make()
+    s2.switch_to("fifo", SPEC, "x")
+    rec2 = s2.switch_to("vtime", SPEC, "y")
+    assert rec2 is not None and rec2.gap_ns is not None
+    assert rec2.gap_ns >= rec2.phases_ns["detach"] + rec2.phases_ns["attach"]
+
+
 def test_same_target_is_noop_and_kernel_detaches() -> None:
     s, b = make()
     s.switch_to("fifo", SPEC, "x")

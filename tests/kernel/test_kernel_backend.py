@@ -5,6 +5,7 @@ half (attach/detach/adopt of a running scheduler) runs in the VM (tests/vm/)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -22,8 +23,15 @@ from schedswitchd.daemon.kernel_backend import (
     ops_name_of,
     sched_ext_map,
 )
-from schedswitchd.errors import CustomizationError, LoadError, ObjectError, SchedExtError
+from schedswitchd.errors import (
+    BpfSyscallError,
+    CustomizationError,
+    LoadError,
+    ObjectError,
+    SchedExtError,
+)
 from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
@@ -91,10 +99,14 @@ def _set_state(scx_root: Path, state: str, ops: str | None) -> None:
 
 @pytest.fixture
 def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
-    """Make the fake sysfs do what sched_ext does synchronously in BPF_LINK_CREATE and when
-    the last link reference closes: read enabled (with the ops name) / disabled. The links
-    themselves stay real."""
-    create, close = KernelPrepared.create_link, KernelPrepared.close_link
+    """Make the fake sysfs do what sched_ext does synchronously in BPF_LINK_CREATE, in
+    BPF_LINK_DETACH and when the last link reference closes: read enabled (with the ops
+    name) / disabled. The links themselves stay real."""
+    create, close, link_detach = (
+        KernelPrepared.create_link,
+        KernelPrepared.close_link,
+        S.link_detach,
+    )
 
     def create_link(self: KernelPrepared) -> LinkFd:
         link = create(self)
@@ -105,8 +117,42 @@ def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
         close(self)
         _set_state(scx_root, "disabled", None)
 
+    def detach_link(fd: LinkFd) -> None:
+        link_detach(fd)
+        _set_state(scx_root, "disabled", None)
+
     monkeypatch.setattr(KernelPrepared, "create_link", create_link)
     monkeypatch.setattr(KernelPrepared, "close_link", close_link)
+    monkeypatch.setattr(S, "link_detach", detach_link)
+
+
+class SysfsReads:
+    """Counts the backend's reads of sched_ext sysfs files, by function."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        for name in ("read_state", "read_ops", "read_status", "read_enable_seq"):
+            real = getattr(scx, name)
+
+            def counted(*a: object, _real: object = real, _name: str = name) -> object:
+                self.calls.append(_name)
+                return _real(*a)  # type: ignore[operator]
+
+            monkeypatch.setattr(scx, name, counted)
+
+
+def _record_calls(monkeypatch: pytest.MonkeyPatch, obj: object, method: str) -> list[str]:
+    """Wrap ``obj.method(name, ...)``: the returned list collects the names it was called
+    with."""
+    names: list[str] = []
+    real = getattr(obj, method)
+
+    def wrapper(name: str, *args: object) -> object:
+        names.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(obj, method, wrapper)
+    return names
 
 
 def _registered(name: str, want: bool) -> bool:
@@ -242,36 +288,75 @@ def test_uei_layout_absent_and_names(bpf_object: Callable[[str], Path]) -> None:
     assert ops_name_of(uspec, sched_ext_map(uspec, TCP)) == "ssd_uei"
 
 
-def test_attach_needs_sched_ext(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+def test_attach_refused_with_ebusy_says_what_runs(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # attach reads no sysfs before BPF_LINK_CREATE: sched_ext refuses a second scheduler
+    # with EBUSY (scx_root_enable_workfn), which tcp_congestion_ops cannot produce here.
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+
+    def busy(self: KernelPrepared) -> LinkFd:
+        raise BpfSyscallError("BPF_LINK_CREATE", errno.EBUSY, "busy")
+
+    monkeypatch.setattr(KernelPrepared, "create_link", busy)
     try:
-        (scx_root / "state").write_text("enabled\n")
-        with pytest.raises(SchedExtError, match="not disabled"):
+        _set_state(scx_root, "enabled", "other_sched")
+        with pytest.raises(
+            SchedExtError, match=r"sched_ext is enabled \(ops 'other_sched'\), not disabled"
+        ):
             backend.attach(h, 0.2)
         assert not h.attached and h.link() is None
         assert backend.pins.names() == []
+        _set_state(scx_root, "disabled", None)  # EBUSY while disabled: a teardown in flight
+        with pytest.raises(SchedExtError, match="refused with EBUSY"):
+            backend.attach(h, 0.2)
+        assert backend.counters()["attach_failures"] == 2
     finally:
         backend.discard(h)
 
 
-def test_attach_undone_when_the_kernel_does_not_run_it(
+def test_attach_when_someone_else_runs_is_undone(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        _set_state(scx_root, "enabled", "other_sched")
+        with pytest.raises(SchedExtError, match="the kernel runs 'other_sched', not 'ssd_uei'"):
+            backend.attach(h, 0.2)
+        assert not h.attached and h.link() is None
+        assert backend.pins.names() == []
+        assert _registered("ssd_uei", False)
+    finally:
+        _set_state(scx_root, "disabled", None)
+        backend.discard(h)
+
+
+def test_attach_undone_when_the_kernel_does_not_run_it(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The link is real (tcp_congestion_ops registers); sysfs still reads "disabled" after
     # BPF_LINK_CREATE returned, which on sched_ext means the kernel threw the scheduler out
     # at once: attach fails without waiting out its timeout and leaves no link, no pin.
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    pinned = _record_calls(monkeypatch, backend.pins, "pin")
     try:
-        start = time.monotonic()
-        with pytest.raises(SchedExtError, match="disabled by the kernel right after attach"):
-            backend.attach(h, 5.0)
-        assert time.monotonic() - start < 2.0
-        assert h.link() is None and not h.attached
-        assert backend.pins.names() == []
+        for state in ("disabled", "disabling"):  # thrown out, or being thrown out
+            (scx_root / "state").write_text(state + "\n")
+            start = time.monotonic()
+            with pytest.raises(SchedExtError, match="disabled by the kernel right after attach"):
+                backend.attach(h, 5.0)
+            assert time.monotonic() - start < 2.0
+            assert h.link() is None and not h.attached
+            assert backend.pins.names() == [] and pinned == []  # never pinned: pins follow
+        (scx_root / "state").write_text("disabled\n")
         assert _registered("ssd_uei", False)
-        assert backend.counters()["attach_failures"] == 1
+        assert backend.counters()["attach_failures"] == 2
     finally:
         (scx_root / "state").write_text("disabled\n")
         backend.discard(h)
@@ -282,12 +367,15 @@ def test_attach_detach_pins_and_reattach(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:
     # attach confirms "enabled" with the ops name and pins the real link and exit map,
-    # detach removes the pins and closes the link, and a detached handle attaches again
-    # (what a rollback does).
+    # detach detaches the link in the kernel (BPF_LINK_DETACH: unregistered at once) and
+    # leaves its pins and fd to discard or the next attach, and a detached handle attaches
+    # again (what a rollback does).
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
         for _ in range(2):
-            backend.attach(h, 2.0)
+            before = time.monotonic_ns()
+            enabled_ns = backend.attach(h, 2.0)
+            assert before < enabled_ns < time.monotonic_ns()
             link = h.link()
             assert link is not None and h.attached
             assert sorted(os.listdir(backend.pins.path("uei"))) == ["exit_map", "link"]
@@ -298,14 +386,90 @@ def test_attach_detach_pins_and_reattach(
             finally:
                 pinned.close()
             assert _registered("ssd_uei", True)
-            assert {"attach.link_ns", "attach.pin_ns", "attach.enable_wait_ns"} <= set(
+            assert {"attach.link", "attach.confirm", "attach.pin"} <= set(h.timings_ns)
+            assert {"attach.link_ns", "attach.confirm_ns", "attach.pin_ns"} <= set(
                 backend.counters()
             )
             backend.detach(h, 2.0)
-            assert not _attached(h) and backend.pins.names() == []
-            assert _registered("ssd_uei", False)
-            assert "detach.disable_wait_ns" in backend.counters()
+            assert not _attached(h) and h.release_pending
+            assert _registered("ssd_uei", False)  # synchronous, although still pinned
+            assert backend.pins.names() == ["uei"]
+            pinned = S.obj_get(backend.pins.path("uei") / "link")
+            try:
+                assert S.link_info(pinned).map_id == 0  # a detached struct_ops link
+            finally:
+                pinned.close()
+            assert set(backend.counters()) & {"detach.link_detach_ns", "detach.unpin_ns"} == {
+                "detach.link_detach_ns"
+            }
+            assert "detach.link_detach" in h.timings_ns
         backend.detach(h, 0.1)  # not attached: a no-op
+    finally:
+        _set_state(scx_root, "disabled", None)
+        backend.discard(h)
+    assert backend.pins.names() == [] and h.link() is None  # discard released them
+
+
+@pytest.mark.usefixtures("sysfs_follows")
+def test_gap_work_is_two_syscalls_and_two_reads(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Inside the no-scheduler gap: detach = BPF_LINK_DETACH and nothing else (no sysfs
+    # read, no unpin); attach up to its confirmation = BPF_LINK_CREATE plus one read of
+    # state and one of root/ops.
+    old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    new = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        backend.attach(old, 2.0)
+        reads = SysfsReads(monkeypatch)
+        unpins = _record_calls(monkeypatch, backend.pins, "unpin")
+        backend.detach(old, 2.0)
+        assert reads.calls == [] and unpins == []
+        # the old link is detached; only now may a scheduler of the same name register
+        assert _registered("ssd_uei", False)
+        backend.attach(new, 2.0)
+        assert reads.calls == ["read_state", "read_ops"]
+        assert backend.pins.names() == ["uei", "uei2"]
+        backend.discard(old)  # after the switch: the old pin goes
+        # (pin() clears its own directory first, after the confirmation)
+        assert unpins == ["uei2", "uei"] and backend.pins.names() == ["uei2"]
+    finally:
+        _set_state(scx_root, "disabled", None)
+        backend.discard(old)
+        backend.discard(new)
+    assert backend.pins.names() == []
+
+
+@pytest.mark.usefixtures("sysfs_follows")
+def test_detach_falls_back_to_close_without_link_detach(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Kernels before 6.10 answer EOPNOTSUPP to BPF_LINK_DETACH on struct_ops links: unpin,
+    # close (the last reference unregisters) and wait for "disabled"; asked once only.
+    tried: list[int] = []
+
+    def unsupported(fd: LinkFd) -> None:
+        tried.append(1)
+        raise BpfSyscallError("BPF_LINK_DETACH", errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(S, "link_detach", unsupported)
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        for _ in range(2):
+            backend.attach(h, 2.0)
+            backend.detach(h, 2.0)
+            assert not _attached(h) and not h.release_pending and h.link() is None
+            assert backend.pins.names() == []
+            assert _registered("ssd_uei", False)
+            assert {"detach.unpin", "detach.link_close", "detach.disable_wait"} <= set(h.timings_ns)
+            assert "detach.link_detach" not in h.timings_ns
+        assert tried == [1]
     finally:
         _set_state(scx_root, "disabled", None)
         backend.discard(h)
@@ -367,10 +531,10 @@ def test_adopt_reopens_a_running_pinned_scheduler(
         info = backend.exit_info(got)
         assert info is not None and (info.kind_name, info.reason) == ("ERROR_STALL", "stall")
         assert backend.pins.names() == ["uei"]
-        backend.detach(got, 1.0)  # unpins and closes the adopted link
-        assert backend.pins.names() == []
+        backend.detach(got, 1.0)  # detaches the adopted link in the kernel
         assert _registered("ssd_uei", False)
-        # an adopted handle attaches again (rollback) from the struct_ops map it holds
+        # an adopted handle attaches again (rollback) from the struct_ops map it holds,
+        # replacing the detached link and its pin
         backend.attach(got, 2.0)
         assert backend.pins.names() == ["uei"]
         assert _registered("ssd_uei", True)

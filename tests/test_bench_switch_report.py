@@ -73,3 +73,13 @@ def test_plot_writes_a_png(sl: ModuleType, tmp_path: Path) -> None:
     _, summary, _ = sl.build_report(_raw([400] * 4, [200] * 4, gap=30, rss=40), META)
     sl.plot(summary, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_module_count_note_says_how_the_vm_ran(sl: ModuleType) -> None:
+    raw = _raw([400] * 4, [200] * 4, gap=30, rss=40)
+    old, _, _ = sl.build_report(raw, META)  # a run before ramroot (e.g. --from-json)
+    assert "including the VM's four 9p modules" in old
+    new, _, _ = sl.build_report(raw, {**META, "ramroot": "120 MiB tmpfs root, unpacked in 8 s"})
+    assert "9p modules." not in new
+    assert "no 9p module loaded (120 MiB tmpfs root, unpacked in 8 s)" in new
+    assert "smallest step is `uinput` alone" in new

@@ -23,7 +23,9 @@ import os
 import struct
 import sys
 from array import array
+from bisect import bisect_left
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from schedswitchd.bpf.btf_types import (
     Array,
@@ -115,6 +117,14 @@ _MAX_NESTING = 256
 _U32 = 0xFFFFFFFF
 
 
+class _NameIndex(NamedTuple):
+    """One kind's names: ``hash(name)`` ascending, and the type's position (id - start_id)
+    in the same order; equal hashes keep ascending positions."""
+
+    hashes: array[int]
+    positions: array[int]
+
+
 def _s32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
@@ -159,7 +169,7 @@ class Btf:
         self.start_id = base.end_id if base is not None else 1
         self.start_str_off = base._str_end_off if base is not None else 0
         self._cache: dict[int, BtfType] = {}
-        self._name_index: dict[int, dict[str, int | list[int]]] = {}
+        self._name_index: dict[int, _NameIndex] = {}
         self._ess_index: dict[int, dict[str, list[int]]] = {}
         self._ptr_size: int | None = None
         self._parse_header()
@@ -465,7 +475,7 @@ class Btf:
 
     # --- name lookups ---------------------------------------------------------------------
 
-    def _names_of_kind(self, kind: Kind) -> dict[str, int | list[int]]:
+    def _names_of_kind(self, kind: Kind) -> _NameIndex:
         index = self._name_index.get(kind)
         if index is not None:
             return index
@@ -477,60 +487,70 @@ class Btf:
                 positions.append(pos)
                 pos = tops.find(top, pos + 1)
         positions.sort()
-        index = {}
-        words, offs, start, string = self._words, self._offs, self.start_id, self.string
-        for pos in positions:
-            nm = string(words[offs[pos]])
-            prev = index.get(nm)
-            tid = start + pos
-            if prev is None:
-                index[nm] = tid
-            elif isinstance(prev, int):
-                index[nm] = [prev, tid]
-            else:
-                prev.append(tid)
+        words, offs, string = self._words, self._offs, self.string
+        # Names are decoded once here and dropped: a dict of vmlinux names kept ~9 MiB of
+        # str/int/dict objects resident in the daemon; two arrays take 12 bytes per type.
+        hashes = [hash(string(words[offs[pos]])) for pos in positions]
+        order = sorted(range(len(positions)), key=hashes.__getitem__)  # stable: ids ascend
+        index = _NameIndex(array("q", [hashes[i] for i in order]),
+                           array("I", [positions[i] for i in order]))  # fmt: skip
         self._name_index[kind] = index
         return index
+
+    def _lookup(self, name: str, kind: Kind) -> list[int]:
+        """Own ids of ``kind`` named ``name``, ascending: the hash range of the per-kind
+        index, each candidate's name compared (distinct names may share a hash)."""
+        hashes, positions = self._names_of_kind(kind)
+        h = hash(name)
+        i = bisect_left(hashes, h)
+        n = len(hashes)
+        found: list[int] = []
+        words, offs, start = self._words, self._offs, self.start_id
+        while i < n and hashes[i] == h:
+            pos = positions[i]
+            if self.string(words[offs[pos]]) == name:
+                found.append(start + pos)
+            i += 1
+        return found
 
     def find_ids(self, name: str, kind: Kind) -> list[int]:
         """Ids of this BTF's own types (not the base's) named exactly ``name`` of ``kind``,
         ascending. The per-kind name index is built on first use."""
-        hit = self._names_of_kind(Kind(kind)).get(name)
-        if hit is None:
-            return []
-        return [hit] if isinstance(hit, int) else list(hit)
+        return self._lookup(name, Kind(kind))
 
     def find(self, name: str, kind: Kind) -> int | None:
         """The first type named ``name`` of ``kind``: own types first, then the base's.
 
         ``None`` when there is none.
         """
+        kind = Kind(kind)
         btf: Btf | None = self
         while btf is not None:
-            hit = btf._names_of_kind(Kind(kind)).get(name)
-            if hit is not None:
-                return hit if isinstance(hit, int) else hit[0]
+            hit = btf._lookup(name, kind)
+            if hit:
+                return hit[0]
             btf = btf.base
         return None
 
     def find_by_essential_name(self, ess: str, kind: Kind) -> list[int]:
         """Own type ids of ``kind`` whose essential name (``___flavour`` stripped, see
-        :func:`~schedswitchd.bpf.btf_types.essential_name`) is ``ess``: CO-RE candidates."""
+        :func:`~schedswitchd.bpf.btf_types.essential_name`) is ``ess``, ascending: CO-RE
+        candidates."""
         kind = Kind(kind)
-        index = self._ess_index.get(kind)
-        if index is None:
-            index = {}
-            for nm, hit in self._names_of_kind(kind).items():
-                key = essential_name(nm) if "___" in nm else nm
-                ids = index.setdefault(key, [])
-                if isinstance(hit, int):
-                    ids.append(hit)
-                else:
-                    ids.extend(hit)
-            for ids in index.values():
-                ids.sort()
-            self._ess_index[kind] = index
-        return list(index.get(ess, ()))
+        flavoured = self._ess_index.get(kind)
+        if flavoured is None:
+            # Only names holding "___" can differ from their essential name (few in kernel
+            # BTF); every other name is its own essential name and is found by name.
+            flavoured = {}
+            words, offs, start, string = self._words, self._offs, self.start_id, self.string
+            for pos in self._names_of_kind(kind).positions:
+                nm = string(words[offs[pos]])
+                if "___" in nm:
+                    flavoured.setdefault(essential_name(nm), []).append(start + pos)
+            self._ess_index[kind] = flavoured
+        ids = self._lookup(ess, kind) if "___" not in ess else []
+        extra = flavoured.get(ess)
+        return sorted(ids + extra) if extra else ids
 
     # --- type algebra ---------------------------------------------------------------------
 

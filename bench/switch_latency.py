@@ -33,7 +33,8 @@ old scheduler's detach starting to the new one confirmed ``enabled``; a, b canno
 while another scheduler runs, so their gap is the whole switch), the share of the time
 spent inside ``bpf(2)`` (ours: the ``syscall.STATS`` counters around our ``bpf()`` wrapper,
 which the daemon reports as ``bpf_syscall_ns`` in its status counters) and the daemon's RSS
-(``VmRSS`` of its process). For (a)/(b) the daemon is told to run nothing (admin ``stop``).
+(``VmRSS`` of its process, with its parts ``RssAnon`` and ``RssFile`` + ``RssShmem``). For
+(a)/(b) the daemon is told to run nothing (admin ``stop``).
 
 Outputs under ``--out`` (default ``bench/results``): ``switch_latency.json`` (every sample),
 ``switch_latency.md`` (the table), ``switch_latency.png`` (latency against module count) and
@@ -302,11 +303,18 @@ class Daemon:
         self._admin(self.proto.SwitchRequest(scheduler="auto"))
         _wait("enabled", BASE_OPS, timeout_s=300)
 
-    def rss_kib(self) -> int:
+    def rss_kib(self) -> dict[str, int]:
+        """The daemon's ``VmRSS`` and its parts ``RssAnon``/``RssFile``/``RssShmem`` in KiB
+        (``/proc/PID/status``, ``man 5 proc``) as ``rss_kib``, ``rss_anon_kib``, ...;
+        libraries mapped from a tmpfs root (the ramroot VM) count as ``RssShmem``."""
+        keys = {"VmRSS:": "rss_kib", "RssAnon:": "rss_anon_kib", "RssFile:": "rss_file_kib",
+                "RssShmem:": "rss_shmem_kib"}  # fmt: skip
+        got = dict.fromkeys(keys.values(), 0)
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+            key = keys.get(line.split(maxsplit=1)[0] if line else "")
+            if key is not None:
+                got[key] = int(line.split()[1])
+        return got
 
     def hint(self, col: str) -> dict[str, Any]:
         before = self._status().counters
@@ -329,7 +337,7 @@ class Daemon:
             "gap_ns": sw.gap_ns or 0,
             "syscall_ns": after.get("bpf_syscall_ns", 0) - before.get("bpf_syscall_ns", 0),
             "modules_read": after.get("module_btfs_read", 0) - before.get("module_btfs_read", 0),
-            "rss_kib": rss,
+            **rss,
         }
 
     def close(self) -> None:
@@ -487,6 +495,15 @@ def _counts_note(meta: dict[str, str]) -> str:
     )
 
 
+def _rss_parts(parts: dict[str, float | None] | None) -> str:
+    """`` (anon / file)`` in MiB; file includes shmem (tmpfs-backed files); ``""`` when the
+    run did not record them."""
+    if not parts or parts.get("anon") is None:
+        return ""
+    file = (parts.get("file") or 0.0) + (parts.get("shmem") or 0.0)
+    return f" ({parts['anon']:.1f} / {file:.1f})"
+
+
 def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
     """The markdown table, the summary and the exit status (0 all targets met, 2 not)."""
     summary: dict[str, Any] = {"meta": meta, "steps": []}
@@ -495,15 +512,20 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
         cols = {k: summarize(v) for k, v in s.items()}
         gaps = {k: summarize(s[k], "gap_ns") for k in "cd"}
         shares = {k: _share(s[k]) for k in "bcd"}
-        rss = max(x["rss_kib"] for k in "cd" for x in s[k]) / 1024
+        top = max((x for k in "cd" for x in s[k]), key=lambda x: x["rss_kib"])
+        rss = top["rss_kib"] / 1024
+        # Its parts in that sample (runs before RssAnon/RssFile were recorded: None).
+        parts = {p: top[f"rss_{p}_kib"] / 1024 if f"rss_{p}_kib" in top else None
+                 for p in ("anon", "file", "shmem")}  # fmt: skip
         reads = {k: statistics.median(x["modules_read"] for x in s[k]) for k in "bcd"}
         summary["steps"].append({"target": step["target"], "modules": step["modules"],
                                  "cols": cols, "gaps": gaps, "syscall_share": shares,
-                                 "warm_rss_mib": rss, "modules_read": reads})  # fmt: skip
+                                 "warm_rss_mib": rss, "warm_rss_parts_mib": parts,
+                                 "modules_read": reads})  # fmt: skip
     lines = [
         "| modules | (a) libbpf ms | (b) ours cold ms | (c) warm, no .kmod_btfs ms "
         "| (d) warm, .kmod_btfs ms | b/a | c/a | d/a | gap c / d ms | bpf() share b / c / d "
-        "| warm RSS MiB |",
+        "| warm RSS MiB (anon / file) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for st in summary["steps"]:
@@ -521,7 +543,7 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
             f"| {c['b']['median'] / a:.2f} | {c['c']['median'] / a:.2f} "
             f"| {c['d']['median'] / a:.2f} "
             f"| {g['c']['median']:.0f} / {g['d']['median']:.0f} | {share_txt} "
-            f"| {st['warm_rss_mib']:.1f} |"
+            f"| {st['warm_rss_mib']:.1f}{_rss_parts(st.get('warm_rss_parts_mib'))} |"
         )
     first, last = summary["steps"][0], summary["steps"][-1]
     checks = []

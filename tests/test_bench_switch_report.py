@@ -83,3 +83,21 @@ def test_module_count_note_says_how_the_vm_ran(sl: ModuleType) -> None:
     assert "9p modules." not in new
     assert "no 9p module loaded (120 MiB tmpfs root, unpacked in 8 s)" in new
     assert "smallest step is `uinput` alone" in new
+
+
+def test_rss_parts_of_the_largest_sample(sl: ModuleType) -> None:
+    raw = _raw([400] * 4, [200] * 4, gap=30, rss=40)
+    old, summary, _ = sl.build_report(raw, META)  # samples without RssAnon/RssFile
+    assert summary["steps"][0]["warm_rss_parts_mib"]["anon"] is None
+    assert old.splitlines()[2].endswith("| 40.0 |")
+    big = {**_sample(200, 30, 47.5), "rss_anon_kib": 38 * 1024, "rss_file_kib": 6 * 1024,
+           "rss_shmem_kib": 3.5 * 1024}  # fmt: skip
+    for step in raw["steps"]:
+        step["samples"]["d"] = [{**_sample(200, 30, 40), "rss_anon_kib": 1, "rss_file_kib": 1,
+                                 "rss_shmem_kib": 0}, big]  # fmt: skip
+        step["samples"]["c"] = [big]
+    table, summary, status = sl.build_report(raw, META)
+    assert "| warm RSS MiB (anon / file) |" in table
+    assert table.splitlines()[2].endswith("| 47.5 (38.0 / 9.5) |")
+    assert summary["steps"][0]["warm_rss_parts_mib"] == {"anon": 38.0, "file": 6.0, "shmem": 3.5}
+    assert status == 0

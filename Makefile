@@ -109,11 +109,14 @@ demo: deps kernel schedulers
 	@$(VPY) -m tools.demo
 
 # Host benchmarks (one table), then the switch-latency benchmark in the sched_ext VM
-# (~25 min under TCG): bench/results/{host.md,switch_latency.md,switch_latency.png}.
+# (~25 min under TCG): bench/results/{host.md,switch_latency.md,switch_latency.png}, then
+# the no-scheduler gap's composition and kernel profile (two boots, ~3 min):
+# bench/results/gap_profile.txt.
 # A missed target (exit status 2) is reported, not fatal; a failure to run is.
 bench: deps kernel test-objects schedulers
 	$(VPY) bench/host.py --out bench/results/host.md || test $$? -eq 2
 	$(VPY) bench/switch_latency.py --out bench/results || test $$? -eq 2
+	$(VPY) bench/gap_profile.py --out bench/results
 
 clean:
 	rm -rf $(BUILD) .mypy_cache .pytest_cache .ruff_cache

@@ -330,11 +330,15 @@ class Daemon:
         if (st, ops) != ("enabled", NEW_OPS) or sw is None or sw.result != "ok":
             raise RuntimeError(f"hint {HINTS[col]}: kernel {st} {ops}, reply {reply!r}")
         _wait("enabled", BASE_OPS, timeout_s=300)
+        ph = sw.phases_ns
         return {
             "total_ns": t1 - t0,
-            "daemon_total_ns": sw.phases_ns.get("total", 0),
-            "phases_ns": dict(sw.phases_ns),
+            "daemon_total_ns": ph.get("total", 0),
+            "phases_ns": dict(ph),
             "gap_ns": sw.gap_ns or 0,
+            # the gap's kernel parts: BPF_LINK_DETACH (close on old kernels), BPF_LINK_CREATE
+            "gap_disable_ns": ph.get("detach.link_detach", ph.get("detach.link_close", 0)),
+            "gap_enable_ns": ph.get("attach.link", 0),
             "syscall_ns": after.get("bpf_syscall_ns", 0) - before.get("bpf_syscall_ns", 0),
             "modules_read": after.get("module_btfs_read", 0) - before.get("module_btfs_read", 0),
             **rss,
@@ -504,6 +508,40 @@ def _rss_parts(parts: dict[str, float | None] | None) -> str:
     return f" ({parts['anon']:.1f} / {file:.1f})"
 
 
+def gap_composition(raw: dict[str, Any]) -> list[str]:
+    """Markdown lines: per step, the median gap of (c)/(d) split into the kernel's disable
+    (``BPF_LINK_DETACH``), the kernel's enable (``BPF_LINK_CREATE``) and ours (the rest),
+    from the daemon's phase timings; nothing for runs recorded before they existed."""
+    rows = []
+    for step in raw["steps"]:
+        cells = []
+        for k in "cd":
+            s = [x for x in step["samples"][k] if x.get("gap_enable_ns")]
+            if not s:
+                return []
+            gap, dis, ena = (statistics.median(_ms(x[f]) for x in s)
+                             for f in ("gap_ns", "gap_disable_ns", "gap_enable_ns"))  # fmt: skip
+            ours = statistics.median(
+                _ms(x["gap_ns"] - x["gap_disable_ns"] - x["gap_enable_ns"]) for x in s
+            )
+            cells.append((gap, dis, ena, ours))
+        rows.append(
+            f"| {step['modules']} | "
+            + " | ".join(" / ".join(f"{c[i]:.0f}" for c in cells) for i in range(4))
+            + " |"
+        )
+    return [
+        "",
+        "Gap composition, (c) / (d), median ms: the kernel disabling the old scheduler "
+        "(`BPF_LINK_DETACH`), enabling the new one (`BPF_LINK_CREATE`), and ours (the rest: "
+        "one read of `state` and one of `root/ops`, Python).",
+        "",
+        "| modules | gap | kernel disable | kernel enable | ours |",
+        "|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+
+
 def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
     """The markdown table, the summary and the exit status (0 all targets met, 2 not)."""
     summary: dict[str, Any] = {"meta": meta, "steps": []}
@@ -545,6 +583,7 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
             f"| {g['c']['median']:.0f} / {g['d']['median']:.0f} | {share_txt} "
             f"| {st['warm_rss_mib']:.1f}{_rss_parts(st.get('warm_rss_parts_mib'))} |"
         )
+    lines += gap_composition(raw)
     first, last = summary["steps"][0], summary["steps"][-1]
     checks = []
 

@@ -101,3 +101,17 @@ def test_rss_parts_of_the_largest_sample(sl: ModuleType) -> None:
     assert table.splitlines()[2].endswith("| 47.5 (38.0 / 9.5) |")
     assert summary["steps"][0]["warm_rss_parts_mib"] == {"anon": 38.0, "file": 6.0, "shmem": 3.5}
     assert status == 0
+
+
+def test_gap_composition_from_the_daemon_phases(sl: ModuleType) -> None:
+    raw = _raw([400] * 4, [200] * 4, gap=120, rss=40)
+    assert sl.gap_composition(raw) == []  # samples from before the phases were recorded
+    for step in raw["steps"]:
+        for k in "cd":
+            step["samples"][k] = [
+                {**s, "gap_disable_ns": 60_000_000, "gap_enable_ns": 45_000_000}
+                for s in step["samples"][k]
+            ]
+    table, _, _ = sl.build_report(raw, META)
+    assert "| 300 | 120 / 120 | 60 / 60 | 45 / 45 | 15 / 15 |" in table
+    assert "kernel disable" in table

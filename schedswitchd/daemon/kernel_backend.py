@@ -566,11 +566,14 @@ class KernelBackend:
             self._wait_disabled(h, timeout_s)
             t["disable_wait"] = time.perf_counter_ns() - start
         self._phase_timings(h, "detach", t)
-        log.info(
-            "detached %s: %s",
-            h.name,
-            ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
-        )
+        # Debug only: this line would be formatted and written inside the no-scheduler gap
+        # (the daemon's own "switched A -> B" line reports the switch once it is over).
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "detached %s: %s",
+                h.name,
+                ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
+            )
 
     def discard(self, prepared: Prepared) -> None:
         """Free the handle (detaching first if attached). Idempotent; never raises."""

@@ -274,7 +274,10 @@ ramroot() {
   chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/script" \
     > /newroot$R/output 2>&1 < /dev/null
   echo $? > /newroot$R/rc
-  for m in @MODULES@; do insmod /lib/modules/$m.ko || fail "insmod $m again"; done
+  # The script may have inserted some of them itself (netfs is a dependency of other fs).
+  for m in @MODULES@; do
+    [ -d /sys/module/$m ] || insmod /lib/modules/$m.ko || fail "insmod $m again"
+  done
   mount -t 9p -o $O results /share || fail "mount results again"
   tar -cf - -C /newroot@RESULTS@ . | tar -xf - -C /share || fail "copy the results out"
   sync

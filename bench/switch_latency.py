@@ -341,6 +341,8 @@ class Daemon:
             "gap_enable_ns": ph.get("attach.link", 0),
             "syscall_ns": after.get("bpf_syscall_ns", 0) - before.get("bpf_syscall_ns", 0),
             "modules_read": after.get("module_btfs_read", 0) - before.get("module_btfs_read", 0),
+            "module_set_check_ns": after.get("module_set_check_ns", 0)
+            - before.get("module_set_check_ns", 0),
             **rss,
         }
 

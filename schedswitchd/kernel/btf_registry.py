@@ -206,6 +206,7 @@ def memo_counters(m: MemoStats) -> dict[str, int]:
         "module_lookup_evictions": m.evictions,
         "module_set_checks": m.checks,
         "module_set_check_ns": m.check_ns,
+        "module_set_changes_unheard": m.unheard,
     }
 
 
@@ -371,10 +372,12 @@ class KernelBtfRegistry:
         lookups = list(lookups)
         if mods is None:
             mods = self.module_set()
-        known, missing = self.memo.get(mods, lookups)
+        known, missing, unheard = self.memo.get(mods, lookups)
+        if unheard and self.ids is not None:
+            self.ids.mark_dirty()  # modules came or went unannounced: ids may be stale too
         if known and self.ids is not None and not self._ids_unchanged(known):
             self.memo.forget(mods)
-            known, missing = self.memo.get(mods, lookups)
+            known, missing, _ = self.memo.get(mods, lookups)
         if missing:
             answers = self._walk(mods, missing, report, keep)
             self.memo.store(mods, answers)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,11 @@ from schedswitchd.bpf.core import relocate
 from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
 from schedswitchd.bpf.insn import decode
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
-from schedswitchd.errors import CoreError
+from schedswitchd.errors import CoreError, RegistryError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
-from schedswitchd.kernel.module_lookup import LookupMemo, ModuleLookup
+from schedswitchd.kernel.module_lookup import LookupMemo, ModuleLookup, dirent_names, read_dirents
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
 from tests.kernel import asm
 from tools.sidkernel import SidKernel, ensure_kernel
@@ -228,6 +229,7 @@ def test_new_module_with_a_candidate_invalidates_and_is_ambiguous(
         listener.dispatch(make_uevent("remove", "/module/zz_uinput_copy", "module"))
     assert _load(reg)[0] == truth
     assert reg.stats().lookups.walks == 4
+    assert reg.stats().lookups.unheard == (0 if with_event else 3)
 
 
 @pytest.mark.parametrize("with_event", [False, True])
@@ -248,6 +250,7 @@ def test_removed_module_invalidates(root: Path, truth: tuple[int, int], with_eve
     )
     m = reg.stats().lookups
     assert m.invalidations == 1 and m.walks == 2
+    assert m.unheard == (0 if with_event else 1)  # only the listing told
 
 
 def test_replaced_module_without_events_is_not_stale(root: Path, truth: tuple[int, int]) -> None:
@@ -271,8 +274,8 @@ def test_memo_is_bounded() -> None:
     mods = memo.scan(root)
     lks = [ModuleLookup(f"t{i}", (Kind.STRUCT,)) for i in range(3)]
     assert memo.store(mods, {lk: () for lk in lks})
-    known, missing = memo.get(mods, lks)
-    assert list(known) == lks[1:] and missing == lks[:1]
+    known, missing, unheard = memo.get(mods, lks)
+    assert list(known) == lks[1:] and missing == lks[:1] and not unheard
     s = memo.stats()
     assert (s.entries, s.evictions, s.max_entries, s.hits, s.misses) == (2, 1, 2, 2, 1)
     memo.bump()
@@ -281,3 +284,16 @@ def test_memo_is_bounded() -> None:
     assert not memo.store(mods, {lks[0]: ()})
     with pytest.raises(ValueError):
         LookupMemo(max_entries=0)
+
+
+def test_dirent_records_name_every_entry(root: Path) -> None:
+    raw = read_dirents(root)
+    assert sorted(dirent_names(raw)) == sorted(os.listdir(root))
+    assert read_dirents(root) == raw  # nothing changed: the same bytes
+    os.symlink(root / "garp", root / "zz_new")
+    assert read_dirents(root) != raw
+    with pytest.raises(RegistryError):
+        # d_ino, d_off, d_reclen 24, d_type, then a name with no NUL within the record
+        dirent_names(struct.pack("=QqHB", 1, 0, 24, 0) + b"abcdefgh")
+    with pytest.raises(RegistryError):
+        dirent_names(raw + b"\x01")

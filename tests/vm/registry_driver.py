@@ -4,7 +4,9 @@ uevent listener and the sched_ext reader against a kernel with real modules and 
 Usage (in the VM): ``python -m tests.vm.registry_driver CONFIG.json OUT.json``. CONFIG holds
 ``{"ko": {name: decompressed .ko path}, "fou_ko": [.ko paths of fou and its dependencies,
 dependencies first], "fou_obj"/"fou_nokmod_obj": tests/vm/kmod_fou.bpf.c built with and
-without .kmod_btfs, "scheduler": legacy .bpf.o path or null, "scx_ops": its ops name}``.
+without .kmod_btfs, "scheduler": legacy .bpf.o path or null, "scx_ops": its ops name,
+"uinput_ko": [.ko paths of uinput and its dependencies], "latency_nokmod_obj": the
+ss_latency scheduler built without .kmod_btfs (CO-RE types only uinput has)}``.
 Writes one JSON object of observations; the host test asserts. Every step records what it
 saw rather than asserting, so one failure does not hide the rest.
 """
@@ -227,6 +229,76 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         return r
 
     step("kfunc_module", kfunc_module)
+
+    def load_nokmod(path: str) -> dict[str, Any]:
+        """Load (never attach) an object without .kmod_btfs; what it read, and the memo."""
+        spec = open_object(path)
+        before = reg.stats().lookups
+        t = reg.targets(spec.kmod_btfs)
+        with load_object(spec, t, open_btf_object=reg.open_btf_object) as obj:
+            bss = obj.maps.get(".bss")
+            loaded = sorted(obj.programs)
+        after = reg.stats().lookups
+        return {
+            "fallback": t.fallback,
+            "read": t.report.read,
+            "hits_cache": t.report.cache_hits,
+            "found": t.report.found,
+            "programs": loaded,
+            "bss": bss is not None,
+            "memo": {
+                k: getattr(after, k) - getattr(before, k)
+                for k in ("hits", "misses", "walks", "invalidations")
+            },
+        }
+
+    def memo() -> dict[str, Any]:
+        # Objects without .kmod_btfs through the module lookup memo, events heard again.
+        sub = reg.attach(listener)
+        r: dict[str, Any] = {"insmod": [sh("insmod", p) for p in cfg["uinput_ko"]]}
+        r["event_s"] = events.wait("add", "uinput")
+        r["present"] = reg.module_names()
+        obj = cfg["latency_nokmod_obj"]
+        r["first"] = load_nokmod(obj)
+        r["second"] = load_nokmod(obj)
+        r["third"] = load_nokmod(obj)
+        from schedswitchd.bpf.btf_types import Kind
+        from schedswitchd.kernel.module_lookup import ModuleLookup
+
+        lk = ModuleLookup("uinput_device", (Kind.STRUCT,), essential=True)
+        r["holders_before"] = reg.holders([lk])[lk]
+        r["id_before"] = obj_id(reg, "uinput")
+        # rmmod + insmod with the registry listening
+        events.clear()
+        r["rmmod"] = sh("rmmod", "uinput")
+        events.wait("remove", "uinput")
+        r["reinsmod"] = sh("insmod", cfg["uinput_ko"][-1])
+        events.wait("add", "uinput")
+        r["after_reload"] = load_nokmod(obj)
+        r["holders_after"] = reg.holders([lk])[lk]
+        r["id_after"] = obj_id(reg, "uinput")
+        r["warm_after_reload"] = load_nokmod(obj)
+        # the same without events: only the module set's fingerprint can tell
+        sub.cancel()
+        events.clear()
+        r["missed_rmmod"] = sh("rmmod", "uinput")
+        events.wait("remove", "uinput")
+        r["missed_insmod"] = sh("insmod", cfg["uinput_ko"][-1])
+        events.wait("add", "uinput")
+        r["after_missed"] = load_nokmod(obj)
+        r["holders_missed"] = reg.holders([lk])[lk]
+        r["id_missed"] = obj_id(reg, "uinput")
+        # a kfunc that only a module has: the fou object without .kmod_btfs, warm
+        fou = [load_fou(cfg["fou_nokmod_obj"])[0] for _ in range(2)]
+        r["fou_warm"] = fou[1]
+        # what checking the module set costs per load (one listing of /sys/kernel/btf)
+        st = reg.stats().lookups
+        r["check_ns_avg"] = st.check_ns // max(st.checks, 1)
+        r["stats"] = dataclasses.asdict(st)
+        return r
+
+    if cfg.get("uinput_ko") and cfg.get("latency_nokmod_obj"):
+        step("memo", memo)
     listener.stop()
     out["listener"] = {"running_after_stop": listener.running, **dataclasses.asdict(listener.stats)}
     return out

@@ -23,6 +23,7 @@ from tools.sidkernel import SidKernel
 pytestmark = pytest.mark.vm
 
 MODULE, SECOND = "dummy", "xor"
+LATENCY_NOKMOD = "latency.nokmod.bpf.o"  # ss_latency without .kmod_btfs: CO-RE on uinput
 SCHEDULER, SCX_OPS = "fifo.legacy.bpf.o", "ss_fifo"
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -62,6 +63,8 @@ def seen(
         "fou_nokmod_obj": str(fou_nokmod),
         "scheduler": str(sched) if sched.is_file() else None,
         "scx_ops": SCX_OPS,
+        "uinput_ko": [str(ko[n]) for n in vm.module_load_order(sid_kernel, ["uinput"])],
+        "latency_nokmod_obj": str(sched_objects / LATENCY_NOKMOD),
     }
     script = (
         'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.registry_driver '
@@ -167,6 +170,51 @@ def test_module_reload_then_load_uses_the_new_btf_object(seen: dict[str, Any]) -
     a = r["after_reload"]
     assert a["read"] == ["fou"] and a["retval"] == 2 and a["extern"]["btf"] == "fou"
     assert isinstance(r["id_after"], int) and r["id_after"] > r["id_before"]
+
+
+def test_memo_second_load_of_an_undeclared_object_reads_only_its_module(
+    seen: dict[str, Any],
+) -> None:
+    r = _ok(seen["memo"])
+    assert all(i["rc"] == 0 for i in r["insmod"]), r["insmod"]
+    first, second, third = r["first"], r["second"], r["third"]
+    assert first["fallback"] and first["programs"] and first["bss"]
+    # the first load after the module set changed walks every module BTF once ...
+    assert first["memo"]["walks"] == 1 and first["memo"]["misses"] >= 2
+    assert len(first["read"]) + first["hits_cache"] == len(r["present"])
+    assert len(set(first["read"])) == len(first["read"]) and set(first["read"]) <= set(r["present"])
+    assert "uinput" in first["found"]
+    # ... the next ones read nothing (uinput stays cached) and walk nothing
+    for warm in (second, third):
+        assert warm["read"] == [] and warm["found"] == ["uinput"], warm
+        assert warm["memo"]["walks"] == 0 and warm["memo"]["misses"] == 0
+        assert warm["memo"]["hits"] == first["memo"]["misses"]
+    assert r["holders_before"] == [["uinput", r["id_before"]]]
+
+
+def test_memo_after_module_reload_uses_the_new_btf_and_id(seen: dict[str, Any]) -> None:
+    r = _ok(seen["memo"])
+    assert r["rmmod"]["rc"] == 0 and r["reinsmod"]["rc"] == 0
+    a = r["after_reload"]
+    assert a["memo"]["walks"] == 1 and a["memo"]["invalidations"] == 0  # dropped by the event
+    assert "uinput" in a["read"] and a["found"] == ["uinput"]
+    assert isinstance(r["id_after"], int) and r["id_after"] > r["id_before"]
+    assert r["holders_after"] == [["uinput", r["id_after"]]]
+    w = r["warm_after_reload"]
+    assert w["read"] == [] and w["memo"]["walks"] == 0
+    # missed events: the listing of /sys/kernel/btf (a new inode for uinput) invalidates
+    assert r["missed_rmmod"]["rc"] == 0 and r["missed_insmod"]["rc"] == 0
+    m = r["after_missed"]
+    assert m["memo"]["invalidations"] == 1 and m["memo"]["walks"] == 1
+    assert "uinput" in m["read"]
+    assert isinstance(r["id_missed"], int) and r["id_missed"] > r["id_after"]
+    assert r["holders_missed"] == [["uinput", r["id_missed"]]]
+
+
+def test_memo_kfunc_in_a_module_warm(seen: dict[str, Any]) -> None:
+    f = _ok(seen["memo"])["fou_warm"]
+    assert f["fallback"] and f["extern"]["btf"] == "fou" and f["extern"]["fd_index"] > 0
+    assert f["retval"] == 2 and f["read"] == []
 
 
 def test_listener_stopped_cleanly(seen: dict[str, Any]) -> None:

@@ -747,7 +747,8 @@ def host_main(args: argparse.Namespace) -> int:
         f"{rr.get('memory_mib', 2048):.0f} MiB), "
         f"kernel {kernel.version}, host {os.cpu_count()} cores",
         "ramroot": f"{rr.get('tmpfs_kib', 0) / 1024:.0f} MiB tmpfs root, unpacked in "
-        f"{rr.get('unpack_s', 0):.1f} s",
+        f"{rr.get('unpack_s', 0):.1f} s, {rr.get('mem_available_kib', 0) / 1024:.0f} MiB "
+        "available after",
         "load": " ".join(f"{x:.1f}" for x in load),
         "reps": str(args.reps),
         "accel": result.accel,

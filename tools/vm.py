@@ -406,14 +406,16 @@ def _boot(
     cpus: int,
     cmdline: str,
     stop_on_ready: bool = False,
+    initramfs: Path | None = None,
 ) -> tuple[bool, float, str]:
     """Boot once; (timed_out, elapsed seconds, console text). ``stop_on_ready`` ends the VM as
-    soon as init reports the root mounted (for the KVM probe)."""
+    soon as init reports the root mounted (for the KVM probe); ``initramfs`` replaces the
+    default chroot one (:func:`build_initramfs`)."""
     console = work / "console.log"
     console.write_bytes(b"")
     argv = _qemu_argv(
         kernel,
-        build_initramfs(kernel),
+        initramfs or build_initramfs(kernel),
         work / "results",
         console,
         accel=accel,
@@ -552,6 +554,7 @@ def run_in_vm(
     keep: bool = False,
     log_root: Path | None = None,
     ramroot: RamRootSpec | None = None,
+    initramfs: Path | None = None,
 ) -> VmResult:
     """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
 
@@ -570,6 +573,9 @@ def run_in_vm(
     busybox (appended to ``PATH``); ``KMOD_ROOT`` and the host's ``python3`` are absent (use
     ``$PY``). ``memory_mib`` is raised by the tmpfs's size, rounded up to 256 MiB, so the
     script keeps the memory it would have had. RamRootError if the file list cannot be built.
+
+    ``initramfs`` replaces the default one; its init must run ``$RESULTS/.vm/script`` the
+    same way (``tools/vm_systemd.py`` boots systemd and runs it from a unit).
 
     Raises VmError if qemu is not installed; a script failure is reported in the result, not
     raised (use ``VmResult.check()``).
@@ -613,7 +619,7 @@ def run_in_vm(
     try:
         timed_out, elapsed, console = _boot(
             kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
-            cmdline=cmdline,
+            cmdline=cmdline, initramfs=initramfs,
         )  # fmt: skip
     finally:
         (results / RAMROOT_ARCHIVE).unlink(missing_ok=True)  # ~100+ MB, never worth keeping

@@ -360,6 +360,10 @@ def restart() -> dict[str, Any]:
     )
     try:
         on = wait_for(lambda: kernel_view()["ops"] == "ss_latency", 60, 0.2)
+        # root/ops appears a moment before enable_seq counts the enable: read the view once
+        # the daemon has confirmed the switch
+        on = on and wait_for(lambda: status().active == "latency", 30, 0.5)
+        time.sleep(0.5)
         before = kernel_view()
         pid = main_pid()
         seen = len(journal())

@@ -196,6 +196,9 @@ def test_prepare_loads_with_config_and_timings(
         counters = backend.counters()
         assert counters["prepares"] == 1 and counters["spec_cache_misses"] == 1
         assert counters["prepare.load_ns"] == h.timings_ns["load"]
+        # the module lookup memo's counters are part of the status counters
+        memo_keys = {"module_lookup_hits", "module_lookup_walks", "module_lookup_invalidations"}
+        assert memo_keys <= set(counters) and counters["module_lookup_max_entries"] > 0
     finally:
         backend.discard(h)
     h2 = backend.prepare("uei", cfg)

@@ -6,7 +6,8 @@ syscalls whose work is the kernel's -- ``BPF_LINK_DETACH`` of the old struct_ops
 (``bpf_scx_unreg()``: ``scx_disable()`` and the flush of the disable work, which runs
 ``scx_root_disable()`` on the scheduler's helper kthread) and ``BPF_LINK_CREATE`` of the new
 one (``bpf_scx_reg()``: ``scx_root_enable_workfn()`` on the ``scx_enable_helper`` kthread)
--- plus ours: the sysfs confirmation and Python between them.
+-- plus ours: Python between them. The confirmation (one read of ``state`` and one of
+``root/ops``) follows ``BPF_LINK_CREATE``'s return, which ends the gap; it is shown beside.
 
 One boot per configuration (``--configs``: ``default`` = the harness's kernel command line,
 ``expedited`` = ``rcupdate.rcu_expedited=1``, ``smp1`` = 1 vCPU), each running, in one
@@ -15,7 +16,8 @@ process inside the VM, the daemon's own :class:`Switcher` and :class:`KernelBack
 
 1. ``--switches`` untraced warm switches: per switch the gap and its composition from the
    record's phases -- kernel disable (``detach.link_detach``), kernel enable
-   (``attach.link``), ours (the rest: ``attach.confirm`` and Python);
+   (``attach.link``), ours (the rest) -- and the confirmation after it
+   (``attach.confirm``);
 2. the same with the backend's uevent/sysfs watcher running (what the daemon has), to see
    what the uevents sent during the gap cost (interleaved with 1 in pairs of switches);
 3. (``default`` only, unless ``--trace-all``) traced switches with tracefs
@@ -378,6 +380,45 @@ def breakdown(calls: list[list[Any]], switches: int) -> list[str]:
     return lines
 
 
+def trace_section(label: str, trace: dict[str, Any]) -> list[str]:
+    """The report's lines on configuration ``label``'s two traces (``vm_main`` shape)."""
+    lines: list[str] = []
+    lines += ["", f"## Kernel side, {label}: tracefs function_graph", ""]
+    filt = trace["filter"]
+    n = len(filt["switches"])
+    c = composition(filt["switches"])
+    lines.append(
+        f"(a) set_ftrace_filter on {len(filt['functions'])} suspects, {n} switches (gap "
+        f"{c['gap']:.1f} ms, disable {c['disable']:.1f}, enable {c['enable']:.1f} while "
+        "traced). Per switch, ms, sleeping included:"
+    )
+    lines += breakdown(filt["calls"], n)
+    graph = trace["graph"]
+    ng = len(graph["switches"])
+    cg = composition(graph["switches"])
+    lines += [
+        "",
+        f"(b) set_graph_function {', '.join(graph['functions'])}, max_graph_depth "
+        f"{GRAPH_DEPTH}, {ng} switches (every kernel function slowed by the graph tracer: "
+        f"gap {cg['gap']:.1f} ms, disable {cg['disable']:.1f}, enable {cg['enable']:.1f} "
+        "while traced; read the shares). Direct children per body, share of the body:",
+    ]
+    groots = nest(graph["calls"])
+    for root in ("scx_root_disable", "scx_root_enable_workfn"):
+        found = _walk(groots, root)
+        total = sum(x["us"] for x in found)
+        if not total:
+            continue
+        kids: dict[str, float] = defaultdict(float)
+        for node in found:
+            for k in node["kids"]:
+                kids[k["name"]] += k["us"]
+        lines.append(f"  {root}: {total / 1000 / ng:.1f} ms per switch")
+        for name, us in sorted(kids.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"    {us / total * 100:5.1f}%  {name}")
+    return lines
+
+
 def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
     lines = [
         "No-scheduler gap of a warm switch (ss_fifo <-> ss_latency, .kmod_btfs build)",
@@ -386,60 +427,29 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
         f"Date: {meta['date']}; kernel {meta['kernel']}; qemu {meta['accel']} (single-threaded "
         f"TCG, -cpu max, 2 GiB); host {meta['host']}, load average at start {meta['load']}.",
         "In one process in the VM: the daemon's Switcher + KernelBackend (no socket); medians.",
-        "gap = detach start -> new scheduler seen enabled; kernel disable = BPF_LINK_DETACH",
-        "(bpf_scx_unreg); kernel enable = BPF_LINK_CREATE (bpf_scx_reg); ours = the rest",
-        "(attach.confirm: one read of state and one of root/ops, plus Python).",
+        "gap = detach start -> BPF_LINK_CREATE returned (the new scheduler enabled, as the",
+        "confirmation after it shows); kernel disable = BPF_LINK_DETACH (bpf_scx_unreg); kernel",
+        "enable = BPF_LINK_CREATE (bpf_scx_reg); ours = the rest of the gap (Python between the",
+        "syscalls); confirm = one read of state and one of root/ops, after the gap.",
         "",
         "| configuration | watcher | gap ms | kernel disable ms | kernel enable ms "
-        "| ours ms (confirm) | full switch ms | gap / switch |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| ours ms | confirm ms (after) | full switch ms | gap / switch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, run in runs.items():
         for kind, title in (("plain", "no"), ("watch", "uevents + sysfs poll")):
             c = composition(run[kind])
             lines.append(
                 f"| {label} ({CONFIGS[label][2]}) | {title} | {c['gap']:.1f} | {c['disable']:.1f} "
-                f"| {c['enable']:.1f} | {c['ours']:.1f} ({c['confirm']:.1f}) | {c['total']:.0f} "
+                f"| {c['enable']:.1f} | {c['ours']:.1f} | {c['confirm']:.1f} | {c['total']:.0f} "
                 f"| {c['gap'] / c['total']:.2f} |"
             )
     lines.append(f"({meta['switches']} switches per row.)")
     for label, run in runs.items():
         trace = run.get("trace")
-        if not trace:
-            continue
-        lines += ["", f"## Kernel side, {label}: tracefs function_graph", ""]
-        filt = trace["filter"]
-        n = len(filt["switches"])
-        c = composition(filt["switches"])
-        lines.append(
-            f"(a) set_ftrace_filter on {len(filt['functions'])} suspects, {n} switches (gap "
-            f"{c['gap']:.1f} ms, disable {c['disable']:.1f}, enable {c['enable']:.1f} while "
-            "traced). Per switch, ms, sleeping included:"
-        )
-        lines += breakdown(filt["calls"], n)
-        graph = trace["graph"]
-        ng = len(graph["switches"])
-        cg = composition(graph["switches"])
-        lines += [
-            "",
-            f"(b) set_graph_function {', '.join(graph['functions'])}, max_graph_depth "
-            f"{GRAPH_DEPTH}, {ng} switches (every kernel function slowed by the graph tracer: "
-            f"gap {cg['gap']:.1f} ms, disable {cg['disable']:.1f}, enable {cg['enable']:.1f} "
-            "while traced; read the shares). Direct children per body, share of the body:",
-        ]
-        groots = nest(graph["calls"])
-        for root in ("scx_root_disable", "scx_root_enable_workfn"):
-            found = _walk(groots, root)
-            total = sum(x["us"] for x in found)
-            if not total:
-                continue
-            kids: dict[str, float] = defaultdict(float)
-            for node in found:
-                for k in node["kids"]:
-                    kids[k["name"]] += k["us"]
-            lines.append(f"  {root}: {total / 1000 / ng:.1f} ms per switch")
-            for name, us in sorted(kids.items(), key=lambda kv: -kv[1])[:10]:
-                lines.append(f"    {us / total * 100:5.1f}%  {name}")
+        if trace:
+            # a saved run keeps the section instead of the (large) parsed calls
+            lines += trace.get("section") or trace_section(label, trace)
     return "\n".join(lines) + "\n"
 
 
@@ -480,6 +490,11 @@ def host_main(args: argparse.Namespace) -> int:
             print(f"VM run ({label}) failed\n{result.tail(60)}", file=sys.stderr)
             return 1
         runs[label] = json.loads(result.text("gap.json"))
+        trace = runs[label].get("trace")
+        if trace:
+            trace["section"] = trace_section(label, trace)
+            for mode in ("filter", "graph"):
+                del trace[mode]["calls"]
         for name in ("trace-filter.txt", "trace-graph.txt"):
             if name in result.files and args.keep_traces:
                 (out / f"gap_{label}_{name}").write_bytes(result.files[name])

@@ -535,8 +535,9 @@ def gap_composition(raw: dict[str, Any]) -> list[str]:
     return [
         "",
         "Gap composition, (c) / (d), median ms: the kernel disabling the old scheduler "
-        "(`BPF_LINK_DETACH`), enabling the new one (`BPF_LINK_CREATE`), and ours (the rest: "
-        "one read of `state` and one of `root/ops`, Python).",
+        "(`BPF_LINK_DETACH`), enabling the new one (`BPF_LINK_CREATE`, whose return ends the "
+        "gap; the daemon confirms `state`/`root/ops` right after), and ours (the rest: "
+        "Python between the two).",
         "",
         "| modules | gap | kernel disable | kernel enable | ours |",
         "|---:|---:|---:|---:|---:|",

@@ -128,7 +128,17 @@ def test_report_table_and_trace_sections(gp: ModuleType) -> None:
     assert (
         "| default (the harness's kernel command line, 2 vCPUs) | no | 110.0 | 60.0 | 40.0 " in text
     )
-    assert "| 10.0 (4.0) | 220 | 0.50 |" in text
+    assert "| 10.0 | 4.0 | 220 | 0.50 |" in text
     assert "| expedited (rcupdate.rcu_expedited=1, 2 vCPUs) | uevents + sysfs poll |" in text
     assert "## Kernel side, default" in text and "## Kernel side, expedited" not in text
     assert "scx_root_disable: 30.0 ms per switch" in text
+
+
+def test_saved_runs_keep_the_trace_section_instead_of_the_calls(gp: ModuleType) -> None:
+    recs = [_rec(110, 60, 40, 4, 220)]
+    trace = {"filter": {"functions": [], "switches": recs}, "graph": {"switches": recs},
+             "section": ["", "## Kernel side, default: (saved)"]}  # fmt: skip
+    meta = {"argv": "", "date": "d", "kernel": "7.2", "accel": "tcg", "host": "2 cores",
+            "load": "0.5", "switches": "1"}  # fmt: skip
+    text = gp.report({"default": {"plain": recs, "watch": recs, "trace": trace}}, meta)
+    assert text.rstrip().endswith("## Kernel side, default: (saved)")

@@ -22,7 +22,9 @@ struct_ops link calls ``bpf_scx_unreg()`` (``scx_disable()`` then
 kthread and flushes it, returning after the state went to ``enabled`` (or, when the
 enable failed, after the disable work ran: ``state`` then reads ``disabled``). So no sysfs
 read sits between the two (``BPF_LINK_CREATE`` itself refuses with ``EBUSY`` unless sched_ext
-is ``disabled``), no wait sleeps, and one read of ``state`` plus ``root/ops`` confirms.
+is ``disabled``), no wait sleeps, and one read of ``state`` plus ``root/ops`` right after
+``BPF_LINK_CREATE`` confirms that the scheduler was enabled when the call returned -- the
+end of the gap; the confirmation itself and the pinning follow it.
 
 Every handle records per-phase timings in ns (``KernelPrepared.timings_ns``); the latest
 ones also appear in :meth:`KernelBackend.counters` as ``prepare.<phase>_ns``,
@@ -385,13 +387,17 @@ class KernelBackend:
 
     def attach(self, prepared: Prepared, timeout_s: float) -> int:
         """Create the struct_ops link, confirm ``enabled`` with the ops name, then pin the
-        link (and the exit map). Returns the ``time.monotonic_ns()`` at which the kernel
-        was confirmed running the scheduler (the end of the no-scheduler gap; pinning
-        follows it). Raises ``SchedExtError`` (sched_ext not ``disabled`` -- the kernel's
-        ``EBUSY`` --, the kernel disabled the scheduler at once, someone else's runs, or it
-        was not enabled within ``timeout_s``), ``BpfSyscallError`` (the kernel refused the
-        link, e.g. ``ops.init`` failed) or ``PinError``; on any failure the link and pins
-        are gone again."""
+        link (and the exit map). Returns the ``time.monotonic_ns()`` at which
+        ``BPF_LINK_CREATE`` returned: the end of the no-scheduler gap. The kernel enables
+        the scheduler inside that call (``scx_root_enable_workfn()`` sets ``enabled``
+        before ``bpf_scx_reg()`` returns), and the confirmation that follows -- ``state``
+        ``enabled`` and ``root/ops`` naming this scheduler -- shows it was running by
+        then; the confirmation and the pinning are outside the gap. Raises
+        ``SchedExtError`` (sched_ext not ``disabled`` -- the kernel's ``EBUSY`` --, the
+        kernel disabled the scheduler at once, someone else's runs, or it was not enabled
+        within ``timeout_s``), ``BpfSyscallError`` (the kernel refused the link, e.g.
+        ``ops.init`` failed) or ``PinError``; on any failure the link and pins are gone
+        again."""
         h = self._handle(prepared)
         if h.release_pending:  # attached again after a detach (rollback): drop the old link
             self._release(h)
@@ -408,12 +414,12 @@ class KernelBackend:
         except SchedSwitchError:
             self._count("attach_failures")
             raise
+        enabled_ns = time.monotonic_ns()
         h.attached = True
         t["link"] = time.perf_counter_ns() - start
         try:
             start = time.perf_counter_ns()
             self._confirm_enabled(h, timeout_s)
-            enabled_ns = time.monotonic_ns()
             t["confirm"] = time.perf_counter_ns() - start
             # Pinned only after the confirmation, outside the no-scheduler gap. A daemon
             # that dies before this line leaves no pin: its link fd closes, which

@@ -7,7 +7,7 @@ fake in ``tests/``. :class:`Switcher` drives it:
 1. ``prepare`` the new scheduler while the old one still runs (all heavy work);
 2. ``detach`` the old one (returns once the kernel no longer runs it);
 3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name, and
-   says when it saw that: the end of the no-scheduler gap);
+   says by when it was enabled: the end of the no-scheduler gap);
 4. confirm with ``kernel_state``; only then ``discard`` the old one's loaded objects.
 
 If 2-4 fail, the new one is discarded and the old one attached again from the objects kept
@@ -126,12 +126,13 @@ class SchedulerBackend(Protocol):
     ``attach(prepared, timeout_s) -> int | None``
         Requires sched_ext ``disabled``. Creates the struct_ops link and pins it under the
         pin dir; returns once ``state`` reads ``enabled``, ``root/ops`` equals
-        ``prepared.ops_name`` and the pin exists. Returns the ``time.monotonic_ns()`` at
-        which the kernel was seen running the scheduler (work after that, such as pinning,
-        is outside the no-scheduler gap), or ``None`` (the gap then ends when ``attach``
-        returns). On failure or timeout: undoes the link and pin (the kernel is
-        ``disabled`` again) and raises ``SchedExtError``/``BpfSyscallError``. Must work again
-        on a handle that was attached and detached before (used for rollback).
+        ``prepared.ops_name`` and the pin exists. Returns the ``time.monotonic_ns()`` by
+        which the kernel was running the scheduler, as the confirmation showed (work after
+        that, such as confirming and pinning, is outside the no-scheduler gap), or ``None``
+        (the gap then ends when ``attach`` returns). On failure or timeout: undoes the link
+        and pin (the kernel is ``disabled`` again) and raises ``SchedExtError``/
+        ``BpfSyscallError``. Must work again on a handle that was attached and detached
+        before (used for rollback).
     ``detach(prepared, timeout_s)``
         Detaches the link of an attached handle and returns once the kernel no longer runs
         it (``disabled``, unless someone else attached meanwhile); the handle's maps stay
@@ -198,8 +199,9 @@ class SwitchRecord:
     ``detach``, ``attach`` (with the backend's ``detach.<phase>``/``attach.<phase>``, e.g.
     ``detach.link_detach``, ``attach.link``, ``attach.confirm``, ``attach.pin``),
     ``confirm``, ``rollback``, ``total`` as they happened; ``gap_ns``: upper bound on the
-    time no BPF scheduler ran (start of detach to the moment the backend saw the new one
-    ``enabled``; ``None`` when no gap was opened); ``error``: the failure;
+    time no BPF scheduler ran (start of detach to the moment by which the backend's
+    confirmation shows the new one was ``enabled``: for the kernel backend, the return of
+    ``BPF_LINK_CREATE``; ``None`` when no gap was opened); ``error``: the failure;
     ``exit``: the kernel's exit record for ejections and failed attaches.
     """
 

@@ -131,11 +131,13 @@ class SysfsReads:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
+        self.times_ns: list[int] = []
         for name in ("read_state", "read_ops", "read_status", "read_enable_seq"):
             real = getattr(scx, name)
 
             def counted(*a: object, _real: object = real, _name: str = name) -> object:
                 self.calls.append(_name)
+                self.times_ns.append(time.monotonic_ns())
                 return _real(*a)  # type: ignore[operator]
 
             monkeypatch.setattr(scx, name, counted)
@@ -433,8 +435,10 @@ def test_gap_work_is_two_syscalls_and_two_reads(
         assert reads.calls == [] and unpins == []
         # the old link is detached; only now may a scheduler of the same name register
         assert _registered("ssd_uei", False)
-        backend.attach(new, 2.0)
+        enabled_ns = backend.attach(new, 2.0)
         assert reads.calls == ["read_state", "read_ops"]
+        # the gap ends when BPF_LINK_CREATE returned; the confirming reads come after it
+        assert enabled_ns < reads.times_ns[0]
         assert backend.pins.names() == ["uei", "uei2"]
         backend.discard(old)  # after the switch: the old pin goes
         # (pin() clears its own directory first, after the confirmation)

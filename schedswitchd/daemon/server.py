@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
+from schedswitchd.daemon.heap import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
 from schedswitchd.daemon.switcher import (
     NO_SCHED_EXT,
@@ -676,6 +677,7 @@ class Server:
             await self._wake.wait()
             self._wake.clear()
             gen = self._gen
+            seq = self.switcher.history[-1].seq if self.switcher.history else 0
             try:
                 await self._reconcile_once()
             except Exception:
@@ -684,6 +686,11 @@ class Server:
             self.last_pass_ns = time.monotonic_ns()
             async with self._settled_cond:
                 self._settled_cond.notify_all()
+            if self.switcher.history and self.switcher.history[-1].seq != seq:
+                # After the replies: give back what the switch's temporaries left free in
+                # the C heap (see schedswitchd.daemon.heap); queued behind the worker.
+                with contextlib.suppress(RuntimeError):  # the worker was shut down
+                    asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
 
     async def _reconcile_once(self) -> None:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,67 @@
+"""glibc malloc_trim after switches: it really returns freed heap pages, and the server calls
+it once a pass made a switch (after the replies)."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.daemon import heap, server
+
+from .harness import Running
+
+
+def _rss_anon_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@pytest.mark.skipif(heap._malloc_trim() is None, reason="C library without malloc_trim")
+def test_trim_returns_freed_heap_pages_to_the_kernel() -> None:
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block, count = 64 << 10, 512  # below the mmap threshold: from the heap, 32 MiB in all
+    blocks = [libc.malloc(block) for _ in range(count)]
+    assert all(blocks)
+    for p in blocks:
+        ctypes.memset(p, 1, block)  # make every page resident
+    for p in blocks[:-1]:  # the last block pins the heap top: free() cannot shrink it
+        libc.free(p)
+    before = _rss_anon_kib()
+    assert heap.trim_heap() is True
+    released = before - _rss_anon_kib()
+    libc.free(blocks[-1])
+    assert released > (count * block >> 10) // 2, f"only {released} KiB released"
+
+
+def test_server_trims_after_a_switch_not_after_an_idle_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[float] = []
+
+    def counting_trim() -> bool:
+        calls.append(time.monotonic())
+        return True
+
+    monkeypatch.setattr(server, "trim_heap", counting_trim)
+    running = Running()  # polls every 0.2 s: idle reconcile passes
+    try:
+        running.client().request(op="status")
+        time.sleep(0.5)
+        assert calls == []
+        start = 0
+        reply = running.client().request(op="hint", workload="gaming")
+        assert reply["switch"]["result"] == "ok"
+        deadline = time.monotonic() + 10
+        while len(calls) == start and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) > start
+    finally:
+        running.stop()

@@ -29,7 +29,8 @@ smallest step is ``uinput`` alone). At each step, ``--reps`` repetitions of, in 
 (d) the same with the ``.kmod_btfs`` build.
 
 Per switch it also records: the no-scheduler gap (c, d: the daemon's own record, from the
-old scheduler's detach starting to the new one confirmed ``enabled``; a, b cannot prepare
+old scheduler's detach starting to the return of ``BPF_LINK_CREATE`` for the new one,
+whose ``enabled`` state the daemon confirms right after; a, b cannot prepare
 while another scheduler runs, so their gap is the whole switch), the share of the time
 spent inside ``bpf(2)`` (ours: the ``syscall.STATS`` counters around our ``bpf()`` wrapper,
 which the daemon reports as ``bpf_syscall_ns`` in its status counters) and the daemon's RSS
@@ -617,8 +618,9 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
         "(c)/(d): the daemon (`schedswitchd`, real kernel backend, ss_fifo running), from "
         "sending the hint on its socket to its reply, which it sends once the kernel reads "
         "`enabled`. Gap: the daemon's own record, from the old scheduler's detach starting to "
-        "the new one confirmed `enabled` (a/b cannot prepare while a scheduler runs: their gap "
-        "is the whole switch). bpf() share: time inside our `bpf()` wrapper / whole switch. "
+        "the return of `BPF_LINK_CREATE` for the new one (confirmed `enabled` right after; "
+        "a/b cannot prepare while a scheduler runs: their gap is the whole switch). "
+        "bpf() share: time inside our `bpf()` wrapper / whole switch. "
         f"(b): {meta['cold_reps']} runs per step; interpreter start-up and imports are "
         f"{meta['cold_startup_share']} of it.",
         "",

@@ -7,8 +7,8 @@ drives the real units with ``systemctl`` and the installed CLIs (``/usr/bin/sche
 the daemon's process state from ``/proc``, and writes what it saw to FILE as JSON after each
 section (so a hang still leaves the earlier ones); tests/vm/test_systemd_unit.py judges it.
 Sections, in order: ``boot``, ``socket``, ``activation``, ``hardening``, ``hint``,
-``reload``, ``watchdog``, ``restart``, ``stop``, ``socket_stop``; a section that raised has
-an ``error`` key.
+``pid_lease``, ``reload``, ``watchdog``, ``restart``, ``stop``, ``socket_stop``; a section that
+raised has an ``error`` key.
 """
 
 from __future__ import annotations
@@ -301,6 +301,38 @@ def hint() -> dict[str, Any]:
     }
 
 
+def pid_lease() -> dict[str, Any]:
+    """A hint naming the pid of another user's process (uid 65534) ends when that process
+    exits, while the hinting connection stays open: pidfd_open(2) and the liveness check
+    (pidfd_send_signal(2), CAP_KILL) pass the unit's SystemCallFilter= and bounding set."""
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    child = subprocess.Popen(["sleep", "600"], preexec_fn=drop)
+    try:
+        with DaemonClient(SOCK, timeout_s=60) as c:
+            reply = c.request(proto.HintRequest(workload="battery", pid=child.pid))
+            on = wait_for(lambda: kernel_view()["ops"] == "ss_fifo", 30, 0.2)
+            child.kill()
+            child.wait()
+            ended = wait_for(lambda: status().leases == 0, 20, 0.2)
+            reverted = wait_for(lambda: kernel_view()["state"] == "disabled", 20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return {
+        "reply": reply.model_dump(mode="json"),
+        "attached": on,
+        "ended_while_connected": ended,
+        "reverted": reverted,
+        "messages": [m for m in messages(journal()) if f"pid {child.pid}" in m],
+    }
+
+
 def st_history() -> list[proto.SwitchInfo]:
     with DaemonClient(SOCK, timeout_s=30) as c:
         reply = c.request(proto.HistoryRequest())
@@ -420,6 +452,13 @@ def stop() -> dict[str, Any]:
         "struct_ops": json.loads(bpftool["out"] or "[]") if bpftool["rc"] == 0 else bpftool,
         "socket_unit": show(SOCKET_UNIT, "ActiveState", "SubState"),
         "last_messages": messages(entries)[-5:],
+        # the daemon's own warnings and errors over the whole run: a sandbox that silently
+        # degrades something (no uevents, a failed pin) shows up here
+        "daemon_warnings": [
+            str(e.get("MESSAGE"))
+            for e in entries
+            if e.get("SYSLOG_IDENTIFIER") == "schedswitchd" and int(e.get("PRIORITY", 6)) <= 4
+        ],
         "watchdog_timeouts": [m for m in messages(journal("init.scope")) if "atchdog" in m],
     }
 
@@ -439,6 +478,7 @@ SECTIONS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
     ("activation", activation),
     ("hardening", hardening),
     ("hint", hint),
+    ("pid_lease", pid_lease),
     ("reload", reload),
     ("watchdog", watchdog),
     ("restart", restart),

@@ -12,7 +12,8 @@ and then the daemon holds the very socket PID 1 listens on (socket activation, n
 Type=notify becomes active with a STATUS= text; the hardening is in effect (bounding set,
 no_new_privs, seccomp, own mount namespace with a read-only /etc and a writable bpffs,
 private /dev, a uevent netlink socket) and does not stop a ``schedswitch-run gaming`` hint
-from attaching ss_latency, nor its end from reverting to the kernel's scheduler;
+from attaching ss_latency, nor its end from reverting to the kernel's scheduler; a hint
+naming another user's pid ends when that process exits (pidfd under the syscall filter);
 ``systemctl reload`` re-reads the config (a hint added to the file works, same pid);
 WATCHDOG=1 pings arrive; ``systemctl restart`` keeps the pinned scheduler (the kernel never
 disables it) and the new daemon re-adopts it; ``systemctl stop`` leaves no process, pin or
@@ -160,6 +161,14 @@ def test_hint_switches_the_kernel_and_release_reverts(checks: dict[str, Any]) ->
     assert "SCHEDULER" in hint["journal_fields"], hint["journal_fields"]
 
 
+def test_pid_lease_ends_when_the_hinted_process_exits(checks: dict[str, Any]) -> None:
+    p = checks["pid_lease"]
+    assert "lease" in p["reply"], p
+    assert p["attached"], p
+    assert p["ended_while_connected"] and p["reverted"], p  # the pidfd, not the connection
+    assert any("exited" in m for m in p["messages"]), p["messages"]
+
+
 def test_reload_rereads_the_config(checks: dict[str, Any]) -> None:
     r = checks["reload"]
     assert r["systemctl"]["rc"] == 0, r["systemctl"]
@@ -201,6 +210,7 @@ def test_stop_leaves_nothing_behind(checks: dict[str, Any]) -> None:
     assert s["struct_ops"] == [], s["struct_ops"]
     assert s["socket_unit"]["SubState"] == "listening"  # the next client starts it again
     assert s["watchdog_timeouts"] == []
+    assert s["daemon_warnings"] == []  # over the whole run
 
 
 def test_stopping_the_socket_unit_removes_the_socket(checks: dict[str, Any]) -> None:

@@ -161,7 +161,8 @@ class DaemonConfig(_Model):
         ge=0,
         le=3600,
         description="After re-adopting a pinned scheduler on start, keep it this long "
-        "without leases so that clients can reconnect and hint again.",
+        "(seconds, counted from when the socket serves) without leases so that clients "
+        "can reconnect and hint again.",
     )
     history_size: int = Field(default=64, ge=1, le=10000)
     pin_dir: str = Field(

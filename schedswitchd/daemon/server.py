@@ -192,9 +192,6 @@ class Server:
         )
         if record is not None:
             self.adopted = True
-            self._grace_until_ns = time.monotonic_ns() + int(
-                self.config.daemon.adopt_grace_s * NS_PER_S
-            )
             log.info(
                 "re-adopted pinned scheduler %s",
                 record.target,
@@ -211,6 +208,12 @@ class Server:
         self._server = await asyncio.start_unix_server(
             self._client, sock=sock, limit=self.config.limits.max_message_bytes
         )
+        if self.adopted:
+            # Counted from here, not from the adoption: the uevent listener's start-up can
+            # take seconds on a slow machine, and launchers can only re-hint once we serve.
+            self._grace_until_ns = time.monotonic_ns() + int(
+                self.config.daemon.adopt_grace_s * NS_PER_S
+            )
         self._kick()
 
     async def close(self) -> None:

@@ -245,6 +245,25 @@ def test_adopted_scheduler_kept_when_rehinted() -> None:
         r.stop()
 
 
+def test_adoption_grace_counts_from_serving() -> None:
+    """A slow start-up (here the uevent watcher, 0.6 s) must not eat the grace (0.4 s)."""
+
+    class SlowWatchBackend(FakeBackend):
+        def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
+            time.sleep(0.6)
+            return super().watch(notify)
+
+    backend = SlowWatchBackend()
+    backend.preload("gaming")
+    r = Running(backend, grace=0.4)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["switch"] is None  # still adopted
+        assert r.backend.enable_seq == 1 and kernel_ops(r) == "gaming_ops"
+    finally:
+        r.stop()
+
+
 # --- authorisation (clients really run as another uid) ---------------------------------------
 
 

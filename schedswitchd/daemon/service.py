@@ -38,6 +38,7 @@ from typing import Any, ClassVar, cast
 from schedswitchd import __version__
 from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing
 from schedswitchd.daemon.config import Config, json_schema, load_config
+from schedswitchd.daemon.heap import disable_transparent_hugepages
 from schedswitchd.daemon.server import Server
 from schedswitchd.daemon.switcher import SchedulerBackend
 from schedswitchd.errors import ConfigError, SchedSwitchError
@@ -152,6 +153,10 @@ def activated_socket() -> socket.socket | None:
 
     Raises :class:`ConfigError` if systemd passed something else.
     """
+    if "LISTEN_FDS" not in os.environ:
+        # Not socket-activated (sd_listen_fds(3) would find nothing): leave libsystemd and
+        # its libraries (~1 MiB resident) unloaded unless the journal or sd_notify needs them.
+        return None
     daemon = _systemd("daemon")
     fds: list[int] = daemon.listen_fds()  # also unsets $LISTEN_FDS so children do not inherit it
     if not fds:
@@ -320,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(report)
         return 0 if all(r.ok for r in results) else 1
+    disable_transparent_hugepages()  # before the backend's heap grows (schedswitchd.daemon.heap)
     setup_logging(config)
     if factory is None:
         log.error("no kernel backend: module of %s is not installed", args.backend)

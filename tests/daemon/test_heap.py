@@ -1,9 +1,11 @@
-"""glibc malloc_trim after switches: it really returns freed heap pages, and the server calls
-it once a pass made a switch (after the replies)."""
+"""The daemon's resident-memory measures against the real kernel and C library: malloc_trim
+returns freed heap pages and runs after a switch, THP opt-out, no libsystemd unless needed."""
 
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,3 +67,37 @@ def test_server_trims_after_a_switch_not_after_an_idle_pass(
         assert len(calls) > start
     finally:
         running.stop()
+
+
+def _in_child(code: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_disable_transparent_hugepages_is_seen_by_the_kernel() -> None:
+    # /proc/PID/status shows the process's THP_enabled flag (kernel 5.0+), cleared by
+    # PR_SET_THP_DISABLE; a child process so that pytest keeps its own setting.
+    out = _in_child(
+        "from pathlib import Path\n"
+        "from schedswitchd.daemon.heap import disable_transparent_hugepages\n"
+        "st = lambda: [l for l in Path('/proc/self/status').read_text().splitlines()"
+        " if l.startswith('THP_enabled:')]\n"
+        "before = st()\n"
+        "print(disable_transparent_hugepages(), before, st())\n"
+    )
+    if "[]" in out:
+        pytest.skip("kernel without THP_enabled in /proc/PID/status")
+    assert out == "True ['THP_enabled:\\t1'] ['THP_enabled:\\t0']"
+
+
+def test_no_socket_activation_leaves_libsystemd_unloaded() -> None:
+    out = _in_child(
+        "import os, sys\n"
+        "os.environ.pop('LISTEN_FDS', None)\n"
+        "from schedswitchd.daemon import service\n"
+        "print(service.activated_socket(), 'systemd.daemon' in sys.modules)\n"
+    )
+    assert out == "None False"

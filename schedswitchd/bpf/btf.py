@@ -117,9 +117,13 @@ _MAX_NESTING = 256
 _U32 = 0xFFFFFFFF
 
 
+#: Name hashes are kept as 32 bits: a collision only costs one more name comparison.
+_HASH_MASK = 0xFFFFFFFF
+
+
 class _NameIndex(NamedTuple):
-    """One kind's names: ``hash(name)`` ascending, and the type's position (id - start_id)
-    in the same order; equal hashes keep ascending positions."""
+    """One kind's names: ``hash(name) & _HASH_MASK`` ascending, and the type's position
+    (id - start_id) in the same order; equal hashes keep ascending positions."""
 
     hashes: array[int]
     positions: array[int]
@@ -489,10 +493,10 @@ class Btf:
         positions.sort()
         words, offs, string = self._words, self._offs, self.string
         # Names are decoded once here and dropped: a dict of vmlinux names kept ~9 MiB of
-        # str/int/dict objects resident in the daemon; two arrays take 12 bytes per type.
-        hashes = [hash(string(words[offs[pos]])) for pos in positions]
+        # str/int/dict objects resident in the daemon; two arrays take 8 bytes per type.
+        hashes = [hash(string(words[offs[pos]])) & _HASH_MASK for pos in positions]
         order = sorted(range(len(positions)), key=hashes.__getitem__)  # stable: ids ascend
-        index = _NameIndex(array("q", [hashes[i] for i in order]),
+        index = _NameIndex(array("I", [hashes[i] for i in order]),
                            array("I", [positions[i] for i in order]))  # fmt: skip
         self._name_index[kind] = index
         return index
@@ -501,7 +505,7 @@ class Btf:
         """Own ids of ``kind`` named ``name``, ascending: the hash range of the per-kind
         index, each candidate's name compared (distinct names may share a hash)."""
         hashes, positions = self._names_of_kind(kind)
-        h = hash(name)
+        h = hash(name) & _HASH_MASK
         i = bisect_left(hashes, h)
         n = len(hashes)
         found: list[int] = []

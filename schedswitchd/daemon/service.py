@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import grp
@@ -33,15 +32,18 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from schedswitchd import __version__
-from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing
-from schedswitchd.daemon.config import Config, json_schema, load_config
 from schedswitchd.daemon.heap import disable_transparent_hugepages
-from schedswitchd.daemon.server import Server
-from schedswitchd.daemon.switcher import SchedulerBackend
 from schedswitchd.errors import ConfigError, SchedSwitchError
+
+# The daemon's heavy imports (asyncio, pydantic, the loader: ~30 MiB resident) happen in
+# main(), after it opted out of transparent huge pages (schedswitchd.daemon.heap).
+if TYPE_CHECKING:
+    from schedswitchd.daemon.config import Config
+    from schedswitchd.daemon.server import Server
+    from schedswitchd.daemon.switcher import SchedulerBackend
 
 DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"
 #: The real kernel backend (loader + sched_ext sysfs + pins), written against
@@ -57,7 +59,7 @@ def _systemd(name: str) -> Any:
     return importlib.import_module(f"systemd.{name}")
 
 
-BackendFactory = Callable[[Config], SchedulerBackend]
+BackendFactory = Callable[["Config"], "SchedulerBackend"]
 
 
 # --- systemd glue -------------------------------------------------------------------------------
@@ -226,6 +228,11 @@ def load_backend_factory(spec: str) -> BackendFactory | None:
 
 async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) -> None:
     """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented."""
+    import asyncio
+
+    from schedswitchd.daemon.config import load_config
+    from schedswitchd.daemon.server import Server
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -268,6 +275,8 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
 async def _watchdog(server: Server, interval: float) -> None:
     # Pet only while reconcile passes keep completing: a wedged worker thread or loop then
     # gets the daemon restarted by systemd, and the pinned scheduler survives that.
+    import asyncio
+
     while True:
         await asyncio.sleep(interval)
         # A pass may legitimately wait for a detach and an attach (and a rollback).
@@ -278,6 +287,12 @@ async def _watchdog(server: Server, interval: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
+    disable_transparent_hugepages()  # before the heavy imports below
+    import asyncio
+
+    from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing
+    from schedswitchd.daemon.config import json_schema, load_config
+
     parser = argparse.ArgumentParser(
         prog="schedswitchd",
         description="The schedswitchd service: switches sched_ext CPU schedulers on workload "
@@ -325,7 +340,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(report)
         return 0 if all(r.ok for r in results) else 1
-    disable_transparent_hugepages()  # before the backend's heap grows (schedswitchd.daemon.heap)
     setup_logging(config)
     if factory is None:
         log.error("no kernel backend: module of %s is not installed", args.backend)

@@ -1,5 +1,5 @@
 """Keep the long-running daemon's resident memory down: glibc ``malloc_trim`` after a switch,
-and no transparent huge pages for its small, sparse heaps.
+one malloc arena for all its threads, and no transparent huge pages for its small heaps.
 
 A switch parses and relocates a BPF object: many short-lived allocations (BTF records,
 CO-RE candidates, instruction buffers, verifier log) that CPython and C extensions take from
@@ -70,3 +70,23 @@ def disable_transparent_hugepages() -> bool:
     if not ok:
         log.debug("PR_SET_THP_DISABLE refused: %s", os.strerror(ctypes.get_errno()))
     return ok
+
+
+#: ``M_ARENA_MAX`` of glibc's ``mallopt(3)`` (``malloc.h``).
+M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(arenas: int = 1) -> bool:
+    """``mallopt(M_ARENA_MAX, arenas)``: threads share the C heap instead of each getting an
+    arena of its own (glibc's default allows 8 per core). The daemon's threads (asyncio loop,
+    switcher, uevent reader, executor) allocate under the GIL, so they hardly contend, while
+    every extra arena kept its own free pages resident (-0.5 MiB in the sched_ext VM). Call
+    before threads start. True if set; False (never raises) without glibc's ``mallopt``.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, arenas) == 1)

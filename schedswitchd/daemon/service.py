@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from schedswitchd import __version__
-from schedswitchd.daemon.heap import disable_transparent_hugepages
+from schedswitchd.daemon.heap import disable_transparent_hugepages, limit_malloc_arenas
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 # The daemon's heavy imports (asyncio, pydantic, the loader: ~30 MiB resident) happen in
@@ -288,6 +288,7 @@ async def _watchdog(server: Server, interval: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     disable_transparent_hugepages()  # before the heavy imports below
+    limit_malloc_arenas()  # before any thread starts
     import asyncio
 
     from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing

@@ -101,3 +101,37 @@ def test_no_socket_activation_leaves_libsystemd_unloaded() -> None:
         "print(service.activated_socket(), 'systemd.daemon' in sys.modules)\n"
     )
     assert out == "None False"
+
+
+ARENAS_IN_CHILD = """
+import ctypes, os, tempfile, threading
+from schedswitchd.daemon.heap import limit_malloc_arenas
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+limited = {limit} and limit_malloc_arenas()
+def work():
+    for p in [libc.malloc(256) for _ in range(1000)]:
+        libc.free(p)
+threads = [threading.Thread(target=work) for _ in range(3)]
+for t in threads: t.start()
+for t in threads: t.join()
+path = tempfile.mktemp()
+f = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+print(limited, open(path).read().count("<heap nr="))
+os.unlink(path)
+"""
+
+
+@pytest.mark.skipif(heap._malloc_trim() is None, reason="not glibc")
+def test_one_malloc_arena_for_all_threads() -> None:
+    # malloc_info(3) lists one <heap> per arena: threads get their own without the limit.
+    assert _in_child(ARENAS_IN_CHILD.format(limit=True)) == "True 1"
+    assert _in_child(ARENAS_IN_CHILD.format(limit=False)) != "False 1"

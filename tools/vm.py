@@ -38,7 +38,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,11 +331,19 @@ def build_initramfs(kernel: SidKernel) -> Path:
         .replace("@READY@", READY_MARK)
         .replace("@REPO@", str(REPO))
     )
+    return cached_initramfs(kernel, "initramfs", init, order)
+
+
+def cached_initramfs(kernel: SidKernel, stem: str, init: str, modules: Sequence[str]) -> Path:
+    """A newc initramfs of busybox, ``init`` (a busybox sh script) and ``modules`` (names,
+    decompressed ``.ko`` files under ``/lib/modules``), cached in ``<kernel cache>/vm`` as
+    ``<stem>-<digest>.cpio``: the digest covers all of its contents, so a changed script,
+    busybox or module builds a new file and an unchanged one is reused."""
     busybox = BUSYBOX.read_bytes()
-    kos = {n: kernel.decompressed_paths()[n].read_bytes() for n in order}
+    kos = {n: kernel.decompressed_paths()[n].read_bytes() for n in modules}
     digest = hashlib.sha256(init.encode() + busybox + b"".join(kos.values())).hexdigest()[:16]
     out_dir = kernel.root / "vm"
-    out = out_dir / f"initramfs-{digest}.cpio"
+    out = out_dir / f"{stem}-{digest}.cpio"
     if out.is_file():
         return out
     entries: list[tuple[str, int, bytes]] = [

@@ -20,8 +20,6 @@ unit, ours included).
 
 from __future__ import annotations
 
-import hashlib
-import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,25 +96,7 @@ def build_initramfs(kernel: SidKernel) -> Path:
         .replace("@READY@", vm.READY_MARK)
         .replace("@REPO@", str(vm.REPO))
     )
-    busybox = vm.BUSYBOX.read_bytes()
-    kos = {n: kernel.decompressed_paths()[n].read_bytes() for n in order}
-    digest = hashlib.sha256(init.encode() + busybox + b"".join(kos.values())).hexdigest()[:16]
-    out = kernel.root / "vm" / f"initramfs-systemd-{digest}.cpio"
-    if out.is_file():
-        return out
-    entries: list[tuple[str, int, bytes]] = [
-        ("bin", 0o40755, b""),
-        ("lib", 0o40755, b""),
-        ("lib/modules", 0o40755, b""),
-        ("bin/busybox", 0o100755, busybox),
-        ("init", 0o100755, init.encode()),
-        *((f"lib/modules/{n}.ko", 0o100644, data) for n, data in kos.items()),
-    ]
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(vm._cpio_newc(entries))
-    tmp.rename(out)
-    return out
+    return vm.cached_initramfs(kernel, "initramfs-systemd", init, order)
 
 
 def _test_units() -> dict[str, str]:

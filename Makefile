@@ -109,8 +109,8 @@ demo: deps kernel schedulers
 	@$(VPY) -m tools.demo
 
 # Host benchmarks (one table), then the switch-latency benchmark in the sched_ext VM
-# (~25 min under TCG): bench/results/{host.md,switch_latency.md,switch_latency.png}, then
-# the no-scheduler gap's composition and kernel profile (two boots, ~3 min):
+# (~6 min under TCG on the 2-core dev host): bench/results/{host.md,switch_latency.md,switch_latency.png}, then
+# the no-scheduler gap's composition and kernel profile (two boots, ~1.5 min):
 # bench/results/gap_profile.txt.
 # A missed target (exit status 2) is reported, not fatal; a failure to run is.
 bench: deps kernel test-objects schedulers

@@ -24,7 +24,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from schedswitchd.bpf.btf_types import (
@@ -555,6 +555,55 @@ class Btf:
         ids = self._lookup(ess, kind) if "___" not in ess else []
         extra = flavoured.get(ess)
         return sorted(ids + extra) if extra else ids
+
+    def find_enumerators(self, names: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
+        """Where each of ``names`` is an enumerator of this BTF's own ENUM/ENUM64 types:
+        name -> ``[(enum type id, value), ...]`` in ascending type id (names found nowhere
+        are absent). Values are sign-adjusted like :class:`~schedswitchd.bpf.btf_types.Enum`
+        (kind_flag = signed; ENUM64 joins ``val_lo32``/``val_hi32``).
+
+        Enumerator names have no index (they are not type names), so this compares string
+        offsets instead of strings: each wanted name's offsets in the string section are
+        found once, then the ENUM records' words are scanned without decoding a type (a few
+        ms for vmlinux's ~20k enumerators, against ~0.2 s decoding every enum).
+        """
+        wanted: dict[int, str] = {}
+        buf, start, end = self._buf, self._str_start, self._str_start + self._str_len
+        for name in set(names):
+            if not name:
+                continue
+            needle = b"\0" + name.encode() + b"\0"
+            pos = buf.find(needle, start, end)
+            while pos >= 0:  # deduplicated BTF has one copy; tolerate several
+                wanted[self.start_str_off + pos + 1 - start] = name
+                pos = buf.find(needle, pos + 1, end)
+        found: dict[str, list[tuple[int, int]]] = {}
+        if not wanted:
+            return found
+        words, offs, tops = self._words, self._offs, self._tops
+        for kind in (Kind.ENUM, Kind.ENUM64):
+            step = 2 if kind is Kind.ENUM else 3
+            for top in (int(kind), int(kind) | 0x80):
+                signed = bool(top & 0x80)
+                pos = tops.find(top)
+                while pos >= 0:
+                    o = offs[pos]
+                    vlen = words[o + 1] & 0xFFFF
+                    for j in range(o + 3, o + 3 + step * vlen, step):
+                        hit = wanted.get(words[j])
+                        if hit is None:
+                            continue
+                        if step == 2:
+                            v = words[j + 1]
+                            value = _s32(v) if signed else v
+                        else:
+                            v = words[j + 1] | (words[j + 2] << 32)
+                            value = _s64(v) if signed else v
+                        found.setdefault(hit, []).append((self.start_id + pos, value))
+                    pos = tops.find(top, pos + 1)
+        for hits in found.values():
+            hits.sort()
+        return found
 
     # --- type algebra ---------------------------------------------------------------------
 

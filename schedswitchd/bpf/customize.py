@@ -185,7 +185,8 @@ def set_variable(
     spec: ObjectSpec, name: str, value: object, *, section: str | None = None
 ) -> ObjectSpec:
     """A copy of ``spec`` with global variable ``name`` (in ``.rodata*``, ``.data*`` or
-    ``.bss*``; ``section`` disambiguates) initialised to ``value``.
+    ``.bss*``; ``section`` disambiguates) initialised to ``value``; ``name`` joins
+    ``spec.assigned``, so loader defaults (enum-variable fill) leave it alone.
 
     Raises ``CustomizationError`` for an unknown or static variable, a value of the wrong
     type or out of range, or an object without BTF.
@@ -202,7 +203,8 @@ def set_variable(
         raise CustomizationError(f"variable {name!r} lies outside {m.name!r}")
     new = encode_value(spec.btf, var.type_id, value, cur, name)
     data = data[: var.offset] + new + data[var.offset + var.size :]
-    return _replace_map(spec, idx, replace(m, data=data))
+    spec = _replace_map(spec, idx, replace(m, data=data))
+    return replace(spec, assigned=spec.assigned | {name})
 
 
 def set_struct_ops_member(

@@ -308,7 +308,10 @@ class ObjectSpec:
     ready for ``BPF_BTF_LOAD`` through ``btf.raw`` (``None`` if the object has no ``.BTF``).
     ``maps`` are in creation order; fixups refer to them by index. ``kmod_btfs`` are the
     module names declared in ``.kmod_btfs`` (``None`` when the section is absent, which
-    means "search every module" -- unlike an empty tuple, "no modules").
+    means "search every module" -- unlike an empty tuple, "no modules"). ``assigned``
+    names the global variables that customisation gave a value
+    (:func:`~schedswitchd.bpf.customize.set_variable`): the loader's defaults (the
+    enum-variable fill of :mod:`schedswitchd.bpf.enum_vars`) never overwrite those.
     """
 
     name: str
@@ -319,6 +322,7 @@ class ObjectSpec:
     maps: tuple[MapSpec, ...]
     externs: tuple[ExternSpec, ...] = ()
     kmod_btfs: tuple[str, ...] | None = None
+    assigned: frozenset[str] = frozenset()
 
     def program(self, name: str) -> ProgramSpec:
         """The program called ``name``; ``KeyError`` if absent."""

@@ -1,13 +1,16 @@
 """``schedswitchctl object load|unload``: load a BPF object with our loader, no daemon.
 
-``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--json] [--verbose]`` opens the object, applies
-``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a struct_ops variable), loads it
-and attaches its struct_ops maps. Without ``--pin`` everything is detached and unloaded
-before exiting (a dry run against the real kernel); with ``--pin`` links, programs and
-maps are pinned under DIR (bpffs) and stay live. ``object unload DIR`` removes them.
-Output: programs and maps with kernel ids and the load's phase timings (ns in JSON). When
-the kernel refuses a program, ``--verbose`` prints its full verifier log to stderr and
-``--json`` prints ``{"error": {"code", "message", "verifier_log"}}`` (exit 1).
+``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--no-fill-enums] [--json] [--verbose]``
+opens the object, applies ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a
+struct_ops variable), loads it (setting its ``__SCX_*`` enum variables from the kernel's
+BTF unless ``--no-fill-enums``; ``--set`` values win) and attaches its struct_ops maps.
+Without ``--pin`` everything is detached and unloaded before exiting (a dry run against the
+real kernel); with ``--pin`` links, programs and maps are pinned under DIR (bpffs) and stay
+live. ``object unload DIR`` removes them. Output: programs and maps with kernel ids, the
+enum variables set / missing in the kernel (``enum_fill`` in JSON) and the load's phase
+timings (ns in JSON). When the kernel refuses a program, ``--verbose`` prints its full
+verifier log to stderr and ``--json`` prints
+``{"error": {"code", "message", "verifier_log"}}`` (exit 1).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 from typing import Any
 
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
+from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError, LoadError, SchedSwitchError
@@ -52,6 +56,13 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         help="set a global variable or a struct_ops member (MAP.MEMBER=VALUE) before load",
+    )
+    load.add_argument(
+        "--no-fill-enums",
+        dest="fill_enums",
+        action="store_false",
+        help="leave the object's __SCX_* enum variables as compiled (default: set each from "
+        "the kernel BTF's enumerator of that name without the leading __)",
     )
     load.add_argument(
         "--json",
@@ -116,6 +127,7 @@ def describe(obj: LoadedObject) -> dict[str, Any]:
         ],
         "links": sorted(obj.links),
         "timings_ns": dict(obj.timings_ns),
+        "enum_fill": obj.enum_fill.as_dict(),
     }
 
 
@@ -141,7 +153,9 @@ def _load_and_print(args: argparse.Namespace) -> int:
     registry = KernelBtfRegistry()
     targets = registry.targets(spec.kmod_btfs)
     pins: dict[str, str] = {}
-    with load_object(spec, targets, open_btf_object=registry.open_btf_object) as obj:
+    with load_object(
+        spec, targets, open_btf_object=registry.open_btf_object, fill_enums=args.fill_enums
+    ) as obj:
         if obj.struct_ops_values:
             obj.attach_struct_ops()
         info = describe(obj)
@@ -157,6 +171,10 @@ def _load_and_print(args: argparse.Namespace) -> int:
         print(f"map  {m['name']:<24} id {m['id']:<6} {m['kind']}")
     for link in info["links"]:
         print(f"link {link}")
+    if obj.enum_fill != EnumFillReport():
+        print(f"enums: {obj.enum_fill.summary()}")
+    elif not args.fill_enums:
+        print("enums: not filled (--no-fill-enums)")
     timings = " ".join(f"{k} {v / 1e6:.2f}" for k, v in info["timings_ns"].items())
     print(f"timings (ms): {timings}")
     print(f"pinned under {args.pin}" if args.pin else "unloaded (no --pin)")

@@ -183,7 +183,9 @@ class SchedulerConfig(_Model):
     ``sched_ext_ops`` members to set (``flags``, ``timeout_ms``, ``exit_dump_len``,
     ``dispatch_max_batch``). ``hotplug_seq``: set ``ops.hotplug_seq`` from
     ``/sys/kernel/sched_ext/hotplug_seq`` at load, so a CPU hotplug during the load makes
-    the kernel refuse the attach instead of running with a stale CPU view.
+    the kernel refuse the attach instead of running with a stale CPU view. ``fill_enums``:
+    set the object's ``__SCX_*`` enum variables from the kernel's BTF at load, as the
+    scheduler's own user space would (``rodata`` values win).
     """
 
     object: str
@@ -194,6 +196,7 @@ class SchedulerConfig(_Model):
     rodata: dict[str, RodataValue] = Field(default_factory=dict)
     struct_ops: dict[str, StructOpsValue] = Field(default_factory=dict)
     hotplug_seq: bool = True
+    fill_enums: bool = True
 
     @field_validator("rodata")
     @classmethod

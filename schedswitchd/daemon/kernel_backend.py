@@ -357,7 +357,12 @@ class KernelBackend:
         t["kmod_btfs"] = time.perf_counter_ns() - start
         start = time.perf_counter_ns()
         try:
-            loaded = load_object(spec, targets, open_btf_object=self.registry.open_btf_object)
+            loaded = load_object(
+                spec,
+                targets,
+                open_btf_object=self.registry.open_btf_object,
+                fill_enums=cfg.fill_enums,
+            )
         except SchedSwitchError as exc:
             missing = targets.report.missing
             if not missing:
@@ -369,6 +374,8 @@ class KernelBackend:
             err.verifier_log = getattr(exc, "verifier_log", None)  # type: ignore[attr-defined]
             raise err from exc
         t["load"] = time.perf_counter_ns() - start
+        if loaded.enum_fill.filled or loaded.enum_fill.missing or loaded.enum_fill.skipped:
+            log.info("%s: enum variables: %s", name, loaded.enum_fill.summary())
         for k, v in loaded.timings_ns.items():
             t[f"load.{k}"] = v
         report = targets.report

@@ -25,7 +25,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
@@ -36,6 +36,7 @@ from schedswitchd.bpf.btf_types import Kind, essential_name
 from schedswitchd.bpf.core import CandidateCache, relocate
 from schedswitchd.bpf.core_compat import types_are_compat
 from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.enum_vars import DEFAULT_ENUM_PREFIXES, EnumFillReport, fill_enum_variables
 from schedswitchd.bpf.spec import (
     PIN_BY_NAME,
     ExternKind,
@@ -195,8 +196,11 @@ class LoadedObject:
     """Everything one :func:`load_object` created. Close it (or use ``with``) to release
     the maps, programs, links and BTF; pinned objects survive.
 
-    ``timings_ns`` holds phase durations in ns: ``btf``, ``externs``, ``maps``, ``core``
-    (all programs), ``prog:<name>`` per program, and ``attach`` once attached."""
+    ``timings_ns`` holds phase durations in ns: ``enums``, ``btf``, ``externs``, ``maps``,
+    ``core`` (all programs), ``prog:<name>`` per program, and ``attach`` once attached.
+    ``enum_fill`` says which enum variables (``__SCX_*``) the load set from kernel BTF, which
+    the kernel lacked and which were kept as assigned (:mod:`schedswitchd.bpf.enum_vars`);
+    ``spec`` is the spec as loaded, with those values in its ``.rodata``."""
 
     spec: ObjectSpec
     btf_fd: BtfFd | None
@@ -207,6 +211,7 @@ class LoadedObject:
     struct_ops_kernel: dict[str, StructOpsKernelType] = field(default_factory=dict)
     links: dict[str, LinkFd] = field(default_factory=dict)
     timings_ns: dict[str, int] = field(default_factory=dict)
+    enum_fill: EnumFillReport = field(default_factory=EnumFillReport)
     _extra_fds: list[OwnedFd] = field(default_factory=list)
     _registered: set[str] = field(default_factory=set)
     _updated: set[str] = field(default_factory=set)
@@ -423,6 +428,16 @@ class _Loader:
         return self.kernel.first(probe)
 
     # --- steps -----------------------------------------------------------------------------
+
+    def fill_enums(self, prefixes: Sequence[str]) -> None:
+        """Set the object's enum variables (``__SCX_*`` by default) from vmlinux's
+        enumerators, as scx's ``SCX_ENUM_INIT`` does in the scheduler's user space; the
+        variables the user assigned keep their values. Must run before the maps exist."""
+        start = time.perf_counter_ns()
+        spec, report = fill_enum_variables(self.spec, self.kernel.vmlinux, prefixes)
+        self.spec = self.obj.spec = spec
+        self.obj.enum_fill = report
+        _timed(self.obj, "enums", start)
 
     def prefetch_module_lookups(self) -> None:
         """Look up, in one batch, every name of the object that vmlinux lacks (kfuncs,
@@ -1060,6 +1075,8 @@ def load_object(
     kernel_config: Mapping[str, KconfigValue] | None = None,
     pin_root: str | os.PathLike[str] = DEFAULT_PIN_ROOT,
     btf_features: BtfFeatures | None = None,
+    fill_enums: bool = True,
+    enum_prefixes: Sequence[str] = DEFAULT_ENUM_PREFIXES,
 ) -> LoadedObject:
     """Load ``spec`` into the kernel (everything but attaching).
 
@@ -1070,7 +1087,10 @@ def load_object(
     ``pin_root``: the bpffs directory of ``LIBBPF_PIN_BY_NAME`` maps (an existing pin is
     reused when it matches, else the new map is pinned there); ``btf_features``: the
     kernel's BTF features (default: probed once per process), deciding what the object's
-    BTF is sanitised for.
+    BTF is sanitised for. ``fill_enums``: first set every non-static ``.rodata`` variable
+    named ``<prefix>...`` (``enum_prefixes``, default ``__SCX_``) to the value of the vmlinux
+    enumerator named like it without the leading ``__`` (scx's ``SCX_ENUM_INIT``), except
+    variables in ``spec.assigned``; the result is ``LoadedObject.enum_fill``.
 
     Raises :class:`LoadError` (e.g. a missing strong kfunc, a struct_ops member the kernel
     lacks with a non-zero value; :class:`ProgramLoadError` with the verifier log for a
@@ -1080,6 +1100,8 @@ def load_object(
     """
     loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root, btf_features)
     try:
+        if fill_enums:
+            loader.fill_enums(enum_prefixes)
         loader.load_btf()
         loader.prefetch_module_lookups()
         loader.resolve_externs()

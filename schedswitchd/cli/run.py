@@ -6,6 +6,10 @@ it ends when the command ends, whoever kills whom. If the daemon is unreachable 
 the hint, a warning is printed and the command runs anyway: a missing scheduler must never
 stop a game from starting. If the daemon restarts while the command runs, the hint is
 taken again. Exit status: the command's (128+N if killed by signal N).
+
+It sits on the game's launch path, so it imports the standard library and
+:mod:`schedswitchd.daemon.launcher_wire` only (no pydantic, no asyncio):
+``bench/launcher_start.py`` measures its start to the command's exec.
 """
 
 from __future__ import annotations
@@ -18,8 +22,7 @@ import threading
 from collections.abc import Sequence
 
 from schedswitchd import __version__
-from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DaemonClient
+from schedswitchd.daemon.launcher_wire import LauncherConnection, LauncherRefused
 from schedswitchd.errors import SchedSwitchError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -30,7 +33,7 @@ class HintHolder:
 
     def __init__(self, workload: str, socket: str | None, quiet: bool) -> None:
         self.workload, self.socket, self.quiet = workload, socket, quiet
-        self.client: DaemonClient | None = None
+        self.client: LauncherConnection | None = None
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._hold, daemon=True)
 
@@ -41,19 +44,22 @@ class HintHolder:
     def take(self) -> bool:
         """Connect and hint; True on success (warns and returns False otherwise)."""
         try:
-            client = DaemonClient(self.socket, timeout_s=60.0)
+            client = LauncherConnection(self.socket, timeout_s=60.0)
         except SchedSwitchError as exc:
             self.say(f"no hint ({exc}); running without it")
             return False
         try:
-            reply = client.request(proto.HintRequest(workload=self.workload))
-        except SchedSwitchError as exc:
+            reply = client.exchange({"op": "hint", "workload": self.workload})
+        except LauncherRefused as exc:
             client.close()
             self.say(f"hint {self.workload!r} refused ({exc.code}: {exc}); running without it")
             return False
-        assert isinstance(reply, proto.HintReply)
+        except SchedSwitchError as exc:
+            client.close()
+            self.say(f"no hint ({exc}); running without it")
+            return False
         self.client = client
-        self.say(f"lease {reply.lease}: {self.workload} -> {reply.active}")
+        self.say(f"lease {reply.get('lease')}: {self.workload} -> {reply.get('active')}")
         return True
 
     def start(self) -> None:
@@ -71,7 +77,7 @@ class HintHolder:
             if self.done.wait(1.0):
                 return
             try:
-                DaemonClient(self.socket, timeout_s=1.0).close()
+                LauncherConnection(self.socket, timeout_s=1.0).close()
             except SchedSwitchError:
                 continue
             self.take()

@@ -6,21 +6,16 @@ becomes :class:`DaemonError`, an unreachable daemon :class:`DaemonUnavailable`.
 
 from __future__ import annotations
 
-import os
 import socket
 from types import TracebackType
 
 from pydantic import BaseModel
 
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, socket_path
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
-DEFAULT_SOCKET = "/run/schedswitchd.sock"
-
-
-def socket_path(explicit: str | None = None) -> str:
-    """``explicit``, else ``$SCHEDSWITCHD_SOCKET``, else :data:`DEFAULT_SOCKET`."""
-    return explicit or os.environ.get("SCHEDSWITCHD_SOCKET") or DEFAULT_SOCKET
+__all__ = ["DEFAULT_SOCKET", "DaemonClient", "DaemonError", "DaemonUnavailable", "socket_path"]
 
 
 class DaemonUnavailable(SchedSwitchError):

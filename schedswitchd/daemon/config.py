@@ -153,6 +153,22 @@ class LoggingConfig(_Model):
     journal: Literal["auto", "yes", "no"] = "auto"
 
 
+class SwitchConfig(_Model):
+    """How a switch is made."""
+
+    expedite_rcu: bool = Field(
+        default=True,
+        description="Expedite RCU grace periods (/sys/kernel/rcu_expedited = 1) during the "
+        "detach/attach pair, restored after; left alone if it is already non-zero (an "
+        "admin's). Shortens the no-scheduler gap where the file exists and is writable.",
+    )
+    runtime_dir: str = Field(
+        default="/run/schedswitchd",
+        description="Directory for state that must survive the daemon but not a reboot "
+        "(the marker saying the daemon set rcu_expedited).",
+    )
+
+
 class DaemonConfig(_Model):
     """Behaviour of the daemon itself."""
 
@@ -243,6 +259,7 @@ class Config(_Model):
     btf_cache: BtfCacheConfig = Field(default_factory=BtfCacheConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    switch: SwitchConfig = Field(default_factory=SwitchConfig)
     schedulers: dict[str, SchedulerConfig] = Field(default_factory=dict)
     hints: dict[str, HintRule] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

@@ -37,11 +37,13 @@ kinds), ``include/uapi/linux/bpf.h`` (``BPF_LINK_CREATE``, ``BPF_OBJ_PIN``/``GET
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, cast
@@ -63,6 +65,7 @@ from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, memo_counters
 from schedswitchd.kernel.fd import LinkFd, MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache
@@ -223,7 +226,7 @@ class KernelBackend:
     new one on ``/sys/kernel/btf`` with ``btf_max_entries``/``btf_max_bytes``);
     ``sched_ext_root``: ``/sys/kernel/sched_ext`` (a parameter for tests); ``ops_type``: the
     struct_ops type that makes an object a scheduler (another type only in host tests,
-    which have no sched_ext).
+    which have no sched_ext); ``rcu``: what :meth:`switch_window` holds (default: nothing).
     """
 
     def __init__(
@@ -236,8 +239,10 @@ class KernelBackend:
         sched_ext_root: Path = scx.SCHED_EXT_ROOT,
         specs: SpecCache | None = None,
         ops_type: str = SCHED_EXT_OPS,
+        rcu: RcuExpediter | None = None,
     ) -> None:
         self.ops_type = ops_type
+        self.rcu = rcu
         self.pins = PinDir(pin_dir)
         self.registry = registry or KernelBtfRegistry(
             max_entries=btf_max_entries, max_bytes=btf_max_bytes
@@ -287,6 +292,13 @@ class KernelBackend:
         with self._lock:
             out.update(self._counts)
         return out
+
+    def switch_window(self) -> AbstractContextManager[bool]:
+        """Expedited RCU grace periods while the switcher detaches and attaches (see
+        :mod:`schedswitchd.kernel.rcu_expedite`); yields whether they took effect."""
+        if self.rcu is None:
+            return contextlib.nullcontext(False)
+        return self.rcu.expedited()
 
     # --- kernel view -------------------------------------------------------------------------
 
@@ -750,8 +762,15 @@ class KernelBackend:
 
 def create_backend(config: Config) -> KernelBackend:
     """The daemon's backend factory (``schedswitchd --backend``'s default)."""
+    rcu = RcuExpediter(
+        Path("/sys"),
+        Path(config.switch.runtime_dir) / "rcu_expedited.ours",
+        enabled=config.switch.expedite_rcu,
+    )
+    rcu.recover()  # a previous daemon may have died mid-switch with the value set
     return KernelBackend(
         pin_dir=config.daemon.pin_dir,
         btf_max_entries=config.btf_cache.max_entries,
         btf_max_bytes=config.btf_cache.max_bytes,
+        rcu=rcu,
     )

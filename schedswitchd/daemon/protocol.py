@@ -194,7 +194,8 @@ class SwitchInfo(_Wire):
     ``result``: ``ok``, ``failed`` (nothing changed), ``rolled_back`` (new one failed, the
     previous one runs again), ``rollback_failed`` (the kernel's own scheduler runs),
     ``ejected`` (the kernel disabled the scheduler). ``gap_ns``: upper bound of the time
-    with no BPF scheduler (from the start of detach to the confirmed attach).
+    with no BPF scheduler (from the start of detach to the confirmed attach);
+    ``expedited``: RCU grace periods were expedited during it.
     """
 
     seq: int
@@ -205,6 +206,7 @@ class SwitchInfo(_Wire):
     reason: str
     phases_ns: dict[str, int] = Field(default_factory=dict)
     gap_ns: int | None = None
+    expedited: bool = False
     error: ErrorBody | None = None
     exit: ExitInfoModel | None = None
 

@@ -848,6 +848,7 @@ def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
         reason=record.reason,
         phases_ns=dict(record.phases_ns),
         gap_ns=record.gap_ns,
+        expedited=record.expedited,
         error=error,
         exit=exit_model(record.exit),
     )

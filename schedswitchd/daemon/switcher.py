@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -157,6 +158,10 @@ class SchedulerBackend(Protocol):
     ``watch(notify) -> stop``
         Start calling ``notify()`` (from any thread, without arguments) whenever sched_ext's
         state may have changed (``SCXOPS`` uevents); returns a function that stops it.
+    ``switch_window() -> context manager``
+        Held from before the old scheduler's detach to after the new one's attach: kernel
+        conditions that shorten the no-scheduler gap (expedited RCU grace periods); yields
+        whether they took effect (recorded as ``SwitchRecord.expedited``).
     """
 
     def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
@@ -176,6 +181,8 @@ class SchedulerBackend(Protocol):
     def counters(self) -> Mapping[str, int]: ...
 
     def watch(self, notify: Callable[[], None]) -> Callable[[], None]: ...
+
+    def switch_window(self) -> AbstractContextManager[bool]: ...
 
 
 # Results of a SwitchRecord.
@@ -201,7 +208,9 @@ class SwitchRecord:
     ``confirm``, ``rollback``, ``total`` as they happened; ``gap_ns``: upper bound on the
     time no BPF scheduler ran (start of detach to the moment by which the backend's
     confirmation shows the new one was ``enabled``: for the kernel backend, the return of
-    ``BPF_LINK_CREATE``; ``None`` when no gap was opened); ``error``: the failure;
+    ``BPF_LINK_CREATE``; ``None`` when no gap was opened); ``expedited``: the backend's
+    switch window took effect (RCU grace periods expedited) during the gap; ``error``: the
+    failure;
     ``exit``: the kernel's exit record for ejections and failed attaches.
     """
 
@@ -213,6 +222,7 @@ class SwitchRecord:
     reason: str
     phases_ns: dict[str, int] = field(default_factory=dict)
     gap_ns: int | None = None
+    expedited: bool = False
     error: SchedSwitchError | None = None
     exit: ExitInfo | None = None
 
@@ -334,6 +344,11 @@ class Switcher:
                 if not phase.startswith(_BACKEND_PHASES):
                     record.phases_ns[f"prepare.{phase}"] = ns
         old = self.current
+        with self.backend.switch_window() as expedited:
+            record.expedited = expedited
+            self._swap(record, old, new)
+
+    def _swap(self, record: SwitchRecord, old: Prepared | None, new: Prepared | None) -> None:
         gap_start = time.monotonic_ns()
         if old is not None:
             try:

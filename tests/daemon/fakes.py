@@ -7,9 +7,11 @@ tested against the same rules, and counts live handles so tests can find leaks.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -127,6 +129,9 @@ class FakeBackend:
     def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
         self.watchers.append(notify)
         return lambda: self.watchers.remove(notify)
+
+    def switch_window(self) -> AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)
 
     # --- test controls ----------------------------------------------------------------------
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
 import pytest
 
 from schedswitchd.daemon import switcher as sw
@@ -208,3 +212,30 @@ def test_backends_conform_to_the_protocol() -> None:
 
     assert as_protocol(FakeBackend()) is not None
     assert callable(KernelBackend.prepare)
+
+
+def test_the_switch_window_spans_detach_and_attach() -> None:
+    class WindowBackend(FakeBackend):
+        def switch_window(self) -> AbstractContextManager[bool]:
+            @contextlib.contextmanager
+            def window() -> Iterator[bool]:
+                self.calls.append("window open")
+                try:
+                    yield True
+                finally:
+                    self.calls.append("window closed")
+
+            return window()
+
+    s, b = make(WindowBackend())
+    s.switch_to("fifo", SPEC, "lease 1")
+    b.calls.clear()
+    rec = s.switch_to("vtime", SPEC, "lease 2")
+    assert rec is not None and rec.ok and rec.expedited
+    # preparing happens before the window: only the kernel's part runs expedited
+    assert b.calls[:4] == ["prepare vtime", "window open", "detach fifo", "attach vtime"]
+    assert "window closed" in b.calls
+    plain, _ = make()
+    plain.switch_to("fifo", SPEC, "lease 1")
+    rec = plain.switch_to("vtime", SPEC, "lease 2")
+    assert rec is not None and not rec.expedited

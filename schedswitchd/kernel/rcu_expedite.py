@@ -1,0 +1,128 @@
+"""Expedited RCU grace periods for the length of a scheduler switch.
+
+Most of sched_ext's disable/enable time is spent waiting for RCU grace periods
+(``synchronize_rcu()`` and ``percpu_down_write(&scx_fork_rwsem)`` in ``kernel/sched/ext.c``),
+during which no BPF scheduler runs. ``/sys/kernel/rcu_expedited`` (kernel
+``Documentation/RCU/Design/Expedited-Grace-Periods``; the file is ``kernel/ksysfs.c``'s
+``rcu_expedited`` attribute: a decimal int, non-zero makes ``synchronize_rcu()`` behave as
+``synchronize_rcu_expedited()``) shortens those waits at the price of IPIs to every CPU, a
+fair trade for the ~100 ms a switch happens in and bad for a whole system's uptime. So the
+daemon sets it around the detach/attach pair and restores it after.
+
+Ownership: the file holds one value for the whole system. A non-zero value found before a
+switch belongs to an admin (or the boot command line's ``rcupdate.rcu_expedited=1``) and is
+left alone. Before writing ``1`` the daemon creates a marker file; it removes it after
+restoring ``0``. A daemon that dies in between leaves the marker, and the next one's
+:meth:`RcuExpediter.recover` restores ``0`` at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The kernel's switch (``kernel/ksysfs.c``), relative to the sysfs root.
+RCU_EXPEDITED = "kernel/rcu_expedited"
+
+
+class RcuExpediter:
+    """Sets ``<sysfs_root>/kernel/rcu_expedited`` to 1 inside :meth:`expedited`.
+
+    ``sysfs_root``: normally ``/sys``; ``marker``: a file path on a filesystem that survives
+    the daemon (``/run/schedswitchd/...``), created while the value is ours. ``enabled``:
+    False turns every method into a no-op. Never raises: a kernel without the file, a
+    read-only sysfs or an unwritable marker directory make it a no-op, logged once.
+    """
+
+    def __init__(self, sysfs_root: Path, marker: Path, *, enabled: bool = True) -> None:
+        self.path = sysfs_root / RCU_EXPEDITED
+        self.marker = marker
+        self.enabled = enabled
+        #: Switches that ran expedited, and ones left alone because the value was not ours.
+        self.used = 0
+        self.left_alone = 0
+        self._warned = False
+
+    def available(self) -> bool:
+        """Whether the kernel's file exists and this process may write it."""
+        return self.enabled and os.access(self.path, os.W_OK)
+
+    def _read(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip() or "0")
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, value: int) -> bool:
+        try:
+            self.path.write_text(f"{value}\n")
+        except OSError as exc:
+            if not self._warned:
+                log.warning(
+                    "cannot write %s (%s): switches run without expedited RCU",
+                    self.path,
+                    exc.strerror,
+                )
+                self._warned = True
+            return False
+        return True
+
+    def recover(self) -> bool:
+        """At start: if a previous daemon died holding the value (its marker is there),
+        restore 0 and remove the marker. Returns whether it restored anything."""
+        if not self.marker.exists():
+            return False
+        restored = self._read() not in (None, 0) and self._write(0)
+        with contextlib.suppress(OSError):
+            self.marker.unlink()
+        if restored:
+            log.info("restored %s to 0 (a previous daemon stopped mid-switch)", self.path)
+        return restored
+
+    @contextlib.contextmanager
+    def expedited(self) -> Iterator[bool]:
+        """Run the body with expedited grace periods; yields whether they are ours.
+
+        Left alone (yields False) when disabled, when the file is absent or unwritable, or
+        when it already reads non-zero (an admin's value)."""
+        if not self.enabled:
+            yield False
+            return
+        current = self._read()
+        if current is None:
+            yield False
+            return
+        if current != 0:
+            self.left_alone += 1
+            yield False
+            return
+        try:
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            self.marker.touch()
+        except OSError as exc:
+            if not self._warned:
+                log.warning(
+                    "cannot create %s (%s): switches run without expedited RCU",
+                    self.marker,
+                    exc.strerror,
+                )
+                self._warned = True
+            yield False
+            return
+        if not self._write(1):
+            with contextlib.suppress(OSError):
+                self.marker.unlink()
+            yield False
+            return
+        self.used += 1
+        try:
+            yield True
+        finally:
+            if self._write(0):
+                with contextlib.suppress(OSError):
+                    self.marker.unlink()

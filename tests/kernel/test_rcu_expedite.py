@@ -1,0 +1,113 @@
+"""Expedited RCU around a switch: the host kernel's /sys/kernel/rcu_expedited, and fakes of it
+for the cases the real file cannot show (absent, read-only)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.daemon.config import parse_config
+from schedswitchd.daemon.kernel_backend import create_backend
+from schedswitchd.kernel.rcu_expedite import RCU_EXPEDITED, RcuExpediter
+
+REAL = Path("/sys") / RCU_EXPEDITED
+
+
+@pytest.fixture
+def real_rcu() -> Iterator[Path]:
+    if not REAL.exists() or os.geteuid() != 0:
+        pytest.skip("needs root and /sys/kernel/rcu_expedited")
+    before = REAL.read_text()
+    if before.strip() != "0":
+        pytest.skip(f"rcu_expedited is {before.strip()} on this host (an admin's value)")
+    yield REAL
+    REAL.write_text(before)
+
+
+@pytest.mark.root
+def test_real_kernel_value_is_one_inside_and_zero_after(real_rcu: Path, tmp_path: Path) -> None:
+    rcu = RcuExpediter(Path("/sys"), tmp_path / "run" / "marker")
+    with rcu.expedited() as ours:
+        assert ours
+        assert real_rcu.read_text().strip() == "1"
+        assert (tmp_path / "run" / "marker").exists()
+    assert real_rcu.read_text().strip() == "0"
+    assert not (tmp_path / "run" / "marker").exists()
+    assert rcu.used == 1
+
+
+@pytest.mark.root
+def test_real_kernel_restored_after_an_exception(real_rcu: Path, tmp_path: Path) -> None:
+    rcu = RcuExpediter(Path("/sys"), tmp_path / "marker")
+    with pytest.raises(RuntimeError), rcu.expedited():
+        raise RuntimeError("attach failed")
+    assert real_rcu.read_text().strip() == "0"
+
+
+@pytest.mark.root
+def test_an_admins_value_is_left_alone(real_rcu: Path, tmp_path: Path) -> None:
+    real_rcu.write_text("1\n")
+    rcu = RcuExpediter(Path("/sys"), tmp_path / "marker")
+    with rcu.expedited() as ours:
+        assert not ours
+    assert real_rcu.read_text().strip() == "1"
+    assert rcu.left_alone == 1 and rcu.used == 0
+    assert not rcu.recover()  # no marker: not ours to restore
+    assert real_rcu.read_text().strip() == "1"
+
+
+@pytest.mark.root
+def test_recover_after_a_daemon_died_mid_switch(real_rcu: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    real_rcu.write_text("1\n")
+    marker.touch()  # what a daemon killed inside expedited() leaves
+    assert RcuExpediter(Path("/sys"), marker).recover()
+    assert real_rcu.read_text().strip() == "0"
+    assert not marker.exists()
+
+
+@pytest.mark.root
+def test_the_daemons_backend_recovers_at_creation(real_rcu: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rcu_expedited.ours").touch()
+    real_rcu.write_text("1\n")
+    config = parse_config(f'[switch]\nruntime_dir = "{run}"\n[daemon]\npin_dir = "{tmp_path}"\n')
+    backend = create_backend(config)
+    assert real_rcu.read_text().strip() == "0"
+    with backend.switch_window() as ours:
+        assert ours and real_rcu.read_text().strip() == "1"
+    off = create_backend(parse_config(f'[switch]\nexpedite_rcu = false\nruntime_dir = "{run}"\n'))
+    with off.switch_window() as ours:
+        assert not ours and real_rcu.read_text().strip() == "0"
+
+
+def test_absent_file_is_a_no_op(tmp_path: Path) -> None:
+    rcu = RcuExpediter(tmp_path, tmp_path / "marker")
+    assert not rcu.available()
+    with rcu.expedited() as ours:
+        assert not ours
+    assert not (tmp_path / "marker").exists()
+
+
+def test_unwritable_marker_dir_leaves_the_value_alone(tmp_path: Path) -> None:
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / RCU_EXPEDITED).write_text("0\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    rcu = RcuExpediter(tmp_path, blocker / "sub" / "marker")  # a file is in the way
+    with rcu.expedited() as ours:
+        assert not ours
+    assert (tmp_path / RCU_EXPEDITED).read_text() == "0\n"
+
+
+def test_disabled_never_touches_the_file(tmp_path: Path) -> None:
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / RCU_EXPEDITED).write_text("0\n")
+    rcu = RcuExpediter(tmp_path, tmp_path / "marker", enabled=False)
+    with rcu.expedited() as ours:
+        assert not ours
+        assert (tmp_path / RCU_EXPEDITED).read_text() == "0\n"

@@ -20,6 +20,9 @@ process inside the VM, the daemon's own :class:`Switcher` and :class:`KernelBack
    (``attach.confirm``);
 2. the same with the backend's uevent/sysfs watcher running (what the daemon has), to see
    what the uevents sent during the gap cost (interleaved with 1 in pairs of switches);
+2b. the same as 1 with the daemon's run-time RCU expediting (``[switch] expedite_rcu``:
+   ``/sys/kernel/rcu_expedited`` set for the detach/attach pair), interleaved with 1 and 2,
+   so that the two are compared in one boot (1 and 2 run with it off);
 3. (``default`` only, unless ``--trace-all``) traced switches with tracefs
    ``function_graph``: (a) ``set_ftrace_filter`` on a list of suspects (the reg/unreg entry
    points, the enable/disable bodies, RCU grace-period waits, percpu rwsem writes, static
@@ -234,6 +237,10 @@ def vm_main(args: argparse.Namespace) -> int:
     cfg_path.write_text(CONFIG.format(sched=SCHED_DIR))
     config = load_config(cfg_path)
     backend = create_backend(config)
+    rcu = backend.rcu
+    if rcu is None or not rcu.available():
+        raise RuntimeError("/sys/kernel/rcu_expedited is not writable in the VM")
+    rcu.enabled = False  # series 1 and 2; series 2b turns it on
     switcher = Switcher(backend, timeout_s=30.0, history_size=256)
     targets = ["lat", "fifo"]
 
@@ -252,9 +259,17 @@ def vm_main(args: argparse.Namespace) -> int:
         for name in ("fifo", "lat", "fifo"):  # warm-up: specs cached, helper kthreads made
             switcher.switch_to(name, config.schedulers[name], "warm-up")
         # Interleaved in pairs, so that noise on the host (other VMs) hits both alike.
-        result["plain"], result["watch"] = [], []
+        result["plain"], result["watch"], result["rcu"] = [], [], []
         for _ in range((args.switches + 1) // 2):
             result["plain"] += switches(2)
+            rcu.enabled = True
+            try:
+                recs = switches(2)
+            finally:
+                rcu.enabled = False
+            if not all(switcher.history[-i].expedited for i in (1, 2)):
+                raise RuntimeError("a switch of the expedited series did not run expedited")
+            result["rcu"] += recs
             stop = backend.watch(lambda: None)
             try:
                 time.sleep(0.3)
@@ -436,8 +451,15 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
         "| ours ms | confirm ms (after) | full switch ms | gap / switch |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    kinds = (
+        ("plain", "no"),
+        ("watch", "uevents + sysfs poll"),
+        ("rcu", "no; RCU expedited at run time"),
+    )
     for label, run in runs.items():
-        for kind, title in (("plain", "no"), ("watch", "uevents + sysfs poll")):
+        for kind, title in kinds:
+            if not run.get(kind):
+                continue  # a run saved before that series existed
             c = composition(run[kind])
             lines.append(
                 f"| {label} ({CONFIGS[label][2]}) | {title} | {c['gap']:.1f} | {c['disable']:.1f} "
@@ -445,6 +467,14 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
                 f"| {c['gap'] / c['total']:.2f} |"
             )
     lines.append(f"({meta['switches']} switches per row.)")
+    for label, run in runs.items():
+        if run.get("rcu") and run.get("plain"):
+            with_ = composition(run["rcu"])["gap"]
+            without = composition(run["plain"])["gap"]
+            lines.append(
+                f"{label}: gap with run-time expedited RCU / without, same boot: "
+                f"{with_:.1f} / {without:.1f} ms = {with_ / without:.2f} (target <= 0.4)"
+            )
     for label, run in runs.items():
         trace = run.get("trace")
         if trace:

@@ -50,6 +50,13 @@ class CustomizationError(ObjectError):
     code = "customization"
 
 
+class ProfileError(SchedSwitchError):
+    """A scheduler profile that does not validate, does not fit its object, or whose value
+    expressions cannot be evaluated; names the file and the dotted key."""
+
+    code = "profile"
+
+
 # --- kernel/ ---------------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ _FAMILIES: tuple[str, ...] = (
     "schedswitchd.cli.daemon_cmds",
     "schedswitchd.cli.object_cmd",
     "schedswitchd.cli.object_cmds",  # adds load/unload to object_cmd's "object" family
+    "schedswitchd.cli.profile_cmd",
 )
 
 

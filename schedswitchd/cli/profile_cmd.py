@@ -1,0 +1,190 @@
+"""``schedswitchctl profile ...`` (also ``python -m schedswitchd.profile ...``).
+
+- ``profile list``: every profile found (installed, then shipped), with its modes;
+- ``profile show NAME|PATH [--mode M] [--sysfs ROOT] [--vmlinux BTF] [--json]``: the
+  profile's values resolved for this machine (or the sysfs tree at ``ROOT``), each step
+  expanded per iteration -- what would be written, run and attached;
+- ``profile topology [--sysfs ROOT] [--json]``: the topology model itself;
+
+Reads files only; needs no privileges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from schedswitchd.errors import SchedSwitchError
+from schedswitchd.profile.model import find_profile, load_profile, shipped_profiles
+from schedswitchd.profile.resolve import NO_KERNEL, KernelFacts, resolve_profile
+from schedswitchd.profile.topology import read_topology
+
+DEFAULT_VMLINUX = "/sys/kernel/btf/vmlinux"
+
+
+def kernel_facts(vmlinux: str | None) -> KernelFacts:
+    """Enumerators of the BTF file ``vmlinux`` (read lazily, on the first question), or
+    :data:`NO_KERNEL` for ``None``/``""``."""
+    if not vmlinux:
+        return NO_KERNEL
+    table: dict[str, int] | None = None
+
+    def lookup(name: str) -> int | None:
+        nonlocal table
+        if table is None:
+            from schedswitchd.bpf.btf import Btf
+            from schedswitchd.profile.kernel_enums import enum_table
+
+            table = enum_table([Btf.from_file(vmlinux)])
+        return table.get(name)
+
+    return KernelFacts(lookup, vmlinux)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``profile`` command family to a parser."""
+    p = sub.add_parser("profile", help="scheduler profiles: list, show resolved values, check")
+    psub = p.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
+    lst = psub.add_parser("list", help="profiles found (installed, then shipped)")
+    lst.set_defaults(handler=_list)
+    show = psub.add_parser("show", help="a profile's values resolved for this machine")
+    show.add_argument("profile", metavar="PROFILE", help="a profile name or a .toml path")
+    show.add_argument("--mode", default=None, help="merge this mode into the base")
+    show.add_argument("--sysfs", default="/sys", help="sysfs root to read the topology from")
+    show.add_argument(
+        "--vmlinux",
+        default=DEFAULT_VMLINUX,
+        help="BTF to look kernel_enum() names up in ('' for none)",
+    )
+    show.add_argument("--json", action="store_true", help="print one JSON document")
+    show.set_defaults(handler=_show)
+    topo = psub.add_parser("topology", help="the topology model read from sysfs")
+    topo.add_argument("--sysfs", default="/sys", help="sysfs root")
+    topo.add_argument("--json", action="store_true", help="print one JSON document")
+    topo.set_defaults(handler=_topology)
+
+
+def _list(args: argparse.Namespace) -> int:
+    for name, path in shipped_profiles().items():
+        try:
+            prof = load_profile(path)
+            modes = ", ".join(prof.modes) or "-"
+            print(f"{name:14} modes: {modes:32} {path}")
+        except SchedSwitchError as exc:
+            print(f"{name:14} INVALID: {exc}")
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bytes):
+        return "0x" + v.hex() if len(v) <= 32 else f"<{len(v)} bytes> 0x{v[:16].hex()}..."
+    if isinstance(v, list) and len(v) > 16:
+        return f"[{', '.join(_fmt(x) for x in v[:16])}, ... ({len(v)} elements)]"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_fmt(x)}" for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def _show(args: argparse.Namespace) -> int:
+    prof = load_profile(find_profile(args.profile))
+    topo = read_topology(args.sysfs)
+    res = resolve_profile(prof, topo, mode=args.mode, kernel=kernel_facts(args.vmlinux))
+    if args.json:
+        print(json.dumps({"topology": topo.describe(), **res.as_dict()}, indent=2))
+        return 0
+    print(f"profile {res.name}{' mode ' + res.mode if res.mode else ''} ({res.path})")
+    print(f"machine: {topo.describe()}")
+    if not prof.profile.runnable:
+        print(f"REFUSED: user space does periodic work: {prof.profile.userspace}")
+    if prof.modes:
+        print(f"modes: {', '.join(prof.modes)}")
+    for title, table in (
+        ("variables (before load)", res.variables),
+        ("struct_ops", res.struct_ops),
+        ("after_load", res.after_load),
+    ):
+        if table:
+            print(f"{title}:")
+            for k, v in table.items():
+                print(f"  {k} = {_fmt(v)}")
+    if res.resize:
+        print("resize:")
+        for k, n in res.resize.items():
+            print(f"  {k} = {n} elements")
+    flags = res.flags
+    if flags is not None or res.add_flags or res.remove_flags:
+        print(
+            f"flags: {'(object default)' if flags is None else flags}"
+            + (f" +{res.add_flags}" if res.add_flags else "")
+            + (f" -{res.remove_flags}" if res.remove_flags else "")
+            + (f" required {res.required_flags}" if res.required_flags else "")
+        )
+    for u in res.map_updates:
+        print(f"map update [{u.when}] {u.label}: key {_fmt(u.key)} -> {_fmt(u.value)}")
+    for r in res.runs:
+        on = f" on cpu {r.cpu}" if r.cpu is not None else ""
+        print(f"run [{r.when}] {r.label}{on}: {_fmt(r.args)}")
+    if res.attach_cpu is not None:
+        print(f"attach from cpu {res.attach_cpu}")
+    for s in res.stats:
+        src = s.variable or f"{s.map}[{_fmt(res.stat_keys.get(s.name))}]" + (
+            f".{s.field}" if s.field else ""
+        )
+        print(f"stat {s.name}: {src}")
+    return 0
+
+
+def _topology(args: argparse.Namespace) -> int:
+    topo = read_topology(args.sysfs)
+    if args.json:
+
+        def js(v: Any) -> Any:
+            if isinstance(v, bytes):
+                return v.hex()
+            if isinstance(v, dict):
+                return {k: js(x) for k, x in v.items()}
+            if isinstance(v, list | tuple):
+                return [js(x) for x in v]
+            return v
+
+        print(json.dumps(js(asdict(topo)), indent=2))
+        return 0
+    print(topo.describe())
+    for c in topo.cpus:
+        print(
+            f"  cpu {c.id}: {'online' if c.online else 'offline'} core {c.core_id} "
+            f"pkg {c.package_id} llc {c.llc_id} node {c.node_id} siblings {list(c.siblings)} "
+            f"capacity {c.capacity} max {c.max_freq_khz} kHz"
+        )
+    for title, groups in (("core", topo.cores), ("llc", topo.llcs), ("node", topo.nodes)):
+        for g in groups:
+            print(f"  {title} {g.id}: cpus {list(g.cpus)} mask 0x{g.mask.hex()}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m schedswitchd.profile``."""
+    parser = argparse.ArgumentParser(prog="python -m schedswitchd.profile")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register(sub)
+    args = parser.parse_args(["profile", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return int(args.handler(args))
+    except SchedSwitchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["kernel_facts", "main", "register"]

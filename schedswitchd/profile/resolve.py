@@ -1,0 +1,288 @@
+"""Resolving a profile for one machine: every expression evaluated, every ``for_each``
+expanded, into a :class:`ResolvedProfile` of plain values (pure; no kernel).
+
+Names an expression sees: ``topo`` (the :class:`~schedswitchd.profile.topology.Topology`),
+``mode`` (the mode's name, ``""`` for the base), the functions of
+:data:`schedswitchd.profile.expr.FUNCTIONS`, ``kernel_enum(NAME)`` and
+``kernel_has(NAME)`` (an enumerator of the kernel's BTF: its value, or whether it
+exists; given by the caller through :class:`KernelFacts`), and inside a ``for_each``:
+``i`` (the iteration index) and ``cpu`` (a ``Cpu``; ``cpu``/``online_cpu``), ``pair``
+(``SmtPair``; ``smt_pair``), ``core``/``llc``/``node`` (``CpuGroup``) or ``item`` (an
+element of an expression's list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from schedswitchd.errors import ProfileError
+from schedswitchd.profile.expr import ExprError, evaluate
+from schedswitchd.profile.model import Expr, Profile, Stat
+from schedswitchd.profile.topology import Topology
+
+__all__ = [
+    "KernelFacts",
+    "ResolvedMapUpdate",
+    "ResolvedProfile",
+    "ResolvedRun",
+    "resolve_profile",
+    "resolve_value",
+]
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What expressions may ask of the kernel: ``enum(name)`` -> the value of an
+    enumerator of the kernel's BTF or ``None`` when absent. ``source`` says where the facts
+    come from (for messages). ``NO_KERNEL`` answers every question with an error."""
+
+    enum: Callable[[str], int | None]
+    source: str = "kernel BTF"
+
+    def kernel_enum(self, name: object) -> int:
+        """The value of enumerator ``name``. Raises :class:`ExprError` when absent."""
+        if not isinstance(name, str):
+            raise ExprError(f"kernel_enum: expected a name, got {name!r}")
+        v = self.enum(name)
+        if v is None:
+            raise ExprError(f"kernel_enum: {self.source} has no enumerator {name!r}")
+        return v
+
+    def kernel_has(self, name: object) -> bool:
+        """Whether enumerator ``name`` exists."""
+        if not isinstance(name, str):
+            raise ExprError(f"kernel_has: expected a name, got {name!r}")
+        return self.enum(name) is not None
+
+
+def _no_kernel(name: str) -> int | None:
+    raise ExprError(f"{name!r}: no kernel BTF was given to look enumerators up in")
+
+
+NO_KERNEL = KernelFacts(_no_kernel, "no kernel")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedMapUpdate:
+    """One map element to write: ``key``/``value`` as Python values for the map's BTF
+    types; ``label`` names the step and iteration for messages
+    (``map_updates[0] (cpu 3)``)."""
+
+    map: str
+    key: Any
+    value: Any
+    when: str
+    flags: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRun:
+    """One ``BPF_PROG_RUN`` of ``program`` with ``args`` (context members by name), on
+    ``cpu`` when not ``None``; ``expect_retval`` ``None`` accepts any."""
+
+    program: str
+    args: dict[str, Any]
+    cpu: int | None
+    expect_retval: int | None
+    when: str
+    label: str
+
+
+@dataclass
+class ResolvedProfile:
+    """A profile evaluated for one machine and mode (see the module docstring)."""
+
+    name: str
+    mode: str
+    path: str | None
+    ops_name: str | None
+    userspace: str
+    variables: dict[str, Any] = field(default_factory=dict)
+    resize: dict[str, int] = field(default_factory=dict)
+    struct_ops: dict[str, Any] = field(default_factory=dict)
+    flags: list[str] | int | None = None
+    add_flags: list[str] = field(default_factory=list)
+    remove_flags: list[str] = field(default_factory=list)
+    required_flags: list[str] = field(default_factory=list)
+    after_load: dict[str, Any] = field(default_factory=dict)
+    map_updates: list[ResolvedMapUpdate] = field(default_factory=list)
+    runs: list[ResolvedRun] = field(default_factory=list)
+    attach_cpu: int | None = None
+    stats: list[Stat] = field(default_factory=list)
+    stat_keys: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (bytes as lists of ints)."""
+
+        def js(v: Any) -> Any:
+            if isinstance(v, bytes):
+                return list(v)
+            if isinstance(v, dict):
+                return {k: js(x) for k, x in v.items()}
+            if isinstance(v, list | tuple):
+                return [js(x) for x in v]
+            return v
+
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "path": self.path,
+            "ops_name": self.ops_name,
+            "userspace": self.userspace,
+            "variables": js(self.variables),
+            "resize": self.resize,
+            "struct_ops": js(self.struct_ops),
+            "flags": self.flags,
+            "add_flags": self.add_flags,
+            "remove_flags": self.remove_flags,
+            "required_flags": self.required_flags,
+            "after_load": js(self.after_load),
+            "map_updates": [js(asdict(u)) for u in self.map_updates],
+            "run": [js(asdict(r)) for r in self.runs],
+            "attach_cpu": self.attach_cpu,
+            "stats": [s.name for s in self.stats],
+        }
+
+
+def resolve_value(value: Any, names: Mapping[str, object], where: str) -> Any:
+    """``value`` with every :class:`Expr` evaluated under ``names``. Raises
+    :class:`ProfileError` naming ``where`` (the dotted key)."""
+    if isinstance(value, Expr):
+        try:
+            out = evaluate(value.compiled, names)
+        except ExprError as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+        return bytes(out) if isinstance(out, bytearray) else out
+    if isinstance(value, dict):
+        return {k: resolve_value(v, names, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_value(v, names, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _iterations(
+    for_each: Any, topo: Topology, names: Mapping[str, object], where: str
+) -> Iterator[tuple[dict[str, object], str]]:
+    """(bindings, label) per iteration of a ``for_each``; one empty binding without."""
+    if for_each is None:
+        yield {}, ""
+        return
+    if isinstance(for_each, Expr):
+        items = resolve_value(for_each, names, f"{where}.for_each")
+        if not isinstance(items, list):
+            raise ProfileError(f"{where}.for_each: expression gave {items!r}, not a list")
+        for i, item in enumerate(items):
+            yield {"item": item, "i": i}, f"item {item!r}"
+        return
+    if for_each in ("cpu", "online_cpu"):
+        cpus = [c for c in topo.cpus if c.online or for_each == "cpu"]
+        for i, c in enumerate(cpus):
+            yield {"cpu": c, "i": i}, f"cpu {c.id}"
+    elif for_each == "smt_pair":
+        for i, p in enumerate(topo.smt_pairs):
+            yield {"pair": p, "i": i}, f"pair {p.cpu},{p.sibling}"
+    else:
+        groups = {"core": topo.cores, "llc": topo.llcs, "node": topo.nodes}[for_each]
+        for i, g in enumerate(groups):
+            yield {for_each: g, "i": i}, f"{for_each} {g.id}"
+
+
+def _cpu_value(v: Any, topo: Topology, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProfileError(f"{where}: a CPU must be an int, got {v!r}")
+    if v not in topo.online_cpus:
+        raise ProfileError(f"{where}: CPU {v} is not online on this machine")
+    return v
+
+
+def resolve_profile(
+    profile: Profile,
+    topo: Topology,
+    *,
+    mode: str | None = None,
+    kernel: KernelFacts = NO_KERNEL,
+) -> ResolvedProfile:
+    """Evaluate ``profile`` (with ``mode`` merged in) for ``topo``. Raises
+    :class:`ProfileError` for an unknown mode, too few CPUs (``min_cpus``) or an
+    expression that fails, naming the file and dotted key."""
+    p = profile.with_mode(mode)
+    file = profile.path or profile.name
+    if topo.nr_cpus < p.profile.min_cpus:
+        raise ProfileError(
+            f"{file}: profile {p.name!r} needs at least {p.profile.min_cpus} online CPUs, "
+            f"this machine has {topo.nr_cpus}"
+        )
+    base: dict[str, object] = {
+        "topo": topo,
+        "mode": mode or "",
+        "kernel_enum": kernel.kernel_enum,
+        "kernel_has": kernel.kernel_has,
+    }
+
+    def val(v: Any, key: str, names: Mapping[str, object] = base) -> Any:
+        return resolve_value(v, names, f"{file}: {key}")
+
+    out = ResolvedProfile(
+        name=p.name,
+        mode=mode or "",
+        path=profile.path,
+        ops_name=p.profile.ops_name,
+        userspace=p.profile.userspace,
+    )
+    out.variables = {k: val(v, f"variables.{k}") for k, v in p.variables.items()}
+    for sec, v in p.resize.items():
+        n = val(v, f"resize.{sec!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ProfileError(f"{file}: resize.{sec!r}: {n!r} is not a positive element count")
+        out.resize[sec] = n
+    out.struct_ops = {k: val(v, f"struct_ops.{k}") for k, v in p.struct_ops.members.items()}
+    out.flags = p.struct_ops.flags
+    out.add_flags = list(p.struct_ops.add_flags)
+    out.remove_flags = list(p.struct_ops.remove_flags)
+    out.required_flags = list(p.struct_ops.required_flags)
+    out.after_load = {k: val(v, f"after_load.{k}") for k, v in p.after_load.items()}
+    for n, mu in enumerate(p.map_updates):
+        where = f"map_updates[{n}]"
+        for binding, label in _iterations(mu.for_each, topo, base, f"{file}: {where}"):
+            names = {**base, **binding}
+            if mu.only_if is not None and not val(mu.only_if, f"{where}.only_if", names):
+                continue
+            out.map_updates.append(
+                ResolvedMapUpdate(
+                    mu.map,
+                    val(mu.key, f"{where}.key", names),
+                    val(mu.value, f"{where}.value", names),
+                    mu.when,
+                    mu.flags,
+                    f"{where} {mu.map}" + (f" ({label})" if label else ""),
+                )
+            )
+    for n, run in enumerate(p.run):
+        where = f"run[{n}]"
+        for binding, label in _iterations(run.for_each, topo, base, f"{file}: {where}"):
+            names = {**base, **binding}
+            if run.only_if is not None and not val(run.only_if, f"{where}.only_if", names):
+                continue
+            args = {k: val(v, f"{where}.args.{k}", names) for k, v in run.args.items()}
+            cpu = _cpu_value(val(run.cpu, f"{where}.cpu", names), topo, f"{file}: {where}.cpu")
+            out.runs.append(
+                ResolvedRun(
+                    run.program,
+                    args,
+                    cpu,
+                    run.expect_retval,
+                    run.when,
+                    f"{where} {run.program}" + (f" ({label})" if label else ""),
+                )
+            )
+    out.attach_cpu = _cpu_value(val(p.attach.cpu, "attach.cpu"), topo, f"{file}: attach.cpu")
+    out.stats = list(profile.stats)
+    for s in profile.stats:
+        if s.map is not None:
+            out.stat_keys[s.name] = val(s.key, f"stats.{s.name}.key")
+    return out

@@ -1,0 +1,378 @@
+"""The machine's CPU topology, read from a sysfs root it is given (``/sys`` or a fake tree).
+
+What a scheduler's user space reads before loading its BPF object (scx's
+``rust/scx_utils/src/topology.rs`` reads the same files), as plain frozen records that the
+profile expressions (:mod:`schedswitchd.profile.expr`) can look at:
+
+- ``devices/system/cpu/{possible,online}``: cpulists (``0-3,8``; kernel doc
+  ``Documentation/ABI/testing/sysfs-devices-system-cpu``); ``nr_cpu_ids`` is the last
+  possible CPU + 1, as the kernel computes it (``setup_nr_cpu_ids()``);
+- ``cpuN/topology/{core_id,physical_package_id,thread_siblings_list}``
+  (``Documentation/admin-guide/cputopology.rst``); the directory is absent for an offline
+  CPU, whose ids are then ``-1``;
+- ``cpuN/cache/indexM/{level,type,id,shared_cpu_list}``
+  (``Documentation/ABI/testing/sysfs-devices-system-cpu``): the last level cache (LLC) is
+  the highest-level ``Unified``/``Data`` cache; its ``id`` names the LLC (without an
+  ``id`` file the lowest CPU sharing it does);
+- ``cpuN/cpu_capacity`` (arm64/RISC-V and x86 with asymmetric capacities; 1024 when
+  absent, ``SCHED_CAPACITY_SCALE``), ``cpuN/cpufreq/{cpuinfo_max_freq,cpuinfo_min_freq,
+  base_frequency}`` in kHz (0 when absent);
+- ``devices/system/node/nodeK/cpulist``: NUMA nodes (one node 0 holding every CPU when the
+  directory is absent, as on a kernel without ``CONFIG_NUMA``).
+
+Big/little: a machine ``has_big_little`` when its online CPUs differ in capacity; the
+``big_cpus`` are those of the largest capacity. Everything is computed once by
+:func:`read_topology`; a malformed file raises :class:`TopologyError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from schedswitchd.errors import ProfileError
+
+__all__ = [
+    "SCHED_CAPACITY_SCALE",
+    "Cpu",
+    "CpuGroup",
+    "SmtPair",
+    "Topology",
+    "TopologyError",
+    "cpumask",
+    "parse_cpulist",
+    "read_topology",
+]
+
+#: The capacity of the machine's largest CPU (``include/linux/sched.h``).
+SCHED_CAPACITY_SCALE = 1024
+#: Upper bound on CPU numbers accepted from sysfs (the kernel's ``NR_CPUS`` maximum is 8192).
+MAX_CPUS = 8192
+
+
+class TopologyError(ProfileError):
+    """A sysfs topology file that is missing where required or does not parse."""
+
+    code = "topology"
+
+
+def parse_cpulist(text: str, what: str = "cpulist") -> list[int]:
+    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (sorted, unique); ``""`` -> ``[]``.
+    Raises :class:`TopologyError` (naming ``what``) for anything else."""
+    out: set[int] = set()
+    text = text.strip()
+    if not text:
+        return []
+    for part in text.split(","):
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
+        except ValueError:
+            raise TopologyError(f"{what}: {text!r} is not a cpulist") from None
+        if lo < 0 or hi < lo or hi >= MAX_CPUS:
+            raise TopologyError(f"{what}: range {part!r} is out of bounds")
+        out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+def cpumask(cpus: Iterable[int], nbytes: int) -> bytes:
+    """A cpumask of ``nbytes`` bytes, bit ``i`` (little endian, bit 0 of byte 0 = CPU 0)
+    set for each CPU ``i`` -- the layout of an ``unsigned long`` bitmap on a little-endian
+    machine, so it also fills ``u64 mask[N]`` (``nbytes = 8 * N``) or a ``u8 mask[N]``.
+    Raises :class:`ProfileError` when a CPU does not fit."""
+    buf = bytearray(nbytes)
+    for c in cpus:
+        if not 0 <= c < 8 * nbytes:
+            raise ProfileError(f"cpumask: CPU {c} does not fit {nbytes} bytes")
+        buf[c // 8] |= 1 << (c % 8)
+    return bytes(buf)
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """One possible CPU. Ids are ``-1`` when unknown (an offline CPU has no
+    ``topology/`` or ``cache/`` directory); ``siblings`` are the *other* hardware threads
+    of its core; ``capacity`` in ``SCHED_CAPACITY_SCALE`` units; frequencies in kHz
+    (0 when the kernel exposes no cpufreq); ``l2_id``/``l3_id`` the ids of its level-2 and
+    level-3 caches, ``llc_id`` that of its last level cache."""
+
+    id: int
+    online: bool
+    core_id: int = -1
+    package_id: int = -1
+    llc_id: int = -1
+    node_id: int = 0
+    siblings: tuple[int, ...] = ()
+    capacity: int = SCHED_CAPACITY_SCALE
+    max_freq_khz: int = 0
+    min_freq_khz: int = 0
+    base_freq_khz: int = 0
+    l2_id: int = -1
+    l3_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CpuGroup:
+    """A core, LLC or NUMA node: ``id`` (the sysfs id; a core's is its index in
+    ``Topology.cores``), ``index`` (dense, 0..n-1 in id order), ``cpus`` (online CPUs
+    in the group, sorted) and ``mask`` (their cpumask, ``Topology.mask_bytes`` long)."""
+
+    id: int
+    index: int
+    cpus: tuple[int, ...]
+    mask: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SmtPair:
+    """An ordered pair of hardware threads of one core (``cpu`` != ``sibling``)."""
+
+    cpu: int
+    sibling: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The machine as a scheduler's user space sees it at load time. Lists are sorted;
+    ``cpus`` holds every *possible* CPU (offline ones with ``online=False``); groups hold
+    online CPUs only. ``mask_bytes`` is the default cpumask size: ``nr_cpu_ids`` rounded
+    up to whole bytes."""
+
+    nr_cpu_ids: int
+    possible_cpus: tuple[int, ...]
+    online_cpus: tuple[int, ...]
+    cpus: tuple[Cpu, ...]
+    cores: tuple[CpuGroup, ...]
+    llcs: tuple[CpuGroup, ...]
+    nodes: tuple[CpuGroup, ...]
+    smt_active: bool
+    smt_pairs: tuple[SmtPair, ...] = field(default=())
+
+    @property
+    def nr_cpus(self) -> int:
+        """Number of online CPUs."""
+        return len(self.online_cpus)
+
+    @property
+    def nr_llcs(self) -> int:
+        """Number of last level caches with an online CPU."""
+        return len(self.llcs)
+
+    @property
+    def nr_nodes(self) -> int:
+        """Number of NUMA nodes with an online CPU."""
+        return len(self.nodes)
+
+    @property
+    def nr_cores(self) -> int:
+        """Number of physical cores with an online CPU."""
+        return len(self.cores)
+
+    @property
+    def mask_bytes(self) -> int:
+        """Bytes of a cpumask covering ``nr_cpu_ids`` CPUs."""
+        return (self.nr_cpu_ids + 7) // 8
+
+    @property
+    def max_capacity(self) -> int:
+        """The largest ``cpu_capacity`` among online CPUs."""
+        return max((c.capacity for c in self.cpus if c.online), default=SCHED_CAPACITY_SCALE)
+
+    @property
+    def has_big_little(self) -> bool:
+        """True when online CPUs differ in capacity."""
+        return len({c.capacity for c in self.cpus if c.online}) > 1
+
+    @property
+    def big_cpus(self) -> tuple[int, ...]:
+        """Online CPUs of the largest capacity (all of them on a symmetric machine)."""
+        top = self.max_capacity
+        return tuple(c.id for c in self.cpus if c.online and c.capacity == top)
+
+    @property
+    def little_cpus(self) -> tuple[int, ...]:
+        """Online CPUs below the largest capacity (none on a symmetric machine)."""
+        top = self.max_capacity
+        return tuple(c.id for c in self.cpus if c.online and c.capacity < top)
+
+    def cpu(self, cpu_id: int) -> Cpu:
+        """The :class:`Cpu` record of ``cpu_id``. Raises :class:`ProfileError`."""
+        for c in self.cpus:
+            if c.id == cpu_id:
+                return c
+        raise ProfileError(f"CPU {cpu_id} is not a possible CPU of this machine")
+
+    def describe(self) -> str:
+        """One line: ``2 CPUs (0-1 online), 2 cores, 1 LLC, 1 node, SMT off``."""
+        smt = "on" if self.smt_active else "off"
+        bl = ", big.LITTLE" if self.has_big_little else ""
+        return (
+            f"{len(self.possible_cpus)} possible CPUs (nr_cpu_ids {self.nr_cpu_ids}), "
+            f"{self.nr_cpus} online, {self.nr_cores} cores, {self.nr_llcs} LLCs, "
+            f"{self.nr_nodes} nodes, SMT {smt}{bl}"
+        )
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="strict").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"{path}: cannot read: {exc}") from None
+
+
+def _read_int(path: Path, default: int) -> int:
+    text = _read(path)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise TopologyError(f"{path}: {text!r} is not an integer") from None
+
+
+def _cache_ids(cpu_dir: Path, cpu_id: int) -> tuple[int, int, int]:
+    """(llc_id, l2_id, l3_id) of one CPU from ``cache/index*``; -1 where unknown."""
+    cache = cpu_dir / "cache"
+    best: tuple[int, int] | None = None  # (level, id) of the highest data/unified level
+    ids: dict[int, int] = {}
+    try:
+        entries = sorted(p for p in cache.iterdir() if p.name.startswith("index"))
+    except (FileNotFoundError, NotADirectoryError):
+        return -1, -1, -1
+    for idx in entries:
+        ctype = _read(idx / "type")
+        if ctype not in ("Unified", "Data"):
+            continue
+        level = _read_int(idx / "level", -1)
+        cid = _read_int(idx / "id", -1)
+        if cid < 0:  # no id file (older kernels, some arm64): the first CPU sharing it
+            shared = _read(idx / "shared_cpu_list")
+            cpus = parse_cpulist(shared, str(idx / "shared_cpu_list")) if shared else []
+            cid = cpus[0] if cpus else cpu_id
+        ids[level] = cid
+        if best is None or level > best[0]:
+            best = (level, cid)
+    return (best[1] if best else -1), ids.get(2, -1), ids.get(3, -1)
+
+
+def _node_of(cpu_dir: Path, node_map: dict[int, int], cpu_id: int) -> int:
+    if cpu_id in node_map:
+        return node_map[cpu_id]
+    try:
+        for p in cpu_dir.iterdir():  # cpuN/nodeK symlinks
+            if p.name.startswith("node") and p.name[4:].isdigit():
+                return int(p.name[4:])
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def _groups(members: dict[int, list[int]], nbytes: int) -> tuple[CpuGroup, ...]:
+    return tuple(
+        CpuGroup(gid, i, tuple(sorted(cpus)), cpumask(cpus, nbytes))
+        for i, (gid, cpus) in enumerate(sorted(members.items()))
+    )
+
+
+def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:
+    """Read the topology under ``sysfs_root`` (its ``devices/system/cpu`` and
+    ``devices/system/node``). Raises :class:`TopologyError` when ``possible`` or
+    ``online`` is missing or a file does not parse."""
+    root = Path(sysfs_root)
+    cpu_root = root / "devices" / "system" / "cpu"
+    possible_txt = _read(cpu_root / "possible")
+    if possible_txt is None:
+        raise TopologyError(f"{cpu_root / 'possible'} is missing: not a sysfs tree")
+    possible = parse_cpulist(possible_txt, str(cpu_root / "possible"))
+    if not possible:
+        raise TopologyError(f"{cpu_root / 'possible'} lists no CPU")
+    online_txt = _read(cpu_root / "online")
+    online = set(parse_cpulist(online_txt, str(cpu_root / "online")) if online_txt else possible)
+    nr_cpu_ids = possible[-1] + 1
+    nbytes = (nr_cpu_ids + 7) // 8
+
+    node_map: dict[int, int] = {}
+    node_root = root / "devices" / "system" / "node"
+    try:
+        node_dirs = [p for p in node_root.iterdir() if p.name[4:].isdigit()]
+    except FileNotFoundError:
+        node_dirs = []
+    for nd in node_dirs:
+        if not nd.name.startswith("node"):
+            continue
+        text = _read(nd / "cpulist")
+        for n in parse_cpulist(text or "", str(nd / "cpulist")):
+            node_map[n] = int(nd.name[4:])
+
+    cpus: list[Cpu] = []
+    for cid in possible:
+        d = cpu_root / f"cpu{cid}"
+        is_online = cid in online
+        freq = d / "cpufreq"
+        base = Cpu(
+            cid,
+            is_online,
+            capacity=_read_int(d / "cpu_capacity", SCHED_CAPACITY_SCALE),
+            max_freq_khz=_read_int(freq / "cpuinfo_max_freq", 0),
+            min_freq_khz=_read_int(freq / "cpuinfo_min_freq", 0),
+            base_freq_khz=_read_int(freq / "base_frequency", 0),
+            node_id=_node_of(d, node_map, cid),
+        )
+        topo = d / "topology"
+        if not is_online or not (topo / "core_id").exists():
+            cpus.append(base)
+            continue
+        sib_txt = _read(topo / "thread_siblings_list") or str(cid)
+        siblings = tuple(
+            s
+            for s in parse_cpulist(sib_txt, str(topo / "thread_siblings_list"))
+            if s != cid and s in online
+        )
+        llc, l2, l3 = _cache_ids(d, cid)
+        cpus.append(
+            replace(
+                base,
+                core_id=_read_int(topo / "core_id", -1),
+                package_id=_read_int(topo / "physical_package_id", -1),
+                llc_id=llc,
+                siblings=siblings,
+                l2_id=l2,
+                l3_id=l3,
+            )
+        )
+
+    on = [c for c in cpus if c.online]
+    # A core is its thread-sibling set: core ids repeat across packages (and dies).
+    core_key: dict[tuple[int, ...], list[int]] = {}
+    for c in on:
+        core_key.setdefault(tuple(sorted((c.id, *c.siblings))), []).append(c.id)
+    cores = tuple(
+        CpuGroup(i, i, key, cpumask(key, nbytes)) for i, key in enumerate(sorted(core_key))
+    )
+    llc_members: dict[int, list[int]] = {}
+    node_members: dict[int, list[int]] = {}
+    for c in on:
+        llc_members.setdefault(c.llc_id if c.llc_id >= 0 else 0, []).append(c.id)
+        node_members.setdefault(c.node_id, []).append(c.id)
+    pairs = tuple(SmtPair(c.id, s) for c in on for s in c.siblings)
+    smt_file = _read(cpu_root / "smt" / "active")
+    smt_active = smt_file == "1" if smt_file in ("0", "1") else bool(pairs)
+    return Topology(
+        nr_cpu_ids=nr_cpu_ids,
+        possible_cpus=tuple(possible),
+        online_cpus=tuple(sorted(online & set(possible))),
+        cpus=tuple(cpus),
+        cores=cores,
+        llcs=_groups(llc_members, nbytes),
+        nodes=_groups(node_members, nbytes),
+        smt_active=smt_active,
+        smt_pairs=pairs,
+    )

@@ -1,0 +1,122 @@
+"""The topology model against fake sysfs trees and the real host /sys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.profile.topology import (
+    TopologyError,
+    cpumask,
+    parse_cpulist,
+    read_topology,
+)
+from tests.profile.fakesys import fake_sysfs
+
+
+def test_cpulist_parsing() -> None:
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("") == []
+    for bad in ("a", "3-1", "-1", "0-99999", "1,,2"):
+        with pytest.raises(TopologyError):
+            parse_cpulist(bad)
+
+
+def test_cpumask_layout() -> None:
+    assert cpumask([0, 9], 2) == b"\x01\x02"
+    assert cpumask([63, 64], 16)[7:9] == b"\x80\x01"
+    with pytest.raises(Exception, match="does not fit"):
+        cpumask([16], 2)
+
+
+def test_two_cpu_vm(tmp_path: Path) -> None:
+    t = read_topology(fake_sysfs(tmp_path, possible=[0, 1], llcs=[[0, 1]], nodes=[[0, 1]]))
+    assert t.nr_cpu_ids == 2 and t.online_cpus == (0, 1) and t.nr_cpus == 2
+    assert not t.smt_active and t.smt_pairs == ()
+    assert [c.cpus for c in t.cores] == [(0,), (1,)]
+    assert [(g.id, g.cpus, g.mask) for g in t.llcs] == [(0, (0, 1), b"\x03")]
+    assert t.nr_nodes == 1 and t.max_capacity == 1024 and not t.has_big_little
+    assert t.big_cpus == (0, 1) and t.little_cpus == ()
+
+
+def test_smt_two_llcs(tmp_path: Path) -> None:
+    root = fake_sysfs(
+        tmp_path,
+        possible=range(8),
+        siblings=[[0, 4], [1, 5], [2, 6], [3, 7]],
+        llcs=[[0, 1, 4, 5], [2, 3, 6, 7]],
+        nodes=[[0, 1, 4, 5], [2, 3, 6, 7]],
+    )
+    t = read_topology(root)
+    assert t.smt_active and t.nr_cores == 4 and t.nr_llcs == 2 and t.nr_nodes == 2
+    assert t.cpu(4).siblings == (0,) and t.cpu(4).core_id == 0
+    assert [(p.cpu, p.sibling) for p in t.smt_pairs][:2] == [(0, 4), (1, 5)]
+    assert len(t.smt_pairs) == 8
+    assert [g.cpus for g in t.llcs] == [(0, 1, 4, 5), (2, 3, 6, 7)]
+    assert t.llcs[1].mask == bytes([0b11001100])
+    assert t.cpu(6).llc_id == 1 and t.cpu(6).node_id == 1 and t.cpu(6).l3_id == 1
+    assert t.cpu(6).l2_id == 2  # the core's L2, id = core id in the fake tree
+
+
+def test_big_little(tmp_path: Path) -> None:
+    root = fake_sysfs(
+        tmp_path,
+        possible=range(6),
+        llcs=[list(range(6))],
+        capacity={0: 446, 1: 446, 2: 446, 3: 446, 4: 1024, 5: 1024},
+        max_freq_khz={0: 1800000, 1: 1800000, 2: 1800000, 3: 1800000, 4: 2800000, 5: 2800000},
+    )
+    t = read_topology(root)
+    assert t.has_big_little and t.big_cpus == (4, 5) and t.little_cpus == (0, 1, 2, 3)
+    assert t.cpu(0).capacity == 446 and t.cpu(5).max_freq_khz == 2800000
+    assert t.cpu(0).min_freq_khz == 450000
+
+
+def test_offline_cpus(tmp_path: Path) -> None:
+    root = fake_sysfs(
+        tmp_path,
+        possible=range(4),
+        online=[0, 2, 3],
+        siblings=[[0, 1], [2, 3]],
+        llcs=[[0, 1, 2, 3]],
+    )
+    t = read_topology(root)
+    assert t.nr_cpu_ids == 4 and t.online_cpus == (0, 2, 3) and t.nr_cpus == 3
+    off = t.cpu(1)
+    assert not off.online and off.core_id == -1 and off.llc_id == -1
+    assert t.cpu(0).siblings == ()  # its sibling is offline
+    assert [c.cpus for c in t.cores] == [(0,), (2, 3)]
+    assert t.llcs[0].cpus == (0, 2, 3) and t.llcs[0].mask == b"\x0d"
+    assert len(t.cpus) == 4  # every possible CPU is listed
+
+
+def test_sparse_possible_sets_nr_cpu_ids(tmp_path: Path) -> None:
+    t = read_topology(fake_sysfs(tmp_path, possible=[0, 1, 8], online=[0, 1]))
+    assert t.nr_cpu_ids == 9 and t.mask_bytes == 2
+
+
+def test_missing_and_malformed(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="possible"):
+        read_topology(tmp_path)
+    root = fake_sysfs(tmp_path / "x", possible=[0, 1])
+    (root / "devices/system/cpu/cpu1/topology/core_id").write_text("one\n")
+    with pytest.raises(TopologyError, match="core_id"):
+        read_topology(root)
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/devices/system/cpu/possible"), reason="no /sys")
+def test_real_host_sysfs() -> None:
+    t = read_topology("/sys")
+    assert t.nr_cpu_ids == len(os.sched_getaffinity(0)) or t.nr_cpu_ids >= t.nr_cpus
+    assert t.nr_cpus == os.cpu_count()
+    online = set(t.online_cpus)
+    assert online == {c.id for c in t.cpus if c.online}
+    assert sorted(c for g in t.cores for c in g.cpus) == sorted(online)
+    assert sorted(c for g in t.llcs for c in g.cpus) == sorted(online)
+    for c in t.cpus:
+        if c.online:
+            assert c.core_id >= 0 and c.llc_id >= 0
+            raw = Path(f"/sys/devices/system/cpu/cpu{c.id}/topology/core_id").read_text()
+            assert c.core_id == int(raw)

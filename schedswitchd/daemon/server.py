@@ -1,16 +1,14 @@
-"""The asyncio Unix-socket server: identities, limits, leases, and the reconcile task.
+"""The asyncio Unix-socket front end: connections, limits, authorisation, requests, leases.
 
-One event loop serves every client; nothing on it blocks on the kernel: switching runs on a
-single worker thread (so switches are serialised), ``kernel_state`` reads on the default
-executor. Data flow: a request changes the :class:`~schedswitchd.daemon.policy.Policy`
-(lease added or ended, admin override) and kicks the reconcile task, which asks the policy
-what should run and has the :class:`~schedswitchd.daemon.switcher.Switcher` make it so.
-Requests that change what runs wait (bounded) for the reconcile pass that covers them, so a
+One event loop serves every client; nothing on it blocks on the kernel (``kernel_state``
+reads run on the default executor, switching on the
+:class:`~schedswitchd.daemon.reconcile.Reconciler`'s worker thread). Data flow: a request
+changes the :class:`~schedswitchd.daemon.policy.Policy` (lease added or ended, admin
+override) and kicks the reconciler, then waits (bounded) for the pass that covers it, so a
 hint's reply says what runs.
 
-Identity: ``SO_PEERCRED`` (pid, uid, gid) and ``SO_PEERGROUPS`` (supplementary groups) of
-the connection, never anything the client says (``socket(7)``). A hinted pid must be the
-caller or a descendant of it unless the caller is admin; it is pinned with a pidfd
+Identity is the kernel's (:mod:`schedswitchd.daemon.peer`). A hinted pid must be the caller
+or a descendant of it unless the caller is admin; it is pinned with a pidfd
 (``pidfd_open(2)``) before the ancestry check and confirmed alive after it, so pid reuse
 cannot redirect a lease. The pidfd becomes readable when the process exits
 (``loop.add_reader``), which ends the lease with no polling.
@@ -29,84 +27,20 @@ import os
 import secrets
 import signal
 import socket
-import struct
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
-from schedswitchd.daemon.heap import trim_heap
-from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
-from schedswitchd.daemon.switcher import (
-    NO_SCHED_EXT,
-    UNAVAILABLE,
-    ExitInfo,
-    SchedulerBackend,
-    Switcher,
-    SwitchRecord,
-)
+from schedswitchd.daemon.peer import Peer, is_descendant, peer_of
+from schedswitchd.daemon.policy import NS_PER_S, Lease
+from schedswitchd.daemon.reconcile import Clock, Reconciler
+from schedswitchd.daemon.switcher import ExitInfo, SchedulerBackend, SwitchRecord
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
-
-SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # asm-generic/socket.h
-_CRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
-
-
-@dataclass(frozen=True)
-class Peer:
-    """Who is on the other end of a connection, per the kernel."""
-
-    pid: int
-    uid: int
-    gid: int
-    groups: frozenset[int]
-
-
-def peer_of(sock: socket.socket) -> Peer:
-    """``SO_PEERCRED`` + ``SO_PEERGROUPS`` of a connected Unix socket."""
-    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-    groups: tuple[int, ...] = ()
-    for size in (4 * 256, 4 * 65536):  # NGROUPS_MAX is 65536; ERANGE means "bigger buffer"
-        try:
-            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, size)
-        except OSError:
-            continue
-        groups = struct.unpack(f"{len(raw) // 4}I", raw)
-        break
-    return Peer(pid, uid, gid, frozenset((gid, *groups)))
-
-
-def parent_pid(pid: int) -> int | None:
-    """The parent of ``pid`` from ``/proc/<pid>/stat`` (``proc(5)``), ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parentheses: fields after the last ')' are fixed.
-    fields = stat.rpartition(b")")[2].split()
-    try:
-        return int(fields[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def is_descendant(pid: int, ancestor: int) -> bool:
-    """True if ``pid`` is ``ancestor`` or below it in the process tree."""
-    for _ in range(4096):  # deeper than any real tree; guards against a /proc race loop
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-        parent = parent_pid(pid)
-        if parent is None:
-            return False
-        pid = parent
-    return False
 
 
 class _Close(Exception):
@@ -134,12 +68,13 @@ class _LeaseRuntime:
 
 
 class Server:
-    """The daemon's socket front end and reconcile loop.
+    """The daemon's socket front end over a :class:`Reconciler`.
 
     ``config``: validated config (``config.source`` is re-read on reload); ``backend``:
     the kernel side; ``on_change``: called on the loop with a one-line status after every
     reconcile pass (systemd ``STATUS=``); ``poll_s``: interval of the safety-net check of
-    sched_ext state besides the backend's notifications (seconds).
+    sched_ext state besides the backend's notifications (seconds); ``clock``: monotonic ns.
+    ``policy`` and ``switcher`` are the reconciler's.
     """
 
     def __init__(
@@ -149,72 +84,50 @@ class Server:
         *,
         on_change: Callable[[str], None] | None = None,
         poll_s: float = 1.0,
+        clock: Clock = time.monotonic_ns,
     ) -> None:
         self.config = config
         self.backend = backend
-        self.on_change = on_change
-        self.poll_s = poll_s
-        self.policy = Policy(rules=config.hints, default=config.default)
-        self._apply_backoff_config()
-        self.switcher = Switcher(
-            backend, config.limits.switch_timeout_s, config.daemon.history_size
+        self.clock = clock
+        self.reconciler = Reconciler(
+            config, backend, on_change=on_change, poll_s=poll_s, clock=clock
         )
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
+        self.policy = self.reconciler.policy
+        self.switcher = self.reconciler.switcher
         self.connections: dict[int, Connection] = {}
         self.leases: dict[str, _LeaseRuntime] = {}
-        self.started_ns = time.monotonic_ns()
-        self.adopted = False
-        self.last_pass_ns = time.monotonic_ns()
-        self._grace_until_ns = 0
+        self.started_ns = clock()
         self._conn_ids = itertools.count(1)
         self._lease_seq = itertools.count(1)
-        self._gen = 0
-        self._settled = 0
-        self._wake = asyncio.Event()
-        self._settled_cond = asyncio.Condition()
-        self._deadline: asyncio.TimerHandle | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._server: asyncio.AbstractServer | None = None
-        self._stop_watch: Callable[[], None] | None = None
         self._closing = False
+
+    @property
+    def adopted(self) -> bool:
+        """True if the running scheduler was taken over from a previous daemon's pin."""
+        return self.reconciler.adopted
+
+    @property
+    def last_pass_ns(self) -> int:
+        """When the last reconcile pass ended (``clock`` ns): the watchdog's heartbeat."""
+        return self.reconciler.last_pass_ns
+
+    def summary(self) -> str:
+        """One line for systemd's ``STATUS=``."""
+        return self.reconciler.summary()
 
     # --- life cycle ---------------------------------------------------------------------------
 
     async def start(self, sock: socket.socket) -> None:
         """Adopt a pinned scheduler if any, start the reconcile task, serve on ``sock`` (a
         listening ``AF_UNIX`` ``SOCK_STREAM`` socket)."""
-        loop = asyncio.get_running_loop()
-        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
-        if kernel.state == UNAVAILABLE:
-            log.warning("%s", NO_SCHED_EXT)
-        record = await loop.run_in_executor(
-            self.worker, self.switcher.adopt, self.config.schedulers
-        )
-        if record is not None:
-            self.adopted = True
-            log.info(
-                "re-adopted pinned scheduler %s",
-                record.target,
-                extra={"SCHEDULER": record.target},
-            )
-
-        def notify() -> None:
-            loop.call_soon_threadsafe(self._kick)
-
-        self._stop_watch = self.backend.watch(notify)
-        self._tasks.append(asyncio.create_task(self._reconciler(), name="reconcile"))
-        self._tasks.append(asyncio.create_task(self._poller(), name="poll"))
+        await self.reconciler.adopt()
+        self.reconciler.start()
         sock.setblocking(False)
         self._server = await asyncio.start_unix_server(
             self._client, sock=sock, limit=self.config.limits.max_message_bytes
         )
-        if self.adopted:
-            # Counted from here, not from the adoption: the uevent listener's start-up can
-            # take seconds on a slow machine, and launchers can only re-hint once we serve.
-            self._grace_until_ns = time.monotonic_ns() + int(
-                self.config.daemon.adopt_grace_s * NS_PER_S
-            )
-        self._kick()
+        self.reconciler.begin_grace()
 
     async def close(self) -> None:
         """Stop serving, end every lease without switching (a pinned scheduler stays
@@ -222,20 +135,11 @@ class Server:
         self._closing = True
         if self._server is not None:
             self._server.close()
-        if self._stop_watch is not None:
-            self._stop_watch()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.reconciler.close()
         for lease_id in list(self.leases):
             self._end_lease(lease_id, "daemon stopping", kick=False)
         for conn in list(self.connections.values()):
             conn.writer.close()
-        if self._deadline is not None:
-            self._deadline.cancel()
-        await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown, True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -407,7 +311,7 @@ class Server:
         pidfd = None
         if request.pid is not None:
             pidfd = self._pin_pid(request.pid, peer)
-        now = time.monotonic_ns()
+        now = self.clock()
         seq = next(self._lease_seq)
         lease = Lease(
             id=f"{seq}-{secrets.token_hex(4)}",
@@ -436,8 +340,8 @@ class Server:
             request.pid if request.pid is not None else "-",
             extra={"LEASE": lease.id, "SCHEDULER": self.config.hints[lease.workload].scheduler},
         )
-        self._kick()
-        made, settled = await self._settle_records()
+        self.reconciler.kick()
+        made, settled = await self.reconciler.settle_records()
         wanted = self.config.hints[lease.workload].scheduler
         failed = [r for r in made if r.target == wanted and not r.ok]
         record = failed[0] if failed else (made[-1] if made else None)
@@ -445,7 +349,7 @@ class Server:
             id=request.id,
             lease=lease.id,
             scheduler=wanted,
-            desired=self.policy.decide(time.monotonic_ns()).scheduler,
+            desired=self.policy.decide(self.clock()).scheduler,
             active=self.switcher.active,
             switch=switch_info(record) if record is not None else None,
             pending=not settled,
@@ -488,7 +392,7 @@ class Server:
         if lease is not None:
             log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
             if kick:
-                self._kick()
+                self.reconciler.kick()
         return lease
 
     async def _release(self, request: proto.ReleaseRequest, conn: Connection) -> proto.Reply:
@@ -498,7 +402,7 @@ class Server:
         if lease.owner_uid != conn.peer.uid and not self.is_admin(conn.peer):
             raise proto.RequestError(proto.DENIED, "the lease belongs to another user")
         self._end_lease(request.lease, "released")
-        await self._settle()
+        await self.reconciler.settle()
         return proto.ReleaseReply(id=request.id, lease=request.lease, active=self.switcher.active)
 
     async def _switch(self, request: proto.SwitchRequest | proto.StopRequest) -> proto.Reply:
@@ -509,8 +413,8 @@ class Server:
         if target not in (KERNEL, AUTO):
             self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
         log.info("admin override: %s", target, extra={"SCHEDULER": target})
-        self._kick()
-        made, _ = await self._settle_records()
+        self.reconciler.kick()
+        made, _ = await self.reconciler.settle_records()
         # The override's own attempt decides the reply, not a fallback switch made after it.
         failed = [r for r in made if r.target == target and not r.ok and r.error is not None]
         record = failed[0] if failed else (made[-1] if made else None)
@@ -541,7 +445,7 @@ class Server:
             log.error("reload refused, keeping the old configuration: %s", exc)
             raise
         self.apply_config(config)
-        await self._settle()
+        await self.reconciler.settle()
         return proto.ReloadReply(
             id=request.id, schedulers=list(config.schedulers), source=config.source
         )
@@ -550,23 +454,8 @@ class Server:
         """Take a newly loaded config: rules, default, limits, auth. The socket and BTF cache
         bounds apply at the next start. Leases of workloads that vanished stay, ignored."""
         self.config = config
-        self.policy.rules = config.hints
-        self.policy.default = config.default
-        self._apply_backoff_config()
-        if (
-            self.policy.override not in (None, KERNEL)
-            and self.policy.override not in config.schedulers
-        ):
-            self.policy.override = None
-        self.switcher.timeout_s = config.limits.switch_timeout_s
+        self.reconciler.apply_config(config)
         log.info("configuration reloaded from %s", config.source)
-        self._kick()
-
-    def _apply_backoff_config(self) -> None:
-        backoff = self.config.backoff
-        self.policy.base_ns = int(backoff.base_s * NS_PER_S)
-        self.policy.cap_ns = int(backoff.max_s * NS_PER_S)
-        self.policy.stable_ns = int(backoff.stable_s * NS_PER_S)
 
     # --- views ------------------------------------------------------------------------------------
 
@@ -575,7 +464,7 @@ class Server:
         loop = asyncio.get_running_loop()
         kernel = await loop.run_in_executor(None, self.backend.kernel_state)
         counters = await loop.run_in_executor(None, self.backend.counters)
-        now = time.monotonic_ns()
+        now = self.clock()
         decision = self.policy.decide(now)
         history = self.switcher.history
         return proto.StatusBody(
@@ -611,7 +500,7 @@ class Server:
         return ranked + [lease for lease in self.policy.leases.values() if lease.id not in seen]
 
     def _list(self, request: proto.ListRequest) -> proto.ListReply:
-        now = time.monotonic_ns()
+        now = self.clock()
         schedulers = []
         for name, spec in self.config.schedulers.items():
             hold = self.policy.backoff.get(name)
@@ -636,182 +525,6 @@ class Server:
             ],
             leases=[lease_info(lease, self.config, now) for lease, _ in self.policy.ranked()],
         )
-
-    # --- reconcile ----------------------------------------------------------------------------
-
-    def _kick(self) -> None:
-        """Something changed: have the reconcile task look again."""
-        self._gen += 1
-        self._wake.set()
-
-    async def _settle(self) -> tuple[SwitchRecord | None, bool]:
-        """Wait for the reconcile pass covering changes so far. Returns the newest switch
-        record made meanwhile (or ``None``) and whether the pass finished in time."""
-        made, settled = await self._settle_records()
-        return (made[-1] if made else None), settled
-
-    async def _settle_records(self) -> tuple[list[SwitchRecord], bool]:
-        """Like :meth:`_settle`, but every switch record made meanwhile, oldest first."""
-        gen = self._gen
-        seq_before = self.switcher.history[-1].seq if self.switcher.history else 0
-        timeout = 2 * self.config.limits.switch_timeout_s + 5
-        try:
-            async with self._settled_cond:
-                await asyncio.wait_for(
-                    self._settled_cond.wait_for(lambda: self._settled >= gen), timeout
-                )
-            settled = True
-        except TimeoutError:
-            settled = False
-        made = [
-            r for r in list(self.switcher.history) if r.seq > seq_before and r.result != "ejected"
-        ]
-        return made, settled
-
-    async def _poller(self) -> None:
-        # Safety net behind the backend's uevent notifications: also catches ejections whose
-        # event was lost, and keeps the watchdog honest (a stuck worker stops the passes).
-        while True:
-            await asyncio.sleep(self.poll_s)
-            self._kick()
-
-    async def _reconciler(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            gen = self._gen
-            seq = self.switcher.history[-1].seq if self.switcher.history else 0
-            try:
-                await self._reconcile_once()
-            except Exception:
-                log.exception("reconcile pass failed")
-            self._settled = gen
-            self.last_pass_ns = time.monotonic_ns()
-            async with self._settled_cond:
-                self._settled_cond.notify_all()
-            if self.switcher.history and self.switcher.history[-1].seq != seq:
-                # After the replies: give back what the switch's temporaries left free in
-                # the C heap (see schedswitchd.daemon.heap); queued behind the worker.
-                with contextlib.suppress(RuntimeError):  # the worker was shut down
-                    asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
-
-    async def _reconcile_once(self) -> None:
-        loop = asyncio.get_running_loop()
-        ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
-        now = time.monotonic_ns()
-        if ejected is not None:
-            gone, ran_for = ejected
-            hold = self.policy.record_failure(gone.previous, now, ran_for)
-            if self.policy.override == gone.previous:
-                self._drop_override(gone.previous, "it was ejected by the kernel")
-            exit_ = gone.exit
-            log.warning(
-                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
-                gone.previous,
-                exit_.kind_name if exit_ else "no exit info",
-                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
-                (hold.until_ns - now) / NS_PER_S,
-                extra={
-                    "SCHEDULER": gone.previous,
-                    "EXIT_KIND": exit_.kind_name if exit_ else "",
-                },
-            )
-        self.policy.expire(now)
-        in_grace = (
-            self.adopted
-            and now < self._grace_until_ns
-            and not self.policy.leases
-            and self.policy.override is None
-        )
-        # A failed switch backs its target off, so the next decision differs; each round
-        # removes one candidate, so this ends within len(schedulers) + 1 rounds.
-        for _ in range(len(self.config.schedulers) + 2):
-            if in_grace:
-                break
-            decision = self.policy.decide(time.monotonic_ns())
-            target = decision.scheduler
-            spec = self.config.schedulers.get(target)
-            reason = decision.why
-            if decision.lease is not None:
-                reason += f" {decision.lease.id} {decision.lease.workload}"
-            switch_to = self.switcher.switch_to
-            record: SwitchRecord | None = await loop.run_in_executor(
-                self.worker, switch_to, target, spec, reason
-            )
-            if record is None:
-                break
-            self._log_switch(record)
-            if record.ok or target == KERNEL:
-                break
-            self.policy.record_failure(target, time.monotonic_ns())
-            if decision.why == "override":
-                # Obeying a failed override again would retry it on every pass (the admin
-                # override ignores backoff): drop it, like an ejection, and follow the hints.
-                self._drop_override(target, "the switch failed")
-        self._arm_deadline(now)
-        if self.on_change is not None:
-            self.on_change(self.summary())
-
-    def _drop_override(self, target: str, why: str) -> None:
-        """End a failed admin override: the daemon follows hints and the default again."""
-        self.policy.override = None
-        log.warning(
-            "admin override %s dropped: %s; following hints again",
-            target,
-            why,
-            extra={"SCHEDULER": target},
-        )
-
-    def _arm_deadline(self, now: int) -> None:
-        deadline = self.policy.next_deadline(now)
-        if self._adopted_grace_pending(now):
-            deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-        if deadline is not None:
-            delay = max(0.0, (deadline - now) / NS_PER_S)
-            self._deadline = asyncio.get_running_loop().call_later(delay, self._kick)
-
-    def _adopted_grace_pending(self, now: int) -> bool:
-        return self.adopted and now < self._grace_until_ns
-
-    def _log_switch(self, record: SwitchRecord) -> None:
-        total = record.phases_ns.get("total", 0)
-        fields = {"SCHEDULER": record.target, "SWITCH_NS": total}
-        if record.ok:
-            log.info(
-                "switched %s -> %s in %.1f ms (gap %s) [%s]",
-                record.previous,
-                record.target,
-                total / 1e6,
-                f"{record.gap_ns / 1e6:.1f} ms" if record.gap_ns is not None else "none",
-                record.reason,
-                extra=fields,
-            )
-        else:
-            if record.exit is not None:
-                fields["EXIT_KIND"] = record.exit.kind_name
-            log.error(
-                "switch %s -> %s %s: %s",
-                record.previous,
-                record.target,
-                record.result,
-                record.error,
-                extra=fields,
-            )
-            verifier_log = getattr(record.error, "verifier_log", None)
-            if verifier_log:
-                log.error("verifier log for %s:\n%s", record.target, verifier_log, extra=fields)
-
-    def summary(self) -> str:
-        """One line for systemd's ``STATUS=``."""
-        active = self.switcher.active
-        leases = len(self.policy.leases)
-        text = f"running {active}; {leases} lease{'s' if leases != 1 else ''}"
-        if self.policy.override is not None:
-            text += f"; admin override {self.policy.override}"
-        return text
 
 
 # --- wire conversions -----------------------------------------------------------------------------

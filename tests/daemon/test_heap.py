@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.daemon import heap, server
+from schedswitchd.daemon import heap, reconcile
 
 from .harness import Running
 
@@ -52,7 +52,7 @@ def test_server_trims_after_a_switch_not_after_an_idle_pass(
         calls.append(time.monotonic())
         return True
 
-    monkeypatch.setattr(server, "trim_heap", counting_trim)
+    monkeypatch.setattr(reconcile, "trim_heap", counting_trim)
     running = Running()  # polls every 0.2 s: idle reconcile passes
     try:
         running.client().request(op="status")

@@ -1,0 +1,328 @@
+"""The reconcile loop: from what the policy wants to what the kernel runs.
+
+A request, a lease's end, a backend notification (``SCXOPS`` uevent or sysfs change), a
+timer (a TTL or a backoff hold ending) or the safety-net poll *kicks* the loop; the loop
+then runs one pass: notice an ejection (record it, back the scheduler off), expire leases,
+ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
+:class:`~schedswitchd.daemon.switcher.Switcher` make it so. Switching runs on one worker
+thread (so switches are serialised and the event loop never blocks on the kernel).
+
+Requests that change what runs wait, bounded, for the pass that covers them
+(:meth:`Reconciler.settle_records`), so their replies say what runs.
+
+Time: ``clock`` (monotonic ns, default :func:`time.monotonic_ns`) is what every decision
+and status figure reads; timers are the event loop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from schedswitchd.daemon.config import KERNEL, Config
+from schedswitchd.daemon.heap import trim_heap
+from schedswitchd.daemon.policy import NS_PER_S, Policy
+from schedswitchd.daemon.switcher import (
+    NO_SCHED_EXT,
+    UNAVAILABLE,
+    SchedulerBackend,
+    Switcher,
+    SwitchRecord,
+)
+
+log = logging.getLogger("schedswitchd")
+
+Clock = Callable[[], int]
+
+
+class Reconciler:
+    """Owns the policy, the switcher and the worker thread; runs the reconcile passes.
+
+    ``config``: validated config (replaced by :meth:`apply_config`); ``backend``: the kernel
+    side; ``on_change``: called on the loop with a one-line status after every pass
+    (systemd ``STATUS=``); ``poll_s``: interval of the safety-net pass besides the
+    backend's notifications (s); ``clock``: monotonic ns.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        backend: SchedulerBackend,
+        *,
+        on_change: Callable[[str], None] | None = None,
+        poll_s: float = 1.0,
+        clock: Clock = time.monotonic_ns,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.on_change = on_change
+        self.poll_s = poll_s
+        self.clock = clock
+        self.policy = Policy(rules=config.hints, default=config.default)
+        self.switcher = Switcher(
+            backend, config.limits.switch_timeout_s, config.daemon.history_size
+        )
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
+        self.adopted = False
+        self.last_pass_ns = clock()
+        self._grace_until_ns = 0
+        self._gen = 0
+        self._settled = 0
+        self._wake = asyncio.Event()
+        self._settled_cond = asyncio.Condition()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop_watch: Callable[[], None] | None = None
+        self._apply_backoff_config()
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    async def adopt(self) -> None:
+        """Take over a scheduler a previous daemon left pinned, if any (before serving)."""
+        loop = asyncio.get_running_loop()
+        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        if kernel.state == UNAVAILABLE:
+            log.warning("%s", NO_SCHED_EXT)
+        record = await loop.run_in_executor(
+            self.worker, self.switcher.adopt, self.config.schedulers
+        )
+        if record is not None:
+            self.adopted = True
+            log.info(
+                "re-adopted pinned scheduler %s",
+                record.target,
+                extra={"SCHEDULER": record.target},
+            )
+
+    def start(self) -> None:
+        """Start the backend's notifications, the reconcile task and the safety-net poll."""
+        loop = asyncio.get_running_loop()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(self.kick)
+
+        self._stop_watch = self.backend.watch(notify)
+        self._tasks.append(asyncio.create_task(self._reconciler(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self._poller(), name="poll"))
+
+    def begin_grace(self) -> None:
+        """The socket serves: an adopted scheduler is kept ``adopt_grace_s`` from now
+        without leases, so launchers can re-hint. Counted from here, not from the
+        adoption: the uevent listener's start-up can take seconds on a slow machine."""
+        if self.adopted:
+            self._grace_until_ns = self.clock() + int(self.config.daemon.adopt_grace_s * NS_PER_S)
+        self.kick()
+
+    async def close(self) -> None:
+        """Stop the notifications and the tasks, finish any switch in progress."""
+        if self._stop_watch is not None:
+            self._stop_watch()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._deadline is not None:
+            self._deadline.cancel()
+        await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown, True)
+
+    def apply_config(self, config: Config) -> None:
+        """Take a newly loaded config's rules, default, backoff and switch timeout."""
+        self.config = config
+        self.policy.rules = config.hints
+        self.policy.default = config.default
+        self._apply_backoff_config()
+        if (
+            self.policy.override not in (None, KERNEL)
+            and self.policy.override not in config.schedulers
+        ):
+            self.policy.override = None
+        self.switcher.timeout_s = config.limits.switch_timeout_s
+        self.kick()
+
+    def _apply_backoff_config(self) -> None:
+        backoff = self.config.backoff
+        self.policy.base_ns = int(backoff.base_s * NS_PER_S)
+        self.policy.cap_ns = int(backoff.max_s * NS_PER_S)
+        self.policy.stable_ns = int(backoff.stable_s * NS_PER_S)
+
+    # --- kicking and waiting ------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Something changed: have the reconcile task look again."""
+        self._gen += 1
+        self._wake.set()
+
+    async def settle(self) -> tuple[SwitchRecord | None, bool]:
+        """Wait for the reconcile pass covering changes so far. Returns the newest switch
+        record made meanwhile (or ``None``) and whether the pass finished in time."""
+        made, settled = await self.settle_records()
+        return (made[-1] if made else None), settled
+
+    async def settle_records(self) -> tuple[list[SwitchRecord], bool]:
+        """Like :meth:`settle`, but every switch record made meanwhile, oldest first.
+        Waits at most ``2 * switch_timeout_s + 5`` s."""
+        gen = self._gen
+        seq_before = self.switcher.history[-1].seq if self.switcher.history else 0
+        timeout = 2 * self.config.limits.switch_timeout_s + 5
+        try:
+            async with self._settled_cond:
+                await asyncio.wait_for(
+                    self._settled_cond.wait_for(lambda: self._settled >= gen), timeout
+                )
+            settled = True
+        except TimeoutError:
+            settled = False
+        made = [
+            r for r in list(self.switcher.history) if r.seq > seq_before and r.result != "ejected"
+        ]
+        return made, settled
+
+    # --- the passes ---------------------------------------------------------------------------
+
+    async def _poller(self) -> None:
+        # Safety net behind the backend's notifications: also catches ejections whose event
+        # was lost, and keeps the watchdog honest (a stuck worker stops the passes).
+        while True:
+            await asyncio.sleep(self.poll_s)
+            self.kick()
+
+    async def _reconciler(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            gen = self._gen
+            seq = self.switcher.history[-1].seq if self.switcher.history else 0
+            try:
+                await self.reconcile_once()
+            except Exception:
+                log.exception("reconcile pass failed")
+            self._settled = gen
+            self.last_pass_ns = self.clock()
+            async with self._settled_cond:
+                self._settled_cond.notify_all()
+            if self.switcher.history and self.switcher.history[-1].seq != seq:
+                # After the replies: give back what the switch's temporaries left free in
+                # the C heap (see schedswitchd.daemon.heap); queued behind the worker.
+                with contextlib.suppress(RuntimeError):  # the worker was shut down
+                    asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
+
+    async def reconcile_once(self) -> None:
+        """One pass (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
+        now = self.clock()
+        if ejected is not None:
+            gone, ran_for = ejected
+            hold = self.policy.record_failure(gone.previous, now, ran_for)
+            if self.policy.override == gone.previous:
+                self._drop_override(gone.previous, "it was ejected by the kernel")
+            exit_ = gone.exit
+            log.warning(
+                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
+                gone.previous,
+                exit_.kind_name if exit_ else "no exit info",
+                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
+                (hold.until_ns - now) / NS_PER_S,
+                extra={
+                    "SCHEDULER": gone.previous,
+                    "EXIT_KIND": exit_.kind_name if exit_ else "",
+                },
+            )
+        self.policy.expire(now)
+        in_grace = (
+            self.adopted
+            and now < self._grace_until_ns
+            and not self.policy.leases
+            and self.policy.override is None
+        )
+        # A failed switch backs its target off, so the next decision differs; each round
+        # removes one candidate, so this ends within len(schedulers) + 1 rounds.
+        for _ in range(len(self.config.schedulers) + 2):
+            if in_grace:
+                break
+            decision = self.policy.decide(self.clock())
+            target = decision.scheduler
+            spec = self.config.schedulers.get(target)
+            reason = decision.why
+            if decision.lease is not None:
+                reason += f" {decision.lease.id} {decision.lease.workload}"
+            switch_to = self.switcher.switch_to
+            record: SwitchRecord | None = await loop.run_in_executor(
+                self.worker, switch_to, target, spec, reason
+            )
+            if record is None:
+                break
+            self._log_switch(record)
+            if record.ok or target == KERNEL:
+                break
+            self.policy.record_failure(target, self.clock())
+            if decision.why == "override":
+                # Obeying a failed override again would retry it on every pass (the admin
+                # override ignores backoff): drop it, like an ejection, and follow the hints.
+                self._drop_override(target, "the switch failed")
+        self._arm_deadline(now)
+        if self.on_change is not None:
+            self.on_change(self.summary())
+
+    def _drop_override(self, target: str, why: str) -> None:
+        """End a failed admin override: the daemon follows hints and the default again."""
+        self.policy.override = None
+        log.warning(
+            "admin override %s dropped: %s; following hints again",
+            target,
+            why,
+            extra={"SCHEDULER": target},
+        )
+
+    def _arm_deadline(self, now: int) -> None:
+        deadline = self.policy.next_deadline(now)
+        if self.adopted and now < self._grace_until_ns:
+            deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if deadline is not None:
+            delay = max(0.0, (deadline - now) / NS_PER_S)
+            self._deadline = asyncio.get_running_loop().call_later(delay, self.kick)
+
+    def _log_switch(self, record: SwitchRecord) -> None:
+        total = record.phases_ns.get("total", 0)
+        fields = {"SCHEDULER": record.target, "SWITCH_NS": total}
+        if record.ok:
+            log.info(
+                "switched %s -> %s in %.1f ms (gap %s) [%s]",
+                record.previous,
+                record.target,
+                total / 1e6,
+                f"{record.gap_ns / 1e6:.1f} ms" if record.gap_ns is not None else "none",
+                record.reason,
+                extra=fields,
+            )
+        else:
+            if record.exit is not None:
+                fields["EXIT_KIND"] = record.exit.kind_name
+            log.error(
+                "switch %s -> %s %s: %s",
+                record.previous,
+                record.target,
+                record.result,
+                record.error,
+                extra=fields,
+            )
+            verifier_log = getattr(record.error, "verifier_log", None)
+            if verifier_log:
+                log.error("verifier log for %s:\n%s", record.target, verifier_log, extra=fields)
+
+    def summary(self) -> str:
+        """One line for systemd's ``STATUS=``."""
+        active = self.switcher.active
+        leases = len(self.policy.leases)
+        text = f"running {active}; {leases} lease{'s' if leases != 1 else ''}"
+        if self.policy.override is not None:
+            text += f"; admin override {self.policy.override}"
+        return text

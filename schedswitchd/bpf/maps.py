@@ -2,7 +2,10 @@
 
 BTF-defined maps (libbpf's ``parse_btf_map_def``): each ``.maps`` variable is a struct
 whose members encode attributes by their *types*: ``__uint(name, N)`` is ``int (*name)[N]``
-(a pointer to an array of N elements), ``__type(name, T)`` is ``T *name``, and
+(a pointer to an array of N elements), ``__ulong(name, N)`` (libbpf 1.4+, for 64-bit
+attributes; only ``map_extra`` takes it, as in libbpf) is an anonymous enum-typed member
+whose single enumerator is N (ENUM64 when N needs 64 bits), ``__type(name, T)`` is
+``T *name``, and
 ``__array(values, struct inner)`` is ``struct inner *values[]`` (the inner map's definition,
 with the ``.values`` initialiser given by ``R_BPF_64_ABS64`` relocations in ``.maps``).
 
@@ -22,6 +25,7 @@ from schedswitchd.bpf.btf_types import (
     Array,
     Composite,
     Datasec,
+    Enum,
     FuncProto,
     Kind,
     Ref,
@@ -103,6 +107,26 @@ def _uint_attr(btf: Btf, map_name: str, attr: str, type_id: int) -> int:
     return arr.nelems
 
 
+def _ulong_attr(btf: Btf, map_name: str, attr: str, type_id: int) -> int:
+    """A 64-bit attribute: ``__uint()``'s pointer-to-array, or ``__ulong()``'s enum of one
+    enumerator (``enum { __unique_valueN = N } name`` in libbpf's ``bpf_helpers.h``)."""
+    t = btf.type(btf.skip_mods_and_typedefs(type_id))
+    if isinstance(t, Ref) and t.kind == Kind.PTR:
+        return _uint_attr(btf, map_name, attr, type_id)
+    if not isinstance(t, Enum):
+        raise ObjectError(
+            f"map {map_name!r}: attribute {attr!r} is neither a __uint() pointer nor a "
+            f"__ulong() enum (BTF kind {t.kind.name})"
+        )
+    if len(t.values) != 1:
+        raise ObjectError(
+            f"map {map_name!r}: __ulong() attribute {attr!r} is an enum of "
+            f"{len(t.values)} enumerators, not 1"
+        )
+    # a negative (signed) enumerator stands for its 64-bit two's complement, as in libbpf
+    return t.values[0].value & ((1 << 64) - 1)
+
+
 def _parse_def(btf: Btf, map_name: str, struct_id: int, *, inner: bool) -> _MapDef:
     t = btf.type(btf.skip_mods_and_typedefs(struct_id))
     if not isinstance(t, Composite) or t.kind != Kind.STRUCT:
@@ -112,7 +136,10 @@ def _parse_def(btf: Btf, map_name: str, struct_id: int, *, inner: bool) -> _MapD
         if m.name not in _BTF_MAP_ATTRS:
             raise ObjectError(f"map {map_name!r}: unknown attribute {m.name!r}")
         if m.name in ("type", "max_entries", "map_flags", "numa_node", "map_extra", "pinning"):
-            val = _uint_attr(btf, map_name, m.name, m.type)
+            if m.name == "map_extra":
+                val = _ulong_attr(btf, map_name, m.name, m.type)
+            else:
+                val = _uint_attr(btf, map_name, m.name, m.type)
             if m.name == "type":
                 d.type = val
             elif m.name == "max_entries":

@@ -62,7 +62,23 @@ $(BUILD)/tests/bpf/%.bpf.o: tests/bpf/%.bpf.c $(wildcard tests/bpf/*.h) $(BUILD)
 	@mkdir -p $(@D)
 	$(BPF_CLANG) $(BPF_CFLAGS) -I$(BUILD)/host -Itests/bpf -c $< -o $@
 
-test-objects: $(TEST_BPF_OBJS)
+# Multi-file test objects: tests/bpf/NAME/*.bpf.c, each compiled as above into
+# build/tests/bpf/parts/NAME/, then linked into build/tests/bpf/NAME.bpf.o by bpftool's
+# static linker (`bpftool gen object`, as scx links its multi-file schedulers).
+TEST_LINKED := $(sort $(patsubst tests/bpf/%/,%,$(dir $(wildcard tests/bpf/*/*.bpf.c))))
+TEST_LINKED_OBJS := $(patsubst %,$(BUILD)/tests/bpf/%.bpf.o,$(TEST_LINKED))
+
+$(BUILD)/tests/bpf/parts/%.bpf.o: tests/bpf/%.bpf.c $(wildcard tests/bpf/*.h) $(BUILD)/host/vmlinux.h
+	@mkdir -p $(@D)
+	$(BPF_CLANG) $(BPF_CFLAGS) -I$(BUILD)/host -Itests/bpf -c $< -o $@
+
+define LINKED_TEST_OBJ
+$(BUILD)/tests/bpf/$(1).bpf.o: $(patsubst tests/bpf/%.bpf.c,$(BUILD)/tests/bpf/parts/%.bpf.o,$(wildcard tests/bpf/$(1)/*.bpf.c))
+	bpftool gen object $$@ $$^
+endef
+$(foreach n,$(TEST_LINKED),$(eval $(call LINKED_TEST_OBJ,$(n))))
+
+test-objects: $(TEST_BPF_OBJS) $(TEST_LINKED_OBJS)
 
 # Sample sched_ext schedulers, against the sched_ext VM kernel's vmlinux.h: bpf/NAME.bpf.c ->
 #   build/bpf/NAME.bpf.o                .struct_ops.link (our loader)

@@ -3,8 +3,11 @@ and the extern handling of ``bpf_object__collect_externs``).
 
 clang leaves some of the object's BTF for the loader to finish:
 
-* DATASEC ``size`` is 0 and VAR offsets may be 0: sizes come from the ELF section, offsets
-  from the symbol table; the kernel also wants entries sorted by offset.
+* DATASEC ``size`` is 0 and global VAR offsets may be 0: sizes come from the ELF section,
+  those offsets from the symbol table; the kernel also wants entries sorted by offset.
+  Static and extern VARs keep the offsets clang or the linker gave them, and a DATASEC
+  whose size the linker (``bpftool gen object``) already set keeps all its offsets, as in
+  libbpf's ``btf_fixup_datasec``.
 * variables with ``STV_HIDDEN``/``STV_INTERNAL`` visibility become ``BTF_VAR_STATIC``.
 * extern VARs (linkage ``BTF_VAR_GLOBAL_EXTERN``) are refused by the kernel: ``.kconfig``
   ones become allocated variables at their offset in the ``.kconfig`` map; ``.ksyms`` ones
@@ -31,15 +34,18 @@ from schedswitchd.bpf.btf_types import (
     FUNC_GLOBAL,
     FUNC_STATIC,
     VAR_GLOBAL_ALLOCATED,
+    VAR_GLOBAL_EXTERN,
     VAR_STATIC,
     Datasec,
     Func,
     FuncProto,
     Int,
     Kind,
+    Var,
 )
 from schedswitchd.bpf.elf import (
     STB_GLOBAL,
+    STB_WEAK,
     STT_FUNC,
     STT_SECTION,
     STV_HIDDEN,
@@ -83,7 +89,9 @@ def fixup_object_btf(
     sections = {s.name: s for s in elf.sections if s.name}
     symbols: dict[tuple[int, str], tuple[int, int]] = {}
     for sym in elf.symbols:
-        if sym.name and sym.type != STT_SECTION:
+        # only GLOBAL/WEAK symbols name a global VAR (libbpf's find_elf_var_sym); local ones
+        # are statics, whose names may repeat
+        if sym.name and sym.type != STT_SECTION and sym.bind in (STB_GLOBAL, STB_WEAK):
             symbols[(sym.shndx, sym.name)] = (sym.value, sym.visibility)
 
     int_id: int | None = None
@@ -159,12 +167,21 @@ def fixup_object_btf(
             sec = sections.get(ds.name)
             if sec is None:
                 continue  # libbpf leaves DATASECs of absent sections alone too
+            # clang leaves the DATASEC size 0 and global VARs at offset 0; `bpftool gen
+            # object` (libbpf's linker) fills both in, so a non-zero size means the offsets
+            # are final. Static and extern VARs keep their offsets either way: their names
+            # need not be unique (a static `hits` in two linked files, bpf_printk's `____fmt`
+            # in shared headers), so a symbol lookup by name would put them all at one offset.
+            fixup_offsets = ds.size == 0
             for vsi in ds.vars:
                 off = vsi.offset
-                if btf.kind(vsi.type) == Kind.VAR:
-                    hit = symbols.get((sec.index, btf.type_name(vsi.type)))
+                var = btf.type(vsi.type)
+                if isinstance(var, Var) and var.linkage not in (VAR_STATIC, VAR_GLOBAL_EXTERN):
+                    hit = symbols.get((sec.index, var.name))
                     if hit is not None:
-                        off, vis = hit
+                        sym_off, vis = hit
+                        if fixup_offsets:
+                            off = sym_off
                         if vis in (STV_HIDDEN, STV_INTERNAL):
                             put(vsi.type, 12, VAR_STATIC)
                 if off + vsi.size > sec.size:

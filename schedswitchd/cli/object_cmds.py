@@ -3,7 +3,9 @@
 ``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--no-fill-enums] [--json] [--verbose]``
 opens the object, applies ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a
 struct_ops variable), loads it (setting its ``__SCX_*`` enum variables from the kernel's
-BTF unless ``--no-fill-enums``; ``--set`` values win) and attaches its struct_ops maps.
+BTF unless ``--no-fill-enums``; ``--set`` values win) and attaches its programs
+(those a libbpf skeleton attaches: tracing, iterators, raw and perf tracepoints), then its
+struct_ops maps; skipped optional (``?``) programs are printed as notes.
 Without ``--pin`` everything is detached and unloaded before exiting (a dry run against the
 real kernel); with ``--pin`` links, programs and maps are pinned under DIR (bpffs) and stay
 live. ``object unload DIR`` removes them. Output: programs and maps with kernel ids, the
@@ -114,7 +116,8 @@ def apply_sets(spec: ObjectSpec, sets: list[str]) -> ObjectSpec:
 
 
 def describe(obj: LoadedObject) -> dict[str, Any]:
-    """The JSON shape of a loaded object: programs, maps, links, timings (ns)."""
+    """The JSON shape of a loaded object: programs, maps, struct_ops links, program links,
+    skipped optional programs (name -> reason) and notes, timings (ns)."""
     return {
         "object": obj.spec.name,
         "programs": [
@@ -126,6 +129,9 @@ def describe(obj: LoadedObject) -> dict[str, Any]:
             for m in obj.maps.values()
         ],
         "links": sorted(obj.links),
+        "program_links": sorted(obj.program_links),
+        "skipped": dict(obj.skipped),
+        "notes": list(obj.notes),
         "timings_ns": dict(obj.timings_ns),
         "enum_fill": obj.enum_fill.as_dict(),
     }
@@ -157,7 +163,9 @@ def _load_and_print(args: argparse.Namespace) -> int:
         spec, targets, open_btf_object=registry.open_btf_object, fill_enums=args.fill_enums
     ) as obj:
         if obj.struct_ops_values:
-            obj.attach_struct_ops()
+            obj.attach_struct_ops()  # the other programs first, as a skeleton's attach
+        else:
+            obj.attach_programs()
         info = describe(obj)
         if args.pin:
             pins = pin_object(obj, args.pin)
@@ -175,6 +183,10 @@ def _load_and_print(args: argparse.Namespace) -> int:
         print(f"enums: {obj.enum_fill.summary()}")
     elif not args.fill_enums:
         print("enums: not filled (--no-fill-enums)")
+    for link in info["program_links"]:
+        print(f"link {link} (program)")
+    for note in info["notes"]:
+        print(f"note: {note}")
     timings = " ".join(f"{k} {v / 1e6:.2f}" for k, v in info["timings_ns"].items())
     print(f"timings (ms): {timings}")
     print(f"pinned under {args.pin}" if args.pin else "unloaded (no --pin)")

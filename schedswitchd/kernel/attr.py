@@ -441,6 +441,23 @@ class LinkCreateAttr(ctypes.Structure):
     )
 
 
+class RawTracepointOpenAttr(ctypes.Structure):
+    """``union bpf_attr`` member ``raw_tracepoint`` for ``BPF_RAW_TRACEPOINT_OPEN``."""
+
+    _fields_ = (
+        ("name", c_uint64),  # user pointer to the NUL-terminated tracepoint name
+        ("prog_fd", c_uint32),
+        ("_pad", c_uint32),
+        ("cookie", c_uint64),
+    )
+
+
+class IterCreateAttr(ctypes.Structure):
+    """``union bpf_attr`` member ``iter_create`` for ``BPF_ITER_CREATE``."""
+
+    _fields_ = (("link_fd", c_uint32), ("flags", c_uint32))
+
+
 class LinkDetachAttr(ctypes.Structure):
     """``union bpf_attr`` member ``link_detach`` for ``BPF_LINK_DETACH``."""
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from schedswitchd.bpf import insn as I
 from schedswitchd.bpf.btf import Btf
@@ -37,6 +37,7 @@ from schedswitchd.bpf.core import CandidateCache, relocate
 from schedswitchd.bpf.core_compat import types_are_compat
 from schedswitchd.bpf.core_types import CoreReloKind
 from schedswitchd.bpf.enum_vars import DEFAULT_ENUM_PREFIXES, EnumFillReport, fill_enum_variables
+from schedswitchd.bpf.prog_ctx import context_type, encode_context
 from schedswitchd.bpf.spec import (
     PIN_BY_NAME,
     ExternKind,
@@ -56,6 +57,7 @@ from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
 from schedswitchd.kernel.module_lookup import ModuleLookup
 from schedswitchd.kernel.object_lookups import TRACING_TARGETS, object_module_lookups
+from schedswitchd.kernel.prog_attach import AttachError, attach_program
 from schedswitchd.kernel.structops import (
     StructOpsKernelType,
     StructOpsPlan,
@@ -65,6 +67,10 @@ from schedswitchd.kernel.structops import (
 )
 
 T = TypeVar("T")
+
+#: What :func:`load_object` does with the programs of ``?`` sections: ``"try"`` each and
+#: keep what the kernel accepts, or leave them ``"off"`` (libbpf's default).
+OptionalPrograms = Literal["try", "off"]
 
 #: Where libbpf pins ``LIBBPF_PIN_BY_NAME`` maps by default.
 DEFAULT_PIN_ROOT = "/sys/fs/bpf"
@@ -176,6 +182,17 @@ class LoadedProgram:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgramRun:
+    """One ``BPF_PROG_RUN``: the program's return value (``retval``, signed 32-bit), the
+    context as the program left it (``ctx``, bytes; empty without one) and the kernel's
+    mean run time in ns (``duration_ns``; 0 for syscall programs, which it does not time)."""
+
+    retval: int
+    ctx: bytes
+    duration_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvedExtern:
     """Where an extern landed: ``btf_name`` ("vmlinux" or a module) and ``btf_id`` for
     kfuncs and typed ksyms, ``address`` for untyped ksyms, ``resolved`` false for a weak
@@ -196,8 +213,13 @@ class LoadedObject:
     """Everything one :func:`load_object` created. Close it (or use ``with``) to release
     the maps, programs, links and BTF; pinned objects survive.
 
+    ``links`` are the struct_ops links by map name; ``program_links`` the links of the
+    auto-attached programs by program name (:meth:`attach_programs`). ``skipped`` maps each
+    optional (``?``-section) program the kernel refused, or that could not be attached, to
+    the reason; ``notes`` is the load report's human-readable lines about such choices.
     ``timings_ns`` holds phase durations in ns: ``enums``, ``btf``, ``externs``, ``maps``,
-    ``core`` (all programs), ``prog:<name>`` per program, and ``attach`` once attached.
+    ``core`` (all programs), ``prog:<name>`` per program, ``attach_programs`` and
+    ``attach`` once attached.
     ``enum_fill`` says which enum variables (``__SCX_*``) the load set from kernel BTF, which
     the kernel lacked and which were kept as assigned (:mod:`schedswitchd.bpf.enum_vars`);
     ``spec`` is the spec as loaded, with those values in its ``.rodata``."""
@@ -210,20 +232,32 @@ class LoadedObject:
     struct_ops_values: dict[str, bytes] = field(default_factory=dict)
     struct_ops_kernel: dict[str, StructOpsKernelType] = field(default_factory=dict)
     links: dict[str, LinkFd] = field(default_factory=dict)
+    program_links: dict[str, LinkFd] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     timings_ns: dict[str, int] = field(default_factory=dict)
     enum_fill: EnumFillReport = field(default_factory=EnumFillReport)
     _extra_fds: list[OwnedFd] = field(default_factory=list)
+    _programs_attached: bool = False
     _registered: set[str] = field(default_factory=set)
     _updated: set[str] = field(default_factory=set)
 
     # --- attach ----------------------------------------------------------------------------
 
-    def attach_struct_ops(self, name: str | None = None) -> dict[str, LinkFd]:
+    def attach_struct_ops(
+        self, name: str | None = None, *, programs: bool = True
+    ) -> dict[str, LinkFd]:
         """Register struct_ops map ``name`` (default: every one not yet attached): write its
         value (``BPF_MAP_UPDATE_ELEM``, key 0), then for ``BPF_F_LINK`` maps create the
         link (``BPF_LINK_CREATE``, attach type ``BPF_STRUCT_OPS``). Returns the new links by
         map name. A link map can be attached again after :meth:`detach_struct_ops`; a
-        legacy map cannot (the kernel accepts its value once). Adds the ``attach`` timing."""
+        legacy map cannot (the kernel accepts its value once). Adds the ``attach`` timing.
+
+        With ``programs`` (the default) the object's other programs are attached first
+        (:meth:`attach_programs`, once), as scx's ``SCX_OPS_ATTACH`` runs the skeleton's
+        attach before it creates the struct_ops link."""
+        if programs and not self._programs_attached:
+            self.attach_programs()
         start = time.perf_counter_ns()
         names = [name] if name is not None else list(self.struct_ops_values)
         made: dict[str, LinkFd] = {}
@@ -284,6 +318,167 @@ class LoadedObject:
                 self._registered.discard(n)
                 S.map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
 
+    def attach_programs(self, names: Iterable[str] | None = None) -> dict[str, LinkFd]:
+        """Attach the loaded programs that a libbpf skeleton's attach would attach
+        (fentry/fexit/fmod_ret, tp_btf, lsm, iter, raw_tp, tracepoint; see
+        :mod:`schedswitchd.kernel.prog_attach`), in object order, skipping those already
+        attached. ``names`` limits it to those programs (each must be loaded). Returns the
+        new links by program name (also kept in :attr:`program_links`). Adds the
+        ``attach_programs`` timing (ns).
+
+        An optional (``?``-section) program whose attach fails is detached from nothing,
+        recorded in :attr:`skipped` and :attr:`notes`, and the rest go on. Any other failure
+        raises :class:`~schedswitchd.kernel.prog_attach.AttachError` after closing the links
+        this call made."""
+        start = time.perf_counter_ns()
+        if names is None:
+            wanted = list(self.programs)
+            self._programs_attached = True
+        else:
+            wanted = list(names)
+            for n in wanted:
+                if n not in self.programs:
+                    raise LoadError(f"{self.spec.name} has no loaded program {n!r}")
+        made: dict[str, LinkFd] = {}
+        try:
+            for n in wanted:
+                if n in self.program_links:
+                    continue
+                prog = self.programs[n]
+                try:
+                    link = attach_program(prog.spec, prog.fd)
+                except AttachError as exc:
+                    if prog.spec.autoload:
+                        raise
+                    self._skip(n, f"not attached: {exc}")
+                    continue
+                if link is not None:
+                    made[n] = self.program_links[n] = link
+        except BaseException:
+            for n, link in reversed(made.items()):
+                self.program_links.pop(n, None)
+                link.close()
+            if names is None:
+                self._programs_attached = False
+            raise
+        finally:
+            _timed(self, "attach_programs", start)
+        return made
+
+    def detach_programs(self) -> None:
+        """Close the program links made by :meth:`attach_programs`, newest first."""
+        for n in reversed(list(self.program_links)):
+            self.program_links.pop(n).close()
+        self._programs_attached = False
+
+    def _skip(self, name: str, reason: str) -> None:
+        self.skipped[name] = reason
+        self.notes.append(f"optional program {name} skipped: {reason}")
+
+    def read_iter(self, name: str, *, limit: int = 16 << 20) -> bytes:
+        """Run iterator program ``name`` (attached: ``iter/...``) once through a new
+        ``BPF_ITER_CREATE`` fd and return everything it printed, at most ``limit`` bytes.
+        Raises :class:`LoadError` when it is not an attached iterator,
+        :class:`~schedswitchd.errors.BpfSyscallError` when the kernel refuses."""
+        link = self.program_links.get(name)
+        if link is None or self.programs[name].spec.expected_attach_type != A.AttachType.TRACE_ITER:
+            raise LoadError(f"{self.spec.name}: {name!r} is not an attached iterator program")
+        out = bytearray()
+        with S.iter_create(link) as it:
+            while len(out) < limit:
+                try:
+                    chunk = os.read(it.fd, min(1 << 16, limit - len(out)))
+                except OSError as exc:
+                    raise LoadError(f"reading iterator {name}: {exc.strerror}") from exc
+                if not chunk:
+                    break
+                out += chunk
+        return bytes(out)
+
+    # --- running programs (BPF_PROG_RUN) ---------------------------------------------------
+
+    def context(self, name: str, values: Mapping[str, object] | None = None) -> bytes:
+        """The context bytes for :meth:`run_program` of program ``name``: its first
+        argument's pointee struct in the object's BTF, zero-filled, with ``values`` (BTF
+        member name -> value, as :func:`schedswitchd.bpf.customize.encode_value` accepts)
+        encoded over it; ``b""`` for a program without a struct argument. Raises
+        :class:`~schedswitchd.errors.CustomizationError` naming the member."""
+        return encode_context(self.spec, self._loaded_program(name).spec, values)
+
+    def _loaded_program(self, name: str) -> LoadedProgram:
+        prog = self.programs.get(name)
+        if prog is not None:
+            return prog
+        if name in self.skipped:
+            raise LoadError(f"program {name} was not loaded: {self.skipped[name]}")
+        if any(p.name == name for p in self.spec.programs):
+            raise LoadError(f"program {name} of {self.spec.name} is not loaded (autoload off)")
+        raise LoadError(f"{self.spec.name} has no program {name!r}")
+
+    def run_program(
+        self, name: str, ctx: bytes | Mapping[str, object] = b"", *, cpu: int | None = None
+    ) -> int:
+        """Run program ``name`` once with ``BPF_PROG_RUN`` and return its return value
+        (the C ``int`` a ``SEC("syscall")`` program returns, sign-extended from the
+        kernel's u32). ``ctx``: the context bytes, or a dict of member values laid out by
+        :meth:`context`. See :meth:`run_program_result` for ``cpu`` and the errors."""
+        return self.run_program_result(name, ctx, cpu=cpu).retval
+
+    def run_program_result(
+        self, name: str, ctx: bytes | Mapping[str, object] = b"", *, cpu: int | None = None
+    ) -> ProgramRun:
+        """Run program ``name`` once (``BPF_PROG_RUN``, UAPI ``include/uapi/linux/bpf.h``),
+        before or after attach. ``ctx`` as for :meth:`run_program`. ``cpu``: for a
+        ``SEC("syscall")`` program (which runs in the caller's context and whose run the
+        kernel cannot place) the calling thread is bound to that CPU for the run
+        (``sched_setaffinity``) and its affinity restored afterwards; for other program
+        types it becomes ``BPF_F_TEST_RUN_ON_CPU`` (the kernel accepts it for raw
+        tracepoints only).
+
+        Returns a :class:`ProgramRun`: ``retval`` (signed 32-bit), ``ctx`` (the context as
+        the program left it: syscall programs write it back; other types give their
+        ``ctx_out``), ``duration_ns``. Raises :class:`LoadError` for an unknown or unloaded
+        program, :class:`~schedswitchd.errors.CustomizationError` for a bad ``ctx`` dict,
+        :class:`ProgramRunError` (with ``errno``) when the kernel refuses the run (e.g.
+        ``EINVAL`` for a context shorter than what the program reads, ``ENOTSUPP`` for a
+        type without test runs) or the CPU cannot be used."""
+        prog = self._loaded_program(name)
+        raw = self.context(name, ctx) if isinstance(ctx, Mapping) else bytes(ctx)
+        is_syscall = prog.spec.prog_type == A.ProgType.SYSCALL
+        old_affinity: set[int] | None = None
+        flags, run_cpu = 0, 0
+        if cpu is not None:
+            if is_syscall:
+                old_affinity = os.sched_getaffinity(0)
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                except (OSError, ValueError) as exc:
+                    raise ProgramRunError(
+                        name, f"cannot run on CPU {cpu}: {exc}", getattr(exc, "errno", 0) or 0
+                    ) from exc
+            else:
+                flags, run_cpu = A.F_TEST_RUN_ON_CPU, cpu
+        try:
+            res = S.prog_test_run(
+                prog.fd,
+                ctx_in=raw,
+                ctx_out_size=0 if is_syscall or not raw else len(raw),
+                flags=flags,
+                cpu=run_cpu,
+            )
+        except BpfSyscallError as exc:
+            hint = ""
+            if exc.errno == errno.EINVAL and is_syscall:
+                ct = context_type(self.spec, prog.spec) if prog.spec.btf_func_id else None
+                if ct is not None and len(raw) < ct.size:
+                    hint = f" (context is {len(raw)} bytes; struct {ct.name} is {ct.size})"
+            raise ProgramRunError(name, f"BPF_PROG_RUN refused: {exc}{hint}", exc.errno) from exc
+        finally:
+            if old_affinity is not None:
+                os.sched_setaffinity(0, old_affinity)
+        retval = res.retval - (1 << 32) if res.retval & 0x80000000 else res.retval
+        return ProgramRun(retval, res.ctx_in_after if is_syscall else res.ctx_out, res.duration_ns)
+
     # --- variables -------------------------------------------------------------------------
 
     def _variable(self, name: str) -> tuple[LoadedMap, int, int]:
@@ -337,6 +532,9 @@ class LoadedObject:
         out += self._extra_fds
         out += [m.fd for m in self.maps.values()]
         out += [p.fd for p in self.programs.values()]
+        # Closed in reverse: the struct_ops links first (the scheduler goes while its
+        # tracing hooks still run), then the program links, newest first.
+        out += list(self.program_links.values())
         out += list(self.links.values())
         return out
 
@@ -355,6 +553,7 @@ class LoadedObject:
         for fd in reversed(self.fds()):
             fd.close()
         self.links.clear()
+        self.program_links.clear()
         self._registered.clear()
 
     def __enter__(self) -> LoadedObject:
@@ -380,8 +579,12 @@ class _Loader:
         kernel_config: Mapping[str, KconfigValue] | None,
         pin_root: str | os.PathLike[str],
         features: BtfFeatures | None = None,
+        autoload: Mapping[str, bool] | None = None,
+        optional_programs: OptionalPrograms = "try",
     ) -> None:
         self.spec = spec
+        self.autoload: Mapping[str, bool] = autoload or {}
+        self.optional_programs = optional_programs
         self.btf_features = features
         self.kernel = kernel
         self.open_btf_object = open_btf_object
@@ -746,35 +949,54 @@ class _Loader:
     def load_programs(self) -> None:
         for prog in self.spec.programs:
             binding = None
+            optional = False
             if prog.prog_type == A.ProgType.STRUCT_OPS:
                 # libbpf (bpf_object_adjust_struct_ops_autoload): a struct_ops program loads
                 # exactly when a created struct_ops map uses it, whatever its '?' prefix.
                 binding = self.struct_ops_binding(prog)
                 if binding is None:
                     continue
+            elif prog.name in self.autoload:
+                if not self.autoload[prog.name]:
+                    continue
             elif not prog.autoload:
-                continue
-            start = time.perf_counter_ns()
-            insns, poisoned = self.relocate(prog)
-            self.obj.timings_ns["core"] = self.obj.timings_ns.get("core", 0) + (
-                time.perf_counter_ns() - start
-            )
-            start = time.perf_counter_ns()
-            insns = self.apply_fixups(prog, insns)
+                if self.optional_programs == "off":
+                    continue
+                # A '?' section: libbpf loads it only when user space turns autoload on,
+                # which scx schedulers do for the kernels that support the program. We try
+                # it and keep it when the kernel takes it; a refusal is a note, not a failure.
+                optional = True
             try:
-                fd = self._load_one(prog, insns, binding)
-            except ProgramLoadError as e:
-                hint = self._unresolved(prog, poisoned)
-                if not hint:
+                self._load_program(prog, binding)
+            except (LoadError, CoreError) as exc:
+                if not optional:
                     raise
-                raise e.with_hint(hint, self._missing_modules()) from e.__cause__
-            loaded = LoadedProgram(prog, fd, 0, insns)
-            self.obj.programs[prog.name] = loaded
-            loaded.id = S.prog_info(fd, xlated=False).id
-            rodata = self.obj.maps.get(".rodata")
-            if rodata is not None:
-                S.prog_bind_map(fd, rodata.fd)
-            _timed(self.obj, f"prog:{prog.name}", start)
+                self.obj._skip(prog.name, _first_line(str(exc)))
+
+    def _load_program(
+        self, prog: ProgramSpec, binding: tuple[StructOpsKernelType, int] | None
+    ) -> None:
+        start = time.perf_counter_ns()
+        insns, poisoned = self.relocate(prog)
+        self.obj.timings_ns["core"] = self.obj.timings_ns.get("core", 0) + (
+            time.perf_counter_ns() - start
+        )
+        start = time.perf_counter_ns()
+        insns = self.apply_fixups(prog, insns)
+        try:
+            fd = self._load_one(prog, insns, binding)
+        except ProgramLoadError as e:
+            hint = self._unresolved(prog, poisoned)
+            if not hint:
+                raise
+            raise e.with_hint(hint, self._missing_modules()) from e.__cause__
+        loaded = LoadedProgram(prog, fd, 0, insns)
+        self.obj.programs[prog.name] = loaded
+        loaded.id = S.prog_info(fd, xlated=False).id
+        rodata = self.obj.maps.get(".rodata")
+        if rodata is not None:
+            S.prog_bind_map(fd, rodata.fd)
+        _timed(self.obj, f"prog:{prog.name}", start)
 
     def relocate(self, prog: ProgramSpec) -> tuple[bytes, tuple[str, ...]]:
         """CO-RE-relocated instructions, and a description of each poisoned relocation
@@ -993,6 +1215,11 @@ class _Loader:
             self.obj.struct_ops_values[map_name] = build_value(plan, so.data, fds)
 
 
+def _first_line(text: str) -> str:
+    """The first line of an error message (a verifier log follows it in some)."""
+    return text.split("\n", 1)[0]
+
+
 def _local_type_name(btf: Btf, type_id: int) -> str:
     """``struct foo`` / ``enum bar`` / ``[id]`` for a local type, for error messages."""
     try:
@@ -1046,6 +1273,17 @@ class ProgramLoadError(LoadError):
         )
 
 
+class ProgramRunError(LoadError):
+    """``BPF_PROG_RUN`` of a loaded program failed: ``program`` names it, ``errno`` is the
+    kernel's (or the affinity call's) errno, ``errno_name`` its name."""
+
+    def __init__(self, program: str, message: str, errno_value: int) -> None:
+        self.program = program
+        self.errno = errno_value
+        self.errno_name = errno.errorcode.get(errno_value, str(errno_value))
+        super().__init__(f"program {program}: {message}")
+
+
 def _prog_error(name: str, e: BpfSyscallError) -> ProgramLoadError:
     return ProgramLoadError(name, e)
 
@@ -1077,6 +1315,8 @@ def load_object(
     btf_features: BtfFeatures | None = None,
     fill_enums: bool = True,
     enum_prefixes: Sequence[str] = DEFAULT_ENUM_PREFIXES,
+    autoload: Mapping[str, bool] | None = None,
+    optional_programs: OptionalPrograms = "try",
 ) -> LoadedObject:
     """Load ``spec`` into the kernel (everything but attaching).
 
@@ -1091,6 +1331,18 @@ def load_object(
     named ``<prefix>...`` (``enum_prefixes``, default ``__SCX_``) to the value of the vmlinux
     enumerator named like it without the leading ``__`` (scx's ``SCX_ENUM_INIT``), except
     variables in ``spec.assigned``; the result is ``LoadedObject.enum_fill``.
+    ``autoload``: program name -> load it or not (libbpf's ``bpf_program__set_autoload``;
+    struct_ops programs keep following their maps).
+
+    Programs of ``?``-prefixed sections (autoload off in libbpf) that ``autoload`` does not
+    name are optional. With ``optional_programs="try"`` (the default) each is tried, and
+    one that fails (verifier rejection, attach target missing from the kernel, ...) is left
+    out with its reason in ``LoadedObject.skipped`` and a line in ``LoadedObject.notes``;
+    the load goes on. This stands in for scx user space, which turns such programs on when
+    the kernel supports them; an object whose ``?`` programs are *alternatives* (scx_lavd's
+    futex fexit hooks or, failing those, tracepoints) needs ``autoload`` choices, or both
+    sets run. ``"off"`` is libbpf's default: they are not loaded. A program ``autoload``
+    turns on must load like any other.
 
     Raises :class:`LoadError` (e.g. a missing strong kfunc, a struct_ops member the kernel
     lacks with a non-zero value; :class:`ProgramLoadError` with the verifier log for a
@@ -1098,7 +1350,21 @@ def load_object(
     :class:`~schedswitchd.errors.CoreError`. On any failure everything created so far is
     closed before the error propagates.
     """
-    loader = _Loader(spec, kernel, open_btf_object, kernel_config, pin_root, btf_features)
+    unknown = sorted(set(autoload or {}) - {p.name for p in spec.programs})
+    if unknown:
+        raise LoadError(f"autoload names unknown program(s) of {spec.name}: {', '.join(unknown)}")
+    if optional_programs not in ("try", "off"):
+        raise LoadError(f"optional_programs must be 'try' or 'off', not {optional_programs!r}")
+    loader = _Loader(
+        spec,
+        kernel,
+        open_btf_object,
+        kernel_config,
+        pin_root,
+        btf_features,
+        autoload,
+        optional_programs,
+    )
     try:
         if fill_enums:
             loader.fill_enums(enum_prefixes)
@@ -1126,6 +1392,8 @@ __all__ = [
     "LoadedObject",
     "LoadedProgram",
     "ProgramLoadError",
+    "ProgramRun",
+    "ProgramRunError",
     "ResolvedExtern",
     "StaticKernelBtfs",
     "load_object",

@@ -6,7 +6,8 @@ loading process exits; unlinking the last pin (with no fd open) releases it, whi
 detaches. Legacy (non-link) struct_ops maps stay registered until key 0 is deleted, so
 :func:`unpin_directory` deletes it before unlinking their pin.
 
-Layout of a pin directory: ``link_<map>`` (struct_ops links), ``prog_<name>``,
+Layout of a pin directory: ``link_<map>`` (struct_ops links), ``link_<program>`` (links
+of the auto-attached programs), ``prog_<name>``,
 ``map_<name>`` (every map). bpffs refuses ``.`` in names (it reserves them for its own
 files), so dots become ``_``: ``.rodata`` is pinned as ``map__rodata``.
 """
@@ -90,6 +91,12 @@ def pin_object(obj: LoadedObject, directory: str | os.PathLike[str]) -> dict[str
         raise LoadError(f"cannot create pin directory {d}: {exc.strerror}") from exc
     made: dict[str, str] = {}
     entries: list[tuple[str, OwnedFd]] = [(f"link_{n}", fd) for n, fd in obj.links.items()]
+    clash = sorted(set(obj.links) & set(obj.program_links))
+    if clash:
+        raise LoadError(
+            f"cannot pin {obj.spec.name}: struct_ops map and program both named {clash[0]}"
+        )
+    entries += [(f"link_{n}", fd) for n, fd in obj.program_links.items()]
     entries += [(f"prog_{n}", p.fd) for n, p in obj.programs.items()]
     entries += [(f"map_{n}", m.fd) for n, m in obj.maps.items()]
     try:
@@ -199,7 +206,16 @@ def unpin_directory(directory: str | os.PathLike[str]) -> list[str]:
             if info.type == A.MapType.STRUCT_OPS and not info.map_flags & A.F_LINK:
                 with contextlib.suppress(BpfSyscallError):
                     S.map_delete_elem(map_fd, b"\0\0\0\0")
-        for link_fd in pinned.links.values():
+
+        # struct_ops links first: the scheduler or congestion control goes before the
+        # tracing hooks of its object are detached (the order LoadedObject.close keeps)
+        def struct_ops_last(fd: LinkFd) -> bool:
+            try:
+                return S.link_info(fd).type != A.LinkType.STRUCT_OPS
+            except BpfSyscallError:
+                return True
+
+        for link_fd in sorted(pinned.links.values(), key=struct_ops_last):
             with contextlib.suppress(BpfSyscallError):
                 S.link_detach(link_fd)
     for entry, _, _ in _pin_entries(d):

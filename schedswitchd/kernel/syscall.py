@@ -456,6 +456,9 @@ class TestRunResult:
     duration_ns: int
     data_out: bytes
     ctx_out: bytes
+    #: The ``ctx_in`` buffer after the run: ``BPF_PROG_TYPE_SYSCALL`` programs write their
+    #: context back there (``bpf_prog_test_run_syscall``), not into ``ctx_out``.
+    ctx_in_after: bytes = b""
 
 
 def prog_test_run(
@@ -492,6 +495,7 @@ def prog_test_run(
         duration_ns=int(attr.duration),
         data_out=cdout.raw[: min(int(attr.data_size_out), data_out_size)] if cdout else b"",
         ctx_out=ccout.raw[: min(int(attr.ctx_size_out), ctx_out_size)] if ccout else b"",
+        ctx_in_after=ccin.raw[: len(ctx_in)] if ccin is not None else b"",
     )
 
 
@@ -772,20 +776,48 @@ def link_create(
     flags: int = 0,
     target_btf_id: int = 0,
     cookie: int = 0,
+    iter_info: bytes = b"",
+    perf_event_cookie: int = 0,
 ) -> LinkFd:
     """``BPF_LINK_CREATE``. ``prog_fd`` is the struct_ops *map* fd for
     ``attach_type=AttachType.STRUCT_OPS`` (the map must have ``BPF_F_LINK`` and its value
     must already be set with :func:`map_update_elem`); ``target_fd`` is e.g. a cgroup
-    directory fd; ``target_btf_id``/``cookie`` are for tracing programs."""
+    directory fd, or the ``perf_event_open(2)`` fd for ``AttachType.PERF_EVENT``;
+    ``target_btf_id``/``cookie`` are for tracing programs; ``iter_info`` is the raw
+    ``union bpf_iter_link_info`` of an iterator (``AttachType.TRACE_ITER``; empty for
+    iterators without parameters, e.g. ``task``); ``perf_event_cookie`` the BPF cookie of
+    a perf event link. The union members overlap: give only those of one link type."""
     attr = A.LinkCreateAttr(
         prog_fd=_fdnum(prog_fd),
         target_fd=_fdnum(target_fd),
         attach_type=attach_type,
         flags=flags,
     )
-    attr.tail.tracing.target_btf_id = target_btf_id
-    attr.tail.tracing.cookie = cookie
+    info = _cbuf(iter_info) if iter_info else None
+    if info is not None:
+        attr.tail.iter.iter_info = _addr(info)
+        attr.tail.iter.iter_info_len = len(iter_info)
+    elif perf_event_cookie:
+        attr.tail.perf_event_cookie = perf_event_cookie
+    else:
+        attr.tail.tracing.target_btf_id = target_btf_id
+        attr.tail.tracing.cookie = cookie
     return LinkFd(bpf(A.Cmd.LINK_CREATE, attr))
+
+
+def raw_tracepoint_open(prog_fd: FdLike, name: str, *, cookie: int = 0) -> LinkFd:
+    """``BPF_RAW_TRACEPOINT_OPEN``: attach a ``BPF_PROG_TYPE_RAW_TRACEPOINT`` program to the
+    raw tracepoint ``name`` (e.g. ``"sys_enter"``); returns the link (a
+    ``BPF_LINK_TYPE_RAW_TRACEPOINT`` link, pinnable; closing its last reference detaches)."""
+    cname = ctypes.create_string_buffer(name.encode())
+    attr = A.RawTracepointOpenAttr(name=_addr(cname), prog_fd=_fdnum(prog_fd), cookie=cookie)
+    return LinkFd(bpf(A.Cmd.RAW_TRACEPOINT_OPEN, attr, detail=name))
+
+
+def iter_create(link_fd: FdLike) -> OwnedFd:
+    """``BPF_ITER_CREATE``: a new readable fd over the iterator link ``link_fd``; each
+    ``read(2)`` runs the iterator program for the next objects (end of data: ``b""``)."""
+    return OwnedFd(bpf(A.Cmd.ITER_CREATE, A.IterCreateAttr(link_fd=_fdnum(link_fd))))
 
 
 def link_detach(link_fd: FdLike) -> None:

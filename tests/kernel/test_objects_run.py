@@ -134,7 +134,8 @@ def _ringbuf_records(fd: MapFd, data_size: int) -> list[bytes]:
 def test_maps_run_and_read_back(registry: KernelBtfRegistry, bpffs: Path) -> None:
     spec = _obj("maps")
     with _load(spec, registry, bpffs) as obj:
-        assert set(obj.programs) == {"on_switch"}  # probe_sleep is in a '?' section
+        # probe_sleep is in a '?' section: optional, tried, and this kernel accepts it
+        assert set(obj.programs) == {"on_switch", "probe_sleep"}
         pin = bpffs / "pinned_array"
         assert pin.exists()
         for a in ARGS:

@@ -856,7 +856,7 @@ class _Loader:
             return None
         fd = S.obj_get(path, expect=MapFd)
         info = S.map_info(fd)
-        want = (m.type, m.key_size, m.value_size, m.max_entries, m.flags)
+        want = (m.type, m.key_size, m.value_size, map_max_entries(m), m.flags)
         have = (info.type, info.key_size, info.value_size, info.max_entries, info.map_flags)
         if want != have:
             fd.close()
@@ -899,7 +899,7 @@ class _Loader:
                     m.type,
                     m.key_size,
                     m.value_size,
-                    m.max_entries,
+                    map_max_entries(m),
                     name=name,
                     flags=m.flags,
                     btf_fd=btf_fd if with_btf else None,
@@ -1220,6 +1220,32 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0]
 
 
+_RINGBUF_TYPES = frozenset({A.MapType.RINGBUF, A.MapType.USER_RINGBUF})
+
+
+def ringbuf_size(size: int, page: int) -> int:
+    """A ring buffer's ``max_entries`` (its data size in bytes) as the kernel takes it: a
+    power-of-2 number of ``page``-byte pages. Other sizes are rounded up to the next one, as
+    libbpf does for ``BPF_MAP_TYPE_RINGBUF``/``USER_RINGBUF`` maps; 0 stays 0 (the kernel
+    then says what is wrong), and a size with no such multiple below 2**32 is left as is."""
+    if size == 0:
+        return 0
+    pages = 1
+    while pages * page < (1 << 32):
+        if pages * page >= size:
+            return pages * page
+        pages <<= 1
+    return size
+
+
+def map_max_entries(m: MapSpec) -> int:
+    """The ``max_entries`` the loader creates ``m`` with: the spec's, with ring buffer sizes
+    rounded up to a power-of-2 number of system pages (:func:`ringbuf_size`)."""
+    if m.type in _RINGBUF_TYPES:
+        return ringbuf_size(m.max_entries, mmap.PAGESIZE)
+    return m.max_entries
+
+
 def _local_type_name(btf: Btf, type_id: int) -> str:
     """``struct foo`` / ``enum bar`` / ``[id]`` for a local type, for error messages."""
     try:
@@ -1397,4 +1423,6 @@ __all__ = [
     "ResolvedExtern",
     "StaticKernelBtfs",
     "load_object",
+    "map_max_entries",
+    "ringbuf_size",
 ]

@@ -10,8 +10,10 @@ own exceptions never escape.
 from __future__ import annotations
 
 import io
+import mmap
 import struct
 from dataclasses import dataclass
+from typing import IO, cast
 
 from schedswitchd.errors import ObjectError
 
@@ -67,10 +69,21 @@ _REL_SIZE = 16  # sizeof(Elf64_Rel)
 _SYM_SIZE = 24  # sizeof(Elf64_Sym)
 
 
+#: The arena globals' section: often megabytes of zeros (arrays sized for the largest
+#: machine), of which only the initialised prefix is kept.
+ARENA_SECTION = ".addr_space.1"
+
+
+def _is_dwarf(name: str) -> bool:
+    return name.startswith(".debug")
+
+
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One ELF section. ``data`` is empty for ``SHT_NOBITS`` (``.bss``); ``size`` is
-    ``sh_size`` in bytes either way."""
+    """One ELF section; ``size`` is ``sh_size`` in bytes. ``data`` is the section's bytes,
+    except: empty for ``SHT_NOBITS`` (``.bss``) and for DWARF (``.debug*``, which the loader
+    never reads); for the arena globals (``.addr_space.1``) only up to its last non-zero byte
+    (the rest is zeros, never copied)."""
 
     index: int
     name: str
@@ -147,8 +160,9 @@ class ElfObject:
         return self.symbols[index]
 
 
-def read_elf(data: bytes) -> ElfObject:
-    """Parse a BPF relocatable ELF file (little-endian ELF64, ``EM_BPF``).
+def read_elf(data: bytes | mmap.mmap) -> ElfObject:
+    """Parse a BPF relocatable ELF file (little-endian ELF64, ``EM_BPF``) from its bytes or
+    a read-only ``mmap`` of it (then only the sections kept are read from the file).
 
     Raises :class:`ObjectError` for anything that is not such a file or whose section,
     symbol or relocation tables do not fit the file.
@@ -166,7 +180,8 @@ def read_elf(data: bytes) -> ElfObject:
         raise ObjectError("not a little-endian ELF64 file (BPF objects are ELF64 LE)")
     # pyelftools' objects form reference cycles (sections <-> file) that only the cyclic GC
     # frees; closing the stream lets the file's bytes (~0.9 MiB for a -g object) go now.
-    stream = io.BytesIO(data)
+    # an mmap is file-like enough for pyelftools (read/seek/tell) and reads nothing up front
+    stream = cast(IO[bytes], data if isinstance(data, mmap.mmap) else io.BytesIO(data))
     try:
         elf = ELFFile(stream)
         if elf["e_machine"] not in ("EM_BPF", EM_BPF):
@@ -194,11 +209,12 @@ def read_elf(data: bytes) -> ElfObject:
     ) as exc:
         raise ObjectError(f"malformed ELF (corrupt or truncated file): {exc}") from exc
     finally:
-        stream.close()
+        if not isinstance(data, mmap.mmap):  # the caller owns (and closes) its mmap
+            stream.close()
     return ElfObject(tuple(sections), tuple(symbols), relocs)
 
 
-def _check_section_table(data: bytes) -> None:
+def _check_section_table(data: bytes | mmap.mmap) -> None:
     """The ELF64 header's section header table must lie inside the file (``e_shoff`` at
     byte 0x28, ``e_shentsize``/``e_shnum`` at 0x3A/0x3C; ``elf(5)``). A file cut short
     (an interrupted copy or build) fails here, with the sizes in words."""
@@ -220,7 +236,7 @@ def _check_section_table(data: bytes) -> None:
         )
 
 
-def _read_sections(elf: object, data: bytes) -> list[Section]:
+def _read_sections(elf: object, data: bytes | mmap.mmap) -> list[Section]:
     num = elf.num_sections()  # type: ignore[attr-defined]
     if num > 65535:
         raise ObjectError(f"{num} sections is too many")
@@ -234,6 +250,7 @@ def _read_sections(elf: object, data: bytes) -> list[Section]:
             stype = -1
         size = int(hdr["sh_size"])
         off = int(hdr["sh_offset"])
+        name = str(sec.name)
         if stype == SHT_NOBITS or stype == 0:
             if size >= 1 << 32:
                 raise ObjectError(f"section {i} ({sec.name!r}) claims {size} bytes")
@@ -244,11 +261,16 @@ def _read_sections(elf: object, data: bytes) -> list[Section]:
                     f"section {i} ({sec.name!r}) at offset {off} with size {size} "
                     f"extends past the end of the file ({len(data)} bytes)"
                 )
-            body = data[off : off + size]
+            if _is_dwarf(name):
+                body = b""
+            elif name == ARENA_SECTION:
+                body = data[off : off + _initialised_len(data, off, size)]
+            else:
+                body = data[off : off + size]
         out.append(
             Section(
                 index=i,
-                name=str(sec.name),
+                name=name,
                 type=stype,
                 flags=int(hdr["sh_flags"]),
                 size=size,
@@ -258,6 +280,23 @@ def _read_sections(elf: object, data: bytes) -> list[Section]:
             )
         )
     return out
+
+
+_ZERO_CHUNK = bytes(1 << 16)
+
+
+def _initialised_len(data: bytes | mmap.mmap, off: int, size: int) -> int:
+    """Bytes of ``data[off:off+size]`` up to its last non-zero byte, found from the end in
+    64 KiB chunks (each copied, compared with zeros and dropped), so the trailing zeros are
+    never held in memory at once."""
+    end = off + size
+    while end > off:
+        start = max(off, end - len(_ZERO_CHUNK))
+        chunk = data[start:end]
+        if chunk != _ZERO_CHUNK[: end - start]:
+            return start - off + len(chunk.rstrip(b"\0"))
+        end = start
+    return 0
 
 
 def _ignored_target(name: str) -> bool:

@@ -14,6 +14,7 @@ Instruction format: :mod:`schedswitchd.bpf.insn`.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -223,19 +224,59 @@ def classify_relocs(
     return out
 
 
+def _insn_off(record: Any) -> int:
+    return int(record.insn_off)
+
+
+class ExtIndex:
+    """The ``.BTF.ext`` records of each section sorted by ``insn_off``, so that the records
+    of one function are found by bisection: a scheduler's ``.text`` has tens of thousands of
+    line_info records and hundreds of subprograms, and scanning every record for each
+    subprogram each entry program pulls in made opening lavd take seconds. Build one per
+    object and pass it to every :func:`link_program` call."""
+
+    def __init__(self, ext: BtfExt) -> None:
+        self.ext = ext
+        self._sorted: dict[tuple[str, str], tuple[list[int], list[Any]]] = {}
+
+    def within(self, what: str, section: str, start: int, end: int) -> list[Any]:
+        """The ``what`` (``func_info``/``line_info``/``core_relo``) records of ``section``
+        with ``start <= insn_off < end``, in offset order (ties in file order)."""
+        key = (what, section)
+        hit = self._sorted.get(key)
+        if hit is None:
+            table: Mapping[str, tuple[Any, ...]]
+            if what == "func_info":
+                table = self.ext.func_info
+            elif what == "line_info":
+                table = self.ext.line_info
+            else:
+                table = self.ext.core_relos
+            recs: list[Any] = sorted(table.get(section, ()), key=_insn_off)
+            hit = ([r.insn_off for r in recs], recs)
+            self._sorted[key] = hit
+        offs, recs = hit
+        return recs[bisect.bisect_left(offs, start) : bisect.bisect_left(offs, end)]
+
+
 def link_program(
     entry: Function,
     text_funcs: Mapping[int, Function],
     relos: Mapping[int, Mapping[int, Relo]],
     ext: BtfExt | None,
+    index: ExtIndex | None = None,
 ) -> Linked:
     """Link ``entry`` with the ``.text`` functions it reaches.
 
     ``text_funcs`` maps a ``.text`` instruction index to the function starting there;
-    ``relos`` is :func:`classify_relocs`'s result. Raises :class:`ObjectError` for calls
-    into the middle of a function or outside ``.text``, callbacks without a relocation,
-    and ``.BTF.ext`` records that are misaligned or carry an unknown CO-RE kind.
+    ``relos`` is :func:`classify_relocs`'s result; ``index`` an :class:`ExtIndex` of
+    ``ext`` shared by the object's programs (one is built when absent). Raises
+    :class:`ObjectError` for calls into the middle of a function or outside ``.text``,
+    callbacks without a relocation, and ``.BTF.ext`` records that are misaligned or carry
+    an unknown CO-RE kind.
     """
+    if ext is not None and (index is None or index.ext is not ext):
+        index = ExtIndex(ext)
     out = bytearray(entry.section.data[entry.offset : entry.offset + entry.size])
     placed: dict[int, int] = {}
     fixups: list[Fixup] = []
@@ -244,7 +285,8 @@ def link_program(
     crelos: list[CoreRelo] = []
     subs: list[str] = []
     if ext is not None:
-        _rebase_ext(entry, 0, ext, finfo, linfo, crelos)
+        assert index is not None
+        _rebase_ext(entry, 0, index, finfo, linfo, crelos)
     # Depth-first like libbpf's recursive bpf_object__reloc_code, so the linked layout (and
     # the kernel's xlated program) is the same as libbpf's; an explicit stack of
     # (function, base slot, next instruction) frames keeps deep call chains off the C stack.
@@ -289,8 +331,8 @@ def link_program(
             placed[sub.offset] = len(out) // I.INSN_SIZE
             subs.append(sub.name)
             out += sub.section.data[sub.offset : sub.offset + sub.size]
-            if ext is not None:
-                _rebase_ext(sub, placed[sub.offset], ext, finfo, linfo, crelos)
+            if index is not None:
+                _rebase_ext(sub, placed[sub.offset], index, finfo, linfo, crelos)
         rel = placed[sub.offset] - slot - 1
         src = I.PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
         I.encode_into(out, slot, I.Insn(ins.code, ins.dst, src, ins.off, rel))
@@ -316,41 +358,39 @@ def _apply(out: bytearray, slot: int, ins: I.Insn, r: Relo, fixups: list[Fixup])
     I.encode_into(out, slot + 1, I.Insn(second.code, second.dst, second.src, second.off, hi))
 
 
-def _in(f: Function, insn_off: int, what: str) -> bool:
-    if not f.offset <= insn_off < f.offset + f.size:
-        return False
+def _aligned(f: Function, insn_off: int, what: str) -> None:
     if insn_off % I.INSN_SIZE:
         raise ObjectError(
             f".BTF.ext {what} record at offset {insn_off} of {f.section.name!r} is misaligned"
         )
-    return True
 
 
 def _rebase_ext(
     f: Function,
     base: int,
-    ext: BtfExt,
+    index: ExtIndex,
     finfo: list[FuncInfo],
     linfo: list[LineInfo],
     crelos: list[CoreRelo],
 ) -> None:
     name = f.section.name
+    lo, hi = f.offset, f.offset + f.size
 
     def idx(off: int) -> int:
         return base + (off - f.offset) // I.INSN_SIZE
 
-    for fi in ext.func_info.get(name, ()):
-        if _in(f, fi.insn_off, "func_info"):
-            finfo.append(FuncInfo(idx(fi.insn_off), fi.type_id))
-    for li in ext.line_info.get(name, ()):
-        if _in(f, li.insn_off, "line_info"):
-            linfo.append(LineInfo(idx(li.insn_off), li.file_name_off, li.line_off, li.line_col))
-    for cr in ext.core_relos.get(name, ()):
-        if _in(f, cr.insn_off, "core_relo"):
-            try:
-                kind = CoreReloKind(cr.kind)
-            except ValueError:
-                raise ObjectError(
-                    f".BTF.ext CO-RE relocation at {name}+{cr.insn_off} has unknown kind {cr.kind}"
-                ) from None
-            crelos.append(CoreRelo(idx(cr.insn_off), cr.type_id, cr.access, kind))
+    for fi in index.within("func_info", name, lo, hi):
+        _aligned(f, fi.insn_off, "func_info")
+        finfo.append(FuncInfo(idx(fi.insn_off), fi.type_id))
+    for li in index.within("line_info", name, lo, hi):
+        _aligned(f, li.insn_off, "line_info")
+        linfo.append(LineInfo(idx(li.insn_off), li.file_name_off, li.line_off, li.line_col))
+    for cr in index.within("core_relo", name, lo, hi):
+        _aligned(f, cr.insn_off, "core_relo")
+        try:
+            kind = CoreReloKind(cr.kind)
+        except ValueError:
+            raise ObjectError(
+                f".BTF.ext CO-RE relocation at {name}+{cr.insn_off} has unknown kind {cr.kind}"
+            ) from None
+        crelos.append(CoreRelo(idx(cr.insn_off), cr.type_id, cr.access, kind))

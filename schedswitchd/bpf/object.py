@@ -9,9 +9,9 @@ See ``shared/docs/loader-spec.md`` ("Open") for the checklist this implements.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
-from pathlib import Path
 
 from schedswitchd.bpf import kmod_btfs as K
 from schedswitchd.bpf.btf import Btf
@@ -20,8 +20,20 @@ from schedswitchd.bpf.btf_fixup import fixup_object_btf
 from schedswitchd.bpf.btf_types import Array, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject, read_elf
 from schedswitchd.bpf.externs import collect_externs
-from schedswitchd.bpf.link import Function, classify_relocs, collect_functions, link_program
-from schedswitchd.bpf.maps import data_maps, data_section_kind, declared_maps, kconfig_map
+from schedswitchd.bpf.link import (
+    ExtIndex,
+    Function,
+    classify_relocs,
+    collect_functions,
+    link_program,
+)
+from schedswitchd.bpf.maps import (
+    data_maps,
+    data_section_kind,
+    datasec_variables,
+    declared_maps,
+    kconfig_map,
+)
 from schedswitchd.bpf.progtypes import classify
 from schedswitchd.bpf.spec import (
     PROG_TYPE_STRUCT_OPS,
@@ -45,29 +57,38 @@ def _object_name(path: str) -> str:
     return base.split(".", 1)[0] or base
 
 
-def open_object(source: str | os.PathLike[str] | bytes, *, name: str | None = None) -> ObjectSpec:
-    """Open a BPF object from a path or from its bytes.
+def open_object(
+    source: str | os.PathLike[str] | bytes | mmap.mmap, *, name: str | None = None
+) -> ObjectSpec:
+    """Open a BPF object from a path, its bytes, or a read-only ``mmap`` of the file.
 
     ``name`` defaults to the file name up to its first dot (``"maps"`` for
-    ``maps.bpf.o``; ``"obj"`` for bytes). Raises :class:`ObjectError` for any malformed or
+    ``maps.bpf.o``; ``"obj"`` for bytes). A path is read through ``mmap``: only the sections
+    the spec keeps are read, not the DWARF or the zeros of arena globals (``.addr_space.1``,
+    megabytes in scx schedulers). Raises :class:`ObjectError` for any malformed or
     unsupported part of the ELF file (naming the section, symbol or offset) and
     :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never anything else
     for bad input. An unreadable path raises ``ObjectError`` naming it.
     """
-    if isinstance(source, bytes):
-        data = source
-        obj_name = name or "obj"
-    else:
-        try:
-            data = Path(source).read_bytes()
-        except OSError as exc:
-            raise ObjectError(f"cannot read BPF object {os.fspath(source)!r}: {exc}") from exc
-        obj_name = name or _object_name(os.fspath(source))
-        try:
-            return _open(read_elf(data), obj_name)
-        except (ObjectError, BtfError) as exc:  # name the file: callers open many
-            raise type(exc)(f"{os.fspath(source)}: {exc}") from exc
-    return _open(read_elf(data), obj_name)
+    if isinstance(source, bytes | mmap.mmap):
+        return _open(read_elf(source), name or "obj")
+    path = os.fspath(source)
+    obj_name = name or _object_name(path)
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                elf = read_elf(b"")
+            else:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    elf = read_elf(mapped)
+    except OSError as exc:
+        raise ObjectError(f"cannot read BPF object {path!r}: {exc}") from exc
+    except (ObjectError, BtfError) as exc:  # name the file: callers open many
+        raise type(exc)(f"{path}: {exc}") from exc
+    try:
+        return _open(elf, obj_name)
+    except (ObjectError, BtfError) as exc:
+        raise type(exc)(f"{path}: {exc}") from exc
 
 
 def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
@@ -109,7 +130,15 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
         arena = (arena_sec.index, arena_idx)
         from dataclasses import replace
 
-        maps[arena_idx] = replace(maps[arena_idx], data=arena_sec.data, section=ARENA_SEC)
+        # read_elf kept only the initialised prefix of the section: the rest is zeros
+        maps[arena_idx] = replace(
+            maps[arena_idx],
+            data=arena_sec.data,
+            data_size=arena_sec.size,
+            variables=datasec_variables(btf, ARENA_SEC)[1],
+            section=ARENA_SEC,
+            section_index=arena_sec.index,
+        )
 
     skip = _kmod_only_sections(elf, btf)
     data_map_index: dict[int, int] = {}
@@ -143,11 +172,12 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
         {e.name: e for e in externs},
     )
     programs = []
+    ext_index = ExtIndex(ext) if ext is not None else None
     for f in entries:
         sec_name = f.section.name
         autoload = not sec_name.startswith("?")
         kind = classify(sec_name.removeprefix("?"))
-        linked = link_program(f, text_funcs, relos, ext)
+        linked = link_program(f, text_funcs, relos, ext, ext_index)
         func_id = (btf.find(f.name, Kind.FUNC) or 0) if btf is not None else 0
         programs.append(
             ProgramSpec(

@@ -144,6 +144,11 @@ class MapSpec:
     variables, ``struct_ops`` a struct_ops map's variable. ``section_index`` is the ELF
     section backing the map (data maps) or ``-1``; ``autocreate`` is false for maps of a
     ``?``-prefixed struct_ops section (created only when asked for).
+
+    The arena map (``kind`` ARENA) carries the arena globals of ``.addr_space.1``:
+    ``data_size`` is that section's size in bytes, ``data`` only its initialised prefix (up
+    to the last non-zero byte; the rest is zeros, often megabytes, never copied) and
+    ``variables`` its variables, at byte offsets from the arena's start.
     """
 
     name: str
@@ -167,6 +172,7 @@ class MapSpec:
     section: str = ".maps"
     section_index: int = -1
     autocreate: bool = True
+    data_size: int = 0
 
     def variable(self, name: str) -> VariableSpec | None:
         """The variable called ``name`` in this data map, or ``None``."""

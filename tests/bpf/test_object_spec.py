@@ -390,7 +390,12 @@ def test_arena_globals_relocate_into_the_arena_map(bpf_object: Obj) -> None:
     assert arena.kind is MapKind.ARENA and arena.type == S.MAP_TYPE_ARENA
     assert arena.max_entries == 2 and arena.flags == S.F_MMAPABLE
     assert arena.section == ".addr_space.1"
-    assert arena.data is not None and arena.data[:8] == (3).to_bytes(8, "little")
+    # u64 arena_counter = 3; u64 arena_table[4] (zeros): only the initialised prefix is kept
+    assert arena.data == b"\x03" and arena.data_size == 40
+    assert [(v.name, v.offset, v.size) for v in arena.variables] == [
+        ("arena_counter", 0, 8),
+        ("arena_table", 8, 32),
+    ]
     p = o.program("touch_arena")
     assert {(f.kind, f.map_index) for f in p.fixups} == {(FixupKind.MAP_VALUE, 0)}
     # ld_imm64 of arena_counter (offset 0) and of arena_table (offset 8; [1] is a +8 store)

@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD := build
 
-APT_PACKAGES := clang clang-16 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
+APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
 	systemd
 
@@ -61,6 +61,12 @@ $(BUILD)/host/vmlinux.h: | $(BUILD)/.apt-stamp
 $(BUILD)/tests/bpf/%.bpf.o: tests/bpf/%.bpf.c $(wildcard tests/bpf/*.h) $(BUILD)/host/vmlinux.h
 	@mkdir -p $(@D)
 	$(BPF_CLANG) $(BPF_CFLAGS) -I$(BUILD)/host -Itests/bpf -c $< -o $@
+
+# Arena test objects (tests/bpf/arena_*.bpf.c) use `__arena` pointers (LLVM address space 1,
+# addr_space_cast): clang 18 or later. The other objects stay on BPF_CLANG.
+ARENA_CLANG ?= clang-19
+ARENA_TEST_OBJS := $(patsubst tests/bpf/%.bpf.c,$(BUILD)/tests/bpf/%.bpf.o,$(wildcard tests/bpf/arena_*.bpf.c))
+$(ARENA_TEST_OBJS): BPF_CLANG = $(ARENA_CLANG)
 
 # Multi-file test objects: tests/bpf/NAME/*.bpf.c, each compiled as above into
 # build/tests/bpf/parts/NAME/, then linked into build/tests/bpf/NAME.bpf.o by bpftool's

@@ -51,6 +51,8 @@ from schedswitchd.bpf.spec import (
 from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
 from schedswitchd.kernel import attr as A
 from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.arena import ArenaMapping, map_arena
+from schedswitchd.kernel.arena import page_size as arena_page_size
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.features import BtfFeatures, btf_features
@@ -155,11 +157,13 @@ class StaticKernelBtfs:
 
 @dataclass(slots=True)
 class LoadedMap:
-    """A created map: its spec, fd and kernel id."""
+    """A created map: its spec, fd and kernel id; for an arena, ``arena_address``, its user
+    address (``user_vm_start``: ``map_extra``, or where the loader's first ``mmap`` put it)."""
 
     spec: MapSpec
     fd: MapFd
     id: int
+    arena_address: int = 0
 
     @property
     def name(self) -> str:
@@ -488,9 +492,24 @@ class LoadedObject:
                 return m, var.offset, var.size
         raise LoadError(f"{self.spec.name} has no global variable {name!r}")
 
+    def arena_mapping(self) -> ArenaMapping:
+        """A new ``mmap`` of the object's arena at its address, for reading and writing
+        arena memory by byte offset (close it, or use ``with``). The loader unmaps the arena
+        once the globals are written, so that another load of the same object (an arena at
+        the same fixed address) can map its own; while this mapping is open, it cannot.
+        Raises :class:`LoadError` when the object has no arena or it cannot be mapped."""
+        m = next((m for m in self.maps.values() if m.spec.kind is MapKind.ARENA), None)
+        if m is None:
+            raise LoadError(f"{self.spec.name} has no arena map")
+        return map_arena(m.fd.fd, m.spec.max_entries, m.arena_address, m.name)
+
     def read_variable(self, name: str) -> bytes:
-        """The current bytes of global variable ``name`` (from its data map, key 0)."""
+        """The current bytes of global variable ``name`` (from its data map, key 0, or for
+        an arena global through a mapping of the arena)."""
         m, off, size = self._variable(name)
+        if m.spec.kind is MapKind.ARENA:
+            with self.arena_mapping() as arena:
+                return arena.read(off, size)
         value = S.map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
         if value is None:  # an array map always has key 0
             raise LoadError(f"data map {m.name} has no element 0")
@@ -505,6 +524,10 @@ class LoadedObject:
         m, off, size = self._variable(name)
         if len(data) != size:
             raise LoadError(f"variable {name} is {size} bytes, got {len(data)}")
+        if m.spec.kind is MapKind.ARENA:
+            with self.arena_mapping() as arena:
+                arena.write(off, data)
+            return
         frozen = m.spec.kind in (MapKind.RODATA, MapKind.KCONFIG)
         if m.spec.flags & A.F_MMAPABLE and not frozen:
             length = max(m.spec.value_size, 1)
@@ -818,8 +841,6 @@ class _Loader:
         for m in self.spec.maps:
             if not getattr(m, "autocreate", True):
                 continue
-            if m.kind is MapKind.ARENA:
-                raise LoadError(f"map {m.name}: arena maps are not supported")
             reused = self._reuse_pinned(m) if m.pinning == PIN_BY_NAME else None
             fd = reused if reused is not None else self._create_map(m, btf_fd)
             loaded = LoadedMap(m, fd, 0)
@@ -829,6 +850,10 @@ class _Loader:
                 path = self.pin_root / m.name
                 S.obj_pin(fd, path)
                 self.new_pins.append(path)
+            if m.kind is MapKind.ARENA:
+                # mapped even when reused: a pinned arena keeps its pages, but its user
+                # address must be known (and fixed) before programs load
+                loaded.arena_address = self._init_arena(m, fd, write=reused is None)
             if reused is not None:
                 continue  # a reused pinned map keeps its contents (libbpf does the same)
             if m.kind in (MapKind.DATA, MapKind.RODATA, MapKind.BSS, MapKind.KCONFIG):
@@ -847,6 +872,29 @@ class _Loader:
                         self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(inner.fd.fd)
                     )
         _timed(self.obj, "maps", start)
+
+    def _init_arena(self, m: MapSpec, fd: MapFd, *, write: bool) -> int:
+        """Map arena ``m`` (fixing its user address for the verifier's resolution of arena
+        globals), make the pages of its globals present, write their initialised part, and
+        unmap; returns the arena's user address. libbpf copies the whole ``.addr_space.1``
+        image, zeros included; here only ``m.data`` (up to the last non-zero byte) is
+        written, and the zero pages are populated without a copy. The globals sit at offset
+        0 of the arena (libbpf's placement on kernels before 6.17's full-range ld_imm64
+        offsets, valid on every kernel with arenas)."""
+        page = arena_page_size()
+        globals_size = max(m.data_size, len(m.data or b""))
+        arena_size = m.max_entries * page
+        if -(-globals_size // page) * page > arena_size:
+            raise LoadError(
+                f"arena {m.name}: its {m.max_entries} pages ({arena_size} bytes) cannot hold "
+                f"the {globals_size} bytes of arena globals in {m.section}"
+            )
+        with map_arena(fd.fd, m.max_entries, m.map_extra, m.name) as arena:
+            if write:
+                arena.populate(0, globals_size)
+                if m.data:
+                    arena.write(0, m.data)
+            return arena.address
 
     def _reuse_pinned(self, m: MapSpec) -> MapFd | None:
         """The map pinned at ``<pin_root>/<name>`` if it exists and matches ``m``

@@ -169,6 +169,23 @@ class SwitchConfig(_Model):
     )
 
 
+class StandbyConfig(_Model):
+    """Prepared standbys: schedulers loaded ahead of need (everything but the link), so a
+    switch to one is the kernel's part alone. Held, most wanted first: schedulers a launcher
+    announced (``prepare`` requests), the configured ``default``, the most recent hint's."""
+
+    max: int = Field(default=1, ge=0, le=8, description="Standbys held at most (0: none).")
+    max_kernel_bytes: int = Field(
+        default=64 << 20,
+        ge=0,
+        description="Kernel memory all standbys may hold together, bytes (maps' and "
+        "programs' memlock as the kernel reports it in fdinfo).",
+    )
+    recent: bool = Field(
+        default=True, description="Also hold the scheduler of the most recent hint."
+    )
+
+
 class DaemonConfig(_Model):
     """Behaviour of the daemon itself."""
 
@@ -260,6 +277,7 @@ class Config(_Model):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
+    standby: StandbyConfig = Field(default_factory=StandbyConfig)
     schedulers: dict[str, SchedulerConfig] = Field(default_factory=dict)
     hints: dict[str, HintRule] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

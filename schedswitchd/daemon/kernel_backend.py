@@ -64,11 +64,12 @@ from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, memo_counters
 from schedswitchd.kernel.fd import LinkFd, MapFd
+from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
-from schedswitchd.kernel.spec_cache import SpecCache
+from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 
 log = logging.getLogger("schedswitchd.backend")
@@ -115,6 +116,9 @@ class KernelPrepared:
     adopted_link: LinkFd | None = None
     adopted_ops_map: MapFd | None = None
     adopted_exit_map: MapFd | None = None
+    #: What it was prepared from (object file, module set, hotplug_seq): see
+    #: :meth:`KernelBackend.fresh`.
+    inputs: tuple[object, ...] = ()
 
     @property
     def adopted(self) -> bool:
@@ -360,6 +364,7 @@ class KernelBackend:
         hotplug: int | None = None
         if cfg.hotplug_seq and scx.available(self.root):
             hotplug = scx.read_hotplug_seq(self.root)
+        module_key = self._module_key()
         spec = customize(opened.spec, ops_map, cfg, hotplug)
         ops_name = ops_name_of(spec, ops_map)
         uei = uei_layout(spec)
@@ -392,7 +397,43 @@ class KernelBackend:
             t[f"load.{k}"] = v
         report = targets.report
         self._count("module_btfs_declared", len(report.declared))
-        return KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
+        handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
+        handle.inputs = (opened.key, module_key, hotplug)
+        return handle
+
+    def _module_key(self) -> object:
+        """The loaded module set as the lookup memo identifies it, ``None`` if unlistable."""
+        try:
+            return self.registry.module_set().key
+        except SchedSwitchError:
+            return None
+
+    def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool:
+        """Whether ``prepared`` is what :meth:`prepare` would make from ``spec`` now: same
+        object file (path, inode, size, mtime), same loaded module set and, when ``spec``
+        sets ``hotplug_seq``, the same ``/sys/kernel/sched_ext/hotplug_seq`` (the kernel
+        refuses to enable a scheduler built for an older CPU topology). The caller
+        compares the configuration itself. A few stats and one directory listing."""
+        h = cast(KernelPrepared, prepared)
+        if h.discarded or h.attached or h.adopted or not h.inputs:
+            return False
+        hotplug: int | None = None
+        if spec.hotplug_seq and scx.available(self.root):
+            try:
+                hotplug = scx.read_hotplug_seq(self.root)
+            except SchedSwitchError:
+                return False
+        return h.inputs == (SpecKey.of_path(spec.object), self._module_key(), hotplug)
+
+    def kernel_bytes(self, prepared: Prepared) -> int:
+        """Kernel memory ``prepared`` holds, bytes: ``memlock`` (``/proc/self/fdinfo``) of
+        its maps and programs; 0 for an adopted handle (its maps are not all known)."""
+        h = cast(KernelPrepared, prepared)
+        if h.loaded is None or h.discarded:
+            return 0
+        fds = [m.fd.fileno() for m in h.loaded.maps.values()]
+        fds += [p.fd.fileno() for p in h.loaded.programs.values()]
+        return sum(memlock_bytes(fd) for fd in fds)
 
     # --- attach / detach ---------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ decoded by pydantic-core's parser (nesting-depth limited), so no input raises an
 Requests::
 
     {"v":1,"op":"hint","workload":"gaming","pid":1234,"ttl_s":3600}  -> HintReply (lease id)
+    {"v":1,"op":"prepare","workload":"gaming","ttl_s":30}            -> PrepareReply (standby)
     {"v":1,"op":"release","lease":"7-1f2e3d4c"}                      -> ReleaseReply
     {"v":1,"op":"status"} / {"v":1,"op":"list"} / {"v":1,"op":"history","limit":10}
     admin: {"v":1,"op":"switch","scheduler":"fifo"|"kernel"|"auto"},
@@ -94,6 +95,17 @@ class HintRequest(_Request):
     ttl_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
 
 
+class PrepareRequest(_Request):
+    """A launcher's intent: ``workload`` is about to start (the user opened a game's page
+    or pressed Play). Its scheduler is prepared now, without switching, and held as a
+    standby for ``ttl_s`` seconds (default 30), so that the hint that follows switches at
+    once. Same authorisation as ``hint``; the reply comes once the scheduler is held."""
+
+    op: Literal["prepare"] = "prepare"
+    workload: Workload
+    ttl_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+
 class ReleaseRequest(_Request):
     """End a lease the caller owns (admins may end any)."""
 
@@ -144,6 +156,7 @@ class ReloadRequest(_Request):
 
 Request = Annotated[
     HintRequest
+    | PrepareRequest
     | ReleaseRequest
     | StatusRequest
     | ListRequest
@@ -195,7 +208,8 @@ class SwitchInfo(_Wire):
     previous one runs again), ``rollback_failed`` (the kernel's own scheduler runs),
     ``ejected`` (the kernel disabled the scheduler). ``gap_ns``: upper bound of the time
     with no BPF scheduler (from the start of detach to the confirmed attach);
-    ``expedited``: RCU grace periods were expedited during it.
+    ``expedited``: RCU grace periods were expedited during it; ``standby``: the target
+    was already prepared (a standby), so the switch had no prepare phase.
     """
 
     seq: int
@@ -207,6 +221,7 @@ class SwitchInfo(_Wire):
     phases_ns: dict[str, int] = Field(default_factory=dict)
     gap_ns: int | None = None
     expedited: bool = False
+    standby: bool = False
     error: ErrorBody | None = None
     exit: ExitInfoModel | None = None
 
@@ -251,6 +266,19 @@ class HintRuleInfo(_Wire):
     priority: int
 
 
+class StandbyInfo(_Wire):
+    """A scheduler held prepared (everything but the link): ``reason`` it is held
+    (``intent WORKLOAD``, ``default``, ``recent hint``); ``kernel_bytes``: kernel memory it
+    holds, bytes (maps' and programs' memlock); ``prepare_ms``: what preparing it took;
+    ``age_s``: since when it is held."""
+
+    scheduler: str
+    reason: str
+    kernel_bytes: int
+    prepare_ms: float
+    age_s: float
+
+
 class StatusBody(_Wire):
     """What ``status`` returns; ``active`` is what the daemon attached (``kernel``: none)
     and ``kernel`` is what the kernel itself reports, which is the truth."""
@@ -269,6 +297,7 @@ class StatusBody(_Wire):
     last_switch: SwitchInfo | None = None
     last_exit: ExitInfoModel | None = None
     backoff: list[BackoffInfo] = Field(default_factory=list)
+    standby: list[StandbyInfo] = Field(default_factory=list)
     counters: dict[str, int] = Field(default_factory=dict)
     pid: int
     version: str
@@ -306,6 +335,18 @@ class HintReply(_Reply):
     active: str
     switch: SwitchInfo | None = None
     pending: bool = False
+
+
+class PrepareReply(_Reply):
+    """``scheduler`` is held as a standby until ``until_s`` seconds from now (or already
+    runs: ``active``); ``kernel_bytes``: what holding it costs, bytes."""
+
+    op: Literal["prepare"] = "prepare"
+    workload: str
+    scheduler: str
+    active: str
+    kernel_bytes: int = 0
+    until_s: float
 
 
 class ReleaseReply(_Reply):
@@ -357,7 +398,14 @@ class ReloadReply(_Reply):
 
 
 OkReply = (
-    HintReply | ReleaseReply | StatusReply | ListReply | HistoryReply | SwitchReply | ReloadReply
+    HintReply
+    | PrepareReply
+    | ReleaseReply
+    | StatusReply
+    | ListReply
+    | HistoryReply
+    | SwitchReply
+    | ReloadReply
 )
 Reply = ErrorReply | OkReply
 _OK_REPLY: TypeAdapter[OkReply] = TypeAdapter(Annotated[OkReply, Field(discriminator="op")])
@@ -438,6 +486,7 @@ def _validate(line: bytes) -> Request:
 def _ops() -> list[str]:
     return [
         "hint",
+        "prepare",
         "release",
         "status",
         "list",

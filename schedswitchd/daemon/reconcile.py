@@ -10,6 +10,11 @@ thread (so switches are serialised and the event loop never blocks on the kernel
 Requests that change what runs wait, bounded, for the pass that covers them
 (:meth:`Reconciler.settle_records`), so their replies say what runs.
 
+After each pass (and after the replies it settles), the standby pool is refilled on the
+same worker thread: schedulers announced by launchers (``prepare`` intents, until they
+expire), then the configured default, then the most recent hint's scheduler, as many as
+``[standby]`` allows (see :mod:`schedswitchd.daemon.standby`).
+
 Time: ``clock`` (monotonic ns, default :func:`time.monotonic_ns`) is what every decision
 and status figure reads; timers are the event loop's.
 """
@@ -23,9 +28,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from schedswitchd.daemon.config import KERNEL, Config
+from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.heap import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Policy
+from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import (
     NO_SCHED_EXT,
     UNAVAILABLE,
@@ -77,6 +83,10 @@ class Reconciler:
         self._deadline: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_watch: Callable[[], None] | None = None
+        #: Launcher intents: workload -> expiry (``clock`` ns).
+        self.intents: dict[str, int] = {}
+        #: The scheduler the most recent hint lease asked for (a standby candidate).
+        self.recent: str | None = None
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -128,7 +138,10 @@ class Reconciler:
                 await task
         if self._deadline is not None:
             self._deadline.cancel()
-        await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown, True)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(RuntimeError):  # the worker was shut down already
+            await loop.run_in_executor(self.worker, self.switcher.standby.clear, "stopping")
+        await loop.run_in_executor(None, self.worker.shutdown, True)
 
     def apply_config(self, config: Config) -> None:
         """Take a newly loaded config's rules, default, backoff and switch timeout."""
@@ -145,6 +158,8 @@ class Reconciler:
         self.kick()
 
     def _apply_backoff_config(self) -> None:
+        standby = self.config.standby
+        self.switcher.configure_standby(standby.max, standby.max_kernel_bytes)
         backoff = self.config.backoff
         self.policy.base_ns = int(backoff.base_s * NS_PER_S)
         self.policy.cap_ns = int(backoff.max_s * NS_PER_S)
@@ -205,11 +220,80 @@ class Reconciler:
             self.last_pass_ns = self.clock()
             async with self._settled_cond:
                 self._settled_cond.notify_all()
-            if self.switcher.history and self.switcher.history[-1].seq != seq:
-                # After the replies: give back what the switch's temporaries left free in
-                # the C heap (see schedswitchd.daemon.heap); queued behind the worker.
+            switched = bool(self.switcher.history) and self.switcher.history[-1].seq != seq
+            try:
+                # After the replies, so that no hint waits for a standby's prepare.
+                filled = await self._refill_standby()
+            except RuntimeError:  # the worker was shut down
+                return
+            except Exception:
+                log.exception("standby refill failed")
+                filled = False
+            if switched or filled:
+                # Give back what the temporaries of a prepare left free in the C heap (see
+                # schedswitchd.daemon.heap); queued behind the worker.
                 with contextlib.suppress(RuntimeError):  # the worker was shut down
                     asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
+
+    # --- standbys -----------------------------------------------------------------------------
+
+    def standby_wanted(self, now: int) -> list[tuple[str, SchedulerConfig, str]]:
+        """``(name, spec, reason)`` the pool should hold, most wanted first: unexpired
+        launcher intents, the configured default, the most recent hint's scheduler; never
+        one held back by backoff, the running one or ``kernel``."""
+        for workload, until in list(self.intents.items()):
+            if until <= now:
+                del self.intents[workload]
+        names: list[tuple[str, str]] = []
+        for workload in sorted(self.intents, key=self.intents.__getitem__, reverse=True):
+            rule = self.config.hints.get(workload)
+            if rule is not None:
+                names.append((rule.scheduler, f"intent {workload}"))
+        names.append((self.config.default, "default"))
+        if self.config.standby.recent and self.recent is not None:
+            names.append((self.recent, "recent hint"))
+        out: list[tuple[str, SchedulerConfig, str]] = []
+        for name, reason in names:
+            spec = self.config.schedulers.get(name)
+            hold = self.policy.backoff.get(name)
+            if spec is None or name == self.switcher.active or any(n == name for n, *_ in out):
+                continue
+            if hold is not None and hold.until_ns > now:
+                continue
+            out.append((name, spec, reason))
+        return out
+
+    async def _refill_standby(self) -> bool:
+        """Bring the pool to :meth:`standby_wanted`; True if it prepared anything."""
+        if self.config.standby.max <= 0 and not self.switcher.standby.entries:
+            return False
+        wanted = self.standby_wanted(self.clock())
+        pool = self.switcher.standby
+        held = {id(e.prepared) for e in pool}
+        await asyncio.get_running_loop().run_in_executor(
+            self.worker, self.switcher.fill_standby, wanted
+        )
+        return any(id(e.prepared) not in held for e in pool)
+
+    async def prepare_intent(self, workload: str, ttl_s: float) -> str:
+        """A launcher announced ``workload``: hold its scheduler as a standby for ``ttl_s``
+        seconds. Returns the scheduler's name once it is held (or already runs). Raises
+        :class:`KeyError` for a workload with no rule; ``SchedSwitchError`` when the
+        scheduler cannot be prepared (the prepare's error) or the pool cannot hold it."""
+        rule = self.config.hints[workload]
+        self.intents[workload] = self.clock() + int(ttl_s * NS_PER_S)
+        await self._refill_standby()
+        self._arm_deadline(self.clock())
+        name = rule.scheduler
+        if name in (KERNEL, self.switcher.active) or name in self.switcher.standby.entries:
+            return name
+        pool = self.switcher.standby
+        if pool.last_error is not None and pool.last_error[0] == name:
+            raise StandbyError(f"cannot prepare {name}: {pool.last_error[1]}")
+        raise StandbyError(
+            f"{name} is not held: [standby] max = {pool.max_entries}, max_kernel_bytes = "
+            f"{pool.max_kernel_bytes}, or it is held back after failures"
+        )
 
     async def reconcile_once(self) -> None:
         """One pass (see the module docstring)."""
@@ -247,6 +331,8 @@ class Reconciler:
                 break
             decision = self.policy.decide(self.clock())
             target = decision.scheduler
+            if decision.lease is not None and target != KERNEL:
+                self.recent = target
             spec = self.config.schedulers.get(target)
             reason = decision.why
             if decision.lease is not None:
@@ -281,6 +367,9 @@ class Reconciler:
 
     def _arm_deadline(self, now: int) -> None:
         deadline = self.policy.next_deadline(now)
+        if self.intents:  # an intent's end frees its standby
+            first = min(self.intents.values())
+            deadline = first if deadline is None else min(deadline, first)
         if self.adopted and now < self._grace_until_ns:
             deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
         if self._deadline is not None:

@@ -239,6 +239,8 @@ class Server:
             match request:
                 case proto.HintRequest():
                     reply = await self._hint(request, conn)
+                case proto.PrepareRequest():
+                    reply = await self._prepare(request, conn)
                 case proto.ReleaseRequest():
                     reply = await self._release(request, conn)
                 case proto.StatusRequest():
@@ -291,6 +293,37 @@ class Server:
         )
 
     # --- requests -------------------------------------------------------------------------------
+
+    def _standby_counters(self) -> dict[str, int]:
+        pool = self.switcher.standby
+        return {
+            "standby_hits": pool.hits,
+            "standby_misses": pool.misses,
+            "standby_dropped_stale": pool.dropped_stale,
+            "standby_failures": pool.failures,
+            "standby_kernel_bytes": pool.kernel_bytes,
+        }
+
+    async def _prepare(self, request: proto.PrepareRequest, conn: Connection) -> proto.Reply:
+        peer = conn.peer
+        if not self.may_hint(peer):
+            raise proto.RequestError(proto.DENIED, f"uid {peer.uid} may not send hints")
+        if request.workload not in self.config.hints:
+            raise proto.RequestError(
+                proto.UNKNOWN_WORKLOAD,
+                f"no hint rule for {request.workload!r} (known: {', '.join(self.config.hints)})",
+            )
+        log.info("intent: %s for uid %d, %.0f s", request.workload, peer.uid, request.ttl_s)
+        name = await self.reconciler.prepare_intent(request.workload, request.ttl_s)
+        entry = self.switcher.standby.entries.get(name)
+        return proto.PrepareReply(
+            id=request.id,
+            workload=request.workload,
+            scheduler=name,
+            active=self.switcher.active,
+            kernel_bytes=entry.kernel_bytes if entry is not None else 0,
+            until_s=request.ttl_s,
+        )
 
     async def _hint(self, request: proto.HintRequest, conn: Connection) -> proto.Reply:
         peer = conn.peer
@@ -487,7 +520,17 @@ class Server:
                 for name, b in sorted(self.policy.backoff.items())
                 if b.until_ns > now
             ],
-            counters=dict(counters),
+            standby=[
+                proto.StandbyInfo(
+                    scheduler=e.name,
+                    reason=e.reason,
+                    kernel_bytes=e.kernel_bytes,
+                    prepare_ms=e.prepared_ns / 1e6,
+                    age_s=max(0.0, time.time() - e.since),
+                )
+                for e in self.switcher.standby
+            ],
+            counters={**counters, **self._standby_counters()},
             pid=os.getpid(),
             version=__version__,
             uptime_s=(now - self.started_ns) / NS_PER_S,
@@ -562,6 +605,7 @@ def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
         phases_ns=dict(record.phases_ns),
         gap_ns=record.gap_ns,
         expedited=record.expedited,
+        standby=record.standby,
         error=error,
         exit=exit_model(record.exit),
     )

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.daemon.standby import StandbyPool
 from schedswitchd.errors import SchedExtError, SchedSwitchError
 
 #: ``enum scx_exit_kind`` (kernel ``kernel/sched/ext.c``/``ext_internal.h``).
@@ -162,6 +163,11 @@ class SchedulerBackend(Protocol):
         Held from before the old scheduler's detach to after the new one's attach: kernel
         conditions that shorten the no-scheduler gap (expedited RCU grace periods); yields
         whether they took effect (recorded as ``SwitchRecord.expedited``).
+    ``fresh(prepared, spec) -> bool``
+        Whether an unattached handle is still what ``prepare(name, spec)`` would make now
+        (object file, module set, CPU topology unchanged); cheap. For standbys.
+    ``kernel_bytes(prepared) -> int``
+        Kernel memory the handle holds (bytes, as the kernel accounts it). For standbys.
     """
 
     def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
@@ -183,6 +189,10 @@ class SchedulerBackend(Protocol):
     def watch(self, notify: Callable[[], None]) -> Callable[[], None]: ...
 
     def switch_window(self) -> AbstractContextManager[bool]: ...
+
+    def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool: ...
+
+    def kernel_bytes(self, prepared: Prepared) -> int: ...
 
 
 # Results of a SwitchRecord.
@@ -209,7 +219,8 @@ class SwitchRecord:
     time no BPF scheduler ran (start of detach to the moment by which the backend's
     confirmation shows the new one was ``enabled``: for the kernel backend, the return of
     ``BPF_LINK_CREATE``; ``None`` when no gap was opened); ``expedited``: the backend's
-    switch window took effect (RCU grace periods expedited) during the gap; ``error``: the
+    switch window took effect (RCU grace periods expedited) during the gap; ``standby``:
+    the target came prepared from the standby pool (no ``prepare`` phase); ``error``: the
     failure;
     ``exit``: the kernel's exit record for ejections and failed attaches.
     """
@@ -223,6 +234,7 @@ class SwitchRecord:
     phases_ns: dict[str, int] = field(default_factory=dict)
     gap_ns: int | None = None
     expedited: bool = False
+    standby: bool = False
     error: SchedSwitchError | None = None
     exit: ExitInfo | None = None
 
@@ -283,7 +295,26 @@ class Switcher:
         self.attached_ns = 0
         self.history: collections.deque[SwitchRecord] = collections.deque(maxlen=history_size)
         self.last_exit: ExitInfo | None = None
+        #: Prepared schedulers held for instant switches; bounded by :meth:`configure_standby`.
+        self.standby = StandbyPool(backend, 0, 0)
         self._seq = 0
+
+    def configure_standby(self, max_entries: int, max_kernel_bytes: int) -> None:
+        """Bound the standby pool (``[standby]``); entries beyond a smaller bound go."""
+        self.standby.max_entries = max_entries
+        self.standby.max_kernel_bytes = max_kernel_bytes
+        while len(self.standby.entries) > max(max_entries, 0):
+            self.standby.drop(next(iter(self.standby.entries)), "[standby] max lowered")
+
+    def fill_standby(self, wanted: Sequence[tuple[str, SchedulerConfig, str]]) -> None:
+        """Hold ``wanted`` (``(name, spec, reason)``, most wanted first) as standbys, as many
+        as the pool's bounds allow; drop every other entry and stale ones. The attached
+        scheduler is never held twice. Blocks while preparing; never raises a
+        :class:`SchedSwitchError`."""
+        keep = [w for w in wanted if w[0] != self.active][: max(self.standby.max_entries, 0)]
+        self.standby.prune({name: spec for name, spec, _ in keep})
+        for name, spec, reason in reversed(keep):  # the most wanted is filled last: newest
+            self.standby.fill(name, spec, reason)
 
     @property
     def active(self) -> str:
@@ -334,15 +365,21 @@ class Switcher:
         new: Prepared | None = None
         if target != KERNEL:
             assert spec is not None
-            try:
-                with _Phase(record, "prepare"):
-                    new = self.backend.prepare(target, spec)
-            except SchedSwitchError as exc:
-                record.result, record.error = FAILED, exc
-                return
-            for phase, ns in new.timings_ns.items():
-                if not phase.startswith(_BACKEND_PHASES):
-                    record.phases_ns[f"prepare.{phase}"] = ns
+            start = time.monotonic_ns()
+            new = self.standby.take(target, spec)
+            if new is not None:
+                record.standby = True
+                record.phases_ns["standby"] = time.monotonic_ns() - start
+            else:
+                try:
+                    with _Phase(record, "prepare"):
+                        new = self.backend.prepare(target, spec)
+                except SchedSwitchError as exc:
+                    record.result, record.error = FAILED, exc
+                    return
+                for phase, ns in new.timings_ns.items():
+                    if not phase.startswith(_BACKEND_PHASES):
+                        record.phases_ns[f"prepare.{phase}"] = ns
         old = self.current
         with self.backend.switch_window() as expedited:
             record.expedited = expedited

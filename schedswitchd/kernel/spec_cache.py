@@ -33,6 +33,17 @@ class SpecKey:
     size: int
     mtime_ns: int
 
+    @classmethod
+    def of_path(cls, path: str | os.PathLike[str]) -> SpecKey | None:
+        """The key of the file at ``path`` now (symlinks resolved), ``None`` if it cannot
+        be stat'ed."""
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        return cls(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 @dataclass(frozen=True, slots=True)
 class OpenedSpec:

@@ -50,6 +50,11 @@ class FakeBackend:
     attached_handle: FakePrepared | None = None
     watchers: list[Callable[[], None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Scheduler names whose prepared handles no longer match the "kernel" (a rebuilt
+    #: object, a module change): ``fresh`` says False for them.
+    stale: set[str] = field(default_factory=set)
+    #: Kernel bytes each handle holds, by scheduler name (default 4096).
+    handle_bytes: dict[str, int] = field(default_factory=dict)
 
     def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
         self.calls.append(f"prepare {name}")
@@ -132,6 +137,13 @@ class FakeBackend:
 
     def switch_window(self) -> AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
+
+    def fresh(self, handle: Prepared, spec: SchedulerConfig) -> bool:
+        prepared = cast(FakePrepared, handle)
+        return not prepared.discarded and not prepared.attached and prepared.name not in self.stale
+
+    def kernel_bytes(self, handle: Prepared) -> int:
+        return self.handle_bytes.get(handle.name, 4096)
 
     # --- test controls ----------------------------------------------------------------------
 

@@ -239,3 +239,68 @@ def test_the_switch_window_spans_detach_and_attach() -> None:
     plain.switch_to("fifo", SPEC, "lease 1")
     rec = plain.switch_to("vtime", SPEC, "lease 2")
     assert rec is not None and not rec.expedited
+
+
+def test_a_standby_switch_has_no_prepare() -> None:
+    s, b = make()
+    s.configure_standby(1, 1 << 30)
+    s.switch_to("fifo", SPEC, "lease 1")
+    s.fill_standby([("vtime", SPEC, "default")])
+    assert b.calls[-1] == "prepare vtime"
+    assert [e.name for e in s.standby] == ["vtime"]
+    b.calls.clear()
+    rec = s.switch_to("vtime", SPEC, "release")
+    assert rec is not None and rec.ok and rec.standby
+    assert b.calls == ["detach fifo", "attach vtime", "discard fifo"]
+    assert "prepare" not in rec.phases_ns and "standby" in rec.phases_ns
+    assert s.standby.hits == 1 and not s.standby.entries  # taken out of the pool
+
+
+def test_a_stale_standby_is_discarded_and_prepared_anew() -> None:
+    s, b = make()
+    s.configure_standby(1, 1 << 30)
+    s.fill_standby([("vtime", SPEC, "default")])
+    b.stale.add("vtime")  # e.g. the object file was rebuilt
+    b.calls.clear()
+    rec = s.switch_to("vtime", SPEC, "lease")
+    assert rec is not None and rec.ok and not rec.standby
+    assert b.calls[:2] == ["discard vtime", "prepare vtime"]
+    assert s.standby.misses == 1
+    assert len(b.live) == 1  # only the attached handle is alive
+
+
+def test_a_changed_configuration_is_not_served_from_the_pool() -> None:
+    s, b = make()
+    s.configure_standby(1, 1 << 30)
+    s.fill_standby([("vtime", SPEC, "default")])
+    other = SchedulerConfig(object="/nonexistent.bpf.o", rodata={"slice_ns": 1})
+    rec = s.switch_to("vtime", other, "lease")
+    assert rec is not None and not rec.standby
+    assert len(b.live) == 1
+
+
+def test_pool_bounds_entries_and_kernel_bytes() -> None:
+    s, b = make()
+    s.configure_standby(1, 10_000)
+    s.fill_standby([("vtime", SPEC, "intent"), ("gaming", SPEC, "default")])
+    assert [e.name for e in s.standby] == ["vtime"]  # the most wanted one
+    assert len(b.live) == 1
+    b.handle_bytes["gaming"] = 20_000  # more than max_kernel_bytes on its own
+    s.fill_standby([("gaming", SPEC, "intent")])
+    assert not s.standby.entries and not b.live
+    s.configure_standby(2, 1 << 30)
+    s.fill_standby([("vtime", SPEC, "intent"), ("gaming", SPEC, "default")])
+    assert {e.name for e in s.standby} == {"vtime", "gaming"}
+    assert s.standby.kernel_bytes == 4096 + 20_000
+    s.configure_standby(0, 0)
+    assert not s.standby.entries and not b.live
+
+
+def test_the_running_scheduler_is_not_held_and_failures_do_not_raise() -> None:
+    s, b = make(FakeBackend(fail_prepare={"gaming"}))
+    s.configure_standby(2, 1 << 30)
+    s.switch_to("fifo", SPEC, "lease")
+    s.fill_standby([("fifo", SPEC, "default"), ("gaming", SPEC, "recent hint")])
+    assert not s.standby.entries
+    assert s.standby.failures == 1 and s.standby.last_error is not None
+    assert b.calls.count("prepare fifo") == 1  # only the switch's own

@@ -35,6 +35,7 @@ from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
+from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.sched_ext import SchedExtUnavailable
 from schedswitchd.kernel.scheduler_pins import PinDir
 from schedswitchd.kernel.scx_exit import uei_layout
@@ -566,3 +567,42 @@ def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path
         assert time.monotonic() - start < 1.0
     finally:
         stop()
+
+
+def test_standby_freshness_and_kernel_bytes(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], tmp_path: Path
+) -> None:
+    obj = tmp_path / "uei.bpf.o"
+    shutil.copyfile(bpf_object("uei"), obj)
+    cfg = _cfg(obj, hotplug_seq=False)
+    h = backend.prepare("uei", cfg)
+    try:
+        assert backend.fresh(h, cfg)
+        # the kernel charges its maps and programs: more than the data section alone
+        held = backend.kernel_bytes(h)
+        assert held >= 4096 and h.loaded is not None
+        fds = [m.fd.fileno() for m in h.loaded.maps.values()]
+        fds += [p.fd.fileno() for p in h.loaded.programs.values()]
+        assert held == sum(memlock_bytes(fd) for fd in fds)
+        os.utime(obj, ns=(1, 1))  # "rebuilt": another mtime
+        assert not backend.fresh(h, cfg)
+    finally:
+        backend.discard(h)
+    assert not backend.fresh(h, cfg)  # a discarded handle is never fresh
+    assert backend.kernel_bytes(h) == 0
+
+
+def test_standby_is_stale_after_a_cpu_hotplug(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    # tcp_congestion_ops has no hotplug_seq member: call the freshness check on a handle
+    # prepared without it, with a spec that asks for it (the check reads sysfs each time).
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        with_seq = _cfg(bpf_object("uei"))
+        h.inputs = (*h.inputs[:2], 7)  # as if prepared when hotplug_seq read 7
+        assert backend.fresh(h, with_seq)
+        (scx_root / "hotplug_seq").write_text("8\n")  # a CPU went off or on line since
+        assert not backend.fresh(h, with_seq)
+    finally:
+        backend.discard(h)

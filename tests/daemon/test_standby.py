@@ -1,0 +1,103 @@
+"""Standbys and launcher intents through the live server (fake backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from schedswitchd.daemon.policy import NS_PER_S
+from schedswitchd.daemon.server import Server
+
+from .fakes import FakeBackend
+from .harness import Running
+
+
+@pytest.fixture
+def srv() -> Iterator[Running]:
+    running = Running(FakeBackend())
+    yield running
+    running.stop()
+
+
+def test_intent_prepares_then_the_hint_is_served_from_the_standby(srv: Running) -> None:
+    c = srv.client()
+    reply = c.request(op="prepare", workload="gaming", ttl_s=30)
+    assert reply["ok"] and reply["op"] == "prepare", reply
+    assert reply["scheduler"] == "gaming" and reply["kernel_bytes"] == 4096
+    assert srv.backend.kernel_state().state == "disabled"  # prepared, not switched
+    status = c.request(op="status")["status"]
+    assert [s["scheduler"] for s in status["standby"]] == ["gaming"]
+    assert status["standby"][0]["reason"] == "intent gaming"
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    assert "prepare" not in hint["switch"]["phases_ns"]
+    assert srv.backend.calls.count("prepare gaming") == 1
+    status = c.request(op="status")["status"]
+    assert status["counters"]["standby_hits"] == 1
+    c.close()
+
+
+def test_after_release_the_recent_hint_is_held_for_next_time(srv: Running) -> None:
+    c = srv.client()
+    assert c.request(op="hint", workload="video-call")["ok"]
+    lease = c.request(op="status")["status"]["lease"]["lease"]
+    assert c.request(op="release", lease=lease)["ok"]
+    srv.wait_for(lambda s: "vtime" in s.switcher.standby.entries)
+    hint = c.request(op="hint", workload="video-call")
+    assert hint["switch"]["standby"] is True
+    c.close()
+
+
+def test_intent_needs_hint_rights_and_a_known_workload(srv: Running) -> None:
+    c = srv.client()
+    unknown = c.request(op="prepare", workload="no-such")
+    assert not unknown["ok"] and unknown["error"]["code"] == "unknown_workload"
+    bad = c.request(op="prepare", workload="gaming", ttl_s=0)
+    assert not bad["ok"] and bad["error"]["code"] == "bad_request"
+    c.close()
+
+
+def test_a_failing_prepare_is_the_intents_error() -> None:
+    running = Running(FakeBackend(verifier_reject={"gaming"}))
+    try:
+        c = running.client()
+        reply = c.request(op="prepare", workload="gaming")
+        assert not reply["ok"] and reply["error"]["code"] == "standby", reply
+        assert "gaming" in reply["error"]["message"]
+        assert running.backend.kernel_state().state == "disabled"
+        c.close()
+    finally:
+        running.stop()
+
+
+def test_an_expired_intent_is_no_longer_wanted(srv: Running) -> None:
+    c = srv.client()
+    assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+
+    def wanted_later(s: Server) -> list[str]:
+        rec = s.reconciler
+        return [n for n, _, _ in rec.standby_wanted(rec.clock() + 31 * NS_PER_S)]
+
+    assert "gaming" in srv.read(lambda s: [n for n, _, _ in s.reconciler.standby_wanted(0)])
+
+    assert "gaming" not in srv.read(wanted_later)
+    c.close()
+
+
+def test_standby_zero_holds_nothing() -> None:
+    running = Running(FakeBackend())
+    try:
+        running.read(lambda s: s.switcher.configure_standby(0, 0))
+        c = running.client()
+        assert c.request(op="hint", workload="gaming")["ok"]
+        lease = c.request(op="status")["status"]["lease"]["lease"]
+        assert c.request(op="release", lease=lease)["ok"]
+        server = running.server
+        assert server is not None
+        running.run(server.reconciler._refill_standby())  # a refill pass, deterministically
+        assert not running.read(lambda s: list(s.switcher.standby.entries))
+        assert running.backend.calls.count("prepare gaming") == 1
+        c.close()
+    finally:
+        running.stop()

@@ -44,6 +44,14 @@ def register(sub: Any) -> None:
     hint.add_argument("workload")
     hint.add_argument("--pid", type=int, help="also end the lease when this process exits")
     hint.add_argument("--ttl", type=float, help="also end the lease after TTL seconds")
+    prepare = add(
+        "prepare",
+        "announce WORKLOAD: its scheduler is prepared now (not switched to) and held as a "
+        "standby for TTL seconds, so that a hint for it switches at once",
+        _prepare,
+    )
+    prepare.add_argument("workload", help="a workload with a hint rule (see `list`)")
+    prepare.add_argument("--ttl", type=float, default=30.0, help="hold it this long, seconds (30)")
     release = add("release", "end a lease", _release)
     release.add_argument("lease")
     switch = add(
@@ -169,10 +177,35 @@ def _status(args: argparse.Namespace) -> int:
             )
             or "-",
         ),
+        (
+            "standby",
+            ", ".join(
+                f"{e.scheduler} ({e.reason}, {e.kernel_bytes / 1024:.0f} KiB kernel, "
+                f"prepared in {e.prepare_ms:.0f} ms)"
+                for e in s.standby
+            )
+            or "-",
+        ),
         ("counters", _counters_text(s.counters)),
         ("daemon", f"pid {s.pid}  version {s.version}  up {s.uptime_s:.0f} s"),
     ]
     _table(rows)
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    reply: proto.PrepareReply = _call(
+        args, make_request(proto.PrepareRequest, workload=args.workload, ttl_s=args.ttl)
+    )
+    if args.json:
+        return 0
+    if reply.scheduler == reply.active:
+        print(f"{reply.workload} -> {reply.scheduler}: already running")
+    else:
+        print(
+            f"{reply.workload} -> {reply.scheduler}: prepared, held {reply.until_s:.0f} s "
+            f"({reply.kernel_bytes / 1024:.0f} KiB of kernel memory)"
+        )
     return 0
 
 

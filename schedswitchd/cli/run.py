@@ -88,17 +88,55 @@ class HintHolder:
             self.client.close()  # closing the connection ends the lease
 
 
+def _prepare_only(workload: str, ttl_s: float, socket: str | None, quiet: bool) -> int:
+    """Send a ``prepare`` intent; 0 once the daemon holds the scheduler, 1 otherwise."""
+    try:
+        conn = LauncherConnection(socket, timeout_s=60.0)
+    except SchedSwitchError as exc:
+        if not quiet:
+            print(f"schedswitch-run: not prepared ({exc})", file=sys.stderr)
+        return 1
+    try:
+        reply = conn.exchange({"op": "prepare", "workload": workload, "ttl_s": ttl_s})
+    except SchedSwitchError as exc:
+        if not quiet:
+            print(f"schedswitch-run: {workload!r} not prepared ({exc})", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()
+    if not quiet:
+        print(
+            f"schedswitch-run: {workload} -> {reply.get('scheduler')} prepared for {ttl_s:.0f} s",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the command's exit status (127 if it cannot be started)."""
     parser = argparse.ArgumentParser(
         prog="schedswitch-run",
         description="Run a command while holding a schedswitchd hint for WORKLOAD; the hint "
         "ends when the command ends. If the daemon is unreachable the command runs anyway.",
-        usage="%(prog)s [--socket PATH] [--quiet] WORKLOAD -- CMD [ARGS...]",
+        usage="%(prog)s [--socket PATH] [--quiet] WORKLOAD -- CMD [ARGS...]\n"
+        "       %(prog)s [--socket PATH] [--quiet] --prepare-only WORKLOAD [--ttl S]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--socket", help="daemon socket path")
     parser.add_argument("--quiet", "-q", action="store_true", help="no messages on stderr")
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="only announce WORKLOAD (the user is about to start it): the daemon prepares its "
+        "scheduler without switching, so the launch that follows switches at once; exit 1 if "
+        "the daemon is unreachable or refuses",
+    )
+    parser.add_argument(
+        "--ttl",
+        type=float,
+        default=30.0,
+        help="with --prepare-only: how long the daemon holds it, seconds (30)",
+    )
     parser.add_argument(
         "workload", nargs="?", help="a workload with a hint rule (see `schedswitchctl list`)"
     )
@@ -118,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
         command = args.command
+    if args.prepare_only:
+        if args.workload is None or command:
+            parser.error("--prepare-only takes WORKLOAD and no command")
+        return _prepare_only(args.workload, args.ttl, args.socket, args.quiet)
     if args.workload is None:
         parser.error("WORKLOAD and a command are required (WORKLOAD -- CMD [ARGS...])")
     if not command:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -75,6 +76,12 @@ def test_what_it_sends_is_the_protocols_hint_request() -> None:
     assert isinstance(request, proto.HintRequest) and request.workload == "gaming"
     a.close()
     b.close()
+
+
+def test_a_prepare_intent_is_the_protocols_prepare_request() -> None:
+    line = json.dumps({"v": 1, "op": "prepare", "workload": "gaming", "ttl_s": 30.0}).encode()
+    request = proto.parse_request(line)
+    assert isinstance(request, proto.PrepareRequest) and request.ttl_s == 30.0
 
 
 @pytest.mark.parametrize(

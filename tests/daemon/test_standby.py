@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from schedswitchd.cli import ctl, run
 from schedswitchd.daemon.policy import NS_PER_S
 from schedswitchd.daemon.server import Server
 
@@ -101,3 +102,23 @@ def test_standby_zero_holds_nothing() -> None:
         c.close()
     finally:
         running.stop()
+
+
+def test_ctl_prepare_and_status_show_the_standby(
+    srv: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ctl.main(["prepare", "gaming", "--ttl", "20", "--socket", srv.path]) == 0
+    out = capsys.readouterr().out
+    assert "gaming -> gaming: prepared, held 20 s (4 KiB of kernel memory)" in out
+    assert ctl.main(["status", "--socket", srv.path]) == 0
+    assert "gaming (intent gaming, 4 KiB kernel" in capsys.readouterr().out
+
+
+def test_run_prepare_only(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--socket", srv.path, "--prepare-only", "video-call"]) == 0
+    assert "video-call -> vtime prepared for 30 s" in capsys.readouterr().err
+    assert srv.read(lambda s: list(s.switcher.standby.entries)) == ["vtime"]
+    assert run.main(["-q", "--socket", srv.path, "--prepare-only", "no-such"]) == 1
+    assert run.main(["-q", "--socket", "/nonexistent/s", "--prepare-only", "gaming"]) == 1
+    with pytest.raises(SystemExit):
+        run.main(["--socket", srv.path, "--prepare-only", "gaming", "--", "true"])

@@ -6,10 +6,13 @@ BTF registry, ``/sys/kernel/sched_ext`` and bpffs pins.
 mtime), apply the configuration (``.rodata`` tunables, ``sched_ext_ops`` scalars,
 ``hotplug_seq`` from ``/sys/kernel/sched_ext/hotplug_seq``), read only the module BTFs the
 object declares in ``.kmod_btfs`` plus the configured extras (through the registry's bounded
-cache), run CO-RE, create maps and load programs. ``attach`` creates the struct_ops link,
-confirms ``state`` = ``enabled`` with the scheduler's ops name, and only then pins the link
-(and the data map holding the exit record) under the pin directory; ``detach`` detaches the
-link in the kernel (``BPF_LINK_DETACH``) and leaves removing its pin and closing its fd to
+cache), run CO-RE, create maps and load programs. ``attach`` attaches the object's other
+programs (``fentry/bpf_scx_reg`` and tracing hooks, as a libbpf skeleton's attach), creates
+the struct_ops link, confirms ``state`` = ``enabled`` with the scheduler's ops name, and
+only then pins the link (and the data map holding the exit record, and the program links)
+under the pin directory (the program links stay until the handle is discarded); ``detach``
+detaches the link in the kernel (``BPF_LINK_DETACH``) and leaves removing its pin and
+closing its fd to
 :meth:`KernelBackend.discard` (or the handle's next ``attach``). ``adopt`` re-opens what a
 previous daemon pinned.
 
@@ -96,9 +99,9 @@ class KernelPrepared:
     ``name``: configured name; ``ops_name``: ``sched_ext_ops.name``; ``spec``: the
     customised object spec; ``ops_map``: name of its ``sched_ext_ops`` struct_ops map;
     ``loaded``: the loaded object (``None`` for an adopted handle, which holds the link,
-    the struct_ops map and the exit map as ``adopted_*`` fds instead); ``uei``: where the
-    exit record lives (``None`` when the object keeps none); ``report``: which module BTFs
-    the load read; ``timings_ns``: phase durations in ns.
+    the struct_ops map, the exit map and the program links as ``adopted_*`` fds instead);
+    ``uei``: where the exit record lives (``None`` when the object keeps none); ``report``:
+    which module BTFs the load read; ``timings_ns``: phase durations in ns.
     """
 
     name: str
@@ -119,6 +122,8 @@ class KernelPrepared:
     #: What it was prepared from (object file, module set, hotplug_seq): see
     #: :meth:`KernelBackend.fresh`.
     inputs: tuple[object, ...] = ()
+    #: An adopted handle's program links (fentry/bpf_scx_reg, tracing hooks) by program.
+    adopted_program_links: dict[str, LinkFd] = field(default_factory=dict)
 
     @property
     def adopted(self) -> bool:
@@ -133,6 +138,12 @@ class KernelPrepared:
             m = self.loaded.maps.get(self.uei.map_name)
             return m.fd if m is not None else None
         return self.adopted_exit_map
+
+    def program_links(self) -> dict[str, LinkFd]:
+        """The links of the object's auto-attached programs, by program name."""
+        if self.loaded is not None:
+            return dict(self.loaded.program_links)
+        return dict(self.adopted_program_links)
 
     def link(self) -> LinkFd | None:
         """The struct_ops link while attached."""
@@ -163,10 +174,16 @@ class KernelPrepared:
             self.adopted_link = None
 
     def close(self) -> None:
-        """Close every fd the handle owns."""
+        """Close every fd the handle owns: the struct_ops link before the program links
+        (the scheduler goes while its hooks still run), then the rest."""
         if self.loaded is not None:
             self.loaded.close()
-        for fd in (self.adopted_link, self.adopted_ops_map, self.adopted_exit_map):
+        if self.adopted_link is not None:
+            self.adopted_link.close()
+        for link in reversed(list(self.adopted_program_links.values())):
+            link.close()
+        self.adopted_program_links.clear()
+        for fd in (self.adopted_ops_map, self.adopted_exit_map):
             if fd is not None:
                 fd.close()
 
@@ -395,6 +412,8 @@ class KernelBackend:
             log.info("%s: enum variables: %s", name, loaded.enum_fill.summary())
         for k, v in loaded.timings_ns.items():
             t[f"load.{k}"] = v
+        for note in loaded.notes:
+            log.info("%s: %s", name, note)
         report = targets.report
         self._count("module_btfs_declared", len(report.declared))
         handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
@@ -465,6 +484,15 @@ class KernelBackend:
         self._count("attaches")
         start = time.perf_counter_ns()
         try:
+            if h.loaded is not None and not h.loaded.program_links:
+                # The object's other programs (fentry/bpf_scx_reg, tracing hooks) go
+                # first, as scx's SCX_OPS_ATTACH runs the skeleton attach before it
+                # creates the struct_ops link. Not earlier (in prepare): the hooks of a
+                # scheduler must not run beside the previous scheduler, whose kfunc
+                # calls they could reach. Kept until the handle is discarded.
+                h.loaded.attach_programs()
+                t["programs"] = time.perf_counter_ns() - start
+                start = time.perf_counter_ns()
             link = h.create_link()
         except BpfSyscallError as exc:
             self._count("attach_failures")
@@ -486,7 +514,7 @@ class KernelBackend:
             # unregisters the scheduler, and the kernel falls back to its own scheduler --
             # the same as a daemon stopping without pins; nothing is left behind.
             start = time.perf_counter_ns()
-            self.pins.pin(h.name, link, h.exit_map_fd())
+            self.pins.pin(h.name, link, h.exit_map_fd(), h.program_links())
             t["pin"] = time.perf_counter_ns() - start
         except SchedSwitchError:
             self._count("attach_failures")
@@ -752,6 +780,7 @@ class KernelBackend:
             adopted_link=pinned.link,
             adopted_ops_map=ops_fd,
             adopted_exit_map=exit_map,
+            adopted_program_links=pinned.program_links,
         )
 
     # --- watching ----------------------------------------------------------------------------

@@ -5,8 +5,11 @@ in bpffs is such a reference (verified in the sched_ext VM: after the loading pr
 the scheduler stays enabled, and unlinking the pin disables it). Layout, one directory per
 scheduler under the pin root (default ``/sys/fs/bpf/schedswitchd``)::
 
-    <root>/<name>/link       the struct_ops link (BPF_OBJ_PIN of the link fd)
-    <root>/<name>/exit_map   the data map holding the scheduler's exit record (optional)
+    <root>/<name>/link          the struct_ops link (BPF_OBJ_PIN of the link fd)
+    <root>/<name>/exit_map      the data map holding the scheduler's exit record (optional)
+    <root>/<name>/progs/<prog>  the link of each auto-attached program of the object
+                                (fentry/bpf_scx_reg, tp_btf/..., iter/...; see
+                                schedswitchd.kernel.prog_attach), so they survive too
 
 ``<name>`` is the configured scheduler name. Pinning and opening use ``BPF_OBJ_PIN`` and
 ``BPF_OBJ_GET`` (``include/uapi/linux/bpf.h``); directories are made with ``mkdir``, which
@@ -19,7 +22,8 @@ import contextlib
 import errno
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedswitchd.errors import BpfSyscallError, KernelError
@@ -28,7 +32,9 @@ from schedswitchd.kernel.fd import LinkFd, MapFd
 
 LINK_FILE = "link"
 EXIT_MAP_FILE = "exit_map"
+PROGS_DIR = "progs"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_PROG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a C identifier
 
 
 class PinError(KernelError):
@@ -39,17 +45,21 @@ class PinError(KernelError):
 
 @dataclass
 class PinnedScheduler:
-    """A scheduler's pins opened again: the link and, if it was pinned, the exit map."""
+    """A scheduler's pins opened again: the link, the exit map if it was pinned, and the
+    program links by program name."""
 
     name: str
     link: LinkFd
     exit_map: MapFd | None
+    program_links: dict[str, LinkFd] = field(default_factory=dict)
 
     def close(self) -> None:
-        """Close both fds (the pins stay)."""
+        """Close every fd, the struct_ops link first (the pins stay)."""
         self.link.close()
         if self.exit_map is not None:
             self.exit_map.close()
+        for fd in self.program_links.values():
+            fd.close()
 
 
 def _check_name(name: str) -> str:
@@ -68,17 +78,32 @@ class PinDir:
         """Directory of scheduler ``name``."""
         return self.root / _check_name(name)
 
-    def pin(self, name: str, link: LinkFd, exit_map: MapFd | None) -> None:
-        """Pin ``link`` (and ``exit_map``) under ``<root>/<name>/``, replacing old pins
-        there. On failure nothing new is left behind; raises :class:`PinError`."""
+    def pin(
+        self,
+        name: str,
+        link: LinkFd,
+        exit_map: MapFd | None,
+        program_links: Mapping[str, LinkFd] | None = None,
+    ) -> None:
+        """Pin ``link`` (and ``exit_map``, and each of ``program_links`` as
+        ``progs/<program>``) under ``<root>/<name>/``, replacing old pins there. On failure
+        nothing new is left behind; raises :class:`PinError`."""
         d = self.path(name)
         self.unpin(name)
         try:
             d.mkdir(parents=True, exist_ok=True)
+            # The program links first: a daemon that dies in between leaves the
+            # scheduler unpinned (it ends with the process), never hooks without it.
+            if program_links:
+                (d / PROGS_DIR).mkdir()
+                for prog, fd in program_links.items():
+                    if not _PROG_NAME.match(prog):
+                        raise PinError(f"{prog[:80]!r} cannot name a program pin")
+                    S.obj_pin(fd, d / PROGS_DIR / prog)
             S.obj_pin(link, d / LINK_FILE)
             if exit_map is not None:
                 S.obj_pin(exit_map, d / EXIT_MAP_FILE)
-        except (OSError, BpfSyscallError) as exc:
+        except (OSError, BpfSyscallError, PinError) as exc:
             self.unpin(name)
             raise PinError(f"cannot pin scheduler {name} under {d}: {exc}") from exc
 
@@ -144,7 +169,23 @@ class PinDir:
             if exc.errno != errno.ENOENT:
                 link.close()
                 raise PinError(f"cannot open pinned map {d / EXIT_MAP_FILE}: {exc}") from exc
-        return PinnedScheduler(name, link, exit_map)
+        pinned = PinnedScheduler(name, link, exit_map)
+        try:
+            progs = sorted(os.listdir(d / PROGS_DIR))
+        except FileNotFoundError:
+            progs = []
+        except OSError as exc:
+            pinned.close()
+            raise PinError(f"cannot list {d / PROGS_DIR}: {exc.strerror}") from exc
+        for prog in progs:
+            if not _PROG_NAME.match(prog):
+                continue  # not made by pin()
+            try:
+                pinned.program_links[prog] = S.obj_get(d / PROGS_DIR / prog, expect=LinkFd)
+            except BpfSyscallError as exc:
+                pinned.close()
+                raise PinError(f"cannot open pinned link {d / PROGS_DIR / prog}: {exc}") from exc
+        return pinned
 
 
 def _rmtree(d: Path) -> None:

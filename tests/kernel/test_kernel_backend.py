@@ -606,3 +606,71 @@ def test_standby_is_stale_after_a_cpu_hotplug(
         assert not backend.fresh(h, with_seq)
     finally:
         backend.discard(h)
+
+
+def _link_alive(link_id: int) -> bool:
+    try:
+        S.link_get_fd_by_id(link_id).close()
+    except BpfSyscallError:
+        return False
+    return True
+
+
+def _gone(link_id: int) -> bool:
+    deadline = time.monotonic() + 2  # a link's last reference is dropped by a work item
+    while _link_alive(link_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.usefixtures("sysfs_follows")
+def test_program_links_attach_first_pin_and_survive_a_restart(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    # ca_hooks: a tcp_congestion_ops next to a tp_btf/sys_enter program. attach attaches
+    # the program before the struct_ops link and pins its link under progs/; a daemon that
+    # dies leaves both pinned; the next one adopts both; discard removes both.
+    cfg = _cfg(bpf_object("ca_hooks"), hotplug_seq=False)
+    h = backend.prepare("hooks", cfg)
+    assert h.loaded is not None and h.program_links() == {}  # nothing runs before attach
+    backend.attach(h, 2.0)
+    progs = h.program_links()
+    assert set(progs) == {"hk_sys_enter"}
+    prog_link = S.link_info(progs["hk_sys_enter"]).id
+    link = h.link()
+    assert link is not None and prog_link < S.link_info(link).id  # attached first
+    assert "attach.programs" in h.timings_ns
+    d = backend.pins.path("hooks")
+    assert sorted(os.listdir(d)) == ["link", "progs"]
+    assert os.listdir(d / "progs") == ["hk_sys_enter"]
+    with S.obj_get(d / "progs" / "hk_sys_enter", expect=LinkFd) as pinned:
+        assert S.link_info(pinned).id == prog_link
+    h.close()  # the daemon dies: only the pins hold the links
+    assert _registered("ssd_hooks", True) and _link_alive(prog_link)
+    got = backend.adopt({"hooks": cfg})
+    assert isinstance(got, KernelPrepared)
+    try:
+        assert set(got.program_links()) == {"hk_sys_enter"}
+        assert S.link_info(got.program_links()["hk_sys_enter"]).id == prog_link
+        backend.detach(got, 1.0)
+        assert _registered("ssd_hooks", False)
+        backend.attach(got, 2.0)  # rollback: the hooks were kept, and are pinned again
+        assert os.listdir(d / "progs") == ["hk_sys_enter"]
+    finally:
+        backend.discard(got)
+    assert backend.pins.names() == []
+    assert _registered("ssd_hooks", False)
+    assert _gone(prog_link)
+
+
+def test_program_links_closed_when_a_prepared_handle_is_discarded(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    h = backend.prepare("hooks", _cfg(bpf_object("ca_hooks"), hotplug_seq=False))
+    assert h.loaded is not None
+    h.loaded.attach_programs()
+    prog_link = S.link_info(h.program_links()["hk_sys_enter"]).id
+    backend.discard(h)
+    assert _gone(prog_link)

@@ -20,13 +20,6 @@ from schedswitchd.bpf.btf_fixup import fixup_object_btf
 from schedswitchd.bpf.btf_types import Array, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject, read_elf
 from schedswitchd.bpf.externs import collect_externs
-from schedswitchd.bpf.link import (
-    ExtIndex,
-    Function,
-    classify_relocs,
-    collect_functions,
-    link_program,
-)
 from schedswitchd.bpf.maps import (
     data_maps,
     data_section_kind,
@@ -45,6 +38,13 @@ from schedswitchd.bpf.spec import (
     VariableSpec,
 )
 from schedswitchd.bpf.struct_ops import struct_ops_maps
+from schedswitchd.bpf.subprogs import (
+    ExtIndex,
+    Function,
+    classify_relocs,
+    collect_functions,
+    link_program,
+)
 from schedswitchd.errors import BtfError, ObjectError
 
 ARENA_SEC = ".addr_space.1"

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
-from schedswitchd.daemon.heap import trim_heap
+from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Policy
 from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import (
@@ -231,7 +231,7 @@ class Reconciler:
                 filled = False
             if switched or filled:
                 # Give back what the temporaries of a prepare left free in the C heap (see
-                # schedswitchd.daemon.heap); queued behind the worker.
+                # schedswitchd.daemon.memory_tuning); queued behind the worker.
                 with contextlib.suppress(RuntimeError):  # the worker was shut down
                     asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
 

@@ -3,7 +3,7 @@
 - Configuration: ``--config`` (default ``$SCHEDSWITCHD_CONFIG`` or
   ``/etc/schedswitchd/schedswitchd.toml``); ``--print-schema`` prints its JSON Schema;
   ``--check-config`` validates it and checks every scheduler (see
-  :mod:`schedswitchd.daemon.check`), exit 0 only if all are fine.
+  :mod:`schedswitchd.daemon.check_config`), exit 0 only if all are fine.
 - Socket: the one passed by systemd socket activation (``sd_listen_fds(3)`` through
   ``systemd.daemon.listen_fds``), else its own at ``[socket] path`` with ``mode``/``group``.
 - Notifications (``sd_notify(3)``): ``READY=1`` once serving, ``STATUS=`` after every
@@ -35,11 +35,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from schedswitchd import __version__
-from schedswitchd.daemon.heap import disable_transparent_hugepages, limit_malloc_arenas
+from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 # The daemon's heavy imports (asyncio, pydantic, the loader: ~30 MiB resident) happen in
-# main(), after it opted out of transparent huge pages (schedswitchd.daemon.heap).
+# main(), after it opted out of transparent huge pages (schedswitchd.daemon.memory_tuning).
 if TYPE_CHECKING:
     from schedswitchd.daemon.config import Config
     from schedswitchd.daemon.server import Server
@@ -291,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit_malloc_arenas()  # before any thread starts
     import asyncio
 
-    from schedswitchd.daemon.check import check_config, format_report, sched_ext_missing
+    from schedswitchd.daemon.check_config import check_config, format_report, sched_ext_missing
     from schedswitchd.daemon.config import json_schema, load_config
 
     parser = argparse.ArgumentParser(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno as E
 import os
 
-from schedswitchd.kernel.attr import Cmd
+from schedswitchd.kernel.bpf_uapi import Cmd
 
 ENOTSUPP = 524  # kernel-internal "operation not supported", leaks to user space from bpf()
 

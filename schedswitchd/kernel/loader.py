@@ -49,7 +49,7 @@ from schedswitchd.bpf.spec import (
     ProgramSpec,
 )
 from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.arena import ArenaMapping, map_arena
 from schedswitchd.kernel.arena import page_size as arena_page_size

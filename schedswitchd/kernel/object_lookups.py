@@ -18,7 +18,7 @@ from schedswitchd.bpf.core import CandidateCache
 from schedswitchd.bpf.core_types import CoreReloKind
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import BtfError, CoreError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.module_lookup import ModuleLookup
 from schedswitchd.kernel.structops import VALUE_PREFIX
 

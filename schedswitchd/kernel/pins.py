@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.fd import LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.loader import LoadedObject

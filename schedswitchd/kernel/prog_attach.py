@@ -44,7 +44,7 @@ from enum import Enum
 
 from schedswitchd.bpf.spec import ProgramSpec
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.fd import LinkFd, OwnedFd, ProgFd
 

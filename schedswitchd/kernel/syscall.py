@@ -1,6 +1,6 @@
 """The ``bpf(2)`` system call through ctypes, one function per command we use.
 
-Layouts come from :mod:`schedswitchd.kernel.attr` (UAPI ``include/uapi/linux/bpf.h``); the
+Layouts come from :mod:`schedswitchd.kernel.bpf_uapi` (UAPI ``include/uapi/linux/bpf.h``); the
 semantics from the ``bpf(2)`` man page and ``kernel/bpf/syscall.c``. Every failure raises
 :class:`~schedswitchd.errors.BpfSyscallError` with the command, the errno name and a sentence
 from :mod:`schedswitchd.kernel.errmsg`; program and BTF loads attach the kernel's log. Every
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from schedswitchd.errors import BpfSyscallError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.errmsg import explain
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 
@@ -656,7 +656,7 @@ def btf_info(fd: FdLike, *, data: bool = False) -> BtfInfo:
 
 @dataclass(frozen=True, slots=True)
 class LinkInfo:
-    """``struct bpf_link_info``: ``type`` is a :class:`~schedswitchd.kernel.attr.LinkType`;
+    """``struct bpf_link_info``: ``type`` is a :class:`~schedswitchd.kernel.bpf_uapi.LinkType`;
     ``map_id`` is set for struct_ops links, ``attach_type``/``target_obj_id``/
     ``target_btf_id`` for tracing links, ``attach_type``/``cgroup_id`` for cgroup links
     (0 where not applicable)."""

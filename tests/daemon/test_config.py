@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.daemon import check
+from schedswitchd.daemon import check_config
 from schedswitchd.daemon.config import Config, json_schema, load_config, parse_config
 from schedswitchd.errors import ConfigError
 
@@ -147,10 +147,10 @@ def conf_for(path: Path, rodata: str = "") -> Config:
 
 def test_check_accepts_scheduler_object(bpf_object: Path) -> None:
     config = conf_for(bpf_object, "rodata = { slice_ns = 1000 }")
-    [result] = check.check_config(config, None)
+    [result] = check_config.check_config(config, None)
     assert result.ok and result.depth == "object", result.problems
     assert ".kmod_btfs declares: nf_tables, kvm" in result.notes
-    report = check.format_report(config, [result], None)
+    report = check_config.format_report(config, [result], None)
     assert "NOT checked: CO-RE" in report and "t: ok [object]" in report
 
 
@@ -164,27 +164,27 @@ def test_check_rejects_bad_objects(bpf_object: Path, tmp_path: Path) -> None:
         (conf_for(junk), "not a readable ELF"),
     ]
     for config, problem in cases:
-        [result] = check.check_config(config, None)
+        [result] = check_config.check_config(config, None)
         assert not result.ok and any(problem in p for p in result.problems), result.problems
 
 
 def test_check_prepares_through_backend(bpf_object: Path) -> None:
     config = conf_for(bpf_object)
     backend = FakeBackend()
-    [result] = check.check_config(config, backend)
+    [result] = check_config.check_config(config, backend)
     assert result.ok and result.depth == "prepared" and backend.calls == ["prepare t", "discard t"]
     assert not backend.live
     backend = FakeBackend(verifier_reject={"t"})
-    [result] = check.check_config(config, backend)
+    [result] = check_config.check_config(config, backend)
     assert not result.ok and "verifier log:\nR1 invalid mem access" in result.notes
 
 
 def test_check_without_sched_ext_says_so_and_skips_prepare(bpf_object: Path) -> None:
     config = conf_for(bpf_object)
     backend = FakeBackend(state="unavailable")
-    [result] = check.check_config(config, backend)
+    [result] = check_config.check_config(config, backend)
     assert result.ok and result.depth == "object" and backend.calls == []
-    report = check.format_report(config, [result], "kernel", no_sched_ext=True)
+    report = check_config.format_report(config, [result], "kernel", no_sched_ext=True)
     lines = report.splitlines()
     assert lines[0].startswith("NOTE: this kernel has no sched_ext (/sys/kernel/sched_ext")
     assert "NOT checked: CO-RE and loading" in report

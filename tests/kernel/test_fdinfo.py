@@ -7,7 +7,7 @@ import os
 import pytest
 
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.attr import MapType
+from schedswitchd.kernel.bpf_uapi import MapType
 from schedswitchd.kernel.fdinfo import fdinfo, memlock_bytes
 
 pytestmark = pytest.mark.root

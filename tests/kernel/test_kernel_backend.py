@@ -30,7 +30,7 @@ from schedswitchd.errors import (
     ObjectError,
     SchedExtError,
 )
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry

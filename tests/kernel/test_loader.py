@@ -33,7 +33,7 @@ from schedswitchd.bpf.spec import (
     VariableSpec,
 )
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import kconfig as K
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs

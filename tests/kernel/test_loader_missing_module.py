@@ -23,7 +23,7 @@ from schedswitchd.bpf.spec import (
     ProgramSpec,
 )
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.loader import ProgramLoadError, StaticKernelBtfs, load_object
 from tests.kernel import asm

@@ -18,7 +18,7 @@ import pytest
 from schedswitchd.bpf.btf import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import kconfig as K
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry

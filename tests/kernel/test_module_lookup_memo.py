@@ -25,7 +25,7 @@ from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
 from schedswitchd.bpf.insn import decode
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
 from schedswitchd.errors import CoreError, RegistryError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from schedswitchd.kernel.module_lookup import LookupMemo, ModuleLookup, dirent_names, read_dirents

@@ -10,7 +10,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object

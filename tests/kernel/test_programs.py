@@ -20,7 +20,7 @@ from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError, LoadError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import (

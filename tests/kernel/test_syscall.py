@@ -13,7 +13,7 @@ import pytest
 
 from schedswitchd.bpf import insn as I
 from schedswitchd.errors import BpfSyscallError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, ProgFd
 from tests.kernel import asm

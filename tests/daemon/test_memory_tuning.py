@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.daemon import heap, reconcile
+from schedswitchd.daemon import memory_tuning, reconcile
 
 from .harness import Running
 
@@ -23,7 +23,7 @@ def _rss_anon_kib() -> int:
     raise AssertionError("no RssAnon in /proc/self/status")
 
 
-@pytest.mark.skipif(heap._malloc_trim() is None, reason="C library without malloc_trim")
+@pytest.mark.skipif(memory_tuning._malloc_trim() is None, reason="C library without malloc_trim")
 def test_trim_returns_freed_heap_pages_to_the_kernel() -> None:
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
@@ -37,7 +37,7 @@ def test_trim_returns_freed_heap_pages_to_the_kernel() -> None:
     for p in blocks[:-1]:  # the last block pins the heap top: free() cannot shrink it
         libc.free(p)
     before = _rss_anon_kib()
-    assert heap.trim_heap() is True
+    assert memory_tuning.trim_heap() is True
     released = before - _rss_anon_kib()
     libc.free(blocks[-1])
     assert released > (count * block >> 10) // 2, f"only {released} KiB released"
@@ -82,7 +82,7 @@ def test_disable_transparent_hugepages_is_seen_by_the_kernel() -> None:
     # PR_SET_THP_DISABLE; a child process so that pytest keeps its own setting.
     out = _in_child(
         "from pathlib import Path\n"
-        "from schedswitchd.daemon.heap import disable_transparent_hugepages\n"
+        "from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages\n"
         "st = lambda: [l for l in Path('/proc/self/status').read_text().splitlines()"
         " if l.startswith('THP_enabled:')]\n"
         "before = st()\n"
@@ -105,7 +105,7 @@ def test_no_socket_activation_leaves_libsystemd_unloaded() -> None:
 
 ARENAS_IN_CHILD = """
 import ctypes, os, tempfile, threading
-from schedswitchd.daemon.heap import limit_malloc_arenas
+from schedswitchd.daemon.memory_tuning import limit_malloc_arenas
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -130,7 +130,7 @@ os.unlink(path)
 """
 
 
-@pytest.mark.skipif(heap._malloc_trim() is None, reason="not glibc")
+@pytest.mark.skipif(memory_tuning._malloc_trim() is None, reason="not glibc")
 def test_one_malloc_arena_for_all_threads() -> None:
     # malloc_info(3) lists one <heap> per arena: threads get their own without the limit.
     assert _in_child(ARENAS_IN_CHILD.format(limit=True)) == "True 1"

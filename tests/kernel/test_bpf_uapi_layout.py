@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 
 
 def _off(cls: type[ctypes.Structure], *path: str) -> int:

@@ -20,7 +20,7 @@ Without any declaration a load falls back to libbpf's behaviour, searching every
 lazily: :meth:`TargetBtfs.first` and :meth:`TargetBtfs.modules` parse one module at a time,
 only when vmlinux lacked what was asked for, and through the cache. Named lookups
 (:meth:`TargetBtfs.first_holding`, :meth:`TargetBtfs.modules_holding`) go through the
-registry's :class:`~schedswitchd.kernel.module_lookup.LookupMemo`: the first load after the
+registry's :class:`~schedswitchd.kernel.module_memo.LookupMemo`: the first load after the
 set of loaded modules changed walks every module once for all of an object's names (like
 libbpf); later loads read only the modules that hold candidates. Modules read by a walk
 that hold none are not admitted to the cache, so a walk does not evict useful entries.
@@ -44,7 +44,7 @@ from schedswitchd.errors import BtfError, RegistryError
 from schedswitchd.kernel.btf_ids import BtfIdStats, KernelBtfIds
 from schedswitchd.kernel.fd import BtfFd
 from schedswitchd.kernel.lru import BoundedLru, LruStats
-from schedswitchd.kernel.module_lookup import (
+from schedswitchd.kernel.module_memo import (
     DEFAULT_MAX_LOOKUPS,
     Holders,
     LookupMemo,

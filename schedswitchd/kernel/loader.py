@@ -13,7 +13,7 @@ Kernel BTF comes through a :class:`~schedswitchd.kernel.btf_registry.TargetBtfs`
 first, then the object's declared modules); module BTF fds through a callable (normally
 ``KernelBtfRegistry.open_btf_object``). Any failure closes everything created so far.
 Without declared modules, every name vmlinux lacks is looked up in the modules in one batch
-(:func:`~schedswitchd.kernel.object_lookups.object_module_lookups`) before anything else,
+(:func:`~schedswitchd.kernel.module_needs.object_module_lookups`) before anything else,
 so a registry's lookup memo walks the module BTFs at most once per load.
 """
 
@@ -57,10 +57,10 @@ from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
-from schedswitchd.kernel.module_lookup import ModuleLookup
-from schedswitchd.kernel.object_lookups import TRACING_TARGETS, object_module_lookups
+from schedswitchd.kernel.module_memo import ModuleLookup
+from schedswitchd.kernel.module_needs import TRACING_TARGETS, object_module_lookups
 from schedswitchd.kernel.prog_attach import AttachError, attach_program
-from schedswitchd.kernel.structops import (
+from schedswitchd.kernel.struct_ops_value import (
     StructOpsKernelType,
     StructOpsPlan,
     build_value,

@@ -28,7 +28,7 @@ from schedswitchd.errors import CoreError, RegistryError
 from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
-from schedswitchd.kernel.module_lookup import LookupMemo, ModuleLookup, dirent_names, read_dirents
+from schedswitchd.kernel.module_memo import LookupMemo, ModuleLookup, dirent_names, read_dirents
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
 from tests.kernel import asm
 from tools.sidkernel import SidKernel, ensure_kernel

@@ -263,7 +263,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         r["second"] = load_nokmod(obj)
         r["third"] = load_nokmod(obj)
         from schedswitchd.bpf.btf_types import Kind
-        from schedswitchd.kernel.module_lookup import ModuleLookup
+        from schedswitchd.kernel.module_memo import ModuleLookup
 
         lk = ModuleLookup("uinput_device", (Kind.STRUCT,), essential=True)
         r["holders_before"] = reg.holders([lk])[lk]

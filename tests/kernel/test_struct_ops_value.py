@@ -15,7 +15,7 @@ from schedswitchd.bpf.btf_builder import BtfBuilder
 from schedswitchd.bpf.btf_types import INT_CHAR, Kind
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import structops as SO
+from schedswitchd.kernel import struct_ops_value as SO
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.fd import ProgFd
 from tests.kernel import asm

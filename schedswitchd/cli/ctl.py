@@ -33,7 +33,6 @@ _EPILOG = (
 _FAMILIES: tuple[str, ...] = (
     "schedswitchd.cli.daemon_cmds",
     "schedswitchd.cli.object_cmd",
-    "schedswitchd.cli.object_cmds",  # adds load/unload to object_cmd's "object" family
     "schedswitchd.cli.profile_cmd",
 )
 

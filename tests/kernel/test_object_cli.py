@@ -9,7 +9,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.cli.ctl import main
-from schedswitchd.cli.object_cmds import apply_sets, parse_value
+from schedswitchd.cli.object_cmd import apply_sets, parse_value
 from schedswitchd.errors import CustomizationError
 
 pytestmark = pytest.mark.root
@@ -103,7 +103,7 @@ def _failing_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.kernel.test_loader import _spec, _with_indexed_read
 
     monkeypatch.setattr(
-        "schedswitchd.cli.object_cmds.open_object", lambda path: _with_indexed_read(_spec())
+        "schedswitchd.cli.object_cmd.open_object", lambda path: _with_indexed_read(_spec())
     )
 
 

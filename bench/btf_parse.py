@@ -47,8 +47,8 @@ def _rss_bytes() -> int:
 def child_ours(path: str) -> dict[str, Any]:
     """One measurement of our reader (run in a fresh process)."""
     t0 = time.perf_counter()
-    from schedswitchd.bpf.btf import Btf
-    from schedswitchd.bpf.btf_types import Kind
+    from schedswitchd.bpf.btf.reader import Btf
+    from schedswitchd.bpf.btf.types import Kind
 
     t_import = time.perf_counter() - t0
     rss0 = _rss_bytes()

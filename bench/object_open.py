@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schedswitchd.bpf.btf import Btf  # noqa: E402
-from schedswitchd.bpf.core import CandidateCache, relocate  # noqa: E402
+from schedswitchd.bpf.btf.reader import Btf  # noqa: E402
+from schedswitchd.bpf.core.relocate import CandidateCache, relocate  # noqa: E402
 from schedswitchd.bpf.object import open_object  # noqa: E402
 from schedswitchd.bpf.spec import ObjectSpec  # noqa: E402
 from schedswitchd.kernel.spec_cache import SpecCache  # noqa: E402

@@ -1,7 +1,7 @@
 """Small BTFs for the CO-RE engine tests, built as raw BTF bytes and parsed back.
 
-``TypeBuilder`` forwards to :class:`schedswitchd.bpf.btf_builder.BtfBuilder`; ``finish``
-parses the bytes with :class:`schedswitchd.bpf.btf.Btf` and wraps the result in
+``TypeBuilder`` forwards to :class:`schedswitchd.bpf.btf.builder.BtfBuilder`; ``finish``
+parses the bytes with :class:`schedswitchd.bpf.btf.reader.Btf` and wraps the result in
 :class:`SpyBtf`, which records every candidate search (``essential_lookups``) so tests can
 prove which target BTFs the engine touched.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import BtfType, Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import BtfType, Kind
 
 
 class SpyBtf:

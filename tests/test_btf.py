@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     FUNC_STATIC,
     INT_SIGNED,
     VAR_GLOBAL_EXTERN,
@@ -290,7 +290,7 @@ def test_from_file_raw_and_name(tmp_path: Path) -> None:
 
 
 def test_elf_section_errors_name_the_file(tmp_path: Path) -> None:
-    from schedswitchd.bpf.btf_source import elf_section
+    from schedswitchd.bpf.btf.source import elf_section
 
     btf, _ = _sample()
     raw = bytes(btf.raw)

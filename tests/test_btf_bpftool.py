@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_json import btf_to_json
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.json_dump import btf_to_json
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 DATA = Path(__file__).parent / "btf_data"

@@ -11,10 +11,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_json import btf_to_json
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.json_dump import btf_to_json
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     Array,
     BtfType,
     Composite,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import Kind, essential_name
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind, essential_name
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 needs_vmlinux = pytest.mark.skipif(not VMLINUX.exists(), reason="no /sys/kernel/btf/vmlinux")

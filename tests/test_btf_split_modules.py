@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_json import btf_to_json
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf.json_dump import btf_to_json
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 from tests.test_btf_bpftool import assert_same_types, bpftool_json
 from tools.sidkernel import SidKernel, ensure_kernel
 

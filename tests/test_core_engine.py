@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedswitchd.bpf import insn as bpf
-from schedswitchd.bpf.core import CandidateCache, CoreResult, relocate
-from schedswitchd.bpf.core_patch import POISON_IMM
-from schedswitchd.bpf.core_types import CoreRelo
-from schedswitchd.bpf.core_types import CoreReloKind as K
+from schedswitchd.bpf.core.patch import POISON_IMM
+from schedswitchd.bpf.core.relo import CoreRelo
+from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relocate import CandidateCache, CoreResult, relocate
 from schedswitchd.errors import CoreError
 from tests.core_btf import SpyBtf, TypeBuilder
 

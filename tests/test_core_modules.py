@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from schedswitchd.bpf import insn as bpf
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.core import relocate
-from schedswitchd.bpf.core_access import BtfView
-from schedswitchd.bpf.core_types import CoreRelo
-from schedswitchd.bpf.core_types import CoreReloKind as K
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.core.access import BtfView
+from schedswitchd.bpf.core.relo import CoreRelo
+from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relocate import relocate
 from tests.core_btf import SpyBtf
 from tests.core_expect import JsonBtf, bpftool_types
 from tools.sidkernel import SidKernel, ensure_kernel

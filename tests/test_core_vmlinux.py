@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.bpf import insn as bpf
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.core import CoreResult, relocate
-from schedswitchd.bpf.core_patch import POISON_IMM
-from schedswitchd.bpf.core_types import CoreRelo
-from schedswitchd.bpf.core_types import CoreReloKind as K
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.core.patch import POISON_IMM
+from schedswitchd.bpf.core.relo import CoreRelo
+from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")

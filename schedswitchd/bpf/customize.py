@@ -23,8 +23,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     INT_BOOL,
     Array,
     Composite,

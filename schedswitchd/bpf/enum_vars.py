@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import INT_BOOL, Enum, Int, Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import INT_BOOL, Enum, Int, Kind
 from schedswitchd.bpf.spec import MapKind, MapSpec, ObjectSpec, VariableSpec
 from schedswitchd.errors import BtfError, CustomizationError
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     INT_BOOL,
     Array,
     Datasec,
@@ -58,7 +58,7 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
     """All externs of the object and the ``.kconfig`` map value size in bytes.
 
     Order: ``.kconfig`` externs in map layout order, then ``.ksyms`` externs by name.
-    ``btf`` is the object's BTF *before* :mod:`.btf_fixup` (extern VAR types intact).
+    ``btf`` is the object's BTF *before* :mod:`.btf.fixup` (extern VAR types intact).
     Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type.
     """
     syms = [s for s in elf.symbols if s.is_extern]

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedswitchd.bpf import spec as S
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     VAR_STATIC,
     Array,
     Composite,

@@ -14,10 +14,10 @@ import os
 import struct
 
 from schedswitchd.bpf import kmod_btfs as K
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_ext import BtfExt, parse_btf_ext
-from schedswitchd.bpf.btf_fixup import fixup_object_btf
-from schedswitchd.bpf.btf_types import Array, Datasec, Kind, Var
+from schedswitchd.bpf.btf.ext import BtfExt, parse_btf_ext
+from schedswitchd.bpf.btf.fixup import fixup_object_btf
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Array, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject, read_elf
 from schedswitchd.bpf.externs import collect_externs
 from schedswitchd.bpf.maps import (

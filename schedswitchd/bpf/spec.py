@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from schedswitchd.bpf.core_types import CoreRelo
+from schedswitchd.bpf.core.relo import CoreRelo
 
 if TYPE_CHECKING:
-    from schedswitchd.bpf.btf import Btf
+    from schedswitchd.bpf.btf.reader import Btf
 
 # --- UAPI numbers used by the spec (include/uapi/linux/bpf.h) ------------------------------
 

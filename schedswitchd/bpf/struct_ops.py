@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schedswitchd.bpf import spec as S
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Composite, Datasec, Kind, Ref, Var
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Composite, Datasec, Kind, Ref, Var
 from schedswitchd.bpf.elf import ElfObject
 from schedswitchd.bpf.maps import sanitize_name
 from schedswitchd.bpf.spec import MapKind, MapSpec, StructOpsMember, StructOpsSpec

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedswitchd.bpf import insn as I
-from schedswitchd.bpf.btf_ext import BtfExt
-from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
+from schedswitchd.bpf.btf.ext import BtfExt
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.elf import (
     SHN_LORESERVE,
     STB_GLOBAL,

@@ -30,7 +30,7 @@ import sys
 from typing import Any
 
 from schedswitchd.bpf import spec as S
-from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object
@@ -129,7 +129,7 @@ def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
     core: list[dict[str, Any]] = []
     cache = None
     if vmlinux is not None and btf is not None:
-        from schedswitchd.bpf.core import CandidateCache, relocate
+        from schedswitchd.bpf.core.relocate import CandidateCache, relocate
 
         cache = CandidateCache()
     for p in spec.programs:

@@ -36,7 +36,7 @@ def kernel_facts(vmlinux: str | None) -> KernelFacts:
     def lookup(name: str) -> int | None:
         nonlocal table
         if table is None:
-            from schedswitchd.bpf.btf import Btf
+            from schedswitchd.bpf.btf.reader import Btf
             from schedswitchd.profile.kernel_enums import enum_table
 
             table = enum_table([Btf.from_file(vmlinux)])

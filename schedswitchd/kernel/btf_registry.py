@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
-from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.errors import BtfError, RegistryError
 from schedswitchd.kernel.btf_ids import BtfIdStats, KernelBtfIds
 from schedswitchd.kernel.fd import BtfFd

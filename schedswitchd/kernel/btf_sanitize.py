@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import struct
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.errors import BtfError
 from schedswitchd.kernel.features import BtfFeatures
 

@@ -15,8 +15,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import FUNC_GLOBAL, FUNC_STATIC, VAR_STATIC
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.types import FUNC_GLOBAL, FUNC_STATIC, VAR_STATIC
 from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel.syscall import btf_load
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import INT_BOOL, INT_CHAR, INT_SIGNED, Array, Enum, Int, Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import INT_BOOL, INT_CHAR, INT_SIGNED, Array, Enum, Int, Kind
 from schedswitchd.errors import BtfError, LoadError
 
 

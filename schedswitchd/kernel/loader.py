@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from schedswitchd.bpf import insn as I
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind, essential_name
-from schedswitchd.bpf.core import CandidateCache, relocate
-from schedswitchd.bpf.core_compat import types_are_compat
-from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind, essential_name
+from schedswitchd.bpf.core.compat import types_are_compat
+from schedswitchd.bpf.core.relo import CoreReloKind
+from schedswitchd.bpf.core.relocate import CandidateCache, relocate
 from schedswitchd.bpf.enum_vars import DEFAULT_ENUM_PREFIXES, EnumFillReport, fill_enum_variables
 from schedswitchd.bpf.prog_ctx import context_type, encode_context
 from schedswitchd.bpf.spec import (

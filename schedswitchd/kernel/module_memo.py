@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind, essential_name
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind, essential_name
 from schedswitchd.errors import RegistryError
 
 #: Memo entries kept at most (each a name and a few module names: ~200 bytes).

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind, essential_name
-from schedswitchd.bpf.core import CandidateCache
-from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind, essential_name
+from schedswitchd.bpf.core.relo import CoreReloKind
+from schedswitchd.bpf.core.relocate import CandidateCache
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import BtfError, CoreError
 from schedswitchd.kernel import bpf_uapi as A

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Array, Int, Member
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Array, Int, Member
 from schedswitchd.bpf.spec import MapKind, ObjectSpec
 from schedswitchd.errors import BtfError
 

@@ -16,8 +16,8 @@ import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Composite, FuncProto, Kind, Member, Ref, essential_name
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Composite, FuncProto, Kind, Member, Ref, essential_name
 from schedswitchd.errors import BtfError, LoadError
 
 VALUE_PREFIX = "bpf_struct_ops_"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Enum, Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Enum, Kind
 
 __all__ = ["EnumTable", "enum_table"]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.bpf import insn as bpf
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.core import CoreResult, relocate
-from schedswitchd.bpf.core_patch import POISON_IMM
-from schedswitchd.bpf.core_types import CoreReloKind as K
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.core.patch import POISON_IMM
+from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from schedswitchd.bpf.object import open_object
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
 from tests.libbpf_ref import libbpf_relocated_insns

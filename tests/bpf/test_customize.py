@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf_types import Array, Datasec, Var
+from schedswitchd.bpf.btf.types import Array, Datasec, Var
 from schedswitchd.bpf.customize import resize_array_section, set_struct_ops_member, set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec

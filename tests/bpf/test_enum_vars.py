@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Enum, Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Enum, Kind
 from schedswitchd.bpf.customize import set_variable
 from schedswitchd.bpf.enum_vars import enum_variables, fill_enum_variables
 from schedswitchd.bpf.object import open_object

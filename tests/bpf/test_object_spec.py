@@ -10,7 +10,7 @@ import pytest
 
 from schedswitchd.bpf import insn as I
 from schedswitchd.bpf import spec as S
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.types import (
     FUNC_GLOBAL,
     VAR_GLOBAL_ALLOCATED,
     Datasec,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf_builder import BtfBuilder
+from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.errors import RegistryError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_ids import KernelBtfIds

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.errors import BtfError, RegistryError
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, normalize_module_name
 from schedswitchd.kernel.uevents import UeventListener, make_uevent

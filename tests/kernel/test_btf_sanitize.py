@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Composite, Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Composite, Kind
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.features import BtfFeatures

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedswitchd.bpf.btf_builder import BtfBuilder
+from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.kernel import features as F
 
 pytestmark = pytest.mark.root

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import INT_BOOL, INT_CHAR
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import INT_BOOL, INT_CHAR
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import kconfig as K
 

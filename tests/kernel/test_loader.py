@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.bpf import insn as I
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import INT_CHAR, VAR_GLOBAL_ALLOCATED, Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import INT_CHAR, VAR_GLOBAL_ALLOCATED, Kind
 from schedswitchd.bpf.spec import (
     ExternKind,
     ExternSpec,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.spec import (
     ExternKind,
     ExternSpec,

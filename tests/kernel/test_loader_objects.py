@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.kernel import bpf_uapi as A
@@ -155,7 +155,7 @@ def test_xlated_same_as_libbpf(
 
 
 def test_core_relocations_run_for_real(registry: KernelBtfRegistry) -> None:
-    from schedswitchd.bpf.btf_types import Enum, Kind
+    from schedswitchd.bpf.btf.types import Enum, Kind
 
     vmlinux = registry.targets(()).vmlinux
     with _load(_obj("core_kinds"), registry) as obj:
@@ -180,7 +180,7 @@ class _CountingKernel:
     """vmlinux plus one (empty) module BTF; counts how often the modules are reached."""
 
     def __init__(self, vmlinux: Btf) -> None:
-        from schedswitchd.bpf.btf_builder import BtfBuilder
+        from schedswitchd.bpf.btf.builder import BtfBuilder
 
         b = BtfBuilder()
         b.add_int("int", 4, signed=True)
@@ -202,9 +202,9 @@ class _CountingKernel:
 
 
 def test_core_reads_modules_only_for_types_vmlinux_lacks(registry: KernelBtfRegistry) -> None:
-    from schedswitchd.bpf.core import relocate
-    from schedswitchd.bpf.core_cands import find_candidates
-    from schedswitchd.bpf.core_types import CoreReloKind
+    from schedswitchd.bpf.core.candidates import find_candidates
+    from schedswitchd.bpf.core.relo import CoreReloKind
+    from schedswitchd.bpf.core.relocate import relocate
 
     vmlinux = registry.targets(()).vmlinux
     spec = _obj("core_kinds")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import Composite, Enum, Kind
-from schedswitchd.bpf.core import relocate
-from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Composite, Enum, Kind
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
+from schedswitchd.bpf.core.relocate import relocate
 from schedswitchd.bpf.insn import decode
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
 from schedswitchd.errors import CoreError, RegistryError

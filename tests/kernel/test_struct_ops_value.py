@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import INT_CHAR, Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import INT_CHAR, Kind
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel import struct_ops_value as SO

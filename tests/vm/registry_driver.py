@@ -262,7 +262,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         r["first"] = load_nokmod(obj)
         r["second"] = load_nokmod(obj)
         r["third"] = load_nokmod(obj)
-        from schedswitchd.bpf.btf_types import Kind
+        from schedswitchd.bpf.btf.types import Kind
         from schedswitchd.kernel.module_memo import ModuleLookup
 
         lk = ModuleLookup("uinput_device", (Kind.STRUCT,), essential=True)

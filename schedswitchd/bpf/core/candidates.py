@@ -2,7 +2,7 @@
 
 A *candidate* for a local root type is a target type of a compatible kind (the same BTF
 kind, ENUM and ENUM64 counting as one) whose essential name (``___flavour`` suffix dropped,
-see :func:`schedswitchd.bpf.btf_types.essential_name`) equals the local type's. Target BTFs
+see :func:`schedswitchd.bpf.btf.types.essential_name`) equals the local type's. Target BTFs
 are searched in the order given: the first (vmlinux) always; the others (module BTFs,
 split on vmlinux, own types only) only when the first yields *no* candidate at all, which
 is libbpf's rule (``bpf_core_find_cands`` in ``src/libbpf.c``).
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schedswitchd.bpf.btf_types import Kind, essential_name
-from schedswitchd.bpf.core_access import BtfView, type_of
+from schedswitchd.bpf.btf.types import Kind, essential_name
+from schedswitchd.bpf.core.access import BtfView, type_of
 from schedswitchd.errors import BtfError, CoreError
 
 
@@ -88,7 +88,7 @@ def find_candidates(
 class CandidateCache:
     """Candidate lists per (local BTF, local type id, ordered target BTFs).
 
-    Pass one cache to several :func:`schedswitchd.bpf.core.relocate` calls for the programs
+    Pass one cache to several :func:`schedswitchd.bpf.core.relocate.relocate` calls for the programs
     of one object (libbpf shares it across an object's programs). Entries hold references
     to the BTFs in their key, so object identity stays a valid key. ``hits`` and ``misses``
     count lookups.

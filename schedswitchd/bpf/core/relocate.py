@@ -2,18 +2,18 @@
 its instructions.
 
 Entry point :func:`relocate`. For each relocation (``.BTF.ext`` ``core_relo`` record, see
-:class:`schedswitchd.bpf.core_types.CoreRelo`):
+:class:`schedswitchd.bpf.core.relo.CoreRelo`):
 
-1. parse the access string on the local root type (:mod:`.core_access`);
+1. parse the access string on the local root type (:mod:`.access`);
 2. find candidates by essential name and kind, vmlinux first, module BTFs only when vmlinux
-   has none, cached per local type (:mod:`.core_cands`);
-3. match the local spec on each candidate (:mod:`.core_match`) and compute local and target
-   values (:mod:`.core_calc`); all matching candidates must agree on the field bit offset,
+   has none, cached per local type (:mod:`.candidates`);
+3. match the local spec on each candidate (:mod:`.match`) and compute local and target
+   values (:mod:`.calc`); all matching candidates must agree on the field bit offset,
    the value and the poison decision, else the relocation is ambiguous (``CoreError``);
    candidates that did not match are pruned from the cached list when any did;
 4. with no match, FIELD_EXISTS/TYPE_EXISTS/TYPE_MATCHES/TYPE_SIZE/TYPE_ID_TARGET/
    ENUMVAL_EXISTS give 0 and the other kinds poison the instruction;
-5. patch the instruction after validating its original value (:mod:`.core_patch`).
+5. patch the instruction after validating its original value (:mod:`.patch`).
 
 Semantics follow libbpf (``src/relo_core.c``, ``bpf_core_find_cands`` in ``src/libbpf.c``)
 and kernel doc ``Documentation/bpf/llvm_reloc.rst``; no syscalls are made.
@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schedswitchd.bpf.core_access import BtfView, Spec, parse_spec, type_of
-from schedswitchd.bpf.core_calc import Resolution, calc_relo
-from schedswitchd.bpf.core_cands import CandidateCache, CandidateList
-from schedswitchd.bpf.core_match import spec_match
-from schedswitchd.bpf.core_patch import patch_insn
-from schedswitchd.bpf.core_types import CoreRelo, CoreReloKind
+from schedswitchd.bpf.core.access import BtfView, Spec, parse_spec, type_of
+from schedswitchd.bpf.core.calc import Resolution, calc_relo
+from schedswitchd.bpf.core.candidates import CandidateCache, CandidateList
+from schedswitchd.bpf.core.match import spec_match
+from schedswitchd.bpf.core.patch import patch_insn
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.errors import CoreError
 
 __all__ = ["CandidateCache", "CoreRelocation", "CoreResult", "relocate"]

@@ -16,7 +16,7 @@ fails the relocation with ``-EINVAL`` there too).
 
 from __future__ import annotations
 
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.types import (
     Array,
     BtfType,
     Composite,
@@ -28,7 +28,7 @@ from schedswitchd.bpf.btf_types import (
     Ref,
     essential_name,
 )
-from schedswitchd.bpf.core_access import BtfView, skip_mods_and_typedefs, type_of
+from schedswitchd.bpf.core.access import BtfView, skip_mods_and_typedefs, type_of
 from schedswitchd.errors import CoreError
 
 #: libbpf's recursion limits: ``depth`` for tail loops, ``level`` for nested calls.

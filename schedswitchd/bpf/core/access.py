@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.types import (
     Array,
     BtfType,
     Composite,
@@ -27,7 +27,7 @@ from schedswitchd.bpf.btf_types import (
     Ref,
     Void,
 )
-from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.errors import BtfError, CoreError
 
 #: libbpf's ``BPF_CORE_SPEC_MAX_LEN``: the deepest access path (low-level steps) accepted.
@@ -61,7 +61,7 @@ ENUMVAL_KINDS = frozenset({CoreReloKind.ENUMVAL_EXISTS, CoreReloKind.ENUMVAL_VAL
 
 
 class BtfView(Protocol):
-    """What the CO-RE engine needs from a BTF (``schedswitchd.bpf.btf.Btf`` provides it)."""
+    """What the CO-RE engine needs from a BTF (``schedswitchd.bpf.btf.reader.Btf`` provides it)."""
 
     @property
     def name(self) -> str:

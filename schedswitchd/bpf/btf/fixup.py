@@ -29,8 +29,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     FUNC_GLOBAL,
     FUNC_STATIC,
     VAR_GLOBAL_ALLOCATED,

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import (
     Array,
     BtfType,
     Composite,

@@ -4,7 +4,7 @@ Source of the format: kernel doc ``Documentation/bpf/btf.rst`` and the UAPI head
 ``include/uapi/linux/btf.h``. Type ids are ints; id 0 is ``void``. Sizes are in bytes,
 offsets of struct members in *bits* (as BTF stores them), DATASEC variable offsets in bytes.
 
-These records are what :class:`schedswitchd.bpf.btf.Btf` hands out when a type is asked
+These records are what :class:`schedswitchd.bpf.btf.reader.Btf` hands out when a type is asked
 for; nothing else in the package builds them from raw bytes.
 """
 

@@ -15,7 +15,7 @@ poisoned, so the verifier does not trip over a lone second half first.
 from __future__ import annotations
 
 from schedswitchd.bpf import insn as bpf
-from schedswitchd.bpf.core_calc import U64_MASK, Resolution
+from schedswitchd.bpf.core.calc import U64_MASK, Resolution
 from schedswitchd.errors import CoreError
 
 #: ``0xbad2310`` ("bad relo"): the helper id libbpf calls in a poisoned instruction.

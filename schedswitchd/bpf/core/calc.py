@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedswitchd.bpf.btf_types import Composite, Enum, Int, Kind
-from schedswitchd.bpf.core_access import (
+from schedswitchd.bpf.btf.types import Composite, Enum, Int, Kind
+from schedswitchd.bpf.core.access import (
     ENUMVAL_KINDS,
     FIELD_KINDS,
     TYPE_KINDS,
@@ -20,7 +20,7 @@ from schedswitchd.bpf.core_access import (
     skip_mods_and_typedefs,
     type_of,
 )
-from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.errors import CoreError
 
 U64_MASK = (1 << 64) - 1

@@ -8,12 +8,12 @@ at the end of the base's string section.
 
 Built for a long-running daemon that keeps vmlinux BTF (~130k types) resident: one pass over
 the type section records each type's word offset in an ``array('I')`` and its kind byte in a
-``bytearray``; a type becomes a Python object (:mod:`schedswitchd.bpf.btf_types`) only when
+``bytearray``; a type becomes a Python object (:mod:`schedswitchd.bpf.btf.types`) only when
 asked for, and name indexes are built per kind on first lookup. Files are read with ``mmap``
 where the kernel allows it.
 
 ``python -m schedswitchd.bpf.btf PATH [--base BASE]`` prints every type as JSON in the shape of
-``bpftool btf dump file PATH [-B BASE] format raw -j`` (see :mod:`schedswitchd.bpf.btf_json`).
+``bpftool btf dump file PATH [-B BASE] format raw -j`` (see :mod:`schedswitchd.bpf.btf.json_dump`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
-from schedswitchd.bpf.btf_types import (
+from schedswitchd.bpf.btf.types import (
     Array,
     BtfType,
     Composite,
@@ -209,7 +209,7 @@ class Btf:
         section is used. ``name`` defaults to the file name without ``.ko``/``.xz``/``.o``
         suffixes. Raises ``BtfError`` (also for unreadable files, naming the path).
         """
-        from schedswitchd.bpf.btf_source import load_btf_bytes
+        from schedswitchd.bpf.btf.source import load_btf_bytes
 
         data = load_btf_bytes(path)
         if name is None:
@@ -538,7 +538,7 @@ class Btf:
 
     def find_by_essential_name(self, ess: str, kind: Kind) -> list[int]:
         """Own type ids of ``kind`` whose essential name (``___flavour`` stripped, see
-        :func:`~schedswitchd.bpf.btf_types.essential_name`) is ``ess``, ascending: CO-RE
+        :func:`~schedswitchd.bpf.btf.types.essential_name`) is ``ess``, ascending: CO-RE
         candidates."""
         kind = Kind(kind)
         flavoured = self._ess_index.get(kind)
@@ -559,7 +559,7 @@ class Btf:
     def find_enumerators(self, names: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
         """Where each of ``names`` is an enumerator of this BTF's own ENUM/ENUM64 types:
         name -> ``[(enum type id, value), ...]`` in ascending type id (names found nowhere
-        are absent). Values are sign-adjusted like :class:`~schedswitchd.bpf.btf_types.Enum`
+        are absent). Values are sign-adjusted like :class:`~schedswitchd.bpf.btf.types.Enum`
         (kind_flag = signed; ENUM64 joins ``val_lo32``/``val_hi32``).
 
         Enumerator names have no index (they are not type names), so this compares string
@@ -781,14 +781,3 @@ def _default_name(path: str) -> str:
     if base.endswith(".bpf"):
         base = base[:-4]
     return base
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m schedswitchd.bpf.btf PATH [--base BASE]``: bpftool-shaped JSON on stdout."""
-    from schedswitchd.bpf.btf_json import main as json_main
-
-    return json_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

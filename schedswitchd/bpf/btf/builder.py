@@ -12,8 +12,8 @@ import struct
 import sys
 from collections.abc import Iterable, Sequence
 
-from schedswitchd.bpf.btf import BTF_MAGIC, Btf
-from schedswitchd.bpf.btf_types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Kind
+from schedswitchd.bpf.btf.reader import BTF_MAGIC, Btf
+from schedswitchd.bpf.btf.types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Kind
 from schedswitchd.errors import BtfError
 
 __all__ = ["BtfBuilder"]

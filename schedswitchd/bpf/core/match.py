@@ -10,8 +10,8 @@ anonymous members, depth first, in member order) and checking its type with
 
 from __future__ import annotations
 
-from schedswitchd.bpf.btf_types import Array, Composite, Enum, essential_name
-from schedswitchd.bpf.core_access import (
+from schedswitchd.bpf.btf.types import Array, Composite, Enum, essential_name
+from schedswitchd.bpf.core.access import (
     ENUMVAL_KINDS,
     FIELD_KINDS,
     SPEC_MAX_LEN,
@@ -24,8 +24,8 @@ from schedswitchd.bpf.core_access import (
     skip_mods_and_typedefs,
     type_of,
 )
-from schedswitchd.bpf.core_compat import fields_are_compat, types_are_compat, types_match
-from schedswitchd.bpf.core_types import CoreReloKind
+from schedswitchd.bpf.core.compat import fields_are_compat, types_are_compat, types_match
+from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.errors import CoreError
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.object import open_object
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 
@@ -93,7 +93,7 @@ class Libbpf:
 
 def ours_cycle(path: str, registry: KernelBtfRegistry) -> tuple[float, int]:
     """One open/load/attach/detach/close with our loader; returns (ms, ns in bpf())."""
-    S.STATS.reset()
+    syscall.STATS.reset()
     t0 = time.perf_counter()
     spec = open_object(path)
     with load_object(
@@ -105,7 +105,7 @@ def ours_cycle(path: str, registry: KernelBtfRegistry) -> tuple[float, int]:
     elapsed = (time.perf_counter() - t0) * 1e3
     if not attached:
         raise RuntimeError("ours: congestion control was not registered")
-    return elapsed, S.STATS.total_ns
+    return elapsed, syscall.STATS.total_ns
 
 
 def main(argv: list[str] | None = None) -> int:

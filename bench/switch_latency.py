@@ -140,12 +140,12 @@ def cold_main(obj_path: str, ops: str) -> int:
     then wait for stdin to close and detach."""
     t_main = _now_ns()
     from schedswitchd.bpf.object import open_object
-    from schedswitchd.kernel import syscall as S
     from schedswitchd.kernel.btf_registry import KernelBtfRegistry
     from schedswitchd.kernel.loader import load_object
+    from schedswitchd.kernel.syscall import STATS
 
     t_imported = _now_ns()
-    S.STATS.reset()
+    STATS.reset()
     spec = open_object(obj_path)
     registry = KernelBtfRegistry()
     targets = registry.targets(spec.kmod_btfs)
@@ -158,8 +158,8 @@ def cold_main(obj_path: str, ops: str) -> int:
                 "main_ns": t_main,
                 "imported_ns": t_imported,
                 "enabled_ns": t_enabled,
-                "syscall_ns": S.STATS.total_ns,
-                "syscalls": S.STATS.calls,
+                "syscall_ns": STATS.total_ns,
+                "syscalls": STATS.calls,
                 "modules_read": targets.report.modules_read,
                 "rss_kib": _rss_kib(),
             }

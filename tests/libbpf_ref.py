@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from schedswitchd.bpf.insn import INSN_SIZE
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 
 
 class LibbpfError(Exception):
@@ -136,6 +136,6 @@ def libbpf_xlated(path: Path, pin_root: Path) -> dict[str, bytes]:
 
     def xlated(lib: ctypes.CDLL, prog: int) -> bytes | None:
         fd = lib.bpf_program__fd(prog)
-        return S.prog_info(fd).xlated_insns if fd >= 0 else None
+        return syscall.prog_info(fd).xlated_insns if fd >= 0 else None
 
     return _per_program(path, pin_root, xlated)

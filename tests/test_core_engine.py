@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 
 from schedswitchd.bpf import insn as bpf
 from schedswitchd.bpf.core.patch import POISON_IMM
-from schedswitchd.bpf.core.relo import CoreRelo
-from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CandidateCache, CoreResult, relocate
 from schedswitchd.errors import CoreError
 from tests.core_btf import SpyBtf, TypeBuilder
@@ -160,7 +159,7 @@ def w() -> World:
 def run(
     w: World,
     prog: bytes | bytearray,
-    relos: Sequence[tuple[int, str, str, K]],
+    relos: Sequence[tuple[int, str, str, CoreReloKind]],
     targets: Sequence[SpyBtf] = (),
 ) -> CoreResult:
     recs = [CoreRelo(idx, w.ids[ty], acc, kind) for idx, ty, acc, kind in relos]
@@ -176,10 +175,10 @@ def test_byte_offset_ldx_and_alu(w: World) -> None:
         w,
         prog,
         [
-            (0, "task", "0:0", K.FIELD_BYTE_OFFSET),  # pid: 0 -> 8
-            (1, "task", "0:0", K.FIELD_BYTE_OFFSET),
-            (2, "task", "0:3:1", K.FIELD_BYTE_OFFSET),  # anon.b: 16 -> 44
-            (3, "task", "0:6:2", K.FIELD_BYTE_OFFSET),  # arr[2]: 32 -> 64
+            (0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET),  # pid: 0 -> 8
+            (1, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+            (2, "task", "0:3:1", CoreReloKind.FIELD_BYTE_OFFSET),  # anon.b: 16 -> 44
+            (3, "task", "0:6:2", CoreReloKind.FIELD_BYTE_OFFSET),  # arr[2]: 32 -> 64
         ],
     )
     assert insn_at(res, 0) == bpf.Insn(LDX_W, 0, 1, 8, 0)
@@ -197,13 +196,13 @@ def test_byte_offset_ldx_and_alu(w: World) -> None:
 
 def test_root_array_index(w: World) -> None:
     # &p[1].pid: local 64 + 0, target 80 + 8.
-    res = run(w, program(mov(64)), [(0, "task", "1:0", K.FIELD_BYTE_OFFSET)])
+    res = run(w, program(mov(64)), [(0, "task", "1:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     assert insn_at(res, 0).imm == 88
 
 
 def test_load_size_adjusted_for_unsigned_int(w: World) -> None:
     # flags: u32 at 4 locally, u64 at 16 in the target: the 4-byte load becomes 8 bytes.
-    res = run(w, program(ldx(LDX_W, 4)), [(0, "task", "0:1", K.FIELD_BYTE_OFFSET)])
+    res = run(w, program(ldx(LDX_W, 4)), [(0, "task", "0:1", CoreReloKind.FIELD_BYTE_OFFSET)])
     assert insn_at(res, 0) == bpf.Insn(LDX_DW, 0, 1, 16, 0)
 
 
@@ -213,7 +212,10 @@ def test_load_of_resized_signed_int_is_poisoned(w: World) -> None:
     res = run(
         w,
         program(ldx(LDX_W, 8), mov(8)),
-        [(0, "task", "0:2", K.FIELD_BYTE_OFFSET), (1, "task", "0:2", K.FIELD_BYTE_OFFSET)],
+        [
+            (0, "task", "0:2", CoreReloKind.FIELD_BYTE_OFFSET),
+            (1, "task", "0:2", CoreReloKind.FIELD_BYTE_OFFSET),
+        ],
     )
     assert insn_at(res, 0) == bpf.Insn(bpf.CALL, 0, 0, 0, POISON_IMM)
     assert res.results[0].poisoned and not res.results[1].poisoned
@@ -222,7 +224,7 @@ def test_load_of_resized_signed_int_is_poisoned(w: World) -> None:
 
 def test_load_with_wrong_access_size_is_rejected(w: World) -> None:
     with pytest.raises(CoreError, match="access size"):
-        run(w, program(ldx(LDX_DW, 4)), [(0, "task", "0:1", K.FIELD_BYTE_OFFSET)])
+        run(w, program(ldx(LDX_DW, 4)), [(0, "task", "0:1", CoreReloKind.FIELD_BYTE_OFFSET)])
 
 
 def test_byte_size_exists_signed(w: World) -> None:
@@ -231,13 +233,13 @@ def test_byte_size_exists_signed(w: World) -> None:
         w,
         prog,
         [
-            (0, "task", "0:1", K.FIELD_BYTE_SIZE),  # flags 4 -> 8
-            (1, "task", "0:0", K.FIELD_EXISTS),  # pid exists
-            (2, "task", "0:7", K.FIELD_EXISTS),  # "missing" is absent from the target
-            (3, "task", "0:8", K.FIELD_SIGNED),  # nr: int -> unsigned int
-            (4, "task", "0:0", K.FIELD_SIGNED),  # pid: int -> int
-            (5, "task", "0:1", K.FIELD_SIGNED),  # flags: unsigned -> unsigned
-            (6, "task", "0:6:3", K.FIELD_BYTE_SIZE),  # arr[3]: element size 4 -> 4
+            (0, "task", "0:1", CoreReloKind.FIELD_BYTE_SIZE),  # flags 4 -> 8
+            (1, "task", "0:0", CoreReloKind.FIELD_EXISTS),  # pid exists
+            (2, "task", "0:7", CoreReloKind.FIELD_EXISTS),  # "missing" is absent from the target
+            (3, "task", "0:8", CoreReloKind.FIELD_SIGNED),  # nr: int -> unsigned int
+            (4, "task", "0:0", CoreReloKind.FIELD_SIGNED),  # pid: int -> int
+            (5, "task", "0:1", CoreReloKind.FIELD_SIGNED),  # flags: unsigned -> unsigned
+            (6, "task", "0:6:3", CoreReloKind.FIELD_BYTE_SIZE),  # arr[3]: element size 4 -> 4
         ],
     )
     got = [(x.local_value, x.target_value) for x in res.results]
@@ -248,11 +250,16 @@ def test_byte_size_exists_signed(w: World) -> None:
 def test_exists_validates_original_value(w: World) -> None:
     # The compiler always emits 1 for FIELD_EXISTS; libbpf validates it.
     with pytest.raises(CoreError, match="unexpected ALU imm 0"):
-        run(w, program(mov(0)), [(0, "task", "0:7", K.FIELD_EXISTS)])
+        run(w, program(mov(0)), [(0, "task", "0:7", CoreReloKind.FIELD_EXISTS)])
 
 
 def test_bitfields(w: World) -> None:
-    kinds = [K.FIELD_BYTE_OFFSET, K.FIELD_BYTE_SIZE, K.FIELD_LSHIFT_U64, K.FIELD_RSHIFT_U64]
+    kinds = [
+        CoreReloKind.FIELD_BYTE_OFFSET,
+        CoreReloKind.FIELD_BYTE_SIZE,
+        CoreReloKind.FIELD_LSHIFT_U64,
+        CoreReloKind.FIELD_RSHIFT_U64,
+    ]
     relos = [
         (i, "task", acc, k)
         for i, (acc, k) in enumerate((a, k) for a in ("0:4", "0:5") for k in kinds)
@@ -274,7 +281,7 @@ def test_bitfields(w: World) -> None:
 
 def test_bitfield_rshift_is_validated(w: World) -> None:
     with pytest.raises(CoreError, match="unexpected ALU imm"):
-        run(w, program(mov(0)), [(0, "task", "0:4", K.FIELD_RSHIFT_U64)])
+        run(w, program(mov(0)), [(0, "task", "0:4", CoreReloKind.FIELD_RSHIFT_U64)])
 
 
 def test_missing_field_poisons(w: World) -> None:
@@ -283,9 +290,9 @@ def test_missing_field_poisons(w: World) -> None:
         w,
         prog,
         [
-            (0, "task", "0:7", K.FIELD_BYTE_OFFSET),  # no "missing" in the target
-            (1, "task", "0:7", K.FIELD_BYTE_SIZE),
-            (2, "task", "0:6:6", K.FIELD_BYTE_OFFSET),  # arr[6] but target arr has 4
+            (0, "task", "0:7", CoreReloKind.FIELD_BYTE_OFFSET),  # no "missing" in the target
+            (1, "task", "0:7", CoreReloKind.FIELD_BYTE_SIZE),
+            (2, "task", "0:6:6", CoreReloKind.FIELD_BYTE_OFFSET),  # arr[6] but target arr has 4
         ],
     )
     poison = bpf.Insn(bpf.CALL, 0, 0, 0, POISON_IMM)
@@ -296,13 +303,13 @@ def test_missing_field_poisons(w: World) -> None:
 
 def test_incompatible_field_type_is_not_a_match(w: World) -> None:
     # local pid is a struct, the target's an int: no candidate matches.
-    res = run(w, program(mov(1)), [(0, "task_badfield", "0:0", K.FIELD_EXISTS)])
+    res = run(w, program(mov(1)), [(0, "task_badfield", "0:0", CoreReloKind.FIELD_EXISTS)])
     assert res.results[0].target_value == 0 and not res.results[0].found
 
 
 def test_signed_on_array_element_is_an_error(w: World) -> None:
     with pytest.raises(CoreError, match="array access"):
-        run(w, program(mov(1)), [(0, "task", "0:6:1", K.FIELD_SIGNED)])
+        run(w, program(mov(1)), [(0, "task", "0:6:1", CoreReloKind.FIELD_SIGNED)])
 
 
 # --- type-based kinds ----------------------------------------------------------------------
@@ -315,26 +322,26 @@ def test_type_kinds(w: World) -> None:
         w,
         prog,
         [
-            (0, "task", "0", K.TYPE_ID_LOCAL),
-            (2, "task", "0", K.TYPE_ID_TARGET),
-            (4, "task", "0", K.TYPE_EXISTS),
-            (5, "task", "0", K.TYPE_SIZE),
-            (6, "task_m", "0", K.TYPE_MATCHES),
-            (7, "task_nm", "0", K.TYPE_MATCHES),  # pid: unsigned int vs int, no match
-            (8, "task_nm", "0", K.TYPE_EXISTS),  # ...but structurally compatible
-            (9, "nonexistent", "0", K.TYPE_SIZE),
+            (0, "task", "0", CoreReloKind.TYPE_ID_LOCAL),
+            (2, "task", "0", CoreReloKind.TYPE_ID_TARGET),
+            (4, "task", "0", CoreReloKind.TYPE_EXISTS),
+            (5, "task", "0", CoreReloKind.TYPE_SIZE),
+            (6, "task_m", "0", CoreReloKind.TYPE_MATCHES),
+            (7, "task_nm", "0", CoreReloKind.TYPE_MATCHES),  # pid: unsigned int vs int, no match
+            (8, "task_nm", "0", CoreReloKind.TYPE_EXISTS),  # ...but structurally compatible
+            (9, "nonexistent", "0", CoreReloKind.TYPE_SIZE),
         ],
     )
     got = [(x.kind, x.local_value, x.target_value) for x in res.results]
     assert got == [
-        (K.TYPE_ID_LOCAL, tid, tid),
-        (K.TYPE_ID_TARGET, tid, w.ids["t_task"]),
-        (K.TYPE_EXISTS, 1, 1),
-        (K.TYPE_SIZE, 64, 80),
-        (K.TYPE_MATCHES, 1, 1),
-        (K.TYPE_MATCHES, 1, 0),
-        (K.TYPE_EXISTS, 1, 1),
-        (K.TYPE_SIZE, 4, 0),
+        (CoreReloKind.TYPE_ID_LOCAL, tid, tid),
+        (CoreReloKind.TYPE_ID_TARGET, tid, w.ids["t_task"]),
+        (CoreReloKind.TYPE_EXISTS, 1, 1),
+        (CoreReloKind.TYPE_SIZE, 64, 80),
+        (CoreReloKind.TYPE_MATCHES, 1, 1),
+        (CoreReloKind.TYPE_MATCHES, 1, 0),
+        (CoreReloKind.TYPE_EXISTS, 1, 1),
+        (CoreReloKind.TYPE_SIZE, 4, 0),
     ]
     assert bpf.decode(res.insns, 0).imm == tid and bpf.decode(res.insns, 1).imm == 0
     assert bpf.decode(res.insns, 2).imm == w.ids["t_task"]
@@ -348,9 +355,9 @@ def test_missing_type_gives_zero(w: World) -> None:
         w,
         prog,
         [
-            (0, "nonexistent", "0", K.TYPE_ID_TARGET),
-            (2, "nonexistent", "0", K.TYPE_EXISTS),
-            (3, "nonexistent", "0", K.TYPE_MATCHES),
+            (0, "nonexistent", "0", CoreReloKind.TYPE_ID_TARGET),
+            (2, "nonexistent", "0", CoreReloKind.TYPE_EXISTS),
+            (3, "nonexistent", "0", CoreReloKind.TYPE_MATCHES),
         ],
     )
     assert [x.target_value for x in res.results] == [0, 0, 0]
@@ -359,13 +366,13 @@ def test_missing_type_gives_zero(w: World) -> None:
 
 
 def test_fwd_candidates_are_fwds(w: World) -> None:
-    res = run(w, program(mov(1)), [(0, "fwd_only", "0", K.TYPE_EXISTS)])
+    res = run(w, program(mov(1)), [(0, "fwd_only", "0", CoreReloKind.TYPE_EXISTS)])
     assert res.results[0].target_type_id == w.ids["t_fwd_only"]
 
 
 def test_type_based_access_must_be_zero(w: World) -> None:
     with pytest.raises(CoreError, match="access string '0'"):
-        run(w, program(mov(1)), [(0, "task", "1", K.TYPE_EXISTS)])
+        run(w, program(mov(1)), [(0, "task", "1", CoreReloKind.TYPE_EXISTS)])
 
 
 # --- enum-value kinds ----------------------------------------------------------------------
@@ -377,12 +384,12 @@ def test_enum_values(w: World) -> None:
         w,
         prog,
         [
-            (0, "pid_type", "1", K.ENUMVAL_VALUE),  # ENUM 3 -> ENUM64 1 << 40
-            (2, "pid_type", "0", K.ENUMVAL_VALUE),  # 1 -> 1
-            (3, "pid_type", "0", K.ENUMVAL_EXISTS),
-            (4, "sched_state", "0", K.ENUMVAL_VALUE),  # signed -5 -> -5
-            (5, "sched_state", "1", K.ENUMVAL_VALUE),  # S_OK___old 6 -> S_OK 7
-            (6, "pid_type", "2", K.ENUMVAL_EXISTS),  # PIDTYPE_GONE: absent
+            (0, "pid_type", "1", CoreReloKind.ENUMVAL_VALUE),  # ENUM 3 -> ENUM64 1 << 40
+            (2, "pid_type", "0", CoreReloKind.ENUMVAL_VALUE),  # 1 -> 1
+            (3, "pid_type", "0", CoreReloKind.ENUMVAL_EXISTS),
+            (4, "sched_state", "0", CoreReloKind.ENUMVAL_VALUE),  # signed -5 -> -5
+            (5, "sched_state", "1", CoreReloKind.ENUMVAL_VALUE),  # S_OK___old 6 -> S_OK 7
+            (6, "pid_type", "2", CoreReloKind.ENUMVAL_EXISTS),  # PIDTYPE_GONE: absent
         ],
     )
     u64 = (1 << 64) - 1
@@ -395,7 +402,7 @@ def test_enum_values(w: World) -> None:
 
 
 def test_missing_enum_value_poisons_both_ld_imm64_slots(w: World) -> None:
-    res = run(w, program(ld64(9)), [(0, "pid_type", "2", K.ENUMVAL_VALUE)])
+    res = run(w, program(ld64(9)), [(0, "pid_type", "2", CoreReloKind.ENUMVAL_VALUE)])
     poison = bpf.Insn(bpf.CALL, 0, 0, 0, POISON_IMM)
     assert insn_at(res, 0) == poison and insn_at(res, 1) == poison
     assert res.results[0].poisoned
@@ -403,7 +410,7 @@ def test_missing_enum_value_poisons_both_ld_imm64_slots(w: World) -> None:
 
 def test_enum_access_must_name_an_enumerator(w: World) -> None:
     with pytest.raises(CoreError, match="enumerator"):
-        run(w, program(mov(1)), [(0, "pid_type", "3", K.ENUMVAL_EXISTS)])
+        run(w, program(mov(1)), [(0, "pid_type", "3", CoreReloKind.ENUMVAL_EXISTS)])
 
 
 # --- candidates: flavours, ambiguity, modules, cache ----------------------------------------
@@ -437,7 +444,9 @@ def test_agreeing_flavours_are_fine(w: World) -> None:
         "vmlinux", [("same", [("x", "int", 32)]), ("same___2", [("y", "int", 0), ("x", "int", 32)])]
     )
     _local_struct(w, "same___mine", ["q", "x"])
-    res = run(w, program(mov(4)), [(0, "same___mine", "0:1", K.FIELD_BYTE_OFFSET)], [tgt])
+    res = run(
+        w, program(mov(4)), [(0, "same___mine", "0:1", CoreReloKind.FIELD_BYTE_OFFSET)], [tgt]
+    )
     assert res.results[0].target_value == 4 and res.results[0].candidates == 2
 
 
@@ -447,7 +456,7 @@ def test_offset_ambiguity(w: World) -> None:
     )
     _local_struct(w, "amb", ["x"])
     with pytest.raises(CoreError, match="field offset ambiguity"):
-        run(w, program(mov(0)), [(0, "amb", "0:0", K.FIELD_BYTE_OFFSET)], [tgt])
+        run(w, program(mov(0)), [(0, "amb", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)], [tgt])
 
 
 def test_decision_ambiguity(w: World) -> None:
@@ -456,7 +465,7 @@ def test_decision_ambiguity(w: World) -> None:
     )
     _local_struct(w, "amb", ["x"])
     with pytest.raises(CoreError, match="decision ambiguity"):
-        run(w, program(mov(4)), [(0, "amb", "0:0", K.FIELD_BYTE_SIZE)], [tgt])
+        run(w, program(mov(4)), [(0, "amb", "0:0", CoreReloKind.FIELD_BYTE_SIZE)], [tgt])
 
 
 def test_candidates_pruned_after_a_match(w: World) -> None:
@@ -467,7 +476,10 @@ def test_candidates_pruned_after_a_match(w: World) -> None:
     res = run(
         w,
         program(mov(4), mov(0)),
-        [(0, "prn", "0:1", K.FIELD_BYTE_OFFSET), (1, "prn", "0:0", K.FIELD_BYTE_OFFSET)],
+        [
+            (0, "prn", "0:1", CoreReloKind.FIELD_BYTE_OFFSET),
+            (1, "prn", "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+        ],
         [tgt],
     )
     # The first relocation only matches prn___b, so the second sees only that candidate.
@@ -498,14 +510,14 @@ def _module_world() -> tuple[SpyBtf, SpyBtf, SpyBtf, SpyBtf, dict[str, int]]:
 
 def test_modules_only_when_vmlinux_has_no_candidate() -> None:
     local, vmlinux, mod, other, ids = _module_world()
-    relos = [CoreRelo(0, ids["task"], "0:0", K.FIELD_BYTE_OFFSET)]
+    relos = [CoreRelo(0, ids["task"], "0:0", CoreReloKind.FIELD_BYTE_OFFSET)]
     res = relocate(local, program(mov(0)), relos, [vmlinux, other, mod])
     # vmlinux has task_struct: its layout wins even though mymod has one too.
     assert res.results[0].target_value == 4 and res.results[0].target_btf == "vmlinux"
     assert res.consulted == ("vmlinux",)
     assert mod.essential_lookups == [] and other.essential_lookups == []
 
-    relos = [CoreRelo(0, ids["mod_only"], "0:1", K.FIELD_BYTE_OFFSET)]
+    relos = [CoreRelo(0, ids["mod_only"], "0:1", CoreReloKind.FIELD_BYTE_OFFSET)]
     res = relocate(local, program(mov(4)), relos, [vmlinux, other, mod])
     r = res.results[0]
     assert (r.target_btf, r.target_type_id, r.target_value) == ("mymod", ids["m_only"], 4)
@@ -521,8 +533,8 @@ def test_cache_is_per_type_and_target_list() -> None:
     local, vmlinux, mod, _other, ids = _module_world()
     cache = CandidateCache()
     relos = [
-        CoreRelo(0, ids["task"], "0:0", K.FIELD_BYTE_OFFSET),
-        CoreRelo(1, ids["task"], "0:0", K.FIELD_EXISTS),
+        CoreRelo(0, ids["task"], "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+        CoreRelo(1, ids["task"], "0:0", CoreReloKind.FIELD_EXISTS),
     ]
     relocate(local, program(mov(0), mov(1)), relos, [vmlinux, mod], cache)
     relocate(local, program(mov(0), mov(1)), relos, [vmlinux, mod], cache)
@@ -536,7 +548,7 @@ def test_cache_is_per_type_and_target_list() -> None:
 
 
 def test_no_targets_at_all(w: World) -> None:
-    recs = [CoreRelo(0, w.ids["task"], "0", K.TYPE_EXISTS)]
+    recs = [CoreRelo(0, w.ids["task"], "0", CoreReloKind.TYPE_EXISTS)]
     res = relocate(w.local, program(mov(1)), recs, [])
     assert res.results[0].target_value == 0 and res.consulted == ()
 
@@ -549,38 +561,44 @@ def test_no_targets_at_all(w: World) -> None:
 )
 def test_bad_access_strings(w: World, access: str) -> None:
     with pytest.raises(CoreError):
-        run(w, program(mov(0)), [(0, "task", access, K.FIELD_BYTE_OFFSET)])
+        run(w, program(mov(0)), [(0, "task", access, CoreReloKind.FIELD_BYTE_OFFSET)])
 
 
 def test_anonymous_local_type_is_rejected(w: World) -> None:
     with pytest.raises(CoreError, match="anonymous"):
-        run(w, program(mov(0)), [(0, "anon_root", "0:0", K.FIELD_BYTE_OFFSET)])
+        run(w, program(mov(0)), [(0, "anon_root", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
 
 
 def test_instruction_checks(w: World) -> None:
     with pytest.raises(CoreError, match="register operand"):
-        run(w, program([bpf.Insn(MOV64_X, 0, 1, 0, 0)]), [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])
+        run(
+            w,
+            program([bpf.Insn(MOV64_X, 0, 1, 0, 0)]),
+            [(0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)],
+        )
     with pytest.raises(CoreError, match=r"unexpected ALU imm 7, expected 0 \(-> 8\)"):
-        run(w, program(mov(7)), [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])
+        run(w, program(mov(7)), [(0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     with pytest.raises(CoreError, match="unexpected load/store offset"):
-        run(w, program(ldx(LDX_W, 3)), [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])
+        run(w, program(ldx(LDX_W, 3)), [(0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     with pytest.raises(CoreError, match="instruction #5"):
-        run(w, program(mov(0)), [(5, "task", "0:0", K.FIELD_BYTE_OFFSET)])
+        run(w, program(mov(0)), [(5, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     with pytest.raises(CoreError, match="not patchable"):
-        run(w, program(), [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])  # the exit insn
+        run(w, program(), [(0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])  # the exit insn
     half = program(mov(0))[:8] + ld64(1)[0].encode()  # ld_imm64 missing its second half
     with pytest.raises(CoreError, match="instruction #1"):
-        run(w, half, [(1, "task", "0", K.TYPE_EXISTS)])
+        run(w, half, [(1, "task", "0", CoreReloKind.TYPE_EXISTS)])
     with pytest.raises(CoreError, match="whole number"):
         run(w, program(mov(0))[:12], [])
     with pytest.raises(CoreError, match="no usable type"):
-        relocate(w.local, program(mov(0)), [CoreRelo(0, 999, "0", K.TYPE_EXISTS)], [w.vmlinux])
+        relocate(
+            w.local, program(mov(0)), [CoreRelo(0, 999, "0", CoreReloKind.TYPE_EXISTS)], [w.vmlinux]
+        )
 
 
 def test_input_is_not_modified(w: World) -> None:
     prog = bytearray(program(mov(0)))
     before = bytes(prog)
-    res = run(w, prog, [(0, "task", "0:0", K.FIELD_BYTE_OFFSET)])
+    res = run(w, prog, [(0, "task", "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     assert bytes(prog) == before and res.insns != before
 
 
@@ -599,14 +617,14 @@ _ACCESS = st.lists(st.integers(min_value=0, max_value=12), min_size=0, max_size=
             st.integers(min_value=-2, max_value=6),
             st.integers(min_value=-1, max_value=_WORLD.local.end_id + 1),
             st.one_of(_ACCESS, st.text(max_size=8)),
-            st.sampled_from(list(K)),
+            st.sampled_from(list(CoreReloKind)),
         ),
         max_size=4,
     ),
     imms=st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), min_size=4, max_size=4),
 )
 def test_random_relocations_fail_only_with_core_error(
-    relos: list[tuple[int, int, str, K]], imms: list[int]
+    relos: list[tuple[int, int, str, CoreReloKind]], imms: list[int]
 ) -> None:
     prog = program(mov(imms[0]), ldx(LDX_W, imms[1] & 0x7FFF), ld64(imms[2]), mov(imms[3]))
     recs = [CoreRelo(i, t, a, k) for i, t, a, k in relos]
@@ -633,9 +651,16 @@ def test_cyclic_btf_gives_core_error() -> None:
     ltd = b.add_typedef("td_loop", li32)
     local = b.finish("obj")
     with pytest.raises(CoreError, match="deeper than"):
-        relocate(local, program(mov(0)), [CoreRelo(0, lloop, "0:0", K.FIELD_BYTE_OFFSET)], [target])
+        relocate(
+            local,
+            program(mov(0)),
+            [CoreRelo(0, lloop, "0:0", CoreReloKind.FIELD_BYTE_OFFSET)],
+            [target],
+        )
     with pytest.raises(CoreError):
-        relocate(local, program(mov(1)), [CoreRelo(0, ltd, "0", K.TYPE_EXISTS)], [target])
+        relocate(
+            local, program(mov(1)), [CoreRelo(0, ltd, "0", CoreReloKind.TYPE_EXISTS)], [target]
+        )
 
 
 def test_flexible_array_member() -> None:
@@ -653,6 +678,9 @@ def test_flexible_array_member() -> None:
     local = b.finish("obj")
     # data[5]: local 4 + 20 = 24, target 12 + 20 = 32
     res = relocate(
-        local, program(mov(24)), [CoreRelo(0, lbuf, "0:1:5", K.FIELD_BYTE_OFFSET)], [target]
+        local,
+        program(mov(24)),
+        [CoreRelo(0, lbuf, "0:1:5", CoreReloKind.FIELD_BYTE_OFFSET)],
+        [target],
     )
     assert res.results[0].target_value == 32 and res.results[0].target_access == "0:2:5"

@@ -18,8 +18,7 @@ from schedswitchd.bpf import insn as bpf
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.access import BtfView
-from schedswitchd.bpf.core.relo import CoreRelo
-from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import relocate
 from tests.core_btf import SpyBtf
 from tests.core_expect import JsonBtf, bpftool_types
@@ -78,8 +77,8 @@ def test_vmlinux_types_never_touch_modules(kernel: SidKernel, vmlinux: Btf) -> N
     js = JsonBtf(_base_json(kernel.btf_root / "vmlinux"))
     vlan = module(kernel, vmlinux, "8021q")
     relos = [
-        CoreRelo(0, LOCAL.ops, "0:0", K.FIELD_BYTE_OFFSET),
-        CoreRelo(1, LOCAL.task, "0:0", K.FIELD_BYTE_OFFSET),
+        CoreRelo(0, LOCAL.ops, "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+        CoreRelo(1, LOCAL.task, "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
     ]
     res = relocate(LOCAL.btf, prog(0, 0), relos, [vmlinux, vlan])
     ops = js.member(js.find("sched_ext_ops", "STRUCT"), "hotplug_seq")
@@ -101,8 +100,8 @@ def test_module_only_type_found_in_its_module(kernel: SidKernel, vmlinux: Btf) -
         module(kernel, vmlinux, "8021q"),
     ]
     relos = [
-        CoreRelo(0, LOCAL.vlan_net, "0:0", K.FIELD_BYTE_OFFSET),
-        CoreRelo(1, LOCAL.vlan_net, "0", K.TYPE_ID_TARGET),
+        CoreRelo(0, LOCAL.vlan_net, "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+        CoreRelo(1, LOCAL.vlan_net, "0", CoreReloKind.TYPE_ID_TARGET),
     ]
     res = relocate(LOCAL.btf, prog(0, 0), relos, targets)
     assert [r.target_value for r in res.results] == [field.bit_offset // 8, vlan_net["id"]]
@@ -121,7 +120,7 @@ def test_same_struct_in_two_modules_agrees(kernel: SidKernel, vmlinux: Btf) -> N
     garp_js = module_json(kernel, "garp")
     dev = garp_js.member(garp_js.find("garp_applicant", "STRUCT"), "dev")
     assert dev is not None
-    relos = [CoreRelo(0, LOCAL.garp, "0:0", K.FIELD_BYTE_OFFSET)]
+    relos = [CoreRelo(0, LOCAL.garp, "0:0", CoreReloKind.FIELD_BYTE_OFFSET)]
     res = relocate(LOCAL.btf, prog(0), relos, [vmlinux, garp, vlan])
     r = res.results[0]
     assert (r.target_value, r.candidates, r.target_btf) == (dev.bit_offset // 8, 2, "garp")

@@ -16,8 +16,7 @@ from schedswitchd.bpf import insn as bpf
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.patch import POISON_IMM
-from schedswitchd.bpf.core.relo import CoreRelo
-from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
 
@@ -82,7 +81,7 @@ def mov(imm: int) -> bpf.Insn:
     return bpf.Insn(MOV64_K, 0, 0, 0, imm)
 
 
-def run(vmlinux: Btf, items: list[tuple[bpf.Insn, int, str, K]]) -> CoreResult:
+def run(vmlinux: Btf, items: list[tuple[bpf.Insn, int, str, CoreReloKind]]) -> CoreResult:
     """One instruction per relocation, in order; then ``exit``."""
     local = LOCAL
     prog = bytearray()
@@ -110,18 +109,18 @@ def test_task_struct_fields(vmlinux: Btf, js: JsonBtf) -> None:
     res = run(
         vmlinux,
         [
-            (bpf.Insn(LDX_W, 0, 1, 0, 0), t, "0:0", K.FIELD_BYTE_OFFSET),
-            (mov(4), t, "0:1", K.FIELD_BYTE_OFFSET),
-            (bpf.Insn(LDX_W, 0, 1, 8, 0), t, "0:2", K.FIELD_BYTE_OFFSET),
-            (mov(12), t, "0:3", K.FIELD_BYTE_OFFSET),
-            (mov(19), t, "0:4:3", K.FIELD_BYTE_OFFSET),
-            (mov(16), t, "0:4", K.FIELD_BYTE_SIZE),
-            (bpf.Insn(LDX_DW, 0, 1, 32, 0), t, "0:5:0", K.FIELD_BYTE_OFFSET),
-            (mov(1), t, "0:3", K.FIELD_SIGNED),
-            (mov(0), t, "0:2", K.FIELD_SIGNED),
-            (mov(1), t, "0:0", K.FIELD_EXISTS),
-            (mov(1), t, "0:8", K.FIELD_EXISTS),
-            (bpf.Insn(LDX_W, 0, 1, 52, 0), t, "0:8", K.FIELD_BYTE_OFFSET),
+            (bpf.Insn(LDX_W, 0, 1, 0, 0), t, "0:0", CoreReloKind.FIELD_BYTE_OFFSET),
+            (mov(4), t, "0:1", CoreReloKind.FIELD_BYTE_OFFSET),
+            (bpf.Insn(LDX_W, 0, 1, 8, 0), t, "0:2", CoreReloKind.FIELD_BYTE_OFFSET),
+            (mov(12), t, "0:3", CoreReloKind.FIELD_BYTE_OFFSET),
+            (mov(19), t, "0:4:3", CoreReloKind.FIELD_BYTE_OFFSET),
+            (mov(16), t, "0:4", CoreReloKind.FIELD_BYTE_SIZE),
+            (bpf.Insn(LDX_DW, 0, 1, 32, 0), t, "0:5:0", CoreReloKind.FIELD_BYTE_OFFSET),
+            (mov(1), t, "0:3", CoreReloKind.FIELD_SIGNED),
+            (mov(0), t, "0:2", CoreReloKind.FIELD_SIGNED),
+            (mov(1), t, "0:0", CoreReloKind.FIELD_EXISTS),
+            (mov(1), t, "0:8", CoreReloKind.FIELD_EXISTS),
+            (bpf.Insn(LDX_W, 0, 1, 52, 0), t, "0:8", CoreReloKind.FIELD_BYTE_OFFSET),
         ],
     )
     vr = js.member(se, "vruntime")
@@ -153,7 +152,12 @@ def test_task_struct_fields(vmlinux: Btf, js: JsonBtf) -> None:
 
 def test_task_struct_bitfields(vmlinux: Btf, js: JsonBtf) -> None:
     task = js.find("task_struct", "STRUCT")
-    kinds = [K.FIELD_BYTE_OFFSET, K.FIELD_BYTE_SIZE, K.FIELD_LSHIFT_U64, K.FIELD_RSHIFT_U64]
+    kinds = [
+        CoreReloKind.FIELD_BYTE_OFFSET,
+        CoreReloKind.FIELD_BYTE_SIZE,
+        CoreReloKind.FIELD_LSHIFT_U64,
+        CoreReloKind.FIELD_RSHIFT_U64,
+    ]
     # local windows: bit 384 width 1 -> (48, 4, 63, 63); bit 385 width 4 -> (48, 4, 59, 60)
     local = {"0:6": (48, 4, 63, 63), "0:7": (48, 4, 59, 60)}
     items = [
@@ -177,16 +181,16 @@ def test_type_and_enum_kinds(vmlinux: Btf, js: JsonBtf) -> None:
     res = run(
         vmlinux,
         [
-            (mov(tid), tid, "0", K.TYPE_ID_LOCAL),
-            (mov(tid), tid, "0", K.TYPE_ID_TARGET),
-            (mov(1), tid, "0", K.TYPE_EXISTS),
-            (mov(56), tid, "0", K.TYPE_SIZE),
-            (mov(1), LOCAL.list_head, "0", K.TYPE_MATCHES),
-            (mov(1), LOCAL.list_head_bad, "0", K.TYPE_MATCHES),
-            (mov(1), LOCAL.nothing, "0", K.TYPE_EXISTS),
-            (mov(30), LOCAL.pid_type, "0", K.ENUMVAL_VALUE),
-            (mov(1), LOCAL.pid_type, "0", K.ENUMVAL_EXISTS),
-            (mov(1), LOCAL.pid_type, "1", K.ENUMVAL_EXISTS),
+            (mov(tid), tid, "0", CoreReloKind.TYPE_ID_LOCAL),
+            (mov(tid), tid, "0", CoreReloKind.TYPE_ID_TARGET),
+            (mov(1), tid, "0", CoreReloKind.TYPE_EXISTS),
+            (mov(56), tid, "0", CoreReloKind.TYPE_SIZE),
+            (mov(1), LOCAL.list_head, "0", CoreReloKind.TYPE_MATCHES),
+            (mov(1), LOCAL.list_head_bad, "0", CoreReloKind.TYPE_MATCHES),
+            (mov(1), LOCAL.nothing, "0", CoreReloKind.TYPE_EXISTS),
+            (mov(30), LOCAL.pid_type, "0", CoreReloKind.ENUMVAL_VALUE),
+            (mov(1), LOCAL.pid_type, "0", CoreReloKind.ENUMVAL_EXISTS),
+            (mov(1), LOCAL.pid_type, "1", CoreReloKind.ENUMVAL_EXISTS),
         ],
     )
     want = [
@@ -210,7 +214,7 @@ def test_field_found_through_anonymous_members(vmlinux: Btf, js: JsonBtf) -> Non
     skb = js.find("sk_buff", "STRUCT")
     f = js.member(skb, "next")
     assert f is not None
-    res = run(vmlinux, [(mov(0), LOCAL.skb, "0:0", K.FIELD_BYTE_OFFSET)])
+    res = run(vmlinux, [(mov(0), LOCAL.skb, "0:0", CoreReloKind.FIELD_BYTE_OFFSET)])
     assert res.results[0].target_value == f.bit_offset // 8
     # The target path steps through the anonymous union and struct: three levels deep.
     assert res.results[0].target_access.count(":") == 3

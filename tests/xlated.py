@@ -11,14 +11,19 @@ in the same ld_imm64 slot.
 
 from __future__ import annotations
 
-from schedswitchd.bpf import insn as I
+from schedswitchd.bpf import insn
 
-_MAP_SRCS = (I.PSEUDO_MAP_FD, I.PSEUDO_MAP_VALUE, I.PSEUDO_MAP_IDX, I.PSEUDO_MAP_IDX_VALUE)
+_MAP_SRCS = (
+    insn.PSEUDO_MAP_FD,
+    insn.PSEUDO_MAP_VALUE,
+    insn.PSEUDO_MAP_IDX,
+    insn.PSEUDO_MAP_IDX_VALUE,
+)
 
 
 def _imm64(buf: bytes, i: int) -> int:
-    lo = I.decode(buf, i).imm & 0xFFFFFFFF
-    hi = I.decode(buf, i + 1).imm & 0xFFFFFFFF
+    lo = insn.decode(buf, i).imm & 0xFFFFFFFF
+    hi = insn.decode(buf, i + 1).imm & 0xFFFFFFFF
     return (hi << 32) | lo
 
 
@@ -33,22 +38,21 @@ def differences(ours: bytes, theirs: bytes, limit: int = 12) -> list[str]:
     out: list[str] = []
     if len(ours) != len(theirs):
         out.append(f"lengths differ: ours {len(ours) // 8} slots, theirs {len(theirs) // 8}")
-    n = min(I.count(ours), I.count(theirs))
+    n = min(insn.count(ours), insn.count(theirs))
     i = 0
     while i < n and len(out) < limit:
-        a, b = I.decode(ours, i), I.decode(theirs, i)
+        a, b = insn.decode(ours, i), insn.decode(theirs, i)
         if a.is_ld_imm64 and b.is_ld_imm64 and i + 1 < n:
             same_shape = (a.dst, a.src, a.off) == (b.dst, b.src, b.off)
             if same_shape and a.src in _MAP_SRCS:
-                if I.decode(ours, i + 1) != I.decode(theirs, i + 1):  # the value offset
-                    out.append(
-                        f"{i + 1}: ours {I.decode(ours, i + 1)} theirs {I.decode(theirs, i + 1)}"
-                    )
+                hi_ours, hi_theirs = insn.decode(ours, i + 1), insn.decode(theirs, i + 1)
+                if hi_ours != hi_theirs:  # the value offset
+                    out.append(f"{i + 1}: ours {hi_ours} theirs {hi_theirs}")
             elif same_shape and a.src == 0:
                 va, vb = _imm64(ours, i), _imm64(theirs, i)
                 if va != vb and not (_kernel_address(va) and _kernel_address(vb)):
                     out.append(f"{i}: ours {va:#x} theirs {vb:#x}")
-            elif a != b or I.decode(ours, i + 1) != I.decode(theirs, i + 1):
+            elif a != b or insn.decode(ours, i + 1) != insn.decode(theirs, i + 1):
                 out.append(f"{i}: ours {a} theirs {b}")
             i += 2
             continue

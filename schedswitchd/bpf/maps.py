@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedswitchd.bpf import spec as S
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import (
     VAR_STATIC,
@@ -32,7 +31,20 @@ from schedswitchd.bpf.btf.types import (
     Var,
 )
 from schedswitchd.bpf.elf import STT_FUNC, ElfObject, Section
-from schedswitchd.bpf.spec import MapKind, MapSpec, VariableSpec
+from schedswitchd.bpf.spec import (
+    F_MMAPABLE,
+    F_RDONLY_PROG,
+    MAP_TYPE_ARENA,
+    MAP_TYPE_ARRAY,
+    MAP_TYPE_ARRAY_OF_MAPS,
+    MAP_TYPE_HASH_OF_MAPS,
+    MAP_TYPE_PROG_ARRAY,
+    PIN_BY_NAME,
+    PIN_NONE,
+    MapKind,
+    MapSpec,
+    VariableSpec,
+)
 from schedswitchd.errors import BtfError, ObjectError
 
 MAPS_SEC = ".maps"
@@ -151,7 +163,7 @@ def _parse_def(btf: Btf, map_name: str, struct_id: int, *, inner: bool) -> _MapD
             elif m.name == "map_extra":
                 d.map_extra = val
             else:
-                if val not in (S.PIN_NONE, S.PIN_BY_NAME):
+                if val not in (PIN_NONE, PIN_BY_NAME):
                     raise ObjectError(f"map {map_name!r}: pinning {val} is not supported")
                 d.pinning = val
         elif m.name in ("key_size", "value_size"):
@@ -192,12 +204,12 @@ def _parse_def(btf: Btf, map_name: str, struct_id: int, *, inner: bool) -> _MapD
                 raise ObjectError(f"map {map_name!r}: 'values' needs a 4-byte value")
             d.value_size = 4
             d.values_offset = m.bit_offset // 8
-            if d.type in (S.MAP_TYPE_ARRAY_OF_MAPS, S.MAP_TYPE_HASH_OF_MAPS):
+            if d.type in (MAP_TYPE_ARRAY_OF_MAPS, MAP_TYPE_HASH_OF_MAPS):
                 if not isinstance(target, Composite):
                     raise ObjectError(f"map {map_name!r}: inner map definition is not a struct")
                 idef = _parse_def(btf, f"{map_name}.inner", ptr.type, inner=True)
                 d.inner = _to_spec(f"{map_name}.inner", idef, MapKind.DECLARED)
-            elif d.type == S.MAP_TYPE_PROG_ARRAY:
+            elif d.type == MAP_TYPE_PROG_ARRAY:
                 if not isinstance(target, FuncProto):
                     raise ObjectError(f"map {map_name!r}: prog array 'values' must be functions")
                 d.values_is_prog = True
@@ -246,7 +258,7 @@ def declared_maps(elf: ElfObject, btf: Btf | None) -> list[tuple[MapSpec, int]]:
         if not isinstance(var, Var):
             raise ObjectError(f".maps DATASEC entry {vsi.type} is not a variable")
         d = _parse_def(btf, var.name, var.type, inner=False)
-        kind = MapKind.ARENA if d.type == S.MAP_TYPE_ARENA else MapKind.DECLARED
+        kind = MapKind.ARENA if d.type == MAP_TYPE_ARENA else MapKind.DECLARED
         spec = _to_spec(var.name, d, kind)
         if d.values_offset >= 0:
             spec = _with_slots(elf, sec, spec, vsi.offset, vsi.size, d)
@@ -314,9 +326,9 @@ def data_maps(elf: ElfObject, btf: Btf | None, obj_name: str) -> list[MapSpec]:
         if kind is None or sec.size == 0:
             continue
         ds_id, variables = datasec_variables(btf, sec.name)
-        flags = S.F_RDONLY_PROG if kind is MapKind.RODATA else 0
+        flags = F_RDONLY_PROG if kind is MapKind.RODATA else 0
         if any(not v.static for v in variables):
-            flags |= S.F_MMAPABLE
+            flags |= F_MMAPABLE
         data = bytes(sec.size) if kind is MapKind.BSS else sec.data
         if len(data) != sec.size:
             raise ObjectError(f"section {sec.name!r} data is truncated")
@@ -325,7 +337,7 @@ def data_maps(elf: ElfObject, btf: Btf | None, obj_name: str) -> list[MapSpec]:
                 name=sec.name,
                 kernel_name=internal_map_name(obj_name, sec.name),
                 kind=kind,
-                type=S.MAP_TYPE_ARRAY,
+                type=MAP_TYPE_ARRAY,
                 key_size=4,
                 value_size=sec.size,
                 max_entries=1,
@@ -351,11 +363,11 @@ def kconfig_map(
         name=".kconfig",
         kernel_name=internal_map_name(obj_name, ".kconfig"),
         kind=MapKind.KCONFIG,
-        type=S.MAP_TYPE_ARRAY,
+        type=MAP_TYPE_ARRAY,
         key_size=4,
         value_size=size,
         max_entries=1,
-        flags=S.F_RDONLY_PROG | (S.F_MMAPABLE if ds_id else 0),
+        flags=F_RDONLY_PROG | (F_MMAPABLE if ds_id else 0),
         value_type_id=ds_id,
         data=bytes(size),
         variables=variables,

@@ -13,13 +13,13 @@ import mmap
 import os
 import struct
 
-from schedswitchd.bpf import kmod_btfs as K
 from schedswitchd.bpf.btf.ext import BtfExt, parse_btf_ext
 from schedswitchd.bpf.btf.fixup import fixup_object_btf
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Array, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject, read_elf
 from schedswitchd.bpf.externs import collect_externs
+from schedswitchd.bpf.kmod_btfs import SECTION, parse_fixed, parse_pointers
 from schedswitchd.bpf.maps import (
     data_maps,
     data_section_kind,
@@ -239,7 +239,7 @@ def _version(elf: ElfObject) -> int:
 def _kmod_only_sections(elf: ElfObject, btf: Btf | None) -> set[int]:
     """String sections (``.rodata.str1.1``) referenced only by ``.kmod_btfs`` pointers: they
     carry module names for the loader, not data for programs, so no map is made for them."""
-    kmod = elf.section_by_name(K.SECTION)
+    kmod = elf.section_by_name(SECTION)
     if kmod is None or kmod.index not in elf.relocs:
         return set()
     targets = {elf.symbol(r.sym).shndx for r in elf.relocs[kmod.index]}
@@ -262,7 +262,7 @@ def _kmod_only_sections(elf: ElfObject, btf: Btf | None) -> set[int]:
 
 
 def _kmod_btfs(elf: ElfObject, btf: Btf | None) -> tuple[str, ...] | None:
-    sec = elf.section_by_name(K.SECTION)
+    sec = elf.section_by_name(SECTION)
     if sec is None:
         return None
     relocs = elf.relocs.get(sec.index, ())
@@ -272,23 +272,23 @@ def _kmod_btfs(elf: ElfObject, btf: Btf | None) -> tuple[str, ...] | None:
             sym = elf.symbol(r.sym)
             if r.offset % 8 or r.offset + 8 > len(sec.data):
                 raise ObjectError(
-                    f"{K.SECTION}: relocation at offset {r.offset} is not a pointer slot"
+                    f"{SECTION}: relocation at offset {r.offset} is not a pointer slot"
                 )
             targets[r.offset] = (sym.shndx, sym.value)
 
         def read_string(sec_idx: int, off: int) -> bytes:
             if not 0 < sec_idx < len(elf.sections):
-                raise ObjectError(f"{K.SECTION}: pointer into section {sec_idx}, out of range")
+                raise ObjectError(f"{SECTION}: pointer into section {sec_idx}, out of range")
             data = elf.sections[sec_idx].data
             if not 0 <= off < len(data):
                 raise ObjectError(
-                    f"{K.SECTION}: pointer to offset {off} of {elf.sections[sec_idx].name!r} "
+                    f"{SECTION}: pointer to offset {off} of {elf.sections[sec_idx].name!r} "
                     "is out of range"
                 )
             return data[off:]
 
-        return K.parse_pointers(sec.data, targets, read_string)
-    return K.parse_fixed(sec.data, _kmod_entry_size(btf))
+        return parse_pointers(sec.data, targets, read_string)
+    return parse_fixed(sec.data, _kmod_entry_size(btf))
 
 
 def _kmod_entry_size(btf: Btf | None) -> int | None:
@@ -296,7 +296,7 @@ def _kmod_entry_size(btf: Btf | None) -> int | None:
     if btf is None:
         return None
     try:
-        ds_id = btf.find(K.SECTION, Kind.DATASEC)
+        ds_id = btf.find(SECTION, Kind.DATASEC)
         if ds_id is None:
             return None
         ds = btf.type(ds_id)

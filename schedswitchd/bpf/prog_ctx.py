@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Composite, Func, FuncProto, Kind, Ref
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Composite, Func, FuncProto, Kind, Ref
 from schedswitchd.bpf.customize import encode_value
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
 from schedswitchd.errors import BtfError, CustomizationError

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedswitchd.bpf import spec as S
+from schedswitchd.bpf import spec
 
 PROG_TYPE_SOCKET_FILTER = 1
 PROG_TYPE_SCHED_CLS = 3
@@ -32,35 +32,35 @@ class ProgKind:
 # (prefix, takes a "/target" suffix, prog type, attach type, sleepable); first match wins,
 # so longer prefixes come first.
 _TABLE: tuple[tuple[str, bool, int, int, bool], ...] = (
-    ("struct_ops.s", True, S.PROG_TYPE_STRUCT_OPS, S.ATTACH_NONE, True),
-    ("struct_ops", True, S.PROG_TYPE_STRUCT_OPS, S.ATTACH_NONE, False),
-    ("fentry.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FENTRY, True),
-    ("fentry", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FENTRY, False),
-    ("fexit.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FEXIT, True),
-    ("fexit", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_FEXIT, False),
-    ("fmod_ret.s", True, S.PROG_TYPE_TRACING, S.ATTACH_MODIFY_RETURN, True),
-    ("fmod_ret", True, S.PROG_TYPE_TRACING, S.ATTACH_MODIFY_RETURN, False),
-    ("tp_btf", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_RAW_TP, False),
-    ("iter.s", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_ITER, True),
-    ("iter", True, S.PROG_TYPE_TRACING, S.ATTACH_TRACE_ITER, False),
-    ("lsm.s", True, S.PROG_TYPE_LSM, S.ATTACH_LSM_MAC, True),
-    ("lsm", True, S.PROG_TYPE_LSM, S.ATTACH_LSM_MAC, False),
-    ("freplace", True, S.PROG_TYPE_EXT, S.ATTACH_NONE, False),
-    ("kprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
-    ("kretprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
-    ("uprobe.s", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, True),
-    ("uprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
-    ("uretprobe", True, S.PROG_TYPE_KPROBE, S.ATTACH_NONE, False),
-    ("tracepoint", True, S.PROG_TYPE_TRACEPOINT, S.ATTACH_NONE, False),
-    ("tp", True, S.PROG_TYPE_TRACEPOINT, S.ATTACH_NONE, False),
-    ("raw_tracepoint", True, S.PROG_TYPE_RAW_TRACEPOINT, S.ATTACH_NONE, False),
-    ("raw_tp", True, S.PROG_TYPE_RAW_TRACEPOINT, S.ATTACH_NONE, False),
-    ("syscall", False, S.PROG_TYPE_SYSCALL, S.ATTACH_NONE, True),
-    ("perf_event", False, PROG_TYPE_PERF_EVENT, S.ATTACH_NONE, False),
+    ("struct_ops.s", True, spec.PROG_TYPE_STRUCT_OPS, spec.ATTACH_NONE, True),
+    ("struct_ops", True, spec.PROG_TYPE_STRUCT_OPS, spec.ATTACH_NONE, False),
+    ("fentry.s", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_FENTRY, True),
+    ("fentry", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_FENTRY, False),
+    ("fexit.s", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_FEXIT, True),
+    ("fexit", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_FEXIT, False),
+    ("fmod_ret.s", True, spec.PROG_TYPE_TRACING, spec.ATTACH_MODIFY_RETURN, True),
+    ("fmod_ret", True, spec.PROG_TYPE_TRACING, spec.ATTACH_MODIFY_RETURN, False),
+    ("tp_btf", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_RAW_TP, False),
+    ("iter.s", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_ITER, True),
+    ("iter", True, spec.PROG_TYPE_TRACING, spec.ATTACH_TRACE_ITER, False),
+    ("lsm.s", True, spec.PROG_TYPE_LSM, spec.ATTACH_LSM_MAC, True),
+    ("lsm", True, spec.PROG_TYPE_LSM, spec.ATTACH_LSM_MAC, False),
+    ("freplace", True, spec.PROG_TYPE_EXT, spec.ATTACH_NONE, False),
+    ("kprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("kretprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("uprobe.s", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, True),
+    ("uprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("uretprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("tracepoint", True, spec.PROG_TYPE_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("tp", True, spec.PROG_TYPE_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("raw_tracepoint", True, spec.PROG_TYPE_RAW_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("raw_tp", True, spec.PROG_TYPE_RAW_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("syscall", False, spec.PROG_TYPE_SYSCALL, spec.ATTACH_NONE, True),
+    ("perf_event", False, PROG_TYPE_PERF_EVENT, spec.ATTACH_NONE, False),
     ("xdp", False, PROG_TYPE_XDP, ATTACH_XDP, False),
-    ("tc", False, PROG_TYPE_SCHED_CLS, S.ATTACH_NONE, False),
-    ("classifier", False, PROG_TYPE_SCHED_CLS, S.ATTACH_NONE, False),
-    ("socket", False, PROG_TYPE_SOCKET_FILTER, S.ATTACH_NONE, False),
+    ("tc", False, PROG_TYPE_SCHED_CLS, spec.ATTACH_NONE, False),
+    ("classifier", False, PROG_TYPE_SCHED_CLS, spec.ATTACH_NONE, False),
+    ("socket", False, PROG_TYPE_SOCKET_FILTER, spec.ATTACH_NONE, False),
 )
 
 
@@ -80,4 +80,4 @@ def classify(section: str) -> ProgKind:
                 return ProgKind(ptype, atype, section[len(prefix) + 1 :], sleepable)
         if not with_target and section.startswith(prefix + "/"):
             return ProgKind(ptype, atype, section[len(prefix) + 1 :], sleepable)
-    return ProgKind(0, S.ATTACH_NONE, "", False)
+    return ProgKind(0, spec.ATTACH_NONE, "", False)

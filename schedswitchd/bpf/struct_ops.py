@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schedswitchd.bpf import spec as S
+from schedswitchd.bpf import spec
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Composite, Datasec, Kind, Ref, Var
 from schedswitchd.bpf.elf import ElfObject
@@ -112,11 +112,11 @@ def struct_ops_maps(
                     name=var.name,
                     kernel_name=sanitize_name(var.name),
                     kind=MapKind.STRUCT_OPS,
-                    type=S.MAP_TYPE_STRUCT_OPS,
+                    type=spec.MAP_TYPE_STRUCT_OPS,
                     key_size=4,
                     value_size=st.size,
                     max_entries=1,
-                    flags=S.F_LINK if link else 0,
+                    flags=spec.F_LINK if link else 0,
                     value_type_id=st_id,
                     struct_ops=ops,
                     section=sec.name,

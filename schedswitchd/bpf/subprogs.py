@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schedswitchd.bpf import insn as I
 from schedswitchd.bpf.btf.ext import BtfExt
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.elf import (
@@ -31,6 +30,18 @@ from schedswitchd.bpf.elf import (
     STT_SECTION,
     ElfObject,
     Section,
+)
+from schedswitchd.bpf.insn import (
+    CALL,
+    INSN_SIZE,
+    PSEUDO_CALL,
+    PSEUDO_FUNC,
+    PSEUDO_KFUNC_CALL,
+    PSEUDO_MAP_FD,
+    PSEUDO_MAP_VALUE,
+    Insn,
+    decode,
+    encode_into,
 )
 from schedswitchd.bpf.spec import (
     ExternKind,
@@ -58,7 +69,7 @@ class Function:
     @property
     def first(self) -> int:
         """Index of its first instruction in the section."""
-        return self.offset // I.INSN_SIZE
+        return self.offset // INSN_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +112,7 @@ def collect_functions(elf: ElfObject) -> dict[int, list[Function]]:
         sec = elf.section(sym.shndx)
         if not sec.is_exec:
             raise ObjectError(f"function {sym.name!r} is in non-executable section {sec.name!r}")
-        if sym.value % I.INSN_SIZE or sym.size % I.INSN_SIZE or sym.size == 0:
+        if sym.value % INSN_SIZE or sym.size % INSN_SIZE or sym.size == 0:
             raise ObjectError(
                 f"function {sym.name!r} at {sym.value} with size {sym.size} is not a whole "
                 "number of instructions"
@@ -149,15 +160,15 @@ def classify_relocs(
         per: dict[int, Relo] = {}
         for n, rel in enumerate(relocs):
             where = f"relocation {n} of {sec.name!r} at offset {rel.offset}"
-            if rel.offset % I.INSN_SIZE or rel.offset + I.INSN_SIZE > len(sec.data):
+            if rel.offset % INSN_SIZE or rel.offset + INSN_SIZE > len(sec.data):
                 raise ObjectError(f"{where}: not an instruction of the section")
-            idx = rel.offset // I.INSN_SIZE
-            ins = I.decode(sec.data, idx)
+            idx = rel.offset // INSN_SIZE
+            ins = decode(sec.data, idx)
             sym = elf.symbol(rel.sym)
-            is_call = ins.code == I.CALL
+            is_call = ins.code == CALL
             if not is_call and not ins.is_ld_imm64:
                 raise ObjectError(f"{where}: instruction code {ins.code:#x} cannot be relocated")
-            if ins.is_ld_imm64 and rel.offset + 2 * I.INSN_SIZE > len(sec.data):
+            if ins.is_ld_imm64 and rel.offset + 2 * INSN_SIZE > len(sec.data):
                 raise ObjectError(f"{where}: ld_imm64 is cut off by the section end")
             if idx in per:
                 raise ObjectError(f"{where}: instruction is relocated twice")
@@ -180,11 +191,11 @@ def classify_relocs(
                     per[idx] = Relo(FixupKind.KSYM.value, extern=ext.name)
                 continue
             if is_call:
-                if ins.src != I.PSEUDO_CALL:
+                if ins.src != PSEUDO_CALL:
                     raise ObjectError(f"{where}: relocated call is not a BPF-to-BPF call")
-                if sym.shndx != text_index or sym.value % I.INSN_SIZE:
+                if sym.shndx != text_index or sym.value % INSN_SIZE:
                     raise ObjectError(f"{where}: call target {sym.name!r} is not in .text")
-                per[idx] = Relo("call", target=sym.value // I.INSN_SIZE + ins.imm + 1)
+                per[idx] = Relo("call", target=sym.value // INSN_SIZE + ins.imm + 1)
                 continue
             if not 0 < sym.shndx < SHN_LORESERVE:
                 raise ObjectError(
@@ -196,12 +207,12 @@ def classify_relocs(
                 or (sym.bind == STB_GLOBAL and sym.type == STT_FUNC)
             ):
                 # clang leaves src_reg 0; the loader marks it BPF_PSEUDO_FUNC (as libbpf does)
-                if ins.src not in (0, I.PSEUDO_FUNC):
+                if ins.src not in (0, PSEUDO_FUNC):
                     raise ObjectError(f"{where}: subprogram address load has src_reg {ins.src}")
                 byte = sym.value + ins.imm
-                if byte % I.INSN_SIZE or byte < 0:
+                if byte % INSN_SIZE or byte < 0:
                     raise ObjectError(f"{where}: callback offset {byte} is misaligned")
-                per[idx] = Relo("func", target=byte // I.INSN_SIZE)
+                per[idx] = Relo("func", target=byte // INSN_SIZE)
                 continue
             value_off = ins.imm + sym.value
             if arena is not None and sym.shndx == arena[0]:
@@ -294,13 +305,13 @@ def link_program(
     while stack:
         frame = stack[-1]
         f, base, j = frame
-        n = f.size // I.INSN_SIZE
+        n = f.size // INSN_SIZE
         if j >= n:
             stack.pop()
             continue
         sec_idx = f.first + j
         slot = base + j
-        ins = I.decode(out, slot)
+        ins = decode(out, slot)
         if ins.is_ld_imm64 and j + 1 >= n:
             raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
         frame[2] = j + (2 if ins.is_ld_imm64 else 1)
@@ -310,13 +321,13 @@ def link_program(
             target = r.target
         elif r is not None:
             _apply(out, slot, ins, r, fixups)
-        elif ins.code == I.CALL and ins.src == I.PSEUDO_CALL:
+        elif ins.code == CALL and ins.src == PSEUDO_CALL:
             if f.section.name != ".text":
                 raise ObjectError(
                     f"{f.name}: call at instruction {j} without a relocation leaves .text"
                 )
             target = sec_idx + ins.imm + 1
-        elif ins.is_ld_imm64 and ins.src == I.PSEUDO_FUNC:
+        elif ins.is_ld_imm64 and ins.src == PSEUDO_FUNC:
             raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
         if target < 0:
             continue
@@ -328,38 +339,38 @@ def link_program(
             )
         fresh = sub.offset not in placed
         if fresh:
-            placed[sub.offset] = len(out) // I.INSN_SIZE
+            placed[sub.offset] = len(out) // INSN_SIZE
             subs.append(sub.name)
             out += sub.section.data[sub.offset : sub.offset + sub.size]
             if index is not None:
                 _rebase_ext(sub, placed[sub.offset], index, finfo, linfo, crelos)
         rel = placed[sub.offset] - slot - 1
-        src = I.PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
-        I.encode_into(out, slot, I.Insn(ins.code, ins.dst, src, ins.off, rel))
+        src = PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
+        encode_into(out, slot, Insn(ins.code, ins.dst, src, ins.off, rel))
         if fresh:
             stack.append([sub, placed[sub.offset], 0])
     return Linked(bytes(out), tuple(fixups), tuple(finfo), tuple(linfo), tuple(crelos), tuple(subs))
 
 
-def _apply(out: bytearray, slot: int, ins: I.Insn, r: Relo, fixups: list[Fixup]) -> None:
+def _apply(out: bytearray, slot: int, ins: Insn, r: Relo, fixups: list[Fixup]) -> None:
     kind = FixupKind(r.kind)
     fixups.append(Fixup(kind, slot, r.map_index, r.offset, r.extern))
     if kind is FixupKind.KFUNC_CALL:
-        I.encode_into(out, slot, I.Insn(ins.code, ins.dst, I.PSEUDO_KFUNC_CALL, 0, 0))
+        encode_into(out, slot, Insn(ins.code, ins.dst, PSEUDO_KFUNC_CALL, 0, 0))
         return
-    second = I.decode(out, slot + 1)
+    second = decode(out, slot + 1)
     if kind is FixupKind.MAP_FD:
-        src, hi = I.PSEUDO_MAP_FD, 0
+        src, hi = PSEUDO_MAP_FD, 0
     elif kind is FixupKind.MAP_VALUE:
-        src, hi = I.PSEUDO_MAP_VALUE, r.offset - (1 << 32 if r.offset >= 1 << 31 else 0)
+        src, hi = PSEUDO_MAP_VALUE, r.offset - (1 << 32 if r.offset >= 1 << 31 else 0)
     else:  # KSYM: the loader picks BTF id or address
         src, hi = 0, 0
-    I.encode_into(out, slot, I.Insn(ins.code, ins.dst, src, ins.off, 0))
-    I.encode_into(out, slot + 1, I.Insn(second.code, second.dst, second.src, second.off, hi))
+    encode_into(out, slot, Insn(ins.code, ins.dst, src, ins.off, 0))
+    encode_into(out, slot + 1, Insn(second.code, second.dst, second.src, second.off, hi))
 
 
 def _aligned(f: Function, insn_off: int, what: str) -> None:
-    if insn_off % I.INSN_SIZE:
+    if insn_off % INSN_SIZE:
         raise ObjectError(
             f".BTF.ext {what} record at offset {insn_off} of {f.section.name!r} is misaligned"
         )
@@ -377,7 +388,7 @@ def _rebase_ext(
     lo, hi = f.offset, f.offset + f.size
 
     def idx(off: int) -> int:
-        return base + (off - f.offset) // I.INSN_SIZE
+        return base + (off - f.offset) // INSN_SIZE
 
     for fi in index.within("func_info", name, lo, hi):
         _aligned(f, fi.insn_off, "func_info")

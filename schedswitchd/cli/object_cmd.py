@@ -29,12 +29,11 @@ import os
 import sys
 from typing import Any
 
-from schedswitchd.bpf import spec as S
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object
-from schedswitchd.bpf.spec import ObjectSpec
+from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import (
     BtfError,
     CustomizationError,
@@ -207,7 +206,7 @@ def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
             "kind": e.kind.value,
             "weak": e.weak,
             "essential_name": e.essential_name,
-            **({"offset": e.offset, "size": e.size} if e.kind is S.ExternKind.KCONFIG else {}),
+            **({"offset": e.offset, "size": e.size} if e.kind is ExternKind.KCONFIG else {}),
         }
         for e in spec.externs
     ]

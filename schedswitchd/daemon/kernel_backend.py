@@ -62,9 +62,8 @@ from schedswitchd.errors import (
     SchedExtError,
     SchedSwitchError,
 )
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel import sched_ext as scx
-from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, memo_counters
 from schedswitchd.kernel.fd import LinkFd, MapFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
@@ -162,7 +161,9 @@ class KernelPrepared:
             return link
         if self.adopted_ops_map is None:
             raise LoadError(f"{self.name}: adopted without its struct_ops map")
-        self.adopted_link = S.link_create(self.adopted_ops_map, A.AttachType.STRUCT_OPS)
+        self.adopted_link = syscall.link_create(
+            self.adopted_ops_map, bpf_uapi.AttachType.STRUCT_OPS
+        )
         return self.adopted_link
 
     def close_link(self) -> None:
@@ -307,8 +308,8 @@ class KernelBackend:
             "spec_cache_hits": sp.hits,
             "spec_cache_misses": sp.misses,
             # Process-wide bpf(2) calls and time inside them (for bench/switch_latency.py).
-            "bpf_syscalls": S.STATS.calls,
-            "bpf_syscall_ns": S.STATS.total_ns,
+            "bpf_syscalls": syscall.STATS.calls,
+            "bpf_syscall_ns": syscall.STATS.total_ns,
         }
         with self._lock:
             out.update(self._counts)
@@ -607,7 +608,7 @@ class KernelBackend:
         if link is None or not self._link_detach_works:
             return False
         try:
-            S.link_detach(link)
+            syscall.link_detach(link)
         except BpfSyscallError as exc:
             if exc.errno == errno.EOPNOTSUPP:
                 self._link_detach_works = False
@@ -695,7 +696,7 @@ class KernelBackend:
             return None
         try:
             value_size = h.spec.map(h.uei.map_name).value_size
-            value = S.map_lookup_elem(fd, _KEY0, value_size)
+            value = syscall.map_lookup_elem(fd, _KEY0, value_size)
             rec = h.uei.decode(value) if value is not None else None
         except (SchedSwitchError, ValueError, KeyError) as exc:
             log.warning("cannot read the exit record of %s: %s", h.name, exc)
@@ -749,11 +750,11 @@ class KernelBackend:
             return None
         ops_fd: MapFd | None = None
         try:
-            info = S.link_info(pinned.link)
-            if info.type != A.LinkType.STRUCT_OPS or not info.map_id:
+            info = syscall.link_info(pinned.link)
+            if info.type != bpf_uapi.LinkType.STRUCT_OPS or not info.map_id:
                 raise LoadError(f"pinned link of {name} is not a live struct_ops link")
-            ops_fd = S.map_get_fd_by_id(info.map_id)
-            if S.map_info(ops_fd).type != A.MapType.STRUCT_OPS:
+            ops_fd = syscall.map_get_fd_by_id(info.map_id)
+            if syscall.map_info(ops_fd).type != bpf_uapi.MapType.STRUCT_OPS:
                 raise LoadError(f"pinned link of {name} does not hold a struct_ops map")
         except (SchedSwitchError, BpfSyscallError):
             pinned.close()
@@ -765,7 +766,7 @@ class KernelBackend:
         if (
             exit_map is not None
             and uei is not None
-            and S.map_info(exit_map).value_size != spec.map(uei.map_name).value_size
+            and syscall.map_info(exit_map).value_size != spec.map(uei.map_name).value_size
         ):
             exit_map.close()  # the object changed on disk: its layout is not the map's
             exit_map = None

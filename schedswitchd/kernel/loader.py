@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
-from schedswitchd.bpf import insn as I
+from schedswitchd.bpf import insn
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind, essential_name
 from schedswitchd.bpf.core.compat import types_are_compat
@@ -49,8 +49,7 @@ from schedswitchd.bpf.spec import (
     ProgramSpec,
 )
 from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.arena import ArenaMapping, map_arena
 from schedswitchd.kernel.arena import page_size as arena_page_size
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
@@ -66,6 +65,23 @@ from schedswitchd.kernel.struct_ops_value import (
     build_value,
     find_struct_ops_kernel_type,
     plan_struct_ops,
+)
+from schedswitchd.kernel.syscall import (
+    btf_load,
+    iter_create,
+    link_create,
+    map_create,
+    map_delete_elem,
+    map_freeze,
+    map_info,
+    map_lookup_elem,
+    map_update_elem,
+    obj_get,
+    obj_pin,
+    prog_bind_map,
+    prog_info,
+    prog_load,
+    prog_test_run,
 )
 
 T = TypeVar("T")
@@ -89,20 +105,20 @@ _TRACING_TARGETS = TRACING_TARGETS
 #: Map types created without BTF key/value types (libbpf's ``bpf_object__create_map``).
 _NO_BTF_MAP_TYPES = frozenset(
     {
-        A.MapType.PERF_EVENT_ARRAY,
-        A.MapType.CGROUP_ARRAY,
-        A.MapType.STACK_TRACE,
-        A.MapType.ARRAY_OF_MAPS,
-        A.MapType.HASH_OF_MAPS,
-        A.MapType.DEVMAP,
-        A.MapType.DEVMAP_HASH,
-        A.MapType.CPUMAP,
-        A.MapType.XSKMAP,
-        A.MapType.SOCKMAP,
-        A.MapType.SOCKHASH,
-        A.MapType.QUEUE,
-        A.MapType.STACK,
-        A.MapType.ARENA,
+        bpf_uapi.MapType.PERF_EVENT_ARRAY,
+        bpf_uapi.MapType.CGROUP_ARRAY,
+        bpf_uapi.MapType.STACK_TRACE,
+        bpf_uapi.MapType.ARRAY_OF_MAPS,
+        bpf_uapi.MapType.HASH_OF_MAPS,
+        bpf_uapi.MapType.DEVMAP,
+        bpf_uapi.MapType.DEVMAP_HASH,
+        bpf_uapi.MapType.CPUMAP,
+        bpf_uapi.MapType.XSKMAP,
+        bpf_uapi.MapType.SOCKMAP,
+        bpf_uapi.MapType.SOCKHASH,
+        bpf_uapi.MapType.QUEUE,
+        bpf_uapi.MapType.STACK,
+        bpf_uapi.MapType.ARENA,
     }
 )
 
@@ -271,7 +287,7 @@ class LoadedObject:
             if n in self.links or n in self._registered:
                 continue
             m = self.maps[n]
-            is_link = bool(m.spec.flags & A.F_LINK)
+            is_link = bool(m.spec.flags & bpf_uapi.F_LINK)
             if n in self._updated and not is_link:
                 raise LoadError(
                     f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
@@ -279,10 +295,10 @@ class LoadedObject:
                 )
             try:
                 if n not in self._updated:  # the kernel takes a struct_ops value only once
-                    S.map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
+                    map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
                     self._updated.add(n)
                 if is_link:
-                    made[n] = self.links[n] = S.link_create(m.fd, A.AttachType.STRUCT_OPS)
+                    made[n] = self.links[n] = link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
                 else:
                     self._registered.add(n)
             except BpfSyscallError as exc:
@@ -320,7 +336,7 @@ class LoadedObject:
                 link.close()
             if n in self._registered:
                 self._registered.discard(n)
-                S.map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
+                map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
 
     def attach_programs(self, names: Iterable[str] | None = None) -> dict[str, LinkFd]:
         """Attach the loaded programs that a libbpf skeleton's attach would attach
@@ -385,10 +401,13 @@ class LoadedObject:
         Raises :class:`LoadError` when it is not an attached iterator,
         :class:`~schedswitchd.errors.BpfSyscallError` when the kernel refuses."""
         link = self.program_links.get(name)
-        if link is None or self.programs[name].spec.expected_attach_type != A.AttachType.TRACE_ITER:
+        if (
+            link is None
+            or self.programs[name].spec.expected_attach_type != bpf_uapi.AttachType.TRACE_ITER
+        ):
             raise LoadError(f"{self.spec.name}: {name!r} is not an attached iterator program")
         out = bytearray()
-        with S.iter_create(link) as it:
+        with iter_create(link) as it:
             while len(out) < limit:
                 try:
                     chunk = os.read(it.fd, min(1 << 16, limit - len(out)))
@@ -448,7 +467,7 @@ class LoadedObject:
         type without test runs) or the CPU cannot be used."""
         prog = self._loaded_program(name)
         raw = self.context(name, ctx) if isinstance(ctx, Mapping) else bytes(ctx)
-        is_syscall = prog.spec.prog_type == A.ProgType.SYSCALL
+        is_syscall = prog.spec.prog_type == bpf_uapi.ProgType.SYSCALL
         old_affinity: set[int] | None = None
         flags, run_cpu = 0, 0
         if cpu is not None:
@@ -461,9 +480,9 @@ class LoadedObject:
                         name, f"cannot run on CPU {cpu}: {exc}", getattr(exc, "errno", 0) or 0
                     ) from exc
             else:
-                flags, run_cpu = A.F_TEST_RUN_ON_CPU, cpu
+                flags, run_cpu = bpf_uapi.F_TEST_RUN_ON_CPU, cpu
         try:
-            res = S.prog_test_run(
+            res = prog_test_run(
                 prog.fd,
                 ctx_in=raw,
                 ctx_out_size=0 if is_syscall or not raw else len(raw),
@@ -510,7 +529,7 @@ class LoadedObject:
         if m.spec.kind is MapKind.ARENA:
             with self.arena_mapping() as arena:
                 return arena.read(off, size)
-        value = S.map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
+        value = map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
         if value is None:  # an array map always has key 0
             raise LoadError(f"data map {m.name} has no element 0")
         return value[off : off + size]
@@ -529,18 +548,18 @@ class LoadedObject:
                 arena.write(off, data)
             return
         frozen = m.spec.kind in (MapKind.RODATA, MapKind.KCONFIG)
-        if m.spec.flags & A.F_MMAPABLE and not frozen:
+        if m.spec.flags & bpf_uapi.F_MMAPABLE and not frozen:
             length = max(m.spec.value_size, 1)
             with mmap.mmap(m.fd.fd, length, mmap.MAP_SHARED) as mm:
                 mm[off : off + size] = data
             return
         value = bytearray(self.read_variable_map(m))
         value[off : off + size] = data
-        S.map_update_elem(m.fd, b"\0\0\0\0", bytes(value))
+        map_update_elem(m.fd, b"\0\0\0\0", bytes(value))
 
     @staticmethod
     def read_variable_map(m: LoadedMap) -> bytes:
-        value = S.map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
+        value = map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
         if value is None:
             raise LoadError(f"data map {m.name} has no element 0")
         return value
@@ -572,7 +591,7 @@ class LoadedObject:
         deleted), then close every fd, newest first (links detach as they close)."""
         for n in list(self._registered):
             with contextlib.suppress(BpfSyscallError, ValueError):
-                S.map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
+                map_delete_elem(self.maps[n].fd, b"\0\0\0\0")
         for fd in reversed(self.fds()):
             fd.close()
         self.links.clear()
@@ -682,7 +701,7 @@ class _Loader:
             raw = self.spec.btf.raw
             if feats.missing():  # only for kinds this kernel lacks (libbpf's rule)
                 raw = sanitize_btf(self.spec.btf, feats)
-            self.obj.btf_fd = S.btf_load(raw)
+            self.obj.btf_fd = btf_load(raw)
         _timed(self.obj, "btf", start)
 
     def resolve_externs(self) -> None:
@@ -845,10 +864,10 @@ class _Loader:
             fd = reused if reused is not None else self._create_map(m, btf_fd)
             loaded = LoadedMap(m, fd, 0)
             self.obj.maps[m.name] = loaded
-            loaded.id = S.map_info(fd).id
+            loaded.id = map_info(fd).id
             if m.pinning == PIN_BY_NAME and reused is None:
                 path = self.pin_root / m.name
-                S.obj_pin(fd, path)
+                obj_pin(fd, path)
                 self.new_pins.append(path)
             if m.kind is MapKind.ARENA:
                 # mapped even when reused: a pinned arena keeps its pages, but its user
@@ -859,16 +878,16 @@ class _Loader:
             if m.kind in (MapKind.DATA, MapKind.RODATA, MapKind.BSS, MapKind.KCONFIG):
                 data = self.kconfig_data(m) if m.kind is MapKind.KCONFIG else m.data
                 if data:
-                    S.map_update_elem(fd, b"\0\0\0\0", data)
+                    map_update_elem(fd, b"\0\0\0\0", data)
                 if m.kind in (MapKind.RODATA, MapKind.KCONFIG):
-                    S.map_freeze(fd)
+                    map_freeze(fd)
         for m in self.spec.maps:  # map-in-map initial slots, once every map exists
-            if m.init_slots and m.type != A.MapType.PROG_ARRAY and m.name in self.obj.maps:
+            if m.init_slots and m.type != bpf_uapi.MapType.PROG_ARRAY and m.name in self.obj.maps:
                 for index, target in m.init_slots:
                     inner = self.obj.maps.get(target)
                     if inner is None:
                         raise LoadError(f"map {m.name}: slot {index} names unknown map {target}")
-                    S.map_update_elem(
+                    map_update_elem(
                         self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(inner.fd.fd)
                     )
         _timed(self.obj, "maps", start)
@@ -902,8 +921,8 @@ class _Loader:
         path = self.pin_root / m.name
         if not path.exists():
             return None
-        fd = S.obj_get(path, expect=MapFd)
-        info = S.map_info(fd)
+        fd = obj_get(path, expect=MapFd)
+        info = map_info(fd)
         want = (m.type, m.key_size, m.value_size, map_max_entries(m), m.flags)
         have = (info.type, info.key_size, info.value_size, info.max_entries, info.map_flags)
         if want != have:
@@ -921,8 +940,8 @@ class _Loader:
             if btf_fd is None:
                 raise LoadError(f"struct_ops map {m.name} needs the object's BTF")
             vfd = None if kt.btf is self.kernel.vmlinux else self.module_fd(kt.btf)
-            return S.map_create(
-                A.MapType.STRUCT_OPS,
+            return map_create(
+                bpf_uapi.MapType.STRUCT_OPS,
                 4,
                 kt.value_size,
                 1,
@@ -943,7 +962,7 @@ class _Loader:
             )
 
             def create(with_btf: bool) -> MapFd:
-                return S.map_create(
+                return map_create(
                     m.type,
                     m.key_size,
                     m.value_size,
@@ -998,7 +1017,7 @@ class _Loader:
         for prog in self.spec.programs:
             binding = None
             optional = False
-            if prog.prog_type == A.ProgType.STRUCT_OPS:
+            if prog.prog_type == bpf_uapi.ProgType.STRUCT_OPS:
                 # libbpf (bpf_object_adjust_struct_ops_autoload): a struct_ops program loads
                 # exactly when a created struct_ops map uses it, whatever its '?' prefix.
                 binding = self.struct_ops_binding(prog)
@@ -1040,10 +1059,10 @@ class _Loader:
             raise e.with_hint(hint, self._missing_modules()) from e.__cause__
         loaded = LoadedProgram(prog, fd, 0, insns)
         self.obj.programs[prog.name] = loaded
-        loaded.id = S.prog_info(fd, xlated=False).id
+        loaded.id = prog_info(fd, xlated=False).id
         rodata = self.obj.maps.get(".rodata")
         if rodata is not None:
-            S.prog_bind_map(fd, rodata.fd)
+            prog_bind_map(fd, rodata.fd)
         _timed(self.obj, f"prog:{prog.name}", start)
 
     def relocate(self, prog: ProgramSpec) -> tuple[bytes, tuple[str, ...]]:
@@ -1101,16 +1120,16 @@ class _Loader:
 
     def apply_fixups(self, prog: ProgramSpec, insns: bytes) -> bytes:
         buf = bytearray(insns)
-        n = I.count(buf)
+        n = insn.count(buf)
         for fx in prog.fixups:
             if not 0 <= fx.insn_idx < n:
                 raise LoadError(
                     f"program {prog.name}: fixup at instruction {fx.insn_idx} "
                     f"outside its {n} instructions"
                 )
-            ins = I.decode(buf, fx.insn_idx)
+            ins = insn.decode(buf, fx.insn_idx)
             want_call = fx.kind is FixupKind.KFUNC_CALL
-            if (ins.code == I.CALL) != want_call or (not want_call and not ins.is_ld_imm64):
+            if (ins.code == insn.CALL) != want_call or (not want_call and not ins.is_ld_imm64):
                 raise LoadError(
                     f"program {prog.name}: {fx.kind.value} fixup at instruction {fx.insn_idx} "
                     f"does not point at {'a call' if want_call else 'an ld_imm64'}"
@@ -1127,22 +1146,24 @@ class _Loader:
                         f"program {prog.name}: reference to a map that was not created "
                         f"(index {fx.map_index})"
                     )
-                src = I.PSEUDO_MAP_FD if fx.kind is FixupKind.MAP_FD else I.PSEUDO_MAP_VALUE
-                I.encode_into(
-                    buf, fx.insn_idx, I.Insn(ins.code, ins.dst, src, ins.off, loaded.fd.fd)
+                src = insn.PSEUDO_MAP_FD if fx.kind is FixupKind.MAP_FD else insn.PSEUDO_MAP_VALUE
+                insn.encode_into(
+                    buf, fx.insn_idx, insn.Insn(ins.code, ins.dst, src, ins.off, loaded.fd.fd)
                 )
             elif fx.kind is FixupKind.KFUNC_CALL:
                 r = self.obj.externs.get(fx.extern)
                 if r is None or not r.resolved:
                     idx = self._extern_index(fx.extern)
-                    I.encode_into(
-                        buf, fx.insn_idx, I.Insn(I.CALL, 0, 0, 0, POISON_CALL_KFUNC_BASE + idx)
-                    )
-                else:
-                    I.encode_into(
+                    insn.encode_into(
                         buf,
                         fx.insn_idx,
-                        I.Insn(ins.code, ins.dst, I.PSEUDO_KFUNC_CALL, r.fd_index, r.btf_id),
+                        insn.Insn(insn.CALL, 0, 0, 0, POISON_CALL_KFUNC_BASE + idx),
+                    )
+                else:
+                    insn.encode_into(
+                        buf,
+                        fx.insn_idx,
+                        insn.Insn(ins.code, ins.dst, insn.PSEUDO_KFUNC_CALL, r.fd_index, r.btf_id),
                     )
             elif fx.kind is FixupKind.KSYM:
                 self._fix_ksym(prog, buf, fx.insn_idx, fx.extern)
@@ -1155,20 +1176,20 @@ class _Loader:
         return 0
 
     def _fix_ksym(self, prog: ProgramSpec, buf: bytearray, idx: int, name: str) -> None:
-        if idx + 1 >= I.count(buf):
+        if idx + 1 >= insn.count(buf):
             raise LoadError(f"program {prog.name}: ksym {name} at the last instruction")
-        ins, hi = I.decode(buf, idx), I.decode(buf, idx + 1)
+        ins, hi = insn.decode(buf, idx), insn.decode(buf, idx + 1)
         r = self.obj.externs.get(name)
         if r is None or not r.resolved:
             src, lo_imm, hi_imm = 0, 0, 0
         elif r.btf_id:
-            src, lo_imm, hi_imm = I.PSEUDO_BTF_ID, r.btf_id, r.module_fd
+            src, lo_imm, hi_imm = insn.PSEUDO_BTF_ID, r.btf_id, r.module_fd
         else:
             src = 0
             lo_imm = _s32(r.address & 0xFFFFFFFF)
             hi_imm = _s32(r.address >> 32)
-        I.encode_into(buf, idx, I.Insn(ins.code, ins.dst, src, ins.off, lo_imm))
-        I.encode_into(buf, idx + 1, I.Insn(hi.code, hi.dst, hi.src, hi.off, hi_imm))
+        insn.encode_into(buf, idx, insn.Insn(ins.code, ins.dst, src, ins.off, lo_imm))
+        insn.encode_into(buf, idx + 1, insn.Insn(hi.code, hi.dst, hi.src, hi.off, hi_imm))
 
     def _load_one(
         self, prog: ProgramSpec, insns: bytes, binding: tuple[StructOpsKernelType, int] | None
@@ -1182,8 +1203,8 @@ class _Loader:
             if kt.btf is not self.kernel.vmlinux:
                 attach_obj = self.module_fd(kt.btf)
         elif eat in _TRACING_TARGETS and prog.prog_type in (
-            A.ProgType.TRACING,
-            A.ProgType.LSM,
+            bpf_uapi.ProgType.TRACING,
+            bpf_uapi.ProgType.LSM,
         ):
             attach_btf_id, attach_obj = self._attach_target(prog)
         btf = self.obj.btf_fd
@@ -1193,13 +1214,13 @@ class _Loader:
             for li in prog.line_info
         )
         try:
-            return S.prog_load(
+            return prog_load(
                 prog.prog_type,
                 insns,
                 license=self.spec.license,
                 name=prog.name,
                 expected_attach_type=eat,
-                prog_flags=A.F_SLEEPABLE if prog.sleepable else 0,
+                prog_flags=bpf_uapi.F_SLEEPABLE if prog.sleepable else 0,
                 btf_fd=btf,
                 # without kernel FUNC support libbpf drops func and line info too
                 func_info=func_info if btf is not None and self._has_func() else b"",
@@ -1240,7 +1261,11 @@ class _Loader:
     def fill_prog_arrays(self) -> None:
         """``.values`` initialisers of PROG_ARRAY maps: slot -> program fd."""
         for m in self.spec.maps:
-            if m.type != A.MapType.PROG_ARRAY or not m.init_slots or m.name not in self.obj.maps:
+            if (
+                m.type != bpf_uapi.MapType.PROG_ARRAY
+                or not m.init_slots
+                or m.name not in self.obj.maps
+            ):
                 continue
             for index, prog_name in m.init_slots:
                 prog = self.obj.programs.get(prog_name)
@@ -1249,7 +1274,7 @@ class _Loader:
                         f"map {m.name}: slot {index} names program {prog_name}, "
                         "which was not loaded"
                     )
-                S.map_update_elem(self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(prog.fd.fd))
+                map_update_elem(self.obj.maps[m.name].fd, _U32.pack(index), _U32.pack(prog.fd.fd))
 
     def build_struct_ops_values(self) -> None:
         for map_name, plan in self.plans.items():
@@ -1268,7 +1293,7 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0]
 
 
-_RINGBUF_TYPES = frozenset({A.MapType.RINGBUF, A.MapType.USER_RINGBUF})
+_RINGBUF_TYPES = frozenset({bpf_uapi.MapType.RINGBUF, bpf_uapi.MapType.USER_RINGBUF})
 
 
 def ringbuf_size(size: int, page: int) -> int:

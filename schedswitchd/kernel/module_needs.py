@@ -18,19 +18,19 @@ from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.core.relocate import CandidateCache
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import BtfError, CoreError
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.module_memo import ModuleLookup
 from schedswitchd.kernel.struct_ops_value import VALUE_PREFIX
 
 #: Tracing attach types whose ``attach_to`` names a kernel BTF type: (kind, name prefix);
 #: the loader's table (``_TRACING_TARGETS``) is the same.
 TRACING_TARGETS: dict[int, tuple[Kind, str]] = {
-    A.AttachType.TRACE_FENTRY: (Kind.FUNC, ""),
-    A.AttachType.TRACE_FEXIT: (Kind.FUNC, ""),
-    A.AttachType.MODIFY_RETURN: (Kind.FUNC, ""),
-    A.AttachType.TRACE_RAW_TP: (Kind.TYPEDEF, "btf_trace_"),
-    A.AttachType.TRACE_ITER: (Kind.FUNC, "bpf_iter_"),
-    A.AttachType.LSM_MAC: (Kind.FUNC, "bpf_lsm_"),
+    bpf_uapi.AttachType.TRACE_FENTRY: (Kind.FUNC, ""),
+    bpf_uapi.AttachType.TRACE_FEXIT: (Kind.FUNC, ""),
+    bpf_uapi.AttachType.MODIFY_RETURN: (Kind.FUNC, ""),
+    bpf_uapi.AttachType.TRACE_RAW_TP: (Kind.TYPEDEF, "btf_trace_"),
+    bpf_uapi.AttachType.TRACE_ITER: (Kind.FUNC, "bpf_iter_"),
+    bpf_uapi.AttachType.LSM_MAC: (Kind.FUNC, "bpf_lsm_"),
 }
 
 
@@ -91,7 +91,10 @@ def object_module_lookups(spec: ObjectSpec, vmlinux: Btf, cache: CandidateCache)
     vmlinux_only = [vmlinux]
     for prog in spec.programs:
         target = TRACING_TARGETS.get(prog.expected_attach_type)
-        if target is not None and prog.prog_type in (A.ProgType.TRACING, A.ProgType.LSM):
+        if target is not None and prog.prog_type in (
+            bpf_uapi.ProgType.TRACING,
+            bpf_uapi.ProgType.LSM,
+        ):
             kind, prefix = target
             module, sep, name = prog.attach_to.partition(":")
             if not sep:

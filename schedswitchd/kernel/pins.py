@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.fd import LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.loader import LoadedObject
 
@@ -102,7 +101,7 @@ def pin_object(obj: LoadedObject, directory: str | os.PathLike[str]) -> dict[str
     try:
         for key, fd in entries:
             pin = pin_name(key)
-            S.obj_pin(fd, d / pin)
+            syscall.obj_pin(fd, d / pin)
             made[pin] = str(d / pin)
     except BaseException:
         for made_path in made.values():
@@ -157,11 +156,11 @@ def open_pinned(directory: str | os.PathLike[str]) -> PinnedObject:
         for entry, kind, name in _pin_entries(d):
             path = d / entry
             if kind == "link":
-                out.links[name] = S.obj_get(path, expect=LinkFd)
+                out.links[name] = syscall.obj_get(path, expect=LinkFd)
             elif kind == "prog":
-                out.programs[name] = S.obj_get(path, expect=ProgFd)
+                out.programs[name] = syscall.obj_get(path, expect=ProgFd)
             else:
-                out.maps[name] = S.obj_get(path, expect=MapFd)
+                out.maps[name] = syscall.obj_get(path, expect=MapFd)
     except BaseException:
         out.close()
         raise
@@ -202,22 +201,22 @@ def unpin_directory(directory: str | os.PathLike[str]) -> list[str]:
     removed: list[str] = []
     with open_pinned(d) as pinned:
         for map_fd in pinned.maps.values():
-            info = S.map_info(map_fd)
-            if info.type == A.MapType.STRUCT_OPS and not info.map_flags & A.F_LINK:
+            info = syscall.map_info(map_fd)
+            if info.type == bpf_uapi.MapType.STRUCT_OPS and not info.map_flags & bpf_uapi.F_LINK:
                 with contextlib.suppress(BpfSyscallError):
-                    S.map_delete_elem(map_fd, b"\0\0\0\0")
+                    syscall.map_delete_elem(map_fd, b"\0\0\0\0")
 
         # struct_ops links first: the scheduler or congestion control goes before the
         # tracing hooks of its object are detached (the order LoadedObject.close keeps)
         def struct_ops_last(fd: LinkFd) -> bool:
             try:
-                return S.link_info(fd).type != A.LinkType.STRUCT_OPS
+                return syscall.link_info(fd).type != bpf_uapi.LinkType.STRUCT_OPS
             except BpfSyscallError:
                 return True
 
         for link_fd in sorted(pinned.links.values(), key=struct_ops_last):
             with contextlib.suppress(BpfSyscallError):
-                S.link_detach(link_fd)
+                syscall.link_detach(link_fd)
     for entry, _, _ in _pin_entries(d):
         try:
             os.unlink(d / entry)

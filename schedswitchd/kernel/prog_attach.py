@@ -44,8 +44,7 @@ from enum import Enum
 
 from schedswitchd.bpf.spec import ProgramSpec
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.fd import LinkFd, OwnedFd, ProgFd
 
 __all__ = ["AttachError", "AttachMode", "attach_mode", "attach_program", "tracepoint_id"]
@@ -74,11 +73,11 @@ class AttachMode(Enum):
 
 _LINK_ATTACH_TYPES = frozenset(
     {
-        A.AttachType.TRACE_FENTRY,
-        A.AttachType.TRACE_FEXIT,
-        A.AttachType.MODIFY_RETURN,
-        A.AttachType.TRACE_RAW_TP,
-        A.AttachType.LSM_MAC,
+        bpf_uapi.AttachType.TRACE_FENTRY,
+        bpf_uapi.AttachType.TRACE_FEXIT,
+        bpf_uapi.AttachType.MODIFY_RETURN,
+        bpf_uapi.AttachType.TRACE_RAW_TP,
+        bpf_uapi.AttachType.LSM_MAC,
     }
 )
 
@@ -95,17 +94,17 @@ def attach_mode(prog: ProgramSpec) -> AttachMode:
     """How ``prog`` is auto-attached, from its program type, expected attach type and
     section (libbpf's ``section_defs`` attach functions)."""
     ptype, eat = prog.prog_type, prog.expected_attach_type
-    if ptype in (A.ProgType.TRACING, A.ProgType.LSM):
-        if eat == A.AttachType.TRACE_ITER:
+    if ptype in (bpf_uapi.ProgType.TRACING, bpf_uapi.ProgType.LSM):
+        if eat == bpf_uapi.AttachType.TRACE_ITER:
             return AttachMode.ITER
         if eat in _LINK_ATTACH_TYPES:
             return AttachMode.LINK
         return AttachMode.NONE
-    if ptype in (A.ProgType.RAW_TRACEPOINT, A.ProgType.RAW_TRACEPOINT_WRITABLE):
+    if ptype in (bpf_uapi.ProgType.RAW_TRACEPOINT, bpf_uapi.ProgType.RAW_TRACEPOINT_WRITABLE):
         return AttachMode.RAW_TP if prog.attach_to else AttachMode.NONE
-    if ptype == A.ProgType.TRACEPOINT:
+    if ptype == bpf_uapi.ProgType.TRACEPOINT:
         return AttachMode.TRACEPOINT if prog.attach_to else AttachMode.NONE
-    if ptype == A.ProgType.KPROBE:
+    if ptype == bpf_uapi.ProgType.KPROBE:
         # libbpf auto-attaches kprobe/kretprobe/uprobe/usdt/ksyscall sections that name a
         # target; without one (SEC("kprobe")) it leaves them alone.
         return AttachMode.UNSUPPORTED if prog.attach_to else AttachMode.NONE
@@ -122,11 +121,11 @@ def attach_program(prog: ProgramSpec, fd: ProgFd) -> LinkFd | None:
         if mode is AttachMode.NONE:
             return None
         if mode is AttachMode.LINK:
-            return S.link_create(fd, prog.expected_attach_type)
+            return syscall.link_create(fd, prog.expected_attach_type)
         if mode is AttachMode.ITER:
-            return S.link_create(fd, A.AttachType.TRACE_ITER)
+            return syscall.link_create(fd, bpf_uapi.AttachType.TRACE_ITER)
         if mode is AttachMode.RAW_TP:
-            return S.raw_tracepoint_open(fd, prog.attach_to)
+            return syscall.raw_tracepoint_open(fd, prog.attach_to)
         if mode is AttachMode.TRACEPOINT:
             return _attach_tracepoint(prog, fd)
     except BpfSyscallError as exc:
@@ -285,7 +284,7 @@ def _attach_tracepoint(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
         ) from exc
     with pfd:
         # The link takes its own reference to the perf event file, so ours can go.
-        link = S.link_create(fd, A.AttachType.PERF_EVENT, target_fd=pfd)
+        link = syscall.link_create(fd, bpf_uapi.AttachType.PERF_EVENT, target_fd=pfd)
         try:
             fcntl.ioctl(pfd.fd, PERF_EVENT_IOC_ENABLE, 0)
         except OSError as exc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedswitchd.errors import BpfSyscallError, KernelError
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.fd import LinkFd, MapFd
 
 LINK_FILE = "link"
@@ -99,10 +99,10 @@ class PinDir:
                 for prog, fd in program_links.items():
                     if not _PROG_NAME.match(prog):
                         raise PinError(f"{prog[:80]!r} cannot name a program pin")
-                    S.obj_pin(fd, d / PROGS_DIR / prog)
-            S.obj_pin(link, d / LINK_FILE)
+                    syscall.obj_pin(fd, d / PROGS_DIR / prog)
+            syscall.obj_pin(link, d / LINK_FILE)
             if exit_map is not None:
-                S.obj_pin(exit_map, d / EXIT_MAP_FILE)
+                syscall.obj_pin(exit_map, d / EXIT_MAP_FILE)
         except (OSError, BpfSyscallError, PinError) as exc:
             self.unpin(name)
             raise PinError(f"cannot pin scheduler {name} under {d}: {exc}") from exc
@@ -157,14 +157,14 @@ class PinDir:
         the exit map) or cannot be opened."""
         d = self.path(name)
         try:
-            link = S.obj_get(d / LINK_FILE, expect=LinkFd)
+            link = syscall.obj_get(d / LINK_FILE, expect=LinkFd)
         except BpfSyscallError as exc:
             if exc.errno == errno.ENOENT:
                 return None
             raise PinError(f"cannot open pinned link {d / LINK_FILE}: {exc}") from exc
         exit_map: MapFd | None = None
         try:
-            exit_map = S.obj_get(d / EXIT_MAP_FILE, expect=MapFd)
+            exit_map = syscall.obj_get(d / EXIT_MAP_FILE, expect=MapFd)
         except BpfSyscallError as exc:
             if exc.errno != errno.ENOENT:
                 link.close()
@@ -181,7 +181,7 @@ class PinDir:
             if not _PROG_NAME.match(prog):
                 continue  # not made by pin()
             try:
-                pinned.program_links[prog] = S.obj_get(d / PROGS_DIR / prog, expect=LinkFd)
+                pinned.program_links[prog] = syscall.obj_get(d / PROGS_DIR / prog, expect=LinkFd)
             except BpfSyscallError as exc:
                 pinned.close()
                 raise PinError(f"cannot open pinned link {d / PROGS_DIR / prog}: {exc}") from exc

@@ -13,7 +13,7 @@ plain ``int`` (the caller keeps ownership). Buffers are ``bytes``-like; sizes ar
 from __future__ import annotations
 
 import ctypes
-import errno as E
+import errno
 import os
 import platform
 import time
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from schedswitchd.errors import BpfSyscallError
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.errmsg import explain
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 
@@ -61,7 +61,9 @@ def _nr_bpf() -> int:
     try:
         return _NR_BPF[machine]
     except KeyError:
-        raise OSError(E.ENOSYS, f"bpf() syscall number unknown for machine {machine!r}") from None
+        raise OSError(
+            errno.ENOSYS, f"bpf() syscall number unknown for machine {machine!r}"
+        ) from None
 
 
 _NR = _nr_bpf()
@@ -97,7 +99,7 @@ def _cbuf(data: bytes | bytearray | memoryview) -> ctypes.Array[ctypes.c_char]:
     return ctypes.create_string_buffer(raw, len(raw)) if raw else ctypes.create_string_buffer(1)
 
 
-def sys_bpf(cmd: A.Cmd, attr: ctypes.Structure) -> int:
+def sys_bpf(cmd: bpf_uapi.Cmd, attr: ctypes.Structure) -> int:
     """Issue ``bpf(cmd, &attr, sizeof(attr))``; return the non-negative result or
     ``-errno``. Retries on ``EINTR``. Most callers want :func:`bpf`."""
     size = ctypes.sizeof(attr)
@@ -110,11 +112,11 @@ def sys_bpf(cmd: A.Cmd, attr: ctypes.Structure) -> int:
         STATS.total_ns += time.perf_counter_ns() - start
         if ret >= 0:
             return ret
-        if err != E.EINTR:
+        if err != errno.EINTR:
             return -err
 
 
-def bpf(cmd: A.Cmd, attr: ctypes.Structure, *, detail: str | None = None) -> int:
+def bpf(cmd: bpf_uapi.Cmd, attr: ctypes.Structure, *, detail: str | None = None) -> int:
     """Like :func:`sys_bpf` but raise :class:`BpfSyscallError` on failure; ``detail`` (an
     object name or path) is added to the error sentence."""
     ret = sys_bpf(cmd, attr)
@@ -125,7 +127,7 @@ def bpf(cmd: A.Cmd, attr: ctypes.Structure, *, detail: str | None = None) -> int
 
 def _name16(name: str) -> bytes:
     # The kernel keeps 15 bytes plus NUL; longer names are truncated as libbpf does.
-    return name.encode()[: A.OBJ_NAME_LEN - 1]
+    return name.encode()[: bpf_uapi.OBJ_NAME_LEN - 1]
 
 
 def _decode_log(buf: ctypes.Array[ctypes.c_char]) -> str:
@@ -158,35 +160,35 @@ def btf_load(
     (``log_size_start`` bytes, doubled up to ``log_size_max``) and the kernel's BTF log is
     attached to the raised :class:`BpfSyscallError` as ``verifier_log``."""
     cdata = _cbuf(data)
-    attr = A.BtfLoadAttr(btf=_addr(cdata), btf_size=len(data))
-    ret = sys_bpf(A.Cmd.BTF_LOAD, attr)
+    attr = bpf_uapi.BtfLoadAttr(btf=_addr(cdata), btf_size=len(data))
+    ret = sys_bpf(bpf_uapi.Cmd.BTF_LOAD, attr)
     if ret >= 0:
         return BtfFd(ret)
     first_err = -ret
     size = log_size_start
     while True:
         log = ctypes.create_string_buffer(size)
-        attr = A.BtfLoadAttr(
+        attr = bpf_uapi.BtfLoadAttr(
             btf=_addr(cdata),
             btf_size=len(data),
             btf_log_buf=_addr(log),
             btf_log_size=size,
             btf_log_level=1,
         )
-        ret = sys_bpf(A.Cmd.BTF_LOAD, attr)
+        ret = sys_bpf(bpf_uapi.Cmd.BTF_LOAD, attr)
         if ret >= 0:  # the first failure was transient
             return BtfFd(ret)
         err = -ret
-        if err == E.ENOSPC and size < log_size_max:
+        if err == errno.ENOSPC and size < log_size_max:
             size = min(max(size * 2, int(attr.btf_log_true_size)), log_size_max)
             continue
         text = _decode_log(log)
-        if err == E.ENOSPC and first_err != E.ENOSPC:
+        if err == errno.ENOSPC and first_err != errno.ENOSPC:
             err = first_err  # report the real failure, with a truncated log
         raise BpfSyscallError(
-            A.Cmd.BTF_LOAD.uapi_name,
+            bpf_uapi.Cmd.BTF_LOAD.uapi_name,
             err,
-            explain(A.Cmd.BTF_LOAD, err, _last_line(text)),
+            explain(bpf_uapi.Cmd.BTF_LOAD, err, _last_line(text)),
             verifier_log=text,
         )
 
@@ -217,7 +219,7 @@ def map_create(
     kernel's ``bpf_struct_ops_<name>`` type id for struct_ops maps; the kernel then still
     requires ``btf_fd`` (the object's BTF, key/value type ids 0), and a module's type also
     needs ``value_type_btf_obj_fd`` (``BPF_F_VTYPE_BTF_OBJ_FD`` is then set here)."""
-    attr = A.MapCreateAttr(
+    attr = bpf_uapi.MapCreateAttr(
         map_type=map_type,
         key_size=key_size,
         value_size=value_size,
@@ -237,8 +239,8 @@ def map_create(
         attr.inner_map_fd = _fdnum(inner_map_fd)
     if value_type_btf_obj_fd is not None:
         attr.value_type_btf_obj_fd = _fdnum(value_type_btf_obj_fd)
-        attr.map_flags |= A.F_VTYPE_BTF_OBJ_FD
-    return MapFd(bpf(A.Cmd.MAP_CREATE, attr, detail=f"map {name!r}" if name else None))
+        attr.map_flags |= bpf_uapi.F_VTYPE_BTF_OBJ_FD
+    return MapFd(bpf(bpf_uapi.Cmd.MAP_CREATE, attr, detail=f"map {name!r}" if name else None))
 
 
 def map_lookup_elem(map_fd: FdLike, key: bytes, value_size: int, *, flags: int = 0) -> bytes | None:
@@ -246,36 +248,44 @@ def map_lookup_elem(map_fd: FdLike, key: bytes, value_size: int, *, flags: int =
     :func:`percpu_value_size`), or ``None`` when no element has ``key``."""
     ckey = _cbuf(key)
     value = ctypes.create_string_buffer(max(value_size, 1))
-    attr = A.MapElemAttr(map_fd=_fdnum(map_fd), key=_addr(ckey), value=_addr(value), flags=flags)
-    ret = sys_bpf(A.Cmd.MAP_LOOKUP_ELEM, attr)
-    if ret == -E.ENOENT:
+    attr = bpf_uapi.MapElemAttr(
+        map_fd=_fdnum(map_fd), key=_addr(ckey), value=_addr(value), flags=flags
+    )
+    ret = sys_bpf(bpf_uapi.Cmd.MAP_LOOKUP_ELEM, attr)
+    if ret == -errno.ENOENT:
         return None
     if ret < 0:
         raise BpfSyscallError(
-            A.Cmd.MAP_LOOKUP_ELEM.uapi_name, -ret, explain(A.Cmd.MAP_LOOKUP_ELEM, -ret)
+            bpf_uapi.Cmd.MAP_LOOKUP_ELEM.uapi_name,
+            -ret,
+            explain(bpf_uapi.Cmd.MAP_LOOKUP_ELEM, -ret),
         )
     return value.raw[:value_size]
 
 
-def map_update_elem(map_fd: FdLike, key: bytes, value: bytes, *, flags: int = A.ANY) -> None:
+def map_update_elem(map_fd: FdLike, key: bytes, value: bytes, *, flags: int = bpf_uapi.ANY) -> None:
     """``BPF_MAP_UPDATE_ELEM`` (``flags``: ``ANY``/``NOEXIST``/``EXIST``, ``F_LOCK``).
     For a struct_ops map this registers the ops (key 0, value = kernel value layout)."""
     ckey, cvalue = _cbuf(key), _cbuf(value)
-    attr = A.MapElemAttr(map_fd=_fdnum(map_fd), key=_addr(ckey), value=_addr(cvalue), flags=flags)
-    bpf(A.Cmd.MAP_UPDATE_ELEM, attr)
+    attr = bpf_uapi.MapElemAttr(
+        map_fd=_fdnum(map_fd), key=_addr(ckey), value=_addr(cvalue), flags=flags
+    )
+    bpf(bpf_uapi.Cmd.MAP_UPDATE_ELEM, attr)
 
 
 def map_delete_elem(map_fd: FdLike, key: bytes) -> bool:
     """``BPF_MAP_DELETE_ELEM``: ``True`` if deleted, ``False`` if no element had ``key``.
     (Deleting key 0 of a struct_ops map unregisters it.)"""
     ckey = _cbuf(key)
-    attr = A.MapElemAttr(map_fd=_fdnum(map_fd), key=_addr(ckey))
-    ret = sys_bpf(A.Cmd.MAP_DELETE_ELEM, attr)
-    if ret == -E.ENOENT:
+    attr = bpf_uapi.MapElemAttr(map_fd=_fdnum(map_fd), key=_addr(ckey))
+    ret = sys_bpf(bpf_uapi.Cmd.MAP_DELETE_ELEM, attr)
+    if ret == -errno.ENOENT:
         return False
     if ret < 0:
         raise BpfSyscallError(
-            A.Cmd.MAP_DELETE_ELEM.uapi_name, -ret, explain(A.Cmd.MAP_DELETE_ELEM, -ret)
+            bpf_uapi.Cmd.MAP_DELETE_ELEM.uapi_name,
+            -ret,
+            explain(bpf_uapi.Cmd.MAP_DELETE_ELEM, -ret),
         )
     return True
 
@@ -285,15 +295,17 @@ def map_get_next_key(map_fd: FdLike, key: bytes | None, key_size: int) -> bytes 
     ``None``), or ``None`` at the end."""
     ckey = _cbuf(key) if key is not None else None
     nxt = ctypes.create_string_buffer(max(key_size, 1))
-    attr = A.MapElemAttr(
+    attr = bpf_uapi.MapElemAttr(
         map_fd=_fdnum(map_fd), key=_addr(ckey) if ckey is not None else 0, value=_addr(nxt)
     )
-    ret = sys_bpf(A.Cmd.MAP_GET_NEXT_KEY, attr)
-    if ret == -E.ENOENT:
+    ret = sys_bpf(bpf_uapi.Cmd.MAP_GET_NEXT_KEY, attr)
+    if ret == -errno.ENOENT:
         return None
     if ret < 0:
         raise BpfSyscallError(
-            A.Cmd.MAP_GET_NEXT_KEY.uapi_name, -ret, explain(A.Cmd.MAP_GET_NEXT_KEY, -ret)
+            bpf_uapi.Cmd.MAP_GET_NEXT_KEY.uapi_name,
+            -ret,
+            explain(bpf_uapi.Cmd.MAP_GET_NEXT_KEY, -ret),
         )
     return nxt.raw[:key_size]
 
@@ -309,7 +321,7 @@ def map_keys(map_fd: FdLike, key_size: int) -> Iterator[bytes]:
 def map_freeze(map_fd: FdLike) -> None:
     """``BPF_MAP_FREEZE``: user space can no longer write the map (programs still can
     unless the map has ``BPF_F_RDONLY_PROG``)."""
-    bpf(A.Cmd.MAP_FREEZE, A.MapElemAttr(map_fd=_fdnum(map_fd)))
+    bpf(bpf_uapi.Cmd.MAP_FREEZE, bpf_uapi.MapElemAttr(map_fd=_fdnum(map_fd)))
 
 
 def possible_cpus() -> int:
@@ -341,9 +353,9 @@ def prog_load(
     prog_flags: int = 0,
     btf_fd: FdLike | None = None,
     func_info: bytes = b"",
-    func_info_rec_size: int = ctypes.sizeof(A.BpfFuncInfo),
+    func_info_rec_size: int = ctypes.sizeof(bpf_uapi.BpfFuncInfo),
     line_info: bytes = b"",
-    line_info_rec_size: int = ctypes.sizeof(A.BpfLineInfo),
+    line_info_rec_size: int = ctypes.sizeof(bpf_uapi.BpfLineInfo),
     attach_btf_id: int = 0,
     attach_btf_obj_fd: FdLike | None = None,
     attach_prog_fd: FdLike | None = None,
@@ -370,8 +382,8 @@ def prog_load(
     cline = _cbuf(line_info) if line_info else None
     cfds = (ctypes.c_int32 * len(fd_array))(*fd_array) if fd_array else None
 
-    def make(log: ctypes.Array[ctypes.c_char] | None) -> A.ProgLoadAttr:
-        attr = A.ProgLoadAttr(
+    def make(log: ctypes.Array[ctypes.c_char] | None) -> bpf_uapi.ProgLoadAttr:
+        attr = bpf_uapi.ProgLoadAttr(
             prog_type=prog_type,
             insn_cnt=len(insns) // 8,
             insns=_addr(cinsns),
@@ -404,10 +416,10 @@ def prog_load(
             attr.log_buf = _addr(log)
         return attr
 
-    def load(attr: A.ProgLoadAttr) -> int:
+    def load(attr: bpf_uapi.ProgLoadAttr) -> int:
         for _ in range(_PROG_LOAD_EAGAIN_RETRIES):
-            ret = sys_bpf(A.Cmd.PROG_LOAD, attr)
-            if ret != -E.EAGAIN:
+            ret = sys_bpf(bpf_uapi.Cmd.PROG_LOAD, attr)
+            if ret != -errno.EAGAIN:
                 return ret
         return ret
 
@@ -423,18 +435,18 @@ def prog_load(
         if ret >= 0:
             return ProgFd(ret)
         err = -ret
-        if err == E.ENOSPC and size < log_size_max:
+        if err == errno.ENOSPC and size < log_size_max:
             size = min(max(size * 2, int(attr.log_true_size)), log_size_max)
             continue
         text = _decode_log(log)
-        if err == E.ENOSPC and first_err != E.ENOSPC:
+        if err == errno.ENOSPC and first_err != errno.ENOSPC:
             err = first_err
         what = f"program {name!r}" if name else "program"
         last = _last_line(text)
         raise BpfSyscallError(
-            A.Cmd.PROG_LOAD.uapi_name,
+            bpf_uapi.Cmd.PROG_LOAD.uapi_name,
             err,
-            explain(A.Cmd.PROG_LOAD, err, f"{what}: {last}" if last else what),
+            explain(bpf_uapi.Cmd.PROG_LOAD, err, f"{what}: {last}" if last else what),
             verifier_log=text,
         )
 
@@ -442,7 +454,10 @@ def prog_load(
 def prog_bind_map(prog_fd: FdLike, map_fd: FdLike) -> None:
     """``BPF_PROG_BIND_MAP``: keep ``map_fd``'s map alive as long as the program (used for
     ``.rodata`` maps the program's code no longer references after optimisation)."""
-    bpf(A.Cmd.PROG_BIND_MAP, A.ProgBindMapAttr(prog_fd=_fdnum(prog_fd), map_fd=_fdnum(map_fd)))
+    bpf(
+        bpf_uapi.Cmd.PROG_BIND_MAP,
+        bpf_uapi.ProgBindMapAttr(prog_fd=_fdnum(prog_fd), map_fd=_fdnum(map_fd)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,7 +495,7 @@ def prog_test_run(
     cdout = ctypes.create_string_buffer(data_out_size) if data_out_size else None
     ccin = _cbuf(ctx_in) if ctx_in else None
     ccout = ctypes.create_string_buffer(ctx_out_size) if ctx_out_size else None
-    attr = A.TestRunAttr(prog_fd=_fdnum(prog_fd), repeat=repeat, flags=flags, cpu=cpu)
+    attr = bpf_uapi.TestRunAttr(prog_fd=_fdnum(prog_fd), repeat=repeat, flags=flags, cpu=cpu)
     if cdin is not None:
         attr.data_in, attr.data_size_in = _addr(cdin), len(data_in)
     if cdout is not None:
@@ -489,7 +504,7 @@ def prog_test_run(
         attr.ctx_in, attr.ctx_size_in = _addr(ccin), len(ctx_in)
     if ccout is not None:
         attr.ctx_out, attr.ctx_size_out = _addr(ccout), ctx_out_size
-    bpf(A.Cmd.PROG_TEST_RUN, attr)
+    bpf(bpf_uapi.Cmd.PROG_TEST_RUN, attr)
     return TestRunResult(
         retval=int(attr.retval),
         duration_ns=int(attr.duration),
@@ -503,8 +518,8 @@ def prog_test_run(
 
 
 def _get_info(fd: FdLike, info: ctypes.Structure) -> int:
-    attr = A.InfoAttr(bpf_fd=_fdnum(fd), info_len=ctypes.sizeof(info), info=_addr(info))
-    bpf(A.Cmd.OBJ_GET_INFO_BY_FD, attr)
+    attr = bpf_uapi.InfoAttr(bpf_fd=_fdnum(fd), info_len=ctypes.sizeof(info), info=_addr(info))
+    bpf(bpf_uapi.Cmd.OBJ_GET_INFO_BY_FD, attr)
     return int(attr.info_len)
 
 
@@ -541,11 +556,11 @@ class ProgInfo:
 def prog_info(fd: FdLike, *, xlated: bool = True) -> ProgInfo:
     """``BPF_OBJ_GET_INFO_BY_FD`` on a program: two calls, the first learning the sizes of
     the xlated instructions and map id array, the second filling them."""
-    first = A.BpfProgInfo()
+    first = bpf_uapi.BpfProgInfo()
     _get_info(fd, first)
     n_maps = int(first.nr_map_ids)
     xlen = int(first.xlated_prog_len) if xlated else 0
-    info = A.BpfProgInfo()
+    info = bpf_uapi.BpfProgInfo()
     ids = (ctypes.c_uint32 * max(n_maps, 1))()
     xbuf = ctypes.create_string_buffer(max(xlen, 1))
     if n_maps:
@@ -597,7 +612,7 @@ class MapInfo:
 
 def map_info(fd: FdLike) -> MapInfo:
     """``BPF_OBJ_GET_INFO_BY_FD`` on a map."""
-    info = A.BpfMapInfo()
+    info = bpf_uapi.BpfMapInfo()
     _get_info(fd, info)
     return MapInfo(
         type=int(info.type),
@@ -636,13 +651,13 @@ def btf_info(fd: FdLike, *, data: bool = False) -> BtfInfo:
     """``BPF_OBJ_GET_INFO_BY_FD`` on a BTF object; with ``data`` a second call reads the
     raw BTF bytes."""
     name = ctypes.create_string_buffer(_BTF_NAME_LEN)
-    info = A.BpfBtfInfo(name=_addr(name), name_len=_BTF_NAME_LEN)
+    info = bpf_uapi.BpfBtfInfo(name=_addr(name), name_len=_BTF_NAME_LEN)
     _get_info(fd, info)
     raw: bytes | None = None
     if data:
         size = int(info.btf_size)
         buf = ctypes.create_string_buffer(max(size, 1))
-        again = A.BpfBtfInfo(btf=_addr(buf), btf_size=size)
+        again = bpf_uapi.BpfBtfInfo(btf=_addr(buf), btf_size=size)
         _get_info(fd, again)
         raw = buf.raw[: min(int(again.btf_size), size)]
     return BtfInfo(
@@ -673,17 +688,17 @@ class LinkInfo:
 
 def link_info(fd: FdLike) -> LinkInfo:
     """``BPF_OBJ_GET_INFO_BY_FD`` on a link."""
-    info = A.BpfLinkInfo()
+    info = bpf_uapi.BpfLinkInfo()
     _get_info(fd, info)
     kind = int(info.type)
     map_id = attach_type = target_obj_id = target_btf_id = cgroup_id = 0
-    if kind == A.LinkType.STRUCT_OPS:
+    if kind == bpf_uapi.LinkType.STRUCT_OPS:
         map_id = int(info.tail.struct_ops.map_id)
-    elif kind == A.LinkType.TRACING:
+    elif kind == bpf_uapi.LinkType.TRACING:
         attach_type = int(info.tail.tracing.attach_type)
         target_obj_id = int(info.tail.tracing.target_obj_id)
         target_btf_id = int(info.tail.tracing.target_btf_id)
-    elif kind == A.LinkType.CGROUP:
+    elif kind == bpf_uapi.LinkType.CGROUP:
         cgroup_id = int(info.tail.cgroup.cgroup_id)
         attach_type = int(info.tail.cgroup.attach_type)
     return LinkInfo(
@@ -701,10 +716,10 @@ def link_info(fd: FdLike) -> LinkInfo:
 # --- ids -----------------------------------------------------------------------------------
 
 
-def _next_id(cmd: A.Cmd, start_id: int) -> int | None:
-    attr = A.GetIdAttr(start_id=start_id)
+def _next_id(cmd: bpf_uapi.Cmd, start_id: int) -> int | None:
+    attr = bpf_uapi.GetIdAttr(start_id=start_id)
     ret = sys_bpf(cmd, attr)
-    if ret == -E.ENOENT:
+    if ret == -errno.ENOENT:
         return None
     if ret < 0:
         raise BpfSyscallError(cmd.uapi_name, -ret, explain(cmd, -ret))
@@ -714,22 +729,22 @@ def _next_id(cmd: A.Cmd, start_id: int) -> int | None:
 def btf_get_next_id(start_id: int) -> int | None:
     """``BPF_BTF_GET_NEXT_ID``: the smallest BTF object id above ``start_id``, or
     ``None`` when there is none. ``EPERM`` raises (callers walking ids may ignore it)."""
-    return _next_id(A.Cmd.BTF_GET_NEXT_ID, start_id)
+    return _next_id(bpf_uapi.Cmd.BTF_GET_NEXT_ID, start_id)
 
 
 def prog_get_next_id(start_id: int) -> int | None:
     """``BPF_PROG_GET_NEXT_ID`` (see :func:`btf_get_next_id`)."""
-    return _next_id(A.Cmd.PROG_GET_NEXT_ID, start_id)
+    return _next_id(bpf_uapi.Cmd.PROG_GET_NEXT_ID, start_id)
 
 
 def map_get_next_id(start_id: int) -> int | None:
     """``BPF_MAP_GET_NEXT_ID`` (see :func:`btf_get_next_id`)."""
-    return _next_id(A.Cmd.MAP_GET_NEXT_ID, start_id)
+    return _next_id(bpf_uapi.Cmd.MAP_GET_NEXT_ID, start_id)
 
 
 def link_get_next_id(start_id: int) -> int | None:
     """``BPF_LINK_GET_NEXT_ID`` (see :func:`btf_get_next_id`)."""
-    return _next_id(A.Cmd.LINK_GET_NEXT_ID, start_id)
+    return _next_id(bpf_uapi.Cmd.LINK_GET_NEXT_ID, start_id)
 
 
 def btf_ids() -> Iterator[int]:
@@ -740,29 +755,29 @@ def btf_ids() -> Iterator[int]:
         cur = btf_get_next_id(cur)
 
 
-def _fd_by_id(cmd: A.Cmd, obj_id: int, cls: type[_F], open_flags: int) -> _F:
-    attr = A.GetIdAttr(start_id=obj_id, open_flags=open_flags)
+def _fd_by_id(cmd: bpf_uapi.Cmd, obj_id: int, cls: type[_F], open_flags: int) -> _F:
+    attr = bpf_uapi.GetIdAttr(start_id=obj_id, open_flags=open_flags)
     return cls(bpf(cmd, attr, detail=f"id {obj_id}"))
 
 
 def btf_get_fd_by_id(btf_id: int) -> BtfFd:
     """``BPF_BTF_GET_FD_BY_ID``: a new fd for BTF object ``btf_id`` (ENOENT if freed)."""
-    return _fd_by_id(A.Cmd.BTF_GET_FD_BY_ID, btf_id, BtfFd, 0)
+    return _fd_by_id(bpf_uapi.Cmd.BTF_GET_FD_BY_ID, btf_id, BtfFd, 0)
 
 
 def prog_get_fd_by_id(prog_id: int) -> ProgFd:
     """``BPF_PROG_GET_FD_BY_ID``."""
-    return _fd_by_id(A.Cmd.PROG_GET_FD_BY_ID, prog_id, ProgFd, 0)
+    return _fd_by_id(bpf_uapi.Cmd.PROG_GET_FD_BY_ID, prog_id, ProgFd, 0)
 
 
 def map_get_fd_by_id(map_id: int, *, open_flags: int = 0) -> MapFd:
     """``BPF_MAP_GET_FD_BY_ID`` (``open_flags``: ``F_RDONLY``/``F_WRONLY``)."""
-    return _fd_by_id(A.Cmd.MAP_GET_FD_BY_ID, map_id, MapFd, open_flags)
+    return _fd_by_id(bpf_uapi.Cmd.MAP_GET_FD_BY_ID, map_id, MapFd, open_flags)
 
 
 def link_get_fd_by_id(link_id: int) -> LinkFd:
     """``BPF_LINK_GET_FD_BY_ID``."""
-    return _fd_by_id(A.Cmd.LINK_GET_FD_BY_ID, link_id, LinkFd, 0)
+    return _fd_by_id(bpf_uapi.Cmd.LINK_GET_FD_BY_ID, link_id, LinkFd, 0)
 
 
 # --- links ---------------------------------------------------------------------------------
@@ -787,7 +802,7 @@ def link_create(
     ``union bpf_iter_link_info`` of an iterator (``AttachType.TRACE_ITER``; empty for
     iterators without parameters, e.g. ``task``); ``perf_event_cookie`` the BPF cookie of
     a perf event link. The union members overlap: give only those of one link type."""
-    attr = A.LinkCreateAttr(
+    attr = bpf_uapi.LinkCreateAttr(
         prog_fd=_fdnum(prog_fd),
         target_fd=_fdnum(target_fd),
         attach_type=attach_type,
@@ -802,7 +817,7 @@ def link_create(
     else:
         attr.tail.tracing.target_btf_id = target_btf_id
         attr.tail.tracing.cookie = cookie
-    return LinkFd(bpf(A.Cmd.LINK_CREATE, attr))
+    return LinkFd(bpf(bpf_uapi.Cmd.LINK_CREATE, attr))
 
 
 def raw_tracepoint_open(prog_fd: FdLike, name: str, *, cookie: int = 0) -> LinkFd:
@@ -810,20 +825,20 @@ def raw_tracepoint_open(prog_fd: FdLike, name: str, *, cookie: int = 0) -> LinkF
     raw tracepoint ``name`` (e.g. ``"sys_enter"``); returns the link (a
     ``BPF_LINK_TYPE_RAW_TRACEPOINT`` link, pinnable; closing its last reference detaches)."""
     cname = ctypes.create_string_buffer(name.encode())
-    attr = A.RawTracepointOpenAttr(name=_addr(cname), prog_fd=_fdnum(prog_fd), cookie=cookie)
-    return LinkFd(bpf(A.Cmd.RAW_TRACEPOINT_OPEN, attr, detail=name))
+    attr = bpf_uapi.RawTracepointOpenAttr(name=_addr(cname), prog_fd=_fdnum(prog_fd), cookie=cookie)
+    return LinkFd(bpf(bpf_uapi.Cmd.RAW_TRACEPOINT_OPEN, attr, detail=name))
 
 
 def iter_create(link_fd: FdLike) -> OwnedFd:
     """``BPF_ITER_CREATE``: a new readable fd over the iterator link ``link_fd``; each
     ``read(2)`` runs the iterator program for the next objects (end of data: ``b""``)."""
-    return OwnedFd(bpf(A.Cmd.ITER_CREATE, A.IterCreateAttr(link_fd=_fdnum(link_fd))))
+    return OwnedFd(bpf(bpf_uapi.Cmd.ITER_CREATE, bpf_uapi.IterCreateAttr(link_fd=_fdnum(link_fd))))
 
 
 def link_detach(link_fd: FdLike) -> None:
     """``BPF_LINK_DETACH``: detach the link's program/struct_ops now; the fd stays open
     (and must still be closed)."""
-    bpf(A.Cmd.LINK_DETACH, A.LinkDetachAttr(link_fd=_fdnum(link_fd)))
+    bpf(bpf_uapi.Cmd.LINK_DETACH, bpf_uapi.LinkDetachAttr(link_fd=_fdnum(link_fd)))
 
 
 # --- pins ----------------------------------------------------------------------------------
@@ -851,8 +866,8 @@ def obj_pin(fd: FdLike, path: str | os.PathLike[str]) -> None:
     """``BPF_OBJ_PIN``: pin a program, map, link or BTF object at ``path`` on a bpf
     filesystem; the object then outlives this process until the path is unlinked."""
     cpath = ctypes.create_string_buffer(os.fsencode(path))
-    attr = A.ObjAttr(pathname=_addr(cpath), bpf_fd=_fdnum(fd))
-    bpf(A.Cmd.OBJ_PIN, attr, detail=os.fsdecode(path))
+    attr = bpf_uapi.ObjAttr(pathname=_addr(cpath), bpf_fd=_fdnum(fd))
+    bpf(bpf_uapi.Cmd.OBJ_PIN, attr, detail=os.fsdecode(path))
 
 
 @overload
@@ -873,15 +888,15 @@ def obj_get(
     with ``expect`` a different kind raises :class:`BpfSyscallError` (``EINVAL``) after
     closing the fd."""
     cpath = ctypes.create_string_buffer(os.fsencode(path))
-    attr = A.ObjAttr(pathname=_addr(cpath), file_flags=file_flags)
-    fd = bpf(A.Cmd.OBJ_GET, attr, detail=os.fsdecode(path))
+    attr = bpf_uapi.ObjAttr(pathname=_addr(cpath), file_flags=file_flags)
+    fd = bpf(bpf_uapi.Cmd.OBJ_GET, attr, detail=os.fsdecode(path))
     cls = fd_kind(fd)
     owner = cls(fd)
     if expect is not None and cls is not expect:
         owner.close()
         raise BpfSyscallError(
-            A.Cmd.OBJ_GET.uapi_name,
-            E.EINVAL,
+            bpf_uapi.Cmd.OBJ_GET.uapi_name,
+            errno.EINVAL,
             f"{os.fsdecode(path)} holds a {cls.kind}, not a {expect.kind}",
         )
     return owner

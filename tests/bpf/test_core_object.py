@@ -19,7 +19,7 @@ import pytest
 from schedswitchd.bpf import insn as bpf
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.patch import POISON_IMM
-from schedswitchd.bpf.core.relo import CoreReloKind as K
+from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from schedswitchd.bpf.object import open_object
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
@@ -94,7 +94,7 @@ def result(obj_path: Path, vmlinux: Btf) -> CoreResult:
     return relocate(spec.btf, prog.insns, prog.core_relos, [vmlinux])
 
 
-def expectations(js: JsonBtf, obj_path: Path) -> dict[tuple[K, str, str], int | None]:
+def expectations(js: JsonBtf, obj_path: Path) -> dict[tuple[CoreReloKind, str, str], int | None]:
     """(kind, local root type name, access string) -> expected value; None = poisoned.
 
     Member indices refer to ``struct task_struct___kinds`` in core_kinds.bpf.c:
@@ -112,31 +112,33 @@ def expectations(js: JsonBtf, obj_path: Path) -> dict[tuple[K, str, str], int | 
     comm = js.member(task, "comm")
     assert comm is not None
     tk = "task_struct___kinds"
-    want: dict[tuple[K, str, str], int | None] = {
-        (K.FIELD_BYTE_OFFSET, tk, "0:0"): field("pid"),
-        (K.FIELD_EXISTS, tk, "0:0"): 1,
-        (K.FIELD_EXISTS, tk, "0:4"): 0,
-        (K.FIELD_BYTE_SIZE, tk, "0:3"): comm.size,
-        (K.FIELD_BYTE_OFFSET, tk, "0:4"): None,  # the guarded read of the missing field
-        (K.TYPE_ID_LOCAL, tk, "0"): local.find(tk, "STRUCT")["id"],
-        (K.TYPE_ID_TARGET, "task_struct", "0"): task["id"],
-        (K.TYPE_EXISTS, "task_struct", "0"): 1,
-        (K.TYPE_EXISTS, "no_such_struct___kinds", "0"): 0,
-        (K.TYPE_SIZE, "task_struct", "0"): task["size"],
-        (K.ENUMVAL_EXISTS, "pid_type", "1"): 1,
-        (K.ENUMVAL_EXISTS, "pid_type___kinds", "1"): 0,
-        (K.ENUMVAL_VALUE, "pid_type___kinds", "0"): js.enum_value("pid_type", "PIDTYPE_SID"),
-        (K.TYPE_MATCHES, "list_head", "0"): 1,
+    want: dict[tuple[CoreReloKind, str, str], int | None] = {
+        (CoreReloKind.FIELD_BYTE_OFFSET, tk, "0:0"): field("pid"),
+        (CoreReloKind.FIELD_EXISTS, tk, "0:0"): 1,
+        (CoreReloKind.FIELD_EXISTS, tk, "0:4"): 0,
+        (CoreReloKind.FIELD_BYTE_SIZE, tk, "0:3"): comm.size,
+        (CoreReloKind.FIELD_BYTE_OFFSET, tk, "0:4"): None,  # the guarded read of the missing field
+        (CoreReloKind.TYPE_ID_LOCAL, tk, "0"): local.find(tk, "STRUCT")["id"],
+        (CoreReloKind.TYPE_ID_TARGET, "task_struct", "0"): task["id"],
+        (CoreReloKind.TYPE_EXISTS, "task_struct", "0"): 1,
+        (CoreReloKind.TYPE_EXISTS, "no_such_struct___kinds", "0"): 0,
+        (CoreReloKind.TYPE_SIZE, "task_struct", "0"): task["size"],
+        (CoreReloKind.ENUMVAL_EXISTS, "pid_type", "1"): 1,
+        (CoreReloKind.ENUMVAL_EXISTS, "pid_type___kinds", "1"): 0,
+        (CoreReloKind.ENUMVAL_VALUE, "pid_type___kinds", "0"): js.enum_value(
+            "pid_type", "PIDTYPE_SID"
+        ),
+        (CoreReloKind.TYPE_MATCHES, "list_head", "0"): 1,
     }
     for access, name in (("0:5", "sched_reset_on_fork"), ("0:6", "init_private_fork_class")):
         f = js.member(task, name)
         assert f is not None and f.bitfield_size > 0
         off, size, lshift, rshift = bitfield_window(f)
-        want[(K.FIELD_BYTE_OFFSET, tk, access)] = off
-        want[(K.FIELD_BYTE_SIZE, tk, access)] = size
-        want[(K.FIELD_LSHIFT_U64, tk, access)] = lshift
-        want[(K.FIELD_RSHIFT_U64, tk, access)] = rshift
-        want[(K.FIELD_SIGNED, tk, access)] = 0
+        want[(CoreReloKind.FIELD_BYTE_OFFSET, tk, access)] = off
+        want[(CoreReloKind.FIELD_BYTE_SIZE, tk, access)] = size
+        want[(CoreReloKind.FIELD_LSHIFT_U64, tk, access)] = lshift
+        want[(CoreReloKind.FIELD_RSHIFT_U64, tk, access)] = rshift
+        want[(CoreReloKind.FIELD_SIGNED, tk, access)] = 0
     return want
 
 
@@ -170,11 +172,11 @@ def test_every_relocation_matches_bpftool(
                 want[key],
             ), key
     if clang_major(obj_path) >= 15:
-        assert seen_kinds == set(K)
+        assert seen_kinds == set(CoreReloKind)
     else:
         # clang < 15 cannot emit TYPE_MATCHES (core_kinds.bpf.c says so); the engine's
         # tests cover it with hand-built relocations.
-        assert seen_kinds == set(K) - {K.TYPE_MATCHES}
+        assert seen_kinds == set(CoreReloKind) - {CoreReloKind.TYPE_MATCHES}
     assert result.consulted == ("vmlinux",)
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf import insn as I
-from schedswitchd.bpf import spec as S
+from schedswitchd.bpf import insn
 from schedswitchd.bpf.btf.types import (
     FUNC_GLOBAL,
     VAR_GLOBAL_ALLOCATED,
@@ -20,7 +19,26 @@ from schedswitchd.bpf.btf.types import (
     Var,
 )
 from schedswitchd.bpf.object import open_object
-from schedswitchd.bpf.spec import ExternKind, FixupKind, KconfigType, MapKind, ObjectSpec
+from schedswitchd.bpf.spec import (
+    ATTACH_NONE,
+    F_LINK,
+    F_MMAPABLE,
+    F_NUMA_NODE,
+    F_RDONLY_PROG,
+    MAP_TYPE_ARENA,
+    MAP_TYPE_STRUCT_OPS,
+    PIN_BY_NAME,
+    PROG_TYPE_KPROBE,
+    PROG_TYPE_RAW_TRACEPOINT,
+    PROG_TYPE_STRUCT_OPS,
+    PROG_TYPE_SYSCALL,
+    ExternKind,
+    FixupKind,
+    KconfigType,
+    MapKind,
+    ObjectSpec,
+    ProgramSpec,
+)
 
 Obj = Callable[[str], Path]
 
@@ -29,7 +47,7 @@ def _open(bpf_object: Obj, name: str) -> ObjectSpec:
     return open_object(bpf_object(name))
 
 
-def _fix(p: S.ProgramSpec) -> list[tuple[str, int, int, int, str]]:
+def _fix(p: ProgramSpec) -> list[tuple[str, int, int, int, str]]:
     return [(f.kind.value, f.insn_idx, f.map_index, f.offset, f.extern) for f in p.fixups]
 
 
@@ -55,7 +73,7 @@ def test_maps_object(bpf_object: Obj) -> None:
     assert o.btf.type_name(c.key_type_id) == "__u32"
     assert o.btf.type_name(c.value_type_id) == "__u64"
     pa = by["pinned_array"]
-    assert pa.pinning == S.PIN_BY_NAME and pa.value_size == 16 and pa.max_entries == 4
+    assert pa.pinning == PIN_BY_NAME and pa.value_size == 16 and pa.max_entries == 4
     assert o.btf.type_name(pa.value_type_id) == "pair"
     pc = by["percpu"]
     assert (pc.type, pc.key_size, pc.value_size, pc.key_type_id) == (5, 8, 16, 0)
@@ -64,7 +82,7 @@ def test_maps_object(bpf_object: Obj) -> None:
     bl = by["bloom"]
     assert (bl.type, bl.key_size, bl.value_size, bl.map_extra) == (30, 0, 4, 3)
     lru = by["lru"]
-    assert (lru.type, lru.flags, lru.numa_node) == (9, S.F_NUMA_NODE, 0)
+    assert (lru.type, lru.flags, lru.numa_node) == (9, F_NUMA_NODE, 0)
     out = by["outer"]
     assert (out.type, out.key_size, out.value_size, out.max_entries) == (12, 4, 4, 3)
     assert out.init_slots == ((0, "inner_b"), (2, "inner_a"))
@@ -78,7 +96,7 @@ def test_maps_programs_and_fixups(bpf_object: Obj) -> None:
     o = _open(bpf_object, "maps")
     on = o.program("on_switch")
     assert on.section == "raw_tp/sched_switch"
-    assert (on.prog_type, on.expected_attach_type) == (S.PROG_TYPE_RAW_TRACEPOINT, S.ATTACH_NONE)
+    assert (on.prog_type, on.expected_attach_type) == (PROG_TYPE_RAW_TRACEPOINT, ATTACH_NONE)
     assert on.attach_to == "sched_switch" and on.autoload and not on.sleepable
     assert on.subprograms == ()  # clang inlined the static helpers count() and bump_inner()
     names = [o.maps[f.map_index].name for f in on.fixups]
@@ -92,11 +110,11 @@ def test_maps_programs_and_fixups(bpf_object: Obj) -> None:
     assert [f.insn_idx for f in on.fixups] == sorted(f.insn_idx for f in on.fixups)
     for f in on.fixups:
         assert f.kind is FixupKind.MAP_FD
-        ins = I.decode(on.insns, f.insn_idx)
-        assert ins.is_ld_imm64 and ins.src == I.PSEUDO_MAP_FD and ins.imm == 0
+        ins = insn.decode(on.insns, f.insn_idx)
+        assert ins.is_ld_imm64 and ins.src == insn.PSEUDO_MAP_FD and ins.imm == 0
     ps = o.program("probe_sleep")
     assert ps.section == "?kprobe/do_nanosleep" and not ps.autoload
-    assert (ps.prog_type, ps.attach_to) == (S.PROG_TYPE_KPROBE, "do_nanosleep")
+    assert (ps.prog_type, ps.attach_to) == (PROG_TYPE_KPROBE, "do_nanosleep")
     assert [o.maps[f.map_index].name for f in ps.fixups] == ["counts"]
     assert on.func_info[0].insn_idx == 0
     assert o.btf is not None
@@ -120,8 +138,8 @@ def test_globals_maps_and_variables(bpf_object: Obj) -> None:
     ro, data, bss, loads, ids = o.maps
     assert ro.kernel_name == "globals.rodata" and data.kernel_name == "globals.data"
     assert bss.kernel_name == "globals.bss" and loads.kernel_name == ".data.cpu_loads"
-    assert ro.flags == S.F_RDONLY_PROG | S.F_MMAPABLE and ro.kind is MapKind.RODATA
-    assert data.flags == S.F_MMAPABLE and bss.flags == S.F_MMAPABLE
+    assert ro.flags == F_RDONLY_PROG | F_MMAPABLE and ro.kind is MapKind.RODATA
+    assert data.flags == F_MMAPABLE and bss.flags == F_MMAPABLE
     assert all((m.type, m.key_size, m.max_entries) == (2, 4, 1) for m in o.maps)
     v = {x.name: x for x in ro.variables}
     assert (v["nr_cpus"].offset, v["nr_cpus"].size) == (0, 4)
@@ -151,12 +169,12 @@ def test_globals_fixups_point_at_variables(bpf_object: Obj) -> None:
     o = _open(bpf_object, "globals")
     p = o.program("read_globals")
     # a syscall program (always sleepable), so tests can run it with BPF_PROG_TEST_RUN
-    assert (p.section, p.prog_type, p.sleepable) == ("syscall", S.PROG_TYPE_SYSCALL, True)
+    assert (p.section, p.prog_type, p.sleepable) == ("syscall", PROG_TYPE_SYSCALL, True)
     targets = set()
     for f in p.fixups:
         assert f.kind is FixupKind.MAP_VALUE
-        ins, hi = I.decode(p.insns, f.insn_idx), I.decode(p.insns, f.insn_idx + 1)
-        assert ins.src == I.PSEUDO_MAP_VALUE and hi.imm == f.offset
+        ins, hi = insn.decode(p.insns, f.insn_idx), insn.decode(p.insns, f.insn_idx + 1)
+        assert ins.src == insn.PSEUDO_MAP_VALUE and hi.imm == f.offset
         m = o.maps[f.map_index]
         var = next(v for v in m.variables if v.offset <= f.offset < v.offset + v.size)
         targets.add(var.name)
@@ -168,7 +186,7 @@ def test_globals_fixups_point_at_variables(bpf_object: Obj) -> None:
 
 
 def _callee(insns: bytes, idx: int) -> int:
-    ins = I.decode(insns, idx)
+    ins = insn.decode(insns, idx)
     return idx + ins.imm + 1
 
 
@@ -180,10 +198,10 @@ def test_subprograms_linked_per_program(bpf_object: Obj) -> None:
     assert starts["prog_a"] == 0 and set(starts) == {"prog_a", *a.subprograms}
     calls, callbacks = [], []
     for k in range(a.insn_count):
-        ins = I.decode(a.insns, k)
-        if ins.code == I.CALL and ins.src == I.PSEUDO_CALL:
+        ins = insn.decode(a.insns, k)
+        if ins.code == insn.CALL and ins.src == insn.PSEUDO_CALL:
             calls.append((k, _callee(a.insns, k)))
-        if ins.is_ld_imm64 and ins.src == I.PSEUDO_FUNC:
+        if ins.is_ld_imm64 and ins.src == insn.PSEUDO_FUNC:
             callbacks.append(_callee(a.insns, k))
     assert sorted(callbacks) == sorted([starts["loop_cb"], starts["map_cb"]])
     called = {t for _, t in calls}
@@ -205,7 +223,7 @@ def test_subprograms_linked_per_program(bpf_object: Obj) -> None:
     b = o.program("prog_b")
     assert b.subprograms == ("global_helper",)
     c = o.program("prog_c")
-    assert c.subprograms == ("add_one",) and c.prog_type == S.PROG_TYPE_SYSCALL and c.sleepable
+    assert c.subprograms == ("add_one",) and c.prog_type == PROG_TYPE_SYSCALL and c.sleepable
     assert c.insn_count < a.insn_count
 
 
@@ -247,8 +265,8 @@ def test_ksyms_externs(bpf_object: Obj) -> None:
     assert (FixupKind.KFUNC_CALL, "bpf_no_such_kfunc") in kinds
     for f in p.fixups:
         if f.kind is FixupKind.KFUNC_CALL:
-            ins = I.decode(p.insns, f.insn_idx)
-            assert ins.code == I.CALL and ins.src == I.PSEUDO_KFUNC_CALL
+            ins = insn.decode(p.insns, f.insn_idx)
+            assert ins.code == insn.CALL and ins.src == insn.PSEUDO_KFUNC_CALL
 
 
 def test_ksyms_btf_fixed_up_for_kernel(bpf_object: Obj) -> None:
@@ -294,7 +312,7 @@ def test_kconfig_externs_layout(bpf_object: Obj) -> None:
     assert [x.offset for x in o.externs] == [0, 8, 12, 16, 20, 21, 22]
     k = o.map(".kconfig")
     assert k.kind is MapKind.KCONFIG and k.value_size == 38
-    assert k.flags == S.F_RDONLY_PROG | S.F_MMAPABLE and k.kernel_name == "kconfig.kconfig"
+    assert k.flags == F_RDONLY_PROG | F_MMAPABLE and k.kernel_name == "kconfig.kconfig"
     assert o.maps.index(k) == len(o.maps) - 1
     p = o.program("read_kconfig")
     kidx = o.map_index(".kconfig")
@@ -311,8 +329,8 @@ def test_struct_ops_both_forms(bpf_object: Obj) -> None:
     o = _open(bpf_object, "struct_ops")
     plain, link = o.struct_ops_maps
     assert (plain.name, link.name) == ("ssd_plain", "ssd_link")
-    assert plain.flags == 0 and link.flags == S.F_LINK
-    assert plain.type == S.MAP_TYPE_STRUCT_OPS and plain.max_entries == 1
+    assert plain.flags == 0 and link.flags == F_LINK
+    assert plain.type == MAP_TYPE_STRUCT_OPS and plain.max_entries == 1
     sp, sl = plain.struct_ops, link.struct_ops
     assert sp is not None and sl is not None
     assert sp.type_name == sl.type_name == "tcp_congestion_ops"
@@ -336,7 +354,7 @@ def test_struct_ops_both_forms(bpf_object: Obj) -> None:
     assert init is not None and init.is_func_ptr and init.size == 8
     assert sp.data[init.offset : init.offset + 8] == bytes(8)
     rel = o.program("ssd_release")
-    assert rel.sleepable and not rel.autoload and rel.prog_type == S.PROG_TYPE_STRUCT_OPS
+    assert rel.sleepable and not rel.autoload and rel.prog_type == PROG_TYPE_STRUCT_OPS
     assert o.program("ssd_init").attach_to == "ssd_init"
 
 
@@ -387,8 +405,8 @@ def test_arena_globals_relocate_into_the_arena_map(bpf_object: Obj) -> None:
     o = _open(bpf_object, "arena")
     assert [m.name for m in o.maps] == ["arena"]
     arena = o.maps[0]
-    assert arena.kind is MapKind.ARENA and arena.type == S.MAP_TYPE_ARENA
-    assert arena.max_entries == 2 and arena.flags == S.F_MMAPABLE
+    assert arena.kind is MapKind.ARENA and arena.type == MAP_TYPE_ARENA
+    assert arena.max_entries == 2 and arena.flags == F_MMAPABLE
     assert arena.section == ".addr_space.1"
     # u64 arena_counter = 3; u64 arena_table[4] (zeros): only the initialised prefix is kept
     assert arena.data == b"\x03" and arena.data_size == 40

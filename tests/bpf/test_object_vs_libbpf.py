@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf import spec as S
 from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import PROG_TYPE_STRUCT_OPS
 
 Obj = Callable[[str], Path]
 _KEEP: list[object] = []
@@ -144,7 +144,7 @@ def test_maps_and_programs_match_libbpf(bpf_object: Obj, name: str) -> None:
             assert lp.type == p.prog_type
             # a struct_ops program's attach type is the kernel member index, which libbpf
             # resolves against vmlinux at open and our loader at load time
-            if p.prog_type != S.PROG_TYPE_STRUCT_OPS:
+            if p.prog_type != PROG_TYPE_STRUCT_OPS:
                 assert lp.attach == p.expected_attach_type
         entry = p.insn_count if not p.subprograms else (p.func_info[1].insn_idx)
         assert lp.insns == entry

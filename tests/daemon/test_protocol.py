@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedswitchd.daemon import protocol as p
+from schedswitchd.daemon import protocol
 from schedswitchd.errors import ProtocolError
 
 
@@ -18,54 +18,56 @@ def req(**fields: Any) -> bytes:
 
 
 def code_of(line: bytes, max_bytes: int = 4096) -> str:
-    with pytest.raises(p.RequestError) as exc:
-        p.parse_request(line, max_bytes)
+    with pytest.raises(protocol.RequestError) as exc:
+        protocol.parse_request(line, max_bytes)
     return exc.value.code
 
 
 def test_each_request_parses() -> None:
-    assert p.parse_request(req(op="hint", workload="gaming", pid=7, ttl_s=1.5)) == p.HintRequest(
-        workload="gaming", pid=7, ttl_s=1.5
+    assert protocol.parse_request(
+        req(op="hint", workload="gaming", pid=7, ttl_s=1.5)
+    ) == protocol.HintRequest(workload="gaming", pid=7, ttl_s=1.5)
+    assert isinstance(
+        protocol.parse_request(req(op="release", lease="3-ab")), protocol.ReleaseRequest
     )
-    assert isinstance(p.parse_request(req(op="release", lease="3-ab")), p.ReleaseRequest)
     for op, cls in [
-        ("status", p.StatusRequest),
-        ("list", p.ListRequest),
-        ("history", p.HistoryRequest),
-        ("stop", p.StopRequest),
-        ("reload", p.ReloadRequest),
+        ("status", protocol.StatusRequest),
+        ("list", protocol.ListRequest),
+        ("history", protocol.HistoryRequest),
+        ("stop", protocol.StopRequest),
+        ("reload", protocol.ReloadRequest),
     ]:
-        assert isinstance(p.parse_request(req(op=op, id="tag")), cls)
-    assert p.parse_request(req(op="switch", scheduler="kernel")) == p.SwitchRequest(
+        assert isinstance(protocol.parse_request(req(op=op, id="tag")), cls)
+    assert protocol.parse_request(req(op="switch", scheduler="kernel")) == protocol.SwitchRequest(
         scheduler="kernel"
     )
     # ttl_s accepts a JSON integer
-    assert p.parse_request(req(op="hint", workload="a", ttl_s=3)).ttl_s == 3  # type: ignore[union-attr]
+    assert protocol.parse_request(req(op="hint", workload="a", ttl_s=3)).ttl_s == 3  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
     ("line", "code"),
     [
-        (b"{", p.BAD_JSON),
-        (b"\xff\xfe", p.BAD_JSON),
-        (b"[" * 3000, p.BAD_JSON),  # deep nesting: refused, no RecursionError
-        (b"[]", p.BAD_REQUEST),
-        (b'"hint"', p.BAD_REQUEST),
-        (req(op="nope"), p.UNKNOWN_OP),
-        (b'{"v":1}', p.UNKNOWN_OP),
-        (json.dumps({"v": 2, "op": "status"}).encode(), p.UNSUPPORTED_VERSION),
-        (req(op="hint"), p.BAD_REQUEST),  # workload missing
-        (req(op="hint", workload="Gaming"), p.BAD_REQUEST),  # not a name
-        (req(op="hint", workload="../../etc"), p.BAD_REQUEST),
-        (req(op="hint", workload="a", pid="12"), p.BAD_REQUEST),  # strict: no coercion
-        (req(op="hint", workload="a", pid=True), p.BAD_REQUEST),
-        (req(op="hint", workload="a", pid=0), p.BAD_REQUEST),
-        (req(op="hint", workload="a", pid=1 << 40), p.BAD_REQUEST),
-        (req(op="hint", workload="a", ttl_s=-1), p.BAD_REQUEST),
-        (req(op="hint", workload="a", args=["--evil"]), p.BAD_REQUEST),  # no free-form
-        (req(op="switch", scheduler="/tmp/x.bpf.o"), p.BAD_REQUEST),  # no paths
-        (req(op="release", lease=""), p.BAD_REQUEST),
-        (req(op="status", id="x" * 65), p.BAD_REQUEST),
+        (b"{", protocol.BAD_JSON),
+        (b"\xff\xfe", protocol.BAD_JSON),
+        (b"[" * 3000, protocol.BAD_JSON),  # deep nesting: refused, no RecursionError
+        (b"[]", protocol.BAD_REQUEST),
+        (b'"hint"', protocol.BAD_REQUEST),
+        (req(op="nope"), protocol.UNKNOWN_OP),
+        (b'{"v":1}', protocol.UNKNOWN_OP),
+        (json.dumps({"v": 2, "op": "status"}).encode(), protocol.UNSUPPORTED_VERSION),
+        (req(op="hint"), protocol.BAD_REQUEST),  # workload missing
+        (req(op="hint", workload="Gaming"), protocol.BAD_REQUEST),  # not a name
+        (req(op="hint", workload="../../etc"), protocol.BAD_REQUEST),
+        (req(op="hint", workload="a", pid="12"), protocol.BAD_REQUEST),  # strict: no coercion
+        (req(op="hint", workload="a", pid=True), protocol.BAD_REQUEST),
+        (req(op="hint", workload="a", pid=0), protocol.BAD_REQUEST),
+        (req(op="hint", workload="a", pid=1 << 40), protocol.BAD_REQUEST),
+        (req(op="hint", workload="a", ttl_s=-1), protocol.BAD_REQUEST),
+        (req(op="hint", workload="a", args=["--evil"]), protocol.BAD_REQUEST),  # no free-form
+        (req(op="switch", scheduler="/tmp/x.bpf.o"), protocol.BAD_REQUEST),  # no paths
+        (req(op="release", lease=""), protocol.BAD_REQUEST),
+        (req(op="status", id="x" * 65), protocol.BAD_REQUEST),
     ],
 )
 def test_bad_requests(line: bytes, code: str) -> None:
@@ -74,17 +76,17 @@ def test_bad_requests(line: bytes, code: str) -> None:
 
 def test_size_cap_checked_before_decoding() -> None:
     line = req(op="status", id="x" * 50)
-    assert code_of(line, len(line) - 1) == p.TOO_LARGE
-    assert isinstance(p.parse_request(line, len(line)), p.StatusRequest)
+    assert code_of(line, len(line) - 1) == protocol.TOO_LARGE
+    assert isinstance(protocol.parse_request(line, len(line)), protocol.StatusRequest)
 
 
 def test_request_error_is_protocol_error() -> None:
     with pytest.raises(ProtocolError):
-        p.parse_request(b"nonsense")
+        protocol.parse_request(b"nonsense")
 
 
 def test_replies_round_trip() -> None:
-    switch = p.SwitchInfo(
+    switch = protocol.SwitchInfo(
         seq=1,
         time=1.0,
         previous="kernel",
@@ -94,8 +96,8 @@ def test_replies_round_trip() -> None:
         phases_ns={"prepare": 5},
         gap_ns=3,
     )
-    status = p.StatusBody(
-        kernel=p.KernelInfo(state="enabled", ops="fifo", enable_seq=3),
+    status = protocol.StatusBody(
+        kernel=protocol.KernelInfo(state="enabled", ops="fifo", enable_seq=3),
         active="fifo",
         desired="fifo",
         last_switch=switch,
@@ -103,26 +105,26 @@ def test_replies_round_trip() -> None:
         version="0",
         uptime_s=1.0,
     )
-    replies: list[p.Reply] = [
-        p.HintReply(id=4, lease="1-a", desired="fifo", active="fifo", switch=switch),
-        p.ReleaseReply(lease="1-a", active="kernel"),
-        p.StatusReply(status=status),
-        p.ListReply(default="kernel", schedulers=[], hints=[], leases=[]),
-        p.HistoryReply(entries=[switch]),
-        p.SwitchReply(op="stop", active="kernel"),
-        p.ReloadReply(schedulers=["fifo"]),
-        p.error_reply(p.DENIED, "no", op="switch", id="x", verifier_log="R1 invalid"),
+    replies: list[protocol.Reply] = [
+        protocol.HintReply(id=4, lease="1-a", desired="fifo", active="fifo", switch=switch),
+        protocol.ReleaseReply(lease="1-a", active="kernel"),
+        protocol.StatusReply(status=status),
+        protocol.ListReply(default="kernel", schedulers=[], hints=[], leases=[]),
+        protocol.HistoryReply(entries=[switch]),
+        protocol.SwitchReply(op="stop", active="kernel"),
+        protocol.ReloadReply(schedulers=["fifo"]),
+        protocol.error_reply(protocol.DENIED, "no", op="switch", id="x", verifier_log="R1 invalid"),
     ]
     for reply in replies:
-        line = p.encode(reply)
+        line = protocol.encode(reply)
         assert line.endswith(b"\n") and line.count(b"\n") == 1
-        assert p.parse_reply(line) == reply
+        assert protocol.parse_reply(line) == reply
 
 
 def test_parse_reply_rejects_garbage() -> None:
     for line in [b"{", b"[]", b'{"v":1,"ok":true,"op":"nope"}', b'{"v":1,"ok":false}']:
         with pytest.raises(ProtocolError):
-            p.parse_reply(line)
+            protocol.parse_reply(line)
 
 
 json_values = st.recursive(
@@ -133,7 +135,7 @@ json_values = st.recursive(
     max_leaves=20,
 )
 near_requests = st.fixed_dictionaries(
-    {"v": st.sampled_from([1, 1, 2, "1", None]), "op": st.sampled_from([*p._ops(), "x", 3])},
+    {"v": st.sampled_from([1, 1, 2, "1", None]), "op": st.sampled_from([*protocol._ops(), "x", 3])},
     optional={
         "workload": st.text(max_size=40) | json_values,
         "pid": st.integers(-5, 1 << 33) | json_values,
@@ -148,22 +150,25 @@ near_requests = st.fixed_dictionaries(
 
 def _check(line: bytes) -> None:
     try:
-        parsed = p.parse_request(line, 4096)
-    except p.RequestError as exc:
+        parsed = protocol.parse_request(line, 4096)
+    except protocol.RequestError as exc:
         assert exc.code in {
-            p.TOO_LARGE,
-            p.BAD_JSON,
-            p.BAD_REQUEST,
-            p.UNKNOWN_OP,
-            p.UNSUPPORTED_VERSION,
+            protocol.TOO_LARGE,
+            protocol.BAD_JSON,
+            protocol.BAD_REQUEST,
+            protocol.UNKNOWN_OP,
+            protocol.UNSUPPORTED_VERSION,
         }
         assert str(exc)
         # the error reply itself always encodes to one well-formed line
-        assert p.parse_reply(p.encode(p.error_reply(exc.code, str(exc)))).ok is False
+        assert (
+            protocol.parse_reply(protocol.encode(protocol.error_reply(exc.code, str(exc)))).ok
+            is False
+        )
         return
     assert parsed.v == 1
     # what parsed re-encodes to something that parses to the same request
-    assert p.parse_request(p.encode(parsed), 1 << 20) == parsed
+    assert protocol.parse_request(protocol.encode(parsed), 1 << 20) == parsed
 
 
 @settings(max_examples=300, deadline=None)
@@ -189,16 +194,16 @@ def test_near_requests_never_crash(value: dict[str, object]) -> None:
     [{"op": "status"}, {"v": True, "op": "status"}, {"v": 1.0, "op": "status"}],
 )
 def test_version_must_be_the_integer_1(fields: dict[str, object]) -> None:
-    with pytest.raises(p.RequestError) as info:
-        p.parse_request(json.dumps({**fields, "id": 7}).encode())
-    assert info.value.code == p.UNSUPPORTED_VERSION
+    with pytest.raises(protocol.RequestError) as info:
+        protocol.parse_request(json.dumps({**fields, "id": 7}).encode())
+    assert info.value.code == protocol.UNSUPPORTED_VERSION
     assert (info.value.op, info.value.id) == ("status", 7)
 
 
 def test_errors_carry_the_readable_op_and_id() -> None:
-    with pytest.raises(p.RequestError) as info:
-        p.parse_request(req(op="hint", id="t1", workload="Bad Name"))
-    assert (info.value.code, info.value.op, info.value.id) == (p.BAD_REQUEST, "hint", "t1")
-    with pytest.raises(p.RequestError) as info:
-        p.parse_request(req(op="nope", id=True))  # unknown op, bool is not a tag
+    with pytest.raises(protocol.RequestError) as info:
+        protocol.parse_request(req(op="hint", id="t1", workload="Bad Name"))
+    assert (info.value.code, info.value.op, info.value.id) == (protocol.BAD_REQUEST, "hint", "t1")
+    with pytest.raises(protocol.RequestError) as info:
+        protocol.parse_request(req(op="nope", id=True))  # unknown op, bool is not a tag
     assert (info.value.op, info.value.id) == (None, None)

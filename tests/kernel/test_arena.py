@@ -13,10 +13,10 @@ import pytest
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MapKind, ObjectSpec
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.arena import page_size
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.syscall import map_info, prog_test_run
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "arena_rw.bpf.o"
 ARENA_BASE = 1 << 45  # __ulong(map_extra, 1ull << 45): an ENUM64 in the BTF
@@ -90,10 +90,10 @@ def loaded(bpffs: Path) -> LoadedObject:
 def test_arena_program_reads_writes_and_allocates(loaded: LoadedObject) -> None:
     with loaded as obj:
         arena = obj.maps["arena"]
-        info = S.map_info(arena.fd)
+        info = map_info(arena.fd)
         assert (info.map_extra, info.max_entries) == (ARENA_BASE, ARENA_PAGES)
         assert arena.arena_address == ARENA_BASE
-        run = S.prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"")
+        run = prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"")
         assert run.retval == 0  # bpf_arena_alloc_pages returned a page
         assert _u64(obj.read_variable("seed")) == SEED  # the initialised global
         assert _u64(obj.read_variable("result")) == SEED + 1
@@ -111,7 +111,7 @@ def test_arena_program_reads_writes_and_allocates(loaded: LoadedObject) -> None:
             with pytest.raises(LoadError, match="cannot mmap"):
                 obj.arena_mapping()
         obj.write_variable("seed", (7).to_bytes(8, "little"))
-        assert S.prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"").retval == 0
+        assert prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"").retval == 0
         assert _u64(obj.read_variable("result")) == 8
 
 
@@ -127,8 +127,8 @@ def test_two_loads_of_one_fixed_address_arena(bpffs: Path) -> None:
         load_object(spec, targets, pin_root=bpffs) as second,
     ):
         for obj in (first, second):
-            assert S.prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"").retval == 0
+            assert prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"").retval == 0
         second.write_variable("seed", (100).to_bytes(8, "little"))
-        assert S.prog_test_run(second.programs["arena_run"].fd, ctx_in=b"").retval == 0
+        assert prog_test_run(second.programs["arena_run"].fd, ctx_in=b"").retval == 0
         assert _u64(first.read_variable("result")) == SEED + 1
         assert _u64(second.read_variable("result")) == 101

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 
 
 def _off(cls: type[ctypes.Structure], *path: str) -> int:
@@ -25,42 +25,42 @@ def _off(cls: type[ctypes.Structure], *path: str) -> int:
 @pytest.mark.parametrize(
     ("cls", "path", "offset"),
     [
-        (A.MapCreateAttr, ("btf_vmlinux_value_type_id",), 60),
-        (A.MapCreateAttr, ("map_extra",), 64),
-        (A.MapCreateAttr, ("value_type_btf_obj_fd",), 72),
-        (A.MapCreateAttr, ("map_token_fd",), 76),
-        (A.MapElemAttr, ("flags",), 24),
-        (A.ProgLoadAttr, ("prog_name",), 48),
-        (A.ProgLoadAttr, ("line_info_cnt",), 104),
-        (A.ProgLoadAttr, ("attach_btf_obj_fd",), 112),
-        (A.ProgLoadAttr, ("fd_array",), 120),
-        (A.ProgLoadAttr, ("core_relo_rec_size",), 136),
-        (A.ProgLoadAttr, ("log_true_size",), 140),
-        (A.ProgLoadAttr, ("prog_token_fd",), 144),
-        (A.ProgLoadAttr, ("fd_array_cnt",), 148),
-        (A.ObjAttr, ("path_fd",), 16),
-        (A.TestRunAttr, ("ctx_out",), 56),
-        (A.TestRunAttr, ("batch_size",), 72),
-        (A.GetIdAttr, ("open_flags",), 8),
-        (A.InfoAttr, ("info",), 8),
-        (A.BtfLoadAttr, ("btf_flags",), 32),
-        (A.BtfLoadAttr, ("btf_token_fd",), 36),
-        (A.LinkCreateAttr, ("tail", "tracing", "cookie"), 24),
-        (A.LinkCreateAttr, ("tail", "iter", "iter_info_len"), 24),
-        (A.ProgBindMapAttr, ("flags",), 8),
-        (A.RawTracepointOpenAttr, ("prog_fd",), 8),
-        (A.RawTracepointOpenAttr, ("cookie",), 16),
-        (A.IterCreateAttr, ("flags",), 4),
-        (A.BpfProgInfo, ("name",), 64),
-        (A.BpfProgInfo, ("netns_dev",), 88),
-        (A.BpfProgInfo, ("run_cnt",), 200),
-        (A.BpfProgInfo, ("verified_insns",), 216),
-        (A.BpfProgInfo, ("attach_btf_id",), 224),
-        (A.BpfMapInfo, ("btf_vmlinux_id",), 76),
-        (A.BpfMapInfo, ("map_extra",), 80),
-        (A.BpfLinkInfo, ("tail", "struct_ops", "map_id"), 16),
-        (A.BpfLinkInfo, ("tail", "tracing", "cookie"), 32),
-        (A.BpfLinkInfo, ("tail", "cgroup", "attach_type"), 24),
+        (bpf_uapi.MapCreateAttr, ("btf_vmlinux_value_type_id",), 60),
+        (bpf_uapi.MapCreateAttr, ("map_extra",), 64),
+        (bpf_uapi.MapCreateAttr, ("value_type_btf_obj_fd",), 72),
+        (bpf_uapi.MapCreateAttr, ("map_token_fd",), 76),
+        (bpf_uapi.MapElemAttr, ("flags",), 24),
+        (bpf_uapi.ProgLoadAttr, ("prog_name",), 48),
+        (bpf_uapi.ProgLoadAttr, ("line_info_cnt",), 104),
+        (bpf_uapi.ProgLoadAttr, ("attach_btf_obj_fd",), 112),
+        (bpf_uapi.ProgLoadAttr, ("fd_array",), 120),
+        (bpf_uapi.ProgLoadAttr, ("core_relo_rec_size",), 136),
+        (bpf_uapi.ProgLoadAttr, ("log_true_size",), 140),
+        (bpf_uapi.ProgLoadAttr, ("prog_token_fd",), 144),
+        (bpf_uapi.ProgLoadAttr, ("fd_array_cnt",), 148),
+        (bpf_uapi.ObjAttr, ("path_fd",), 16),
+        (bpf_uapi.TestRunAttr, ("ctx_out",), 56),
+        (bpf_uapi.TestRunAttr, ("batch_size",), 72),
+        (bpf_uapi.GetIdAttr, ("open_flags",), 8),
+        (bpf_uapi.InfoAttr, ("info",), 8),
+        (bpf_uapi.BtfLoadAttr, ("btf_flags",), 32),
+        (bpf_uapi.BtfLoadAttr, ("btf_token_fd",), 36),
+        (bpf_uapi.LinkCreateAttr, ("tail", "tracing", "cookie"), 24),
+        (bpf_uapi.LinkCreateAttr, ("tail", "iter", "iter_info_len"), 24),
+        (bpf_uapi.ProgBindMapAttr, ("flags",), 8),
+        (bpf_uapi.RawTracepointOpenAttr, ("prog_fd",), 8),
+        (bpf_uapi.RawTracepointOpenAttr, ("cookie",), 16),
+        (bpf_uapi.IterCreateAttr, ("flags",), 4),
+        (bpf_uapi.BpfProgInfo, ("name",), 64),
+        (bpf_uapi.BpfProgInfo, ("netns_dev",), 88),
+        (bpf_uapi.BpfProgInfo, ("run_cnt",), 200),
+        (bpf_uapi.BpfProgInfo, ("verified_insns",), 216),
+        (bpf_uapi.BpfProgInfo, ("attach_btf_id",), 224),
+        (bpf_uapi.BpfMapInfo, ("btf_vmlinux_id",), 76),
+        (bpf_uapi.BpfMapInfo, ("map_extra",), 80),
+        (bpf_uapi.BpfLinkInfo, ("tail", "struct_ops", "map_id"), 16),
+        (bpf_uapi.BpfLinkInfo, ("tail", "tracing", "cookie"), 32),
+        (bpf_uapi.BpfLinkInfo, ("tail", "cgroup", "attach_type"), 24),
     ],
 )
 def test_offsets_match_uapi(
@@ -70,8 +70,8 @@ def test_offsets_match_uapi(
 
 
 def test_info_sizes_match_uapi() -> None:
-    assert ctypes.sizeof(A.BpfProgInfo) == 232
-    assert ctypes.sizeof(A.BpfBtfInfo) == 32
-    assert ctypes.sizeof(A.BpfLinkInfo) == 64
-    assert ctypes.sizeof(A.BpfFuncInfo) == 8
-    assert ctypes.sizeof(A.BpfLineInfo) == 16
+    assert ctypes.sizeof(bpf_uapi.BpfProgInfo) == 232
+    assert ctypes.sizeof(bpf_uapi.BpfBtfInfo) == 32
+    assert ctypes.sizeof(bpf_uapi.BpfLinkInfo) == 64
+    assert ctypes.sizeof(bpf_uapi.BpfFuncInfo) == 8
+    assert ctypes.sizeof(bpf_uapi.BpfLineInfo) == 16

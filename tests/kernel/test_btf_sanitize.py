@@ -10,7 +10,7 @@ import pytest
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Composite, Kind
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.features import BtfFeatures
 
@@ -93,5 +93,5 @@ def test_single_missing_feature(missing: str) -> None:
 @pytest.mark.root
 def test_kernel_accepts_fully_sanitized_btf() -> None:
     btf, _ = _every_kind()
-    with S.btf_load(sanitize_btf(btf, NONE)) as fd:
-        assert S.btf_info(fd).id > 0
+    with syscall.btf_load(sanitize_btf(btf, NONE)) as fd:
+        assert syscall.btf_info(fd).id > 0

@@ -10,7 +10,7 @@ import pytest
 from schedswitchd.bpf.customize import resize_array_section
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MapKind
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from tests.corpus import OBJECTS, corpus_object
 
 
@@ -29,7 +29,7 @@ def test_corpus_object_opens(name: str) -> None:
 def test_corpus_object_btf_loads(name: str) -> None:
     spec = open_object(corpus_object(name))
     assert spec.btf is not None
-    S.btf_load(spec.btf.raw).close()
+    syscall.btf_load(spec.btf.raw).close()
 
 
 @pytest.mark.root
@@ -43,4 +43,4 @@ def test_corpus_central_resized_btf_loads() -> None:
         spec = resize_array_section(spec, section, 64)
         assert spec.map(section).value_size == 64 * elem
     assert spec.btf is not None
-    S.btf_load(spec.btf.raw).close()
+    syscall.btf_load(spec.btf.raw).close()

@@ -22,9 +22,9 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.cli.ctl import main
 from schedswitchd.errors import CustomizationError
-from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.syscall import prog_test_run
 
 pytestmark = pytest.mark.root
 
@@ -71,7 +71,7 @@ def _seen(
         **kw,  # type: ignore[arg-type]
     )
     try:
-        assert S.prog_test_run(obj.programs["read_enums"].fd).retval == 0
+        assert prog_test_run(obj.programs["read_enums"].fd).retval == 0
         seen = struct.unpack("<12Q", obj.read_variable("seen"))
     finally:
         obj.close()

@@ -5,25 +5,25 @@ from __future__ import annotations
 import pytest
 
 from schedswitchd.bpf.btf.builder import BtfBuilder
-from schedswitchd.kernel import features as F
+from schedswitchd.kernel import features
 
 pytestmark = pytest.mark.root
 
 
 def test_modern_kernel_supports_every_probed_kind() -> None:
-    feats = F.probe_btf_features()
+    feats = features.probe_btf_features()
     assert feats.missing() == ()
-    assert F.btf_features() is F.btf_features()  # cached
+    assert features.btf_features() is features.btf_features()  # cached
 
 
 def test_probe_reports_an_unknown_kind_as_missing() -> None:
     b = BtfBuilder()
     b.add_raw(31, "nope", 0, False, 4)  # no kernel knows BTF kind 31
-    assert F.probe_btf(b.build()) is False
+    assert features.probe_btf(b.build()) is False
 
 
 def test_probe_blobs_are_distinct_and_valid_btf() -> None:
-    blobs = {name: make() for name, make in F.PROBES.items()}
+    blobs = {name: make() for name, make in features.PROBES.items()}
     assert len(set(blobs.values())) == len(blobs)
     for raw in blobs.values():
-        assert F.probe_btf(raw)
+        assert features.probe_btf(raw)

@@ -12,7 +12,7 @@ from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import INT_BOOL, INT_CHAR
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import kconfig as K
+from schedswitchd.kernel import kconfig
 
 SAMPLE = r"""
 #
@@ -32,10 +32,10 @@ not a config line
 
 
 def test_parse_values() -> None:
-    v = K.parse_config(SAMPLE)
-    assert v["CONFIG_BPF"] is K.Tristate.YES
-    assert v["CONFIG_FOO_MOD"] is K.Tristate.MODULE
-    assert v["CONFIG_SCHED_CLASS_EXT"] is K.Tristate.NO
+    v = kconfig.parse_config(SAMPLE)
+    assert v["CONFIG_BPF"] is kconfig.Tristate.YES
+    assert v["CONFIG_FOO_MOD"] is kconfig.Tristate.MODULE
+    assert v["CONFIG_SCHED_CLASS_EXT"] is kconfig.Tristate.NO
     assert v["CONFIG_HZ"] == 250
     assert v["CONFIG_MASK"] == 0x1F
     assert v["CONFIG_NEG"] == -3
@@ -47,27 +47,27 @@ def test_parse_values() -> None:
 
 def test_parse_errors_name_the_line() -> None:
     with pytest.raises(LoadError, match=r"cfg:2"):
-        K.parse_config("CONFIG_A=y\nCONFIG_B=what\n", source="cfg")
+        kconfig.parse_config("CONFIG_A=y\nCONFIG_B=what\n", source="cfg")
     with pytest.raises(LoadError, match="unterminated"):
-        K.parse_config('CONFIG_S="open\n')
+        kconfig.parse_config('CONFIG_S="open\n')
 
 
 def test_search_order_and_gzip(tmp_path: Path) -> None:
     plain = tmp_path / "config-x"
     gz = tmp_path / "config.gz"
     gz.write_bytes(gzip.compress(b"CONFIG_FROM_GZ=y\n"))
-    cfg = K.read_kernel_config([plain, gz])
-    assert cfg.source == str(gz) and cfg["CONFIG_FROM_GZ"] is K.Tristate.YES
+    cfg = kconfig.read_kernel_config([plain, gz])
+    assert cfg.source == str(gz) and cfg["CONFIG_FROM_GZ"] is kconfig.Tristate.YES
     plain.write_text("CONFIG_FROM_PLAIN=1\n")
-    cfg = K.read_kernel_config([plain, gz])
+    cfg = kconfig.read_kernel_config([plain, gz])
     assert dict(cfg) == {"CONFIG_FROM_PLAIN": 1}
     with pytest.raises(LoadError, match="no kernel config found"):
-        K.read_kernel_config([tmp_path / "nope"])
+        kconfig.read_kernel_config([tmp_path / "nope"])
 
 
 def test_default_paths_follow_uname() -> None:
     rel = os.uname().release
-    assert [str(p) for p in K.config_paths()] == [
+    assert [str(p) for p in kconfig.config_paths()] == [
         f"/boot/config-{rel}",
         "/proc/config.gz",
         f"/usr/lib/modules/{rel}/config",
@@ -75,21 +75,21 @@ def test_default_paths_follow_uname() -> None:
 
 
 @pytest.mark.skipif(
-    not any(p.exists() for p in K.config_paths()), reason="no kernel config on this host"
+    not any(p.exists() for p in kconfig.config_paths()), reason="no kernel config on this host"
 )
 def test_host_config_has_bpf() -> None:
-    cfg = K.read_kernel_config()
-    assert cfg["CONFIG_BPF"] is K.Tristate.YES
-    assert cfg["CONFIG_DEBUG_INFO_BTF"] is K.Tristate.YES
+    cfg = kconfig.read_kernel_config()
+    assert cfg["CONFIG_BPF"] is kconfig.Tristate.YES
+    assert cfg["CONFIG_DEBUG_INFO_BTF"] is kconfig.Tristate.YES
     assert isinstance(cfg.get("CONFIG_HZ"), int)
     assert len(cfg) > 1000
 
 
 def test_kernel_version_code() -> None:
-    assert K.kernel_version_code("6.18.44-fc-v669") == (6 << 16) | (18 << 8) | 44
-    assert K.kernel_version_code("4.19.300") == (4 << 16) | (19 << 8) | 255
-    assert K.kernel_version_code("6.1-rc1") == (6 << 16) | (1 << 8)
-    assert K.kernel_version_code("weird") == 0
+    assert kconfig.kernel_version_code("6.18.44-fc-v669") == (6 << 16) | (18 << 8) | 44
+    assert kconfig.kernel_version_code("4.19.300") == (4 << 16) | (19 << 8) | 255
+    assert kconfig.kernel_version_code("6.1-rc1") == (6 << 16) | (1 << 8)
+    assert kconfig.kernel_version_code("weird") == 0
 
 
 def _types() -> tuple[Btf, dict[str, int]]:
@@ -115,11 +115,11 @@ def _types() -> tuple[Btf, dict[str, int]]:
 @pytest.mark.parametrize(
     ("type_key", "value", "expected"),
     [
-        ("bool", K.Tristate.YES, b"\x01"),
-        ("bool", K.Tristate.NO, b"\x00"),
-        ("tri", K.Tristate.MODULE, b"\x02\0\0\0"),
-        ("tri", K.Tristate.YES, b"\x01\0\0\0"),
-        ("char", K.Tristate.MODULE, b"m"),
+        ("bool", kconfig.Tristate.YES, b"\x01"),
+        ("bool", kconfig.Tristate.NO, b"\x00"),
+        ("tri", kconfig.Tristate.MODULE, b"\x02\0\0\0"),
+        ("tri", kconfig.Tristate.YES, b"\x01\0\0\0"),
+        ("char", kconfig.Tristate.MODULE, b"m"),
         ("int", 250, (250).to_bytes(4, "little")),
         ("const_int", -3, (-3).to_bytes(4, "little", signed=True)),
         ("s16", -32768, (-32768).to_bytes(2, "little", signed=True)),
@@ -129,17 +129,17 @@ def _types() -> tuple[Btf, dict[str, int]]:
         ("str", "0123456789", b"0123456\0"),
     ],
 )
-def test_encode_values(type_key: str, value: K.KconfigValue, expected: bytes) -> None:
+def test_encode_values(type_key: str, value: kconfig.KconfigValue, expected: bytes) -> None:
     btf, ids = _types()
-    slot = K.classify(btf, ids[type_key], "CONFIG_X")
-    assert K.encode_value(slot, "CONFIG_X", value) == expected
+    slot = kconfig.classify(btf, ids[type_key], "CONFIG_X")
+    assert kconfig.encode_value(slot, "CONFIG_X", value) == expected
 
 
 @pytest.mark.parametrize(
     ("type_key", "value", "message"),
     [
-        ("bool", K.Tristate.MODULE, "needs a tristate"),
-        ("int", K.Tristate.YES, "does not fit"),
+        ("bool", kconfig.Tristate.MODULE, "needs a tristate"),
+        ("int", kconfig.Tristate.YES, "does not fit"),
         ("int", "str", "needs a char array"),
         ("str", 5, "needs an integer"),
         ("u8", 256, "overflows"),
@@ -147,45 +147,47 @@ def test_encode_values(type_key: str, value: K.KconfigValue, expected: bytes) ->
         ("s16", 40000, "overflows"),
     ],
 )
-def test_encode_mismatches(type_key: str, value: K.KconfigValue, message: str) -> None:
+def test_encode_mismatches(type_key: str, value: kconfig.KconfigValue, message: str) -> None:
     btf, ids = _types()
-    slot = K.classify(btf, ids[type_key], "CONFIG_X")
+    slot = kconfig.classify(btf, ids[type_key], "CONFIG_X")
     with pytest.raises(LoadError, match=message):
-        K.encode_value(slot, "CONFIG_X", value)
+        kconfig.encode_value(slot, "CONFIG_X", value)
 
 
 def test_unsupported_extern_types() -> None:
     btf, ids = _types()
     for key in ("other_enum", "ptr"):
         with pytest.raises(LoadError, match="CONFIG_BAD"):
-            K.classify(btf, ids[key], "CONFIG_BAD")
+            kconfig.classify(btf, ids[key], "CONFIG_BAD")
 
 
 def test_extern_bytes_weak_strong_and_version() -> None:
     btf, ids = _types()
     cfg = {"CONFIG_HZ": 1000}
-    assert K.extern_bytes(btf, ids["int"], "CONFIG_HZ", cfg, weak=False) == (1000).to_bytes(
+    assert kconfig.extern_bytes(btf, ids["int"], "CONFIG_HZ", cfg, weak=False) == (1000).to_bytes(
         4, "little"
     )
-    assert K.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=True) == bytes(8)
+    assert kconfig.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=True) == bytes(8)
     with pytest.raises(LoadError, match="CONFIG_MISSING"):
-        K.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=False)
-    ver = K.extern_bytes(btf, ids["int"], "LINUX_KERNEL_VERSION", cfg, weak=False, release="6.18.2")
+        kconfig.extern_bytes(btf, ids["u64"], "CONFIG_MISSING", cfg, weak=False)
+    ver = kconfig.extern_bytes(
+        btf, ids["int"], "LINUX_KERNEL_VERSION", cfg, weak=False, release="6.18.2"
+    )
     assert int.from_bytes(ver, "little") == 0x061202
 
 
 def test_virtual_linux_externs() -> None:
     btf, ids = _types()
-    assert K.extern_bytes(btf, ids["bool"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == b"\x01"
-    wrapper = K.extern_bytes(btf, ids["bool"], "LINUX_HAS_SYSCALL_WRAPPER", {}, weak=False)
-    assert wrapper == bytes([K.has_syscall_wrapper()])
-    assert K.extern_bytes(btf, ids["int"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == (
+    assert kconfig.extern_bytes(btf, ids["bool"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == b"\x01"
+    wrapper = kconfig.extern_bytes(btf, ids["bool"], "LINUX_HAS_SYSCALL_WRAPPER", {}, weak=False)
+    assert wrapper == bytes([kconfig.has_syscall_wrapper()])
+    assert kconfig.extern_bytes(btf, ids["int"], "LINUX_HAS_BPF_COOKIE", {}, weak=False) == (
         (1).to_bytes(4, "little")
     )
     with pytest.raises(LoadError, match="LINUX_NOT_A_THING"):
-        K.extern_bytes(btf, ids["int"], "LINUX_NOT_A_THING", {}, weak=False)
+        kconfig.extern_bytes(btf, ids["int"], "LINUX_NOT_A_THING", {}, weak=False)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 syscall wrapper names")
 def test_host_has_syscall_wrapper() -> None:
-    assert K.has_syscall_wrapper()  # x86-64 kernels since 4.17 wrap every syscall
+    assert kconfig.has_syscall_wrapper()  # x86-64 kernels since 4.17 wrap every syscall

@@ -30,9 +30,8 @@ from schedswitchd.errors import (
     ObjectError,
     SchedExtError,
 )
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel import sched_ext as scx
-from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
@@ -106,7 +105,7 @@ def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
     create, close, link_detach = (
         KernelPrepared.create_link,
         KernelPrepared.close_link,
-        S.link_detach,
+        syscall.link_detach,
     )
 
     def create_link(self: KernelPrepared) -> LinkFd:
@@ -124,7 +123,7 @@ def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
 
     monkeypatch.setattr(KernelPrepared, "create_link", create_link)
     monkeypatch.setattr(KernelPrepared, "close_link", close_link)
-    monkeypatch.setattr(S, "link_detach", detach_link)
+    monkeypatch.setattr(syscall, "link_detach", detach_link)
 
 
 class SysfsReads:
@@ -192,7 +191,7 @@ def test_prepare_loads_with_config_and_timings(
         assert h.timings_ns["load"] > 0
         # the tunable reached the kernel's .rodata map
         rodata = h.loaded.maps[".rodata"]
-        value = S.map_lookup_elem(rodata.fd, b"\0\0\0\0", rodata.spec.value_size)
+        value = syscall.map_lookup_elem(rodata.fd, b"\0\0\0\0", rodata.spec.value_size)
         off = rodata.spec.variable("ssthresh_value")
         assert value is not None and off is not None
         assert struct.unpack_from("<I", value, off.offset)[0] == 5
@@ -385,10 +384,10 @@ def test_attach_detach_pins_and_reattach(
             link = h.link()
             assert link is not None and h.attached
             assert sorted(os.listdir(backend.pins.path("uei"))) == ["exit_map", "link"]
-            pinned = S.obj_get(backend.pins.path("uei") / "link")
+            pinned = syscall.obj_get(backend.pins.path("uei") / "link")
             try:
-                assert S.link_info(pinned).id == S.link_info(link).id
-                assert S.link_info(pinned).type == A.LinkType.STRUCT_OPS
+                assert syscall.link_info(pinned).id == syscall.link_info(link).id
+                assert syscall.link_info(pinned).type == bpf_uapi.LinkType.STRUCT_OPS
             finally:
                 pinned.close()
             assert _registered("ssd_uei", True)
@@ -400,9 +399,9 @@ def test_attach_detach_pins_and_reattach(
             assert not _attached(h) and h.release_pending
             assert _registered("ssd_uei", False)  # synchronous, although still pinned
             assert backend.pins.names() == ["uei"]
-            pinned = S.obj_get(backend.pins.path("uei") / "link")
+            pinned = syscall.obj_get(backend.pins.path("uei") / "link")
             try:
-                assert S.link_info(pinned).map_id == 0  # a detached struct_ops link
+                assert syscall.link_info(pinned).map_id == 0  # a detached struct_ops link
             finally:
                 pinned.close()
             assert set(backend.counters()) & {"detach.link_detach_ns", "detach.unpin_ns"} == {
@@ -466,7 +465,7 @@ def test_detach_falls_back_to_close_without_link_detach(
         tried.append(1)
         raise BpfSyscallError("BPF_LINK_DETACH", errno.EOPNOTSUPP, "not supported")
 
-    monkeypatch.setattr(S, "link_detach", unsupported)
+    monkeypatch.setattr(syscall, "link_detach", unsupported)
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
         for _ in range(2):
@@ -493,12 +492,12 @@ def test_pins_survive_the_handle_and_adopt_cleans_stale(
     assert data is not None
     backend.pins.pin("uei", link, data)
     (backend.pins.root / "junk").mkdir()
-    link_id = S.link_info(link).id
+    link_id = syscall.link_info(link).id
     h.close()  # as if the daemon died: only the pins hold the link now
     assert _registered("ssd_uei", True)
     pinned = PinDir(backend.pins.root).open("uei")
     assert pinned is not None and pinned.exit_map is not None
-    assert S.link_info(pinned.link).id == link_id
+    assert syscall.link_info(pinned.link).id == link_id
     pinned.close()
     # sched_ext reads disabled: nothing to adopt, every pin is stale and removed, which
     # drops the last reference to the link.
@@ -610,7 +609,7 @@ def test_standby_is_stale_after_a_cpu_hotplug(
 
 def _link_alive(link_id: int) -> bool:
     try:
-        S.link_get_fd_by_id(link_id).close()
+        syscall.link_get_fd_by_id(link_id).close()
     except BpfSyscallError:
         return False
     return True
@@ -638,22 +637,22 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
     backend.attach(h, 2.0)
     progs = h.program_links()
     assert set(progs) == {"hk_sys_enter"}
-    prog_link = S.link_info(progs["hk_sys_enter"]).id
+    prog_link = syscall.link_info(progs["hk_sys_enter"]).id
     link = h.link()
-    assert link is not None and prog_link < S.link_info(link).id  # attached first
+    assert link is not None and prog_link < syscall.link_info(link).id  # attached first
     assert "attach.programs" in h.timings_ns
     d = backend.pins.path("hooks")
     assert sorted(os.listdir(d)) == ["link", "progs"]
     assert os.listdir(d / "progs") == ["hk_sys_enter"]
-    with S.obj_get(d / "progs" / "hk_sys_enter", expect=LinkFd) as pinned:
-        assert S.link_info(pinned).id == prog_link
+    with syscall.obj_get(d / "progs" / "hk_sys_enter", expect=LinkFd) as pinned:
+        assert syscall.link_info(pinned).id == prog_link
     h.close()  # the daemon dies: only the pins hold the links
     assert _registered("ssd_hooks", True) and _link_alive(prog_link)
     got = backend.adopt({"hooks": cfg})
     assert isinstance(got, KernelPrepared)
     try:
         assert set(got.program_links()) == {"hk_sys_enter"}
-        assert S.link_info(got.program_links()["hk_sys_enter"]).id == prog_link
+        assert syscall.link_info(got.program_links()["hk_sys_enter"]).id == prog_link
         backend.detach(got, 1.0)
         assert _registered("ssd_hooks", False)
         backend.attach(got, 2.0)  # rollback: the hooks were kept, and are pinned again
@@ -671,6 +670,6 @@ def test_program_links_closed_when_a_prepared_handle_is_discarded(
     h = backend.prepare("hooks", _cfg(bpf_object("ca_hooks"), hotplug_seq=False))
     assert h.loaded is not None
     h.loaded.attach_programs()
-    prog_link = S.link_info(h.program_links()["hk_sys_enter"]).id
+    prog_link = syscall.link_info(h.program_links()["hk_sys_enter"]).id
     backend.discard(h)
     assert _gone(prog_link)

@@ -12,7 +12,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 
@@ -41,10 +41,10 @@ def test_same_named_statics_keep_their_own_offsets() -> None:
 def test_linked_object_btf_loads_and_program_runs(bpffs: Path) -> None:
     spec = _spec()
     assert spec.btf is not None
-    S.btf_load(spec.btf.raw).close()  # the kernel's BTF checker: "Invalid offset" before
+    syscall.btf_load(spec.btf.raw).close()  # the kernel's BTF checker: "Invalid offset" before
     registry = KernelBtfRegistry()
     with load_object(spec, registry.targets(spec.kmod_btfs), pin_root=bpffs) as obj:
         prog = obj.programs["run_linked"].fd
         # main: hits 7 + add, scale 1000; lib: hits 3 + 2 * add, scale 1
-        assert S.prog_test_run(prog, ctx_in=struct.pack("<Q", 5)).retval == 12 * 1000 + 13
-        assert S.prog_test_run(prog, ctx_in=struct.pack("<Q", 1)).retval == 13 * 1000 + 15
+        assert syscall.prog_test_run(prog, ctx_in=struct.pack("<Q", 5)).retval == 12 * 1000 + 13
+        assert syscall.prog_test_run(prog, ctx_in=struct.pack("<Q", 1)).retval == 13 * 1000 + 15

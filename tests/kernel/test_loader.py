@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf import insn as I
+from schedswitchd.bpf import insn
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import INT_CHAR, VAR_GLOBAL_ALLOCATED, Kind
@@ -33,12 +33,23 @@ from schedswitchd.bpf.spec import (
     VariableSpec,
 )
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import kconfig as K
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.features import BtfFeatures
+from schedswitchd.kernel.kconfig import kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
+from schedswitchd.kernel.syscall import (
+    btf_info,
+    link_info,
+    map_get_fd_by_id,
+    map_get_next_id,
+    map_info,
+    map_lookup_elem,
+    prog_get_fd_by_id,
+    prog_get_next_id,
+    prog_info,
+    prog_test_run,
+)
 from tests.kernel import asm
 
 pytestmark = pytest.mark.root
@@ -64,7 +75,7 @@ def _prog(name: str, insns: bytes, fixups: tuple[Fixup, ...] = (), **kw: object)
     fields: dict[str, object] = {
         "name": name,
         "section": "syscall",
-        "prog_type": A.ProgType.SYSCALL,
+        "prog_type": bpf_uapi.ProgType.SYSCALL,
         "expected_attach_type": 0,
         "attach_to": "",
         "sleepable": True,
@@ -135,11 +146,11 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
             ".data",
             "test_obj.data",
             MapKind.DATA,
-            A.MapType.ARRAY,
+            bpf_uapi.MapType.ARRAY,
             4,
             8,
             1,
-            flags=A.F_MMAPABLE,
+            flags=bpf_uapi.F_MMAPABLE,
             value_type_id=data_sec,
             data=bytes(8),
             variables=(VariableSpec("counter", ".data", 0, 8, u64, False),),
@@ -149,11 +160,11 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
             ".rodata",
             "test_obj.rodata",
             MapKind.RODATA,
-            A.MapType.ARRAY,
+            bpf_uapi.MapType.ARRAY,
             4,
             4,
             1,
-            flags=A.F_RDONLY_PROG | A.F_MMAPABLE,
+            flags=bpf_uapi.F_RDONLY_PROG | bpf_uapi.F_MMAPABLE,
             value_type_id=rodata_sec,
             data=struct.pack("<I", 41),
             variables=(VariableSpec("tunable", ".rodata", 0, 4, u32, False),),
@@ -163,11 +174,11 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
             ".kconfig",
             "test_obj.kconfig",
             MapKind.KCONFIG,
-            A.MapType.ARRAY,
+            bpf_uapi.MapType.ARRAY,
             4,
             16,
             1,
-            flags=A.F_RDONLY_PROG | A.F_MMAPABLE,
+            flags=bpf_uapi.F_RDONLY_PROG | bpf_uapi.F_MMAPABLE,
             value_type_id=kcfg_sec,
             data=bytes(16),
             section=".kconfig",
@@ -176,11 +187,11 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
             "ssd_ca",
             "ssd_ca",
             MapKind.STRUCT_OPS,
-            A.MapType.STRUCT_OPS,
+            bpf_uapi.MapType.STRUCT_OPS,
             4,
             48,
             1,
-            flags=A.F_LINK,
+            flags=bpf_uapi.F_LINK,
             value_type_id=ca_type,
             struct_ops=so,
             section=".struct_ops.link",
@@ -228,7 +239,7 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
                 f"ssd_{m}",
                 asm.ret(v),
                 section=f"struct_ops/ssd_{m}",
-                prog_type=A.ProgType.STRUCT_OPS,
+                prog_type=bpf_uapi.ProgType.STRUCT_OPS,
                 attach_to=f"ssd_{m}",
                 sleepable=False,
             )
@@ -289,7 +300,7 @@ def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
 
 
 def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
-    cfg = K.read_kernel_config()
+    cfg = read_kernel_config()
     with load_object(_spec(), kernel) as obj:
         assert set(obj.programs) == {
             "counter",
@@ -299,12 +310,12 @@ def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
             "ssd_cong_avoid",
             "ssd_undo_cwnd",
         }
-        res = S.prog_test_run(obj.programs["counter"].fd)
+        res = prog_test_run(obj.programs["counter"].fd)
         assert res.retval == 41
-        S.prog_test_run(obj.programs["counter"].fd)
+        prog_test_run(obj.programs["counter"].fd)
         assert obj.read_variable("counter") == struct.pack("<Q", 2)
         obj.write_variable("counter", struct.pack("<Q", 100))
-        S.prog_test_run(obj.programs["counter"].fd)
+        prog_test_run(obj.programs["counter"].fd)
         assert obj.read_variable("counter") == struct.pack("<Q", 101)
         assert obj.read_variable("tunable") == struct.pack("<I", 41)
         with pytest.raises(BpfSyscallError) as exc:
@@ -313,24 +324,26 @@ def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
         with pytest.raises(LoadError, match="no global variable"):
             obj.read_variable("nope")
         # .kconfig: values from the running kernel's config, weak unknown = 0
-        assert S.prog_test_run(obj.programs["kcfg"].fd).retval == cfg["CONFIG_HZ"]
+        assert prog_test_run(obj.programs["kcfg"].fd).retval == cfg["CONFIG_HZ"]
         kmap = obj.maps[".kconfig"].fd
-        value = S.map_lookup_elem(kmap, b"\0" * 4, 16)
+        value = map_lookup_elem(kmap, b"\0" * 4, 16)
         assert value is not None
         hz, ver, nope = struct.unpack("<iIQ", value)
-        assert (hz, ver, nope) == (cfg["CONFIG_HZ"], K.kernel_version_code(), 0)
+        assert (hz, ver, nope) == (cfg["CONFIG_HZ"], kernel_version_code(), 0)
         # kfuncs: resolved in vmlinux, the weak missing one poisoned (and dead)
         assert obj.externs["bpf_rcu_read_lock"].resolved
         assert obj.externs["bpf_rcu_read_lock"].btf_name == "vmlinux"
         assert not obj.externs["ssd_no_such_kfunc"].resolved
         insns = obj.programs["kfuncs"].insns
-        assert I.decode(insns, 0).src == I.PSEUDO_KFUNC_CALL
-        assert I.decode(insns, 0).imm == kernel.vmlinux.find_ids("bpf_rcu_read_lock", Kind.FUNC)[0]
-        assert I.decode(insns, 4).imm == 2002000000 + 5
-        assert S.prog_test_run(obj.programs["kfuncs"].fd).retval == 7
+        assert insn.decode(insns, 0).src == insn.PSEUDO_KFUNC_CALL
+        assert (
+            insn.decode(insns, 0).imm == kernel.vmlinux.find_ids("bpf_rcu_read_lock", Kind.FUNC)[0]
+        )
+        assert insn.decode(insns, 4).imm == 2002000000 + 5
+        assert prog_test_run(obj.programs["kfuncs"].fd).retval == 7
         # .rodata is bound to every program
         rodata_id = obj.maps[".rodata"].id
-        assert all(rodata_id in S.prog_info(p.fd).map_ids for p in obj.programs.values())
+        assert all(rodata_id in prog_info(p.fd).map_ids for p in obj.programs.values())
         assert {"btf", "maps", "externs"} <= set(obj.timings_ns)
         assert all(f"prog:{n}" in obj.timings_ns for n in obj.programs)
 
@@ -342,8 +355,8 @@ def test_struct_ops_link_attach_detach(kernel: TargetBtfs) -> None:
         links = obj.attach_struct_ops()
         assert set(links) == {"ssd_ca"}
         assert name in CA_LIST.read_text().split()
-        info = S.link_info(links["ssd_ca"])
-        assert info.type == A.LinkType.STRUCT_OPS and info.map_id == obj.maps["ssd_ca"].id
+        info = link_info(links["ssd_ca"])
+        assert info.type == bpf_uapi.LinkType.STRUCT_OPS and info.map_id == obj.maps["ssd_ca"].id
         assert "attach" in obj.timings_ns
         obj.detach_struct_ops()
         assert name not in CA_LIST.read_text().split()
@@ -371,8 +384,8 @@ def _fail_leaves_nothing(spec: ObjectSpec, kernel: TargetBtfs, exc: type[Excepti
     """Load must fail with ``exc`` leaving no fd in this process and no program or map of
     the spec's names in the kernel (other processes' objects are ignored)."""
     before = _open_fds()
-    progs_before = _named_ids(S.prog_get_next_id, _prog_name, {p.name for p in spec.programs})
-    maps_before = _named_ids(S.map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
+    progs_before = _named_ids(prog_get_next_id, _prog_name, {p.name for p in spec.programs})
+    maps_before = _named_ids(map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
     with pytest.raises(exc) as info:
         load_object(spec, kernel)
     assert _open_fds() == before
@@ -380,8 +393,8 @@ def _fail_leaves_nothing(spec: ObjectSpec, kernel: TargetBtfs, exc: type[Excepti
     # so the kernel drops the maps shortly after our last close: poll briefly.
     deadline = time.monotonic() + 10
     while True:
-        progs = _named_ids(S.prog_get_next_id, _prog_name, {p.name for p in spec.programs})
-        maps = _named_ids(S.map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
+        progs = _named_ids(prog_get_next_id, _prog_name, {p.name for p in spec.programs})
+        maps = _named_ids(map_get_next_id, _map_name, {m.kernel_name for m in spec.maps})
         if (progs <= progs_before and maps <= maps_before) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -391,13 +404,13 @@ def _fail_leaves_nothing(spec: ObjectSpec, kernel: TargetBtfs, exc: type[Excepti
 
 
 def _prog_name(obj_id: int) -> str:
-    with S.prog_get_fd_by_id(obj_id) as fd:
-        return S.prog_info(fd, xlated=False).name
+    with prog_get_fd_by_id(obj_id) as fd:
+        return prog_info(fd, xlated=False).name
 
 
 def _map_name(obj_id: int) -> str:
-    with S.map_get_fd_by_id(obj_id) as fd:
-        return S.map_info(fd).name
+    with map_get_fd_by_id(obj_id) as fd:
+        return map_info(fd).name
 
 
 def _named_ids(
@@ -443,7 +456,7 @@ def test_no_fd_leak_across_load_cycles(kernel: TargetBtfs) -> None:
     before = _open_fds()
     for _ in range(10):
         with load_object(_spec(), kernel) as obj:
-            S.prog_test_run(obj.programs["counter"].fd)
+            prog_test_run(obj.programs["counter"].fd)
     assert _open_fds() == before
 
 
@@ -470,15 +483,15 @@ def test_btf_sanitised_for_a_kernel_without_newer_kinds(kernel: TargetBtfs) -> N
     # As if the kernel knew neither DATASEC/VAR nor FUNC: data maps get STRUCT value types.
     old = BtfFeatures(False, False, False, False, False, False, False, False)
     with load_object(_spec(), kernel, btf_features=old) as obj:
-        assert S.prog_test_run(obj.programs["counter"].fd).retval == 41
+        assert prog_test_run(obj.programs["counter"].fd).retval == 41
         assert obj.read_variable("counter") == struct.pack("<Q", 1)
         assert obj.btf_fd is not None
-        loaded = Btf.from_bytes(S.btf_info(obj.btf_fd, data=True).data or b"")
+        loaded = Btf.from_bytes(btf_info(obj.btf_fd, data=True).data or b"")
         datasec = obj.spec.map(".data").value_type_id
         assert loaded.kind(datasec) == Kind.STRUCT  # what the kernel got is sanitised
         # a keyless array map needs a DATASEC value type, so (as libbpf does) the map was
         # created again without BTF types
-        assert S.map_info(obj.maps[".data"].fd).btf_value_type_id == 0
+        assert map_info(obj.maps[".data"].fd).btf_value_type_id == 0
 
 
 def _with_indexed_read(spec: ObjectSpec) -> ObjectSpec:
@@ -488,7 +501,7 @@ def _with_indexed_read(spec: ObjectSpec) -> ObjectSpec:
         asm.ld_imm64(1, 0, 0, 0)  # &counter
         + asm.ld_imm64(3, 0, 0, 0)  # &tunable
         + asm.ldx_w(2, 3, 0)
-        + I.Insn(I.CLASS_ALU64 | asm.ALU_ADD | I.SRC_X, 1, 2, 0, 0).encode()
+        + insn.Insn(insn.CLASS_ALU64 | asm.ALU_ADD | insn.SRC_X, 1, 2, 0, 0).encode()
         + asm.ldx_dw(0, 1, 0)
         + asm.exit_()
     )
@@ -536,12 +549,12 @@ def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
     spec = dataclasses.replace(spec, programs=(*spec.programs, prog))
     with load_object(spec, kernel) as obj:
         insns = obj.programs["ksym_addr"].insns
-        first, missing = I.decode(insns, 0), I.decode(insns, 2)
-        assert first.src == I.PSEUDO_BTF_ID
+        first, missing = insn.decode(insns, 0), insn.decode(insns, 2)
+        assert first.src == insn.PSEUDO_BTF_ID
         assert first.imm == kernel.vmlinux.find_ids("bpf_rcu_read_lock", Kind.FUNC)[0]
-        assert I.decode(insns, 1).imm == 0  # vmlinux: no module BTF fd
-        assert (missing.src, missing.imm, I.decode(insns, 3).imm) == (0, 0, 0)
-        assert S.prog_test_run(obj.programs["ksym_addr"].fd).retval == 0
+        assert insn.decode(insns, 1).imm == 0  # vmlinux: no module BTF fd
+        assert (missing.src, missing.imm, insn.decode(insns, 3).imm) == (0, 0, 0)
+        assert prog_test_run(obj.programs["ksym_addr"].fd).retval == 0
 
 
 def test_prog_array_values_initialiser(kernel: TargetBtfs) -> None:
@@ -550,7 +563,7 @@ def test_prog_array_values_initialiser(kernel: TargetBtfs) -> None:
         "jmp_table",
         "jmp_table",
         MapKind.DECLARED,
-        A.MapType.PROG_ARRAY,
+        bpf_uapi.MapType.PROG_ARRAY,
         4,
         4,
         2,
@@ -559,10 +572,10 @@ def test_prog_array_values_initialiser(kernel: TargetBtfs) -> None:
     spec = dataclasses.replace(spec, maps=(*spec.maps, jmp))
     with load_object(spec, kernel) as obj:
         m = obj.maps["jmp_table"].fd
-        assert S.map_lookup_elem(m, struct.pack("<I", 1), 4) == struct.pack(
+        assert map_lookup_elem(m, struct.pack("<I", 1), 4) == struct.pack(
             "<I", obj.programs["counter"].id
         )
-        assert S.map_lookup_elem(m, struct.pack("<I", 0), 4) is None
+        assert map_lookup_elem(m, struct.pack("<I", 0), 4) is None
     bad = dataclasses.replace(jmp, init_slots=((0, "no_such_prog"),))
     spec_bad = dataclasses.replace(spec, maps=(*spec.maps[:-1], bad))
     err = _fail_leaves_nothing(spec_bad, kernel, LoadError)

@@ -23,7 +23,7 @@ from schedswitchd.bpf.spec import (
     ProgramSpec,
 )
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.loader import ProgramLoadError, StaticKernelBtfs, load_object
 from tests.kernel import asm
@@ -53,7 +53,7 @@ def _spec(*, strong_kfunc: bool = False) -> ObjectSpec:
     prog = ProgramSpec(
         name="uses_uinput",
         section="syscall",
-        prog_type=A.ProgType.SYSCALL,
+        prog_type=bpf_uapi.ProgType.SYSCALL,
         expected_attach_type=0,
         attach_to="",
         sleepable=True,

@@ -18,10 +18,9 @@ import pytest
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import kconfig as K
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.kconfig import Tristate, kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from tests.libbpf_ref import LibbpfError, libbpf_xlated
 from tests.xlated import differences
@@ -56,15 +55,15 @@ def _load(spec: ObjectSpec, registry: KernelBtfRegistry, **kw: object) -> Loaded
 
 
 def test_kconfig_object_reads_the_running_config(registry: KernelBtfRegistry) -> None:
-    cfg = K.read_kernel_config()
+    cfg = read_kernel_config()
     with _load(_obj("kconfig"), registry) as obj:
-        assert S.prog_test_run(obj.programs["read_kconfig"].fd).retval == 0
+        assert syscall.prog_test_run(obj.programs["read_kconfig"].fd).retval == 0
         out = struct.unpack("<Q", obj.read_variable("out"))[0]
     host = cfg.get("CONFIG_DEFAULT_HOSTNAME")
     expected = (
-        K.kernel_version_code()
-        + (cfg.get("CONFIG_BPF_SYSCALL") is K.Tristate.YES)
-        + {K.Tristate.YES: 1, K.Tristate.MODULE: 2}.get(cfg.get("CONFIG_BPF_JIT"), 0)  # type: ignore[arg-type]
+        kernel_version_code()
+        + (cfg.get("CONFIG_BPF_SYSCALL") is Tristate.YES)
+        + {Tristate.YES: 1, Tristate.MODULE: 2}.get(cfg.get("CONFIG_BPF_JIT"), 0)  # type: ignore[arg-type]
         + int(cfg["CONFIG_HZ"])  # type: ignore[arg-type]
         + (ord(host[0]) if isinstance(host, str) and host else 0)
     )
@@ -74,11 +73,13 @@ def test_kconfig_object_reads_the_running_config(registry: KernelBtfRegistry) ->
 def test_subprograms_callbacks_and_tracing_attach(registry: KernelBtfRegistry) -> None:
     with _load(_obj("subprogs"), registry) as obj:
         obj.write_variable("total", struct.pack("<Q", 5))
-        assert S.prog_test_run(obj.programs["prog_c"].fd).retval == 6  # add_one(total)
-        info = S.prog_info(obj.programs["prog_a"].fd)
+        assert syscall.prog_test_run(obj.programs["prog_c"].fd).retval == 6  # add_one(total)
+        info = syscall.prog_info(obj.programs["prog_a"].fd)
         assert info.nr_func_info >= 4  # entry + subprograms + callbacks carry BTF func info
-        with S.link_create(obj.programs["prog_a"].fd, A.AttachType.TRACE_RAW_TP) as link:
-            assert S.link_info(link).type == A.LinkType.RAW_TRACEPOINT  # tp_btf
+        with syscall.link_create(
+            obj.programs["prog_a"].fd, bpf_uapi.AttachType.TRACE_RAW_TP
+        ) as link:
+            assert syscall.link_info(link).type == bpf_uapi.LinkType.RAW_TRACEPOINT  # tp_btf
             deadline = time.monotonic() + 5
             while struct.unpack("<Q", obj.read_variable("total"))[0] == 5:
                 assert time.monotonic() < deadline, "sched_switch program never ran"
@@ -144,7 +145,7 @@ def test_xlated_same_as_libbpf(
     ours_pins = bpffs / "ours"
     ours_pins.mkdir()
     with _load(spec, registry, pin_root=ours_pins) as obj:
-        ours = {n: S.prog_info(p.fd).xlated_insns for n, p in obj.programs.items()}
+        ours = {n: syscall.prog_info(p.fd).xlated_insns for n, p in obj.programs.items()}
     assert set(theirs) <= set(ours)
     # libbpf leaves '?' programs out unless asked (1.1 even when a struct_ops map uses one,
     # ssd_release); we try them (optional programs): the only programs libbpf lacks.
@@ -160,7 +161,7 @@ def test_core_relocations_run_for_real(registry: KernelBtfRegistry) -> None:
     vmlinux = registry.targets(()).vmlinux
     with _load(_obj("core_kinds"), registry) as obj:
         assert "core" in obj.timings_ns
-        with S.link_create(obj.programs["core_kinds"].fd, A.AttachType.TRACE_RAW_TP):
+        with syscall.link_create(obj.programs["core_kinds"].fd, bpf_uapi.AttachType.TRACE_RAW_TP):
             deadline = time.monotonic() + 5
             while not any(obj.read_variable("out")[8:16]):
                 assert time.monotonic() < deadline, "sched_switch program never ran"

@@ -14,7 +14,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import ObjectError
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object, ringbuf_size
 
@@ -44,9 +44,9 @@ def test_ulong_map_extra_reaches_the_kernel(bpffs: Path) -> None:
     spec = open_object(bpf_object("map_extra"))
     registry = KernelBtfRegistry()
     with load_object(spec, registry.targets(spec.kmod_btfs), pin_root=bpffs) as obj:
-        assert S.map_info(obj.maps["bloom_ulong"].fd).map_extra == 5
-        assert S.map_info(obj.maps["bloom_uint"].fd).map_extra == 2
-        run = S.prog_test_run(obj.programs["add_and_check"].fd, ctx_in=struct.pack("<Q", 77))
+        assert syscall.map_info(obj.maps["bloom_ulong"].fd).map_extra == 5
+        assert syscall.map_info(obj.maps["bloom_uint"].fd).map_extra == 2
+        run = syscall.prog_test_run(obj.programs["add_and_check"].fd, ctx_in=struct.pack("<Q", 77))
         assert run.retval == 1
 
 
@@ -75,6 +75,6 @@ def test_ringbuf_sizes_are_rounded_up_in_the_kernel(bpffs: Path) -> None:
     registry = KernelBtfRegistry()
     with load_object(spec, registry.targets(spec.kmod_btfs), pin_root=bpffs) as obj:
         for name, pages in RINGBUF_SIZES.items():
-            assert S.map_info(obj.maps[name].fd).max_entries == pages * mmap.PAGESIZE, name
-        run = S.prog_test_run(obj.programs["produce"].fd, ctx_in=struct.pack("<Q", 0))
+            assert syscall.map_info(obj.maps[name].fd).max_entries == pages * mmap.PAGESIZE, name
+        run = syscall.prog_test_run(obj.programs["produce"].fd, ctx_in=struct.pack("<Q", 0))
         assert run.retval == 1  # a 6000-byte record fits the 8192 bytes, not 5000

@@ -25,7 +25,7 @@ from schedswitchd.bpf.core.relocate import relocate
 from schedswitchd.bpf.insn import decode
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
 from schedswitchd.errors import CoreError, RegistryError
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from schedswitchd.kernel.module_memo import LookupMemo, ModuleLookup, dirent_names, read_dirents
@@ -82,7 +82,7 @@ def _spec() -> ObjectSpec:
     prog = ProgramSpec(
         name="uses_uinput",
         section="syscall",
-        prog_type=A.ProgType.SYSCALL,
+        prog_type=bpf_uapi.ProgType.SYSCALL,
         expected_attach_type=0,
         attach_to="",
         sleepable=True,

@@ -15,7 +15,7 @@ from schedswitchd.bpf.customize import set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import BpfSyscallError
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
@@ -73,7 +73,7 @@ def test_globals_run_with_customised_rodata(registry: KernelBtfRegistry, bpffs: 
             obj.write_variable("nr_cpus", struct.pack("<I", 1))
         prog = obj.programs["read_globals"].fd
         for idx in INDICES:
-            res = S.prog_test_run(prog, ctx_in=struct.pack("<I", idx))
+            res = syscall.prog_test_run(prog, ctx_in=struct.pack("<I", idx))
             assert res.retval == idx & 3
         n = len(INDICES)
         slots = [idx & 3 for idx in INDICES]
@@ -92,7 +92,9 @@ def test_globals_run_with_customised_rodata(registry: KernelBtfRegistry, bpffs: 
 def test_globals_rodata_bool_turns_code_off(registry: KernelBtfRegistry, bpffs: Path) -> None:
     spec = set_variable(_obj("globals"), "verbose", False)
     with _load(spec, registry, bpffs) as obj:
-        assert S.prog_test_run(obj.programs["read_globals"].fd, ctx_in=b"\x02\0\0\0").retval == 2
+        assert (
+            syscall.prog_test_run(obj.programs["read_globals"].fd, ctx_in=b"\x02\0\0\0").retval == 2
+        )
         assert _u(obj, "counter", "Q") == (42,)  # `if (verbose)` skipped the update
         assert _u(obj, "zeroed", "Q") == (1,)
         assert _u(obj, "cpu_ids", "4I") == (0, 0, 3, 0)
@@ -105,7 +107,7 @@ K_CALLS, K_RINGBUF_OK, K_BLOOM_HIT = 1, 2, 3
 
 
 def _lookup(fd: MapFd, key: bytes, size: int) -> bytes | None:
-    return S.map_lookup_elem(fd, key, size)
+    return syscall.map_lookup_elem(fd, key, size)
 
 
 def _ringbuf_records(fd: MapFd, data_size: int) -> list[bytes]:
@@ -140,7 +142,9 @@ def test_maps_run_and_read_back(registry: KernelBtfRegistry, bpffs: Path) -> Non
         assert pin.exists()
         for a in ARGS:
             assert (
-                S.prog_test_run(obj.programs["on_switch"].fd, ctx_in=struct.pack("<Q", a)).retval
+                syscall.prog_test_run(
+                    obj.programs["on_switch"].fd, ctx_in=struct.pack("<Q", a)
+                ).retval
                 == 0
             )
         n = len(ARGS)
@@ -157,7 +161,7 @@ def test_maps_run_and_read_back(registry: KernelBtfRegistry, bpffs: Path) -> Non
         # struct pair { u64 a; u32 b; } at key 1, read through the pin too
         pair = struct.pack("<QI4x", 10 * n, n)
         assert _lookup(m["pinned_array"], struct.pack("<I", 1), 16) == pair
-        with S.obj_get(pin, expect=MapFd) as pinned:
+        with syscall.obj_get(pin, expect=MapFd) as pinned:
             assert _lookup(pinned, struct.pack("<I", 1), 16) == pair
             assert _lookup(pinned, KEY0, 16) == bytes(16)
         # .values put inner_b in slot 0 and inner_a in slot 2; slot 1 stayed empty
@@ -171,7 +175,7 @@ def test_maps_run_and_read_back(registry: KernelBtfRegistry, bpffs: Path) -> Non
         }
         assert _lookup(m["lru"], struct.pack("<I", 1), 4) == struct.pack("<I", ARGS[-1])
         # per-CPU value { u64 runs; u64 first_arg } under the 8-byte key 7, summed over CPUs
-        raw = _lookup(m["percpu"], struct.pack("<Q", 7), S.percpu_value_size(16))
+        raw = _lookup(m["percpu"], struct.pack("<Q", 7), syscall.percpu_value_size(16))
         assert raw is not None
         cells = [struct.unpack_from("<QQ", raw, off) for off in range(0, len(raw), 16)]
         assert sum(c[0] for c in cells) == n

@@ -10,8 +10,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 from schedswitchd.kernel.pins import is_bpffs, open_pinned, pin_object, unpin_directory
@@ -37,13 +36,13 @@ def test_pinned_struct_ops_outlive_fds_and_unpin(bpffs: Path, tmp_path: Path) ->
     with load_object(spec, targets) as obj:
         obj.attach_struct_ops()
         made = pin_object(obj, pin_dir)
-        link_id = S.link_info(obj.links["ssd_link"]).id
+        link_id = syscall.link_info(obj.links["ssd_link"]).id
     assert {"link_ssd_link", "prog_ssd_ssthresh", "map_ssd_plain"} <= set(made)
     assert len(os.listdir("/proc/self/fd")) == fds_before
     # every fd is closed: the pins keep both forms registered
     assert "ssd_link" in _cas() and "ssd_plain" in _cas()
     with open_pinned(pin_dir) as pinned:
-        assert S.link_info(pinned.links["ssd_link"]).id == link_id
+        assert syscall.link_info(pinned.links["ssd_link"]).id == link_id
         assert set(pinned.maps) == {"ssd_plain", "ssd_link"}
     removed = unpin_directory(pin_dir)
     assert "link_ssd_link" in removed and not pin_dir.exists()
@@ -75,8 +74,8 @@ def test_unpin_refuses_the_bpffs_root(bpffs: Path) -> None:
 
 
 def _pin_array(path: Path) -> None:
-    with S.map_create(A.MapType.ARRAY, 4, 4, 1, name="pintest") as fd:
-        S.obj_pin(fd, path)
+    with syscall.map_create(bpf_uapi.MapType.ARRAY, 4, 4, 1, name="pintest") as fd:
+        syscall.obj_pin(fd, path)
 
 
 def test_unpin_removes_only_its_pins_and_never_recurses(bpffs: Path) -> None:

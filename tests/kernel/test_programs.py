@@ -20,8 +20,7 @@ from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError, LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import (
     LoadedObject,
@@ -30,6 +29,13 @@ from schedswitchd.kernel.loader import (
     load_object,
 )
 from schedswitchd.kernel.prog_attach import AttachMode, attach_mode
+from schedswitchd.kernel.syscall import (
+    link_get_fd_by_id,
+    link_get_next_id,
+    link_info,
+    prog_get_next_id,
+    prog_info,
+)
 
 pytestmark = pytest.mark.root
 
@@ -84,11 +90,11 @@ def _links_of(prog_ids: set[int]) -> list[int]:
     """Ids of the kernel's links whose program is one of ``prog_ids``."""
     found = []
     start = 0
-    while (nxt := S.link_get_next_id(start)) is not None:
+    while (nxt := link_get_next_id(start)) is not None:
         start = nxt
         try:
-            with S.link_get_fd_by_id(nxt) as fd:
-                info = S.link_info(fd)
+            with link_get_fd_by_id(nxt) as fd:
+                info = link_info(fd)
         except Exception:  # gone meanwhile (another test's link)
             continue
         if info.prog_id in prog_ids:
@@ -110,7 +116,7 @@ def test_syscall_program_runs_with_a_context_dict(registry: KernelBtfRegistry) -
     with _load(_obj("syscall_run"), registry) as obj:
         prog = obj.programs["compute"]
         assert prog.spec.sleepable
-        assert S.prog_info(prog.fd).type == A.ProgType.SYSCALL
+        assert prog_info(prog.fd).type == bpf_uapi.ProgType.SYSCALL
         run = obj.run_program_result("compute", {"a": 6, "b": 7, "bias": -2, "tag": "hello"})
         assert run.retval == 13  # a + b
         # the program wrote out = a * b + bias into the context and the globals
@@ -224,12 +230,13 @@ def test_tracing_programs_attach_and_count(registry: KernelBtfRegistry) -> None:
         assert _u64(obj, "tp_btf_hits") == 0  # loaded, not attached yet
         links = obj.attach_programs()
         assert set(links) == {"on_sys_enter_btf", "on_sys_enter_raw", "on_getpid", "dump_task"}
-        kinds = {n: S.link_info(fd).type for n, fd in links.items()}
+        kinds = {n: link_info(fd).type for n, fd in links.items()}
         assert kinds == {
-            "on_sys_enter_btf": A.LinkType.RAW_TRACEPOINT,  # tp_btf: a raw_tp link in the kernel
-            "on_sys_enter_raw": A.LinkType.RAW_TRACEPOINT,
-            "on_getpid": A.LinkType.PERF_EVENT,
-            "dump_task": A.LinkType.ITER,
+            # tp_btf: a raw_tp link in the kernel
+            "on_sys_enter_btf": bpf_uapi.LinkType.RAW_TRACEPOINT,
+            "on_sys_enter_raw": bpf_uapi.LinkType.RAW_TRACEPOINT,
+            "on_getpid": bpf_uapi.LinkType.PERF_EVENT,
+            "dump_task": bpf_uapi.LinkType.ITER,
         }
         assert obj.attach_programs() == {}  # already attached
         for _ in range(3):
@@ -286,7 +293,7 @@ def test_links_are_closed_on_unload(registry: KernelBtfRegistry) -> None:
 
 def _prog_ids() -> set[int]:
     out, start = set(), 0
-    while (nxt := S.prog_get_next_id(start)) is not None:
+    while (nxt := prog_get_next_id(start)) is not None:
         out.add(nxt)
         start = nxt
     return out
@@ -303,8 +310,8 @@ def test_struct_ops_attach_attaches_the_other_programs_first(
         assert set(made) == {"ssd_hooks"}
         assert name in ca_list.read_text().split()
         assert set(obj.program_links) == {"hk_sys_enter"}
-        prog_link = S.link_info(obj.program_links["hk_sys_enter"]).id
-        ops_link = S.link_info(obj.links["ssd_hooks"]).id
+        prog_link = link_info(obj.program_links["hk_sys_enter"]).id
+        ops_link = link_info(obj.links["ssd_hooks"]).id
         assert prog_link < ops_link  # link ids grow: the program's link came first
         _wait_for(lambda: _u64(obj, "enters") > 0, "tp_btf/sys_enter never ran")
         obj.detach_struct_ops()

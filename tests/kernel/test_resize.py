@@ -15,7 +15,7 @@ from schedswitchd.bpf.customize import resize_array_section, set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 
@@ -62,9 +62,9 @@ def test_verifier_accepts_indexing_only_after_resize(bpffs: Path) -> None:
     assert "invalid access to map value" in (err.value.verifier_log or "")
     resized = resize_array_section(spec, ".data.slots", SLOTS)
     with load_object(resized, targets, pin_root=bpffs) as obj:
-        assert S.map_info(obj.maps[".data.slots"].fd).value_size == 8 * SLOTS
+        assert syscall.map_info(obj.maps[".data.slots"].fd).value_size == 8 * SLOTS
         prog = obj.programs["bump"].fd
-        assert S.prog_test_run(prog, ctx_in=struct.pack("<Q", 0)).retval == 6  # 5 + 1
-        assert S.prog_test_run(prog, ctx_in=struct.pack("<Q", SLOTS - 1)).retval == 1
-        assert S.prog_test_run(prog, ctx_in=struct.pack("<Q", SLOTS)).retval == 0
+        assert syscall.prog_test_run(prog, ctx_in=struct.pack("<Q", 0)).retval == 6  # 5 + 1
+        assert syscall.prog_test_run(prog, ctx_in=struct.pack("<Q", SLOTS - 1)).retval == 1
+        assert syscall.prog_test_run(prog, ctx_in=struct.pack("<Q", SLOTS)).retval == 0
         assert struct.unpack(f"<{SLOTS}Q", obj.read_variable("slots")) == (6, 0, 0, 0, 0, 1)

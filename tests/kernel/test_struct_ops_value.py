@@ -14,10 +14,18 @@ from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import INT_CHAR, Kind
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import bpf_uapi as A
-from schedswitchd.kernel import struct_ops_value as SO
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import bpf_uapi, struct_ops_value
 from schedswitchd.kernel.fd import ProgFd
+from schedswitchd.kernel.syscall import (
+    btf_load,
+    link_create,
+    link_info,
+    map_create,
+    map_delete_elem,
+    map_info,
+    map_update_elem,
+    prog_load,
+)
 from tests.kernel import asm
 
 pytestmark = pytest.mark.root
@@ -34,8 +42,8 @@ def vmlinux() -> Btf:
 
 
 @pytest.fixture(scope="module")
-def tcp_ca(vmlinux: Btf) -> SO.StructOpsKernelType:
-    kt = SO.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops")
+def tcp_ca(vmlinux: Btf) -> struct_ops_value.StructOpsKernelType:
+    kt = struct_ops_value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops")
     if kt is None:
         pytest.skip("kernel has no BPF tcp_congestion_ops struct_ops")
     return kt
@@ -75,21 +83,23 @@ def _local_data(name: str, size: int, extra: int = 0) -> bytes:
     return bytes(data)
 
 
-def test_kernel_types_found(tcp_ca: SO.StructOpsKernelType, vmlinux: Btf) -> None:
+def test_kernel_types_found(tcp_ca: struct_ops_value.StructOpsKernelType, vmlinux: Btf) -> None:
     assert tcp_ca.type.name == "tcp_congestion_ops"
     assert tcp_ca.value_type.name == "bpf_struct_ops_tcp_congestion_ops"
     assert tcp_ca.data_member.name == "data"
     assert tcp_ca.data_offset + tcp_ca.type.size <= tcp_ca.value_size
-    assert SO.find_struct_ops_kernel_type(vmlinux, "no_such_ops") is None
+    assert struct_ops_value.find_struct_ops_kernel_type(vmlinux, "no_such_ops") is None
     # flavoured local names resolve by essential name
-    flavoured = SO.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops___v2")
+    flavoured = struct_ops_value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops___v2")
     assert flavoured is not None and flavoured.type_id == tcp_ca.type_id
 
 
-def test_plan_maps_members_by_name(tcp_ca: SO.StructOpsKernelType) -> None:
+def test_plan_maps_members_by_name(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
     local, tid = _local_ca(extra_member=True)
     data = _local_data("x", 64)
-    plan = SO.plan_struct_ops(local, tid, data, tcp_ca, programs={"ssthresh", "undo_cwnd"})
+    plan = struct_ops_value.plan_struct_ops(
+        local, tid, data, tcp_ca, programs={"ssthresh", "undo_cwnd"}
+    )
     kidx = {m.name: i for i, m in enumerate(tcp_ca.type.members)}
     assert plan.member("ssthresh").kern_index == kidx["ssthresh"]
     assert plan.member("undo_cwnd").kern_index == kidx["undo_cwnd"]
@@ -102,31 +112,35 @@ def test_plan_maps_members_by_name(tcp_ca: SO.StructOpsKernelType) -> None:
     assert plan.skipped == ("not_in_kernel",)
 
 
-def test_plan_rejects_nonzero_member_the_kernel_lacks(tcp_ca: SO.StructOpsKernelType) -> None:
+def test_plan_rejects_nonzero_member_the_kernel_lacks(
+    tcp_ca: struct_ops_value.StructOpsKernelType,
+) -> None:
     local, tid = _local_ca(extra_member=True)
     with pytest.raises(LoadError, match="not_in_kernel"):
-        SO.plan_struct_ops(local, tid, _local_data("x", 64, extra=5), tcp_ca)
+        struct_ops_value.plan_struct_ops(local, tid, _local_data("x", 64, extra=5), tcp_ca)
 
 
-def test_plan_rejects_size_and_kind_mismatch(tcp_ca: SO.StructOpsKernelType) -> None:
+def test_plan_rejects_size_and_kind_mismatch(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
     b = BtfBuilder()
     u64 = b.add_int("unsigned long long", 8)
     u32 = b.add_int("unsigned int", 4)
     tid = b.add_struct("tcp_congestion_ops", 16, [("flags", u64, 0, 0)])
     with pytest.raises(LoadError, match="flags is 8 bytes locally but 4"):
-        SO.plan_struct_ops(Btf.from_bytes(b.build()), tid, bytes(16), tcp_ca)
+        struct_ops_value.plan_struct_ops(Btf.from_bytes(b.build()), tid, bytes(16), tcp_ca)
     tid2 = b.add_struct("tcp_congestion_ops", 8, [("ssthresh", u32, 0, 0)])
     with pytest.raises(LoadError, match="ssthresh is a INT locally but a PTR"):
-        SO.plan_struct_ops(Btf.from_bytes(b.build()), tid2, bytes(8), tcp_ca)
+        struct_ops_value.plan_struct_ops(Btf.from_bytes(b.build()), tid2, bytes(8), tcp_ca)
 
 
-def _ca_programs(kt: SO.StructOpsKernelType, plan: SO.StructOpsPlan) -> dict[str, ProgFd]:
+def _ca_programs(
+    kt: struct_ops_value.StructOpsKernelType, plan: struct_ops_value.StructOpsPlan
+) -> dict[str, ProgFd]:
     bodies = {"ssthresh": asm.ret(2), "cong_avoid": asm.ret(0), "undo_cwnd": asm.ret(10)}
     progs: dict[str, ProgFd] = {}
     try:
         for name, body in bodies.items():
-            progs[name] = S.prog_load(
-                A.ProgType.STRUCT_OPS,
+            progs[name] = prog_load(
+                bpf_uapi.ProgType.STRUCT_OPS,
                 body,
                 name=name,
                 attach_btf_id=kt.type_id,
@@ -152,50 +166,52 @@ def _registered(name: str) -> bool:
 
 @pytest.mark.parametrize("use_link", [True, False], ids=["struct_ops.link", "struct_ops"])
 def test_tcp_congestion_control_registers_and_unregisters(
-    tcp_ca: SO.StructOpsKernelType, ca_name: str, use_link: bool
+    tcp_ca: struct_ops_value.StructOpsKernelType, ca_name: str, use_link: bool
 ) -> None:
     local, tid = _local_ca(extra_member=True)
     data = _local_data(ca_name, 64)
     funcs = {"ssthresh", "cong_avoid", "undo_cwnd"}
-    plan = SO.plan_struct_ops(local, tid, data, tcp_ca, programs=funcs)
+    plan = struct_ops_value.plan_struct_ops(local, tid, data, tcp_ca, programs=funcs)
     progs = _ca_programs(tcp_ca, plan)
     try:
-        value = SO.build_value(plan, data, {k: p.fd for k, p in progs.items()})
+        value = struct_ops_value.build_value(plan, data, {k: p.fd for k, p in progs.items()})
         assert len(value) == tcp_ca.value_size
         with (
-            S.btf_load(local.raw) as btf,
-            S.map_create(
-                A.MapType.STRUCT_OPS,
+            btf_load(local.raw) as btf,
+            map_create(
+                bpf_uapi.MapType.STRUCT_OPS,
                 4,
                 tcp_ca.value_size,
                 1,
                 name="ssd_ca",
-                flags=A.F_LINK if use_link else 0,
+                flags=bpf_uapi.F_LINK if use_link else 0,
                 btf_fd=btf,  # the kernel insists on the object's BTF even for a kernel value type
                 btf_vmlinux_value_type_id=tcp_ca.value_type_id,
             ) as m,
         ):
-            S.map_update_elem(m, b"\0\0\0\0", value)
+            map_update_elem(m, b"\0\0\0\0", value)
             if use_link:
                 assert not _registered(ca_name)  # a link map registers only on LINK_CREATE
-                with S.link_create(m, A.AttachType.STRUCT_OPS) as link:
+                with link_create(m, bpf_uapi.AttachType.STRUCT_OPS) as link:
                     assert _registered(ca_name)
-                    info = S.link_info(link)
-                    assert info.type == A.LinkType.STRUCT_OPS
-                    assert info.map_id == S.map_info(m).id
+                    info = link_info(link)
+                    assert info.type == bpf_uapi.LinkType.STRUCT_OPS
+                    assert info.map_id == map_info(m).id
                 assert not _registered(ca_name)
             else:
                 assert _registered(ca_name)
-                assert S.map_delete_elem(m, b"\0\0\0\0")
+                assert map_delete_elem(m, b"\0\0\0\0")
                 assert not _registered(ca_name)
     finally:
         for p in progs.values():
             p.close()
 
 
-def test_missing_program_fd_is_reported(tcp_ca: SO.StructOpsKernelType) -> None:
+def test_missing_program_fd_is_reported(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
     local, tid = _local_ca()
-    plan = SO.plan_struct_ops(local, tid, _local_data("x", 56), tcp_ca, programs={"ssthresh"})
+    plan = struct_ops_value.plan_struct_ops(
+        local, tid, _local_data("x", 56), tcp_ca, programs={"ssthresh"}
+    )
     with pytest.raises(LoadError, match="ssthresh"):
-        SO.build_value(plan, _local_data("x", 56), {})
+        struct_ops_value.build_value(plan, _local_data("x", 56), {})
     assert tcp_ca.type.kind == Kind.STRUCT

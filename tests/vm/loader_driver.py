@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.object import open_object
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import ProgFd
 from schedswitchd.kernel.loader import load_object
@@ -87,15 +87,15 @@ def xlated(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     try:
         theirs: dict[str, bytes] = {}
         for pin in sorted(os.listdir(pins)):
-            with S.obj_get(pins / pin, expect=ProgFd) as fd:
-                info = S.prog_info(fd)
+            with syscall.obj_get(pins / pin, expect=ProgFd) as fd:
+                info = syscall.prog_info(fd)
                 theirs[info.name] = info.xlated_insns
     finally:
         shutil.rmtree(pins, ignore_errors=True)
     spec = open_object(path)
     with load_object(spec, reg.targets(spec.kmod_btfs), open_btf_object=reg.open_btf_object) as obj:
         ours = {
-            S.prog_info(p.fd, xlated=False).name: S.prog_info(p.fd).xlated_insns
+            syscall.prog_info(p.fd, xlated=False).name: syscall.prog_info(p.fd).xlated_insns
             for p in obj.programs.values()
         }
     diffs = {n: differences(ours.get(n, b""), x) for n, x in theirs.items()}

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from schedswitchd.errors import KernelError
-from schedswitchd.narrow_import import import_submodule
+from schedswitchd.kernel.narrow_import import import_submodule
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +504,7 @@ class UeventListener:
 def _socket_class() -> Any:
     """pyroute2's ``AsyncUeventSocket``, imported on first use.
 
-    Narrowly (:func:`~schedswitchd.narrow_import.import_submodule`): the uevent socket's own
+    Narrowly (:func:`~schedswitchd.kernel.narrow_import.import_submodule`): the uevent socket's own
     modules without ``pyroute2/__init__.py``, which imports all of pyroute2 (+7.4 MiB resident
     in the daemon against +0.9 MiB).
     """

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.narrow_import import import_submodule, package_completed
+from schedswitchd.kernel.narrow_import import import_submodule, package_completed
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LO_UEVENT = Path("/sys/class/net/lo/uevent")
 # Modules that only `pyroute2/__init__.py` pulls in (IPRoute, NDB, nftables).
 EAGER_ONLY = ("pyroute2.iproute", "pyroute2.ndb", "pyroute2.netlink.nfnetlink.nftsocket")
@@ -51,7 +51,7 @@ def test_uevent_listener_gets_kernel_event_without_importing_all_of_pyroute2() -
         import json, sys, threading
         from pathlib import Path
         from schedswitchd.kernel.uevents import UeventListener
-        from schedswitchd.narrow_import import package_completed
+        from schedswitchd.kernel.narrow_import import package_completed
 
         seen = threading.Event()
         events = []
@@ -85,7 +85,7 @@ def test_bare_package_completes_on_first_other_name() -> None:
     got = _run(
         """
         import json, sys
-        from schedswitchd.narrow_import import import_submodule, package_completed
+        from schedswitchd.kernel.narrow_import import import_submodule, package_completed
         mod = import_submodule("pyroute2", "netlink.uevent")
         bare = not package_completed("pyroute2")
         import pyroute2
@@ -112,7 +112,7 @@ def test_already_imported_package_is_used_as_is() -> None:
     got = _run(
         """
         import json, pyroute2
-        from schedswitchd.narrow_import import import_submodule, package_completed
+        from schedswitchd.kernel.narrow_import import import_submodule, package_completed
         mod = import_submodule("pyroute2", "netlink.uevent")
         print(json.dumps({"completed": package_completed("pyroute2"),
                           "name": mod.__name__,
@@ -142,7 +142,7 @@ def test_narrow_failure_falls_back_to_the_ordinary_import(tmp_path: Path) -> Non
         """
         import json, logging
         logging.basicConfig(level=logging.WARNING)
-        from schedswitchd.narrow_import import import_submodule, package_completed
+        from schedswitchd.kernel.narrow_import import import_submodule, package_completed
         mod = import_submodule("needsinit", "sub")
         print(json.dumps({"value": mod.VALUE, "completed": package_completed("needsinit")}))
         """,

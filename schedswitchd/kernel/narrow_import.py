@@ -1,4 +1,5 @@
-"""Import one submodule of a package without running the package's ``__init__`` first.
+"""Import one submodule of a package without running the package's ``__init__`` first: how
+:mod:`schedswitchd.kernel.uevents` imports pyroute2's uevent socket (its one user).
 
 Why: ``import pyroute2.netlink.uevent`` runs ``pyroute2/__init__.py`` first, and that
 re-exports *every* pyroute2 API (IPRoute, NDB, IPDB, nftables, wireguard, ...): about 200

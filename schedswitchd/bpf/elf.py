@@ -10,10 +10,10 @@ own exceptions never escape.
 from __future__ import annotations
 
 import io
-import mmap
+import os
 import struct
 from dataclasses import dataclass
-from typing import IO, cast
+from typing import IO, BinaryIO, overload
 
 from schedswitchd.errors import ObjectError
 
@@ -160,13 +160,60 @@ class ElfObject:
         return self.symbols[index]
 
 
-def read_elf(data: bytes | mmap.mmap) -> ElfObject:
+class _FileBytes:
+    """Read-only, ``bytes``-like access to an open file by offset (``os.pread``): what
+    :func:`read_elf` slices sections out of, so that only the parts kept are ever read, and
+    a file cut short while being read gives short reads (an ``ObjectError``), never the
+    ``SIGBUS`` a shrinking ``mmap`` would."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._fd = f.fileno()
+        self._size = os.fstat(self._fd).st_size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, int):
+            got = self[key : key + 1]
+            if not got:
+                raise IndexError(key)
+            return got[0]
+        start, stop, step = key.indices(self._size)
+        if step != 1:
+            raise ValueError("only contiguous slices")
+        parts = []
+        while start < stop:
+            chunk = os.pread(self._fd, stop - start, start)
+            if not chunk:
+                raise ObjectError(
+                    f"the file shrank while being read (nothing at byte {start} of {self._size})"
+                )
+            parts.append(chunk)
+            start += len(chunk)
+        return b"".join(parts)
+
+
+def read_elf(data: bytes | BinaryIO) -> ElfObject:
     """Parse a BPF relocatable ELF file (little-endian ELF64, ``EM_BPF``) from its bytes or
-    a read-only ``mmap`` of it (then only the sections kept are read from the file).
+    from a file opened for binary reading (then only the headers, tables and the sections
+    kept are read from it: not DWARF, not the zeros of the arena globals).
 
     Raises :class:`ObjectError` for anything that is not such a file or whose section,
     symbol or relocation tables do not fit the file.
     """
+    if isinstance(data, bytes):
+        return _read_elf(data, io.BytesIO(data))
+    return _read_elf(_FileBytes(data), data)  # pyelftools reads the file itself
+
+
+def _read_elf(data: bytes | _FileBytes, stream: IO[bytes]) -> ElfObject:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -179,9 +226,8 @@ def read_elf(data: bytes | mmap.mmap) -> ElfObject:
     if data[4] != 2 or data[5] != 1:
         raise ObjectError("not a little-endian ELF64 file (BPF objects are ELF64 LE)")
     # pyelftools' objects form reference cycles (sections <-> file) that only the cyclic GC
-    # frees; closing the stream lets the file's bytes (~0.9 MiB for a -g object) go now.
-    # an mmap is file-like enough for pyelftools (read/seek/tell) and reads nothing up front
-    stream = cast(IO[bytes], data if isinstance(data, mmap.mmap) else io.BytesIO(data))
+    # frees; closing an in-memory stream lets the file's bytes (~0.9 MiB for a -g object) go
+    # now (a file the caller passed is the caller's to close).
     try:
         elf = ELFFile(stream)
         if elf["e_machine"] not in ("EM_BPF", EM_BPF):
@@ -209,17 +255,18 @@ def read_elf(data: bytes | mmap.mmap) -> ElfObject:
     ) as exc:
         raise ObjectError(f"malformed ELF (corrupt or truncated file): {exc}") from exc
     finally:
-        if not isinstance(data, mmap.mmap):  # the caller owns (and closes) its mmap
+        if isinstance(stream, io.BytesIO):
             stream.close()
     return ElfObject(tuple(sections), tuple(symbols), relocs)
 
 
-def _check_section_table(data: bytes | mmap.mmap) -> None:
+def _check_section_table(data: bytes | _FileBytes) -> None:
     """The ELF64 header's section header table must lie inside the file (``e_shoff`` at
     byte 0x28, ``e_shentsize``/``e_shnum`` at 0x3A/0x3C; ``elf(5)``). A file cut short
     (an interrupted copy or build) fails here, with the sizes in words."""
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    head = data[:64]
+    shoff = struct.unpack_from("<Q", head, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
     if shentsize != 64:
         raise ObjectError(
             f"malformed ELF file: section headers of {shentsize} bytes (ELF64 uses 64)"
@@ -236,7 +283,7 @@ def _check_section_table(data: bytes | mmap.mmap) -> None:
         )
 
 
-def _read_sections(elf: object, data: bytes | mmap.mmap) -> list[Section]:
+def _read_sections(elf: object, data: bytes | _FileBytes) -> list[Section]:
     num = elf.num_sections()  # type: ignore[attr-defined]
     if num > 65535:
         raise ObjectError(f"{num} sections is too many")
@@ -285,7 +332,7 @@ def _read_sections(elf: object, data: bytes | mmap.mmap) -> list[Section]:
 _ZERO_CHUNK = bytes(1 << 16)
 
 
-def _initialised_len(data: bytes | mmap.mmap, off: int, size: int) -> int:
+def _initialised_len(data: bytes | _FileBytes, off: int, size: int) -> int:
     """Bytes of ``data[off:off+size]`` up to its last non-zero byte, found from the end in
     64 KiB chunks (each copied, compared with zeros and dropped), so the trailing zeros are
     never held in memory at once."""

@@ -9,9 +9,9 @@ See ``shared/docs/loader-spec.md`` ("Open") for the checklist this implements.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
+from typing import BinaryIO
 
 from schedswitchd.bpf.btf.ext import BtfExt, parse_btf_ext
 from schedswitchd.bpf.btf.fixup import fixup_object_btf
@@ -58,37 +58,36 @@ def _object_name(path: str) -> str:
 
 
 def open_object(
-    source: str | os.PathLike[str] | bytes | mmap.mmap, *, name: str | None = None
+    source: str | os.PathLike[str] | bytes | BinaryIO, *, name: str | None = None
 ) -> ObjectSpec:
-    """Open a BPF object from a path, its bytes, or a read-only ``mmap`` of the file.
+    """Open a BPF object from a path, its bytes, or a file opened for binary reading.
 
     ``name`` defaults to the file name up to its first dot (``"maps"`` for
-    ``maps.bpf.o``; ``"obj"`` for bytes). A path is read through ``mmap``: only the sections
-    the spec keeps are read, not the DWARF or the zeros of arena globals (``.addr_space.1``,
-    megabytes in scx schedulers). Raises :class:`ObjectError` for any malformed or
-    unsupported part of the ELF file (naming the section, symbol or offset) and
-    :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never anything else
-    for bad input. An unreadable path raises ``ObjectError`` naming it.
+    ``maps.bpf.o``; ``"obj"`` for bytes or a file). From a path or file only the headers,
+    tables and the sections the spec keeps are read: not the DWARF, not the zeros of arena
+    globals (``.addr_space.1``, megabytes in scx schedulers). Raises :class:`ObjectError`
+    for any malformed or unsupported part of the ELF file (naming the section, symbol or
+    offset) and :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never
+    anything else for bad input. An unreadable path raises ``ObjectError`` naming it.
     """
-    if isinstance(source, bytes | mmap.mmap):
-        return _open(read_elf(source), name or "obj")
+    if not isinstance(source, str | os.PathLike):
+        return _open(_read(source), name or "obj")
     path = os.fspath(source)
-    obj_name = name or _object_name(path)
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                elf = read_elf(b"")
-            else:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    elf = read_elf(mapped)
+            elf = _read(f)
+        return _open(elf, name or _object_name(path))
     except OSError as exc:
         raise ObjectError(f"cannot read BPF object {path!r}: {exc}") from exc
     except (ObjectError, BtfError) as exc:  # name the file: callers open many
         raise type(exc)(f"{path}: {exc}") from exc
+
+
+def _read(source: bytes | BinaryIO) -> ElfObject:
     try:
-        return _open(elf, obj_name)
-    except (ObjectError, BtfError) as exc:
-        raise type(exc)(f"{path}: {exc}") from exc
+        return read_elf(source)
+    except OSError as exc:  # a read error in the middle of the file
+        raise ObjectError(f"cannot read the object: {exc}") from exc
 
 
 def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:

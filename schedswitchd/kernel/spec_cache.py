@@ -85,19 +85,20 @@ class SpecCache:
         real = os.path.realpath(path)
         start = time.perf_counter_ns()
         try:
-            with open(real, "rb", buffering=0) as f:
+            with open(real, "rb") as f:
                 st = os.fstat(f.fileno())
                 key = SpecKey(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                 spec = self._lru.get(key)
                 if spec is not None:
                     return OpenedSpec(spec, key, True, 0)
-                data = f.read()
+                # from the open file: only what the spec keeps is read (not an arena's
+                # megabytes of zero globals, not DWARF), and these are the bytes identified
+                spec = open_object(f, name=object_name(real))
         except OSError as exc:
             raise ObjectError(
                 f"cannot read BPF object {os.fspath(path)!r}: {exc.strerror}"
             ) from exc
-        spec = open_object(data, name=object_name(real))
-        self._lru.put(key, spec, len(data))
+        self._lru.put(key, spec, st.st_size)
         return OpenedSpec(spec, key, False, time.perf_counter_ns() - start)
 
     def stats(self) -> LruStats:

@@ -43,3 +43,19 @@ def test_inspect_of_a_truncated_object_is_one_line(
     assert main(["object", "inspect", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "truncated ELF file" in err
+
+
+def test_file_cut_short_while_being_read_is_an_object_error(tmp_path: Path) -> None:
+    """Objects are read from the open file by offset, never mapped: a file that shrinks while
+    being read (an object rebuilt in place) gives an ObjectError, not a SIGBUS."""
+    from schedswitchd.bpf.elf import _FileBytes, read_elf
+
+    path = _cut(tmp_path, len(OBJ.read_bytes()))
+    with open(path, "rb") as f:
+        assert read_elf(f).section_by_name(".BTF") is not None  # read from the open file
+        view = _FileBytes(f)  # what read_elf slices sections from, sized at the start
+        assert view[0:4] == b"\x7fELF" and len(view) > 4096
+        with open(path, "r+b") as w:
+            w.truncate(1000)
+        with pytest.raises(ObjectError, match="shrank while being read"):
+            view[0:4096]

@@ -445,6 +445,19 @@ class KernelBackend:
                 return False
         return h.inputs == (SpecKey.of_path(spec.object), self._module_key(), hotplug)
 
+    def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
+        """Open every configured object into the spec cache (see the protocol); a file that
+        cannot be opened is logged and left for its switch to report."""
+        for name, cfg in schedulers.items():
+            try:
+                opened = self.specs.open(cfg.object)
+            except SchedSwitchError as exc:
+                log.warning("cannot pre-open %s (%s): %s", name, cfg.object, exc)
+                continue
+            if not opened.cached:
+                self._count("preopens")
+                log.debug("pre-opened %s in %.1f ms", name, opened.open_ns / 1e6)
+
     def kernel_bytes(self, prepared: Prepared) -> int:
         """Kernel memory ``prepared`` holds, bytes: ``memlock`` (``/proc/self/fdinfo``) of
         its maps and programs; 0 for an adopted handle (its maps are not all known)."""

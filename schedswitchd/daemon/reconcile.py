@@ -87,6 +87,8 @@ class Reconciler:
         self.intents: dict[str, int] = {}
         #: The scheduler the most recent hint lease asked for (a standby candidate).
         self.recent: str | None = None
+        #: Open the configured objects after the next pass (at start and after a reload).
+        self._preopen_pending = False
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -125,6 +127,7 @@ class Reconciler:
         adoption: the uevent listener's start-up can take seconds on a slow machine."""
         if self.adopted:
             self._grace_until_ns = self.clock() + int(self.config.daemon.adopt_grace_s * NS_PER_S)
+        self._preopen_pending = True
         self.kick()
 
     async def close(self) -> None:
@@ -155,6 +158,7 @@ class Reconciler:
         ):
             self.policy.override = None
         self.switcher.timeout_s = config.limits.switch_timeout_s
+        self._preopen_pending = True
         self.kick()
 
     def _apply_backoff_config(self) -> None:
@@ -221,6 +225,16 @@ class Reconciler:
             async with self._settled_cond:
                 self._settled_cond.notify_all()
             switched = bool(self.switcher.history) and self.switcher.history[-1].seq != seq
+            if self._preopen_pending:
+                # After the pass's replies: the first hint to each configured scheduler then
+                # needs no ELF/BTF parse (the backend's spec cache holds it).
+                self._preopen_pending = False
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self.worker, self.backend.preopen, dict(self.config.schedulers)
+                    )
+                except RuntimeError:  # the worker was shut down
+                    return
             try:
                 # After the replies, so that no hint waits for a standby's prepare.
                 filled = await self._refill_standby()

@@ -168,6 +168,10 @@ class SchedulerBackend(Protocol):
         (object file, module set, CPU topology unchanged); cheap. For standbys.
     ``kernel_bytes(prepared) -> int``
         Kernel memory the handle holds (bytes, as the kernel accounts it). For standbys.
+    ``preopen(schedulers)``
+        Read and parse every configured object ahead of need (ELF, BTF, relocations), so
+        that the first switch to each needs no open; bounded by the backend's spec cache.
+        Failures are logged, never raised (the switch itself reports them).
     """
 
     def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
@@ -193,6 +197,8 @@ class SchedulerBackend(Protocol):
     def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool: ...
 
     def kernel_bytes(self, prepared: Prepared) -> int: ...
+
+    def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None: ...
 
 
 # Results of a SwitchRecord.

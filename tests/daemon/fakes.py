@@ -145,6 +145,9 @@ class FakeBackend:
     def kernel_bytes(self, handle: Prepared) -> int:
         return self.handle_bytes.get(handle.name, 4096)
 
+    def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
+        self.calls.append("pre-open " + " ".join(sorted(schedulers)))
+
     # --- test controls ----------------------------------------------------------------------
 
     def eject(self, kind: int = 1026, reason: str = "watchdog failed to check in") -> None:

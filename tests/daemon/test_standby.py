@@ -122,3 +122,9 @@ def test_run_prepare_only(srv: Running, capsys: pytest.CaptureFixture[str]) -> N
     assert run.main(["-q", "--socket", "/nonexistent/s", "--prepare-only", "gaming"]) == 1
     with pytest.raises(SystemExit):
         run.main(["--socket", srv.path, "--prepare-only", "gaming", "--", "true"])
+
+
+def test_configured_objects_are_opened_after_the_first_pass(srv: Running) -> None:
+    srv.wait_for(lambda s: any(c.startswith("pre-open ") for c in srv.backend.calls))
+    opened = [c for c in srv.backend.calls if c.startswith("pre-open ")]
+    assert opened == ["pre-open broken fifo gaming vtime"]

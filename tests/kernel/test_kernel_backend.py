@@ -673,3 +673,17 @@ def test_program_links_closed_when_a_prepared_handle_is_discarded(
     prog_link = syscall.link_info(h.program_links()["hk_sys_enter"]).id
     backend.discard(h)
     assert _gone(prog_link)
+
+
+def test_preopen_fills_the_spec_cache_and_survives_a_bad_file(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.bpf.o"
+    bad.write_bytes(b"not an ELF")
+    backend.preopen({"uei": _cfg(bpf_object("uei")), "bad": _cfg(bad)})
+    assert backend.counters()["preopens"] == 1
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        assert h.timings_ns["open"] == 0  # served from the cache: no parse in the switch
+    finally:
+        backend.discard(h)

@@ -22,7 +22,12 @@ What each section kind becomes here (UAPI ``include/uapi/linux/bpf.h``, kernel
                                           with the event id from tracefs
                                           (``events/CAT/NAME/id``), then ``BPF_LINK_CREATE``
                                           ``BPF_PERF_EVENT`` (the link holds the event)
-``kprobe``/``kretprobe``/``uprobe``/...   refused with :class:`AttachError` (not supported)
+``kprobe/FN[+OFF]``, ``kretprobe/FN``     ``perf_event_open(2)`` of the ``kprobe`` PMU
+                                          (``/sys/bus/event_source/devices/kprobe``:
+                                          ``config1`` = the function name, ``config2`` =
+                                          the offset, the ``retprobe`` format bit), then
+                                          ``BPF_LINK_CREATE`` ``BPF_PERF_EVENT``
+``uprobe``/``usdt``/``ksyscall``/...      refused with :class:`AttachError` (not supported)
 anything else                             not auto-attached (``None``)
 ========================================  ===================================================
 
@@ -68,6 +73,7 @@ class AttachMode(Enum):
     ITER = "iter"  #: BPF_LINK_CREATE BPF_TRACE_ITER
     RAW_TP = "raw_tp"  #: BPF_RAW_TRACEPOINT_OPEN
     TRACEPOINT = "tracepoint"  #: perf_event_open + BPF_LINK_CREATE BPF_PERF_EVENT
+    KPROBE = "kprobe"  #: perf kprobe PMU event + BPF_LINK_CREATE BPF_PERF_EVENT
     UNSUPPORTED = "unsupported"  #: auto-attached by libbpf, refused here
 
 
@@ -107,7 +113,11 @@ def attach_mode(prog: ProgramSpec) -> AttachMode:
     if ptype == bpf_uapi.ProgType.KPROBE:
         # libbpf auto-attaches kprobe/kretprobe/uprobe/usdt/ksyscall sections that name a
         # target; without one (SEC("kprobe")) it leaves them alone.
-        return AttachMode.UNSUPPORTED if prog.attach_to else AttachMode.NONE
+        if not prog.attach_to:
+            return AttachMode.NONE
+        if _section_prefix(prog) in ("kprobe", "kretprobe"):
+            return AttachMode.KPROBE
+        return AttachMode.UNSUPPORTED
     return AttachMode.NONE
 
 
@@ -128,6 +138,8 @@ def attach_program(prog: ProgramSpec, fd: ProgFd) -> LinkFd | None:
             return syscall.raw_tracepoint_open(fd, prog.attach_to)
         if mode is AttachMode.TRACEPOINT:
             return _attach_tracepoint(prog, fd)
+        if mode is AttachMode.KPROBE:
+            return _attach_kprobe(prog, fd)
     except BpfSyscallError as exc:
         raise AttachError(
             prog.name, f"{prog.section}: attach refused: {exc}", errno_value=exc.errno
@@ -135,8 +147,8 @@ def attach_program(prog: ProgramSpec, fd: ProgFd) -> LinkFd | None:
     raise AttachError(
         prog.name,
         f"section {prog.section!r}: {_section_prefix(prog)} programs are auto-attached by "
-        "libbpf but not by this loader (kprobe/uprobe attachment is not supported); "
-        "turn the program's autoload off to load the object without it",
+        "libbpf but not by this loader (only kprobe/FN[+OFF] and kretprobe/FN are); turn "
+        "the program's autoload off to load the object without it",
     )
 
 
@@ -292,6 +304,91 @@ def _attach_tracepoint(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
             raise AttachError(
                 prog.name,
                 f"cannot enable the perf event: {exc.strerror}",
+                errno_value=exc.errno or 0,
+            ) from exc
+    return link
+
+
+# --- kprobes through the perf kprobe PMU ------------------------------------------------------
+
+_KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
+
+
+def _kprobe_pmu() -> tuple[int, int]:
+    """(PMU type, ``retprobe`` bit in ``config``) of the kernel's ``kprobe`` PMU
+    (``CONFIG_KPROBE_EVENTS``; ``type`` and ``format/retprobe``, e.g. ``config:0``).
+    Raises :class:`LoadError` when the kernel has none."""
+    try:
+        with open(os.path.join(_KPROBE_PMU, "type"), encoding="ascii") as f:
+            pmu_type = int(f.read().strip())
+    except (OSError, ValueError) as exc:
+        raise LoadError(
+            f"this kernel has no kprobe PMU ({_KPROBE_PMU}/type: "
+            f"{getattr(exc, 'strerror', None) or exc}; CONFIG_KPROBE_EVENTS)"
+        ) from exc
+    bit = 0
+    try:
+        with open(os.path.join(_KPROBE_PMU, "format", "retprobe"), encoding="ascii") as f:
+            text = f.read().strip()  # "config:0"
+        if text.startswith("config:"):
+            bit = int(text.split(":", 1)[1].split("-", 1)[0])
+    except (OSError, ValueError):
+        pass  # every kernel with the PMU so far says config:0
+    return pmu_type, bit
+
+
+def _kprobe_target(prog: ProgramSpec) -> tuple[str, int, bool]:
+    """(function, offset, is_return) from ``kprobe/FN[+OFF]`` / ``kretprobe/FN``."""
+    retprobe = _section_prefix(prog) == "kretprobe"
+    func, plus, off_text = prog.attach_to.partition("+")
+    offset = 0
+    if plus:
+        try:
+            offset = int(off_text, 0)
+        except ValueError:
+            offset = -1
+        if offset < 0 or retprobe:
+            raise AttachError(
+                prog.name,
+                f"section {prog.section!r}: expected kprobe/FUNCTION[+OFFSET] or "
+                "kretprobe/FUNCTION",
+            )
+    if not func:
+        raise AttachError(prog.name, f"section {prog.section!r} names no function")
+    return func, offset, retprobe
+
+
+def _attach_kprobe(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
+    func, offset, retprobe = _kprobe_target(prog)
+    try:
+        pmu_type, bit = _kprobe_pmu()
+    except LoadError as exc:
+        raise AttachError(prog.name, str(exc)) from exc
+    name = ctypes.create_string_buffer(func.encode())
+    # perf_event_attr: type, size, config (retprobe bit), ..., config1 (at 56: a pointer to
+    # the function name), config2 (at 64: the offset) -- include/uapi/linux/perf_event.h.
+    attr = bytearray(_PERF_ATTR_SIZE)
+    struct.pack_into("<IIQ", attr, 0, pmu_type, _PERF_ATTR_SIZE, (1 << bit) if retprobe else 0)
+    struct.pack_into("<QQ", attr, 56, ctypes.addressof(name), offset)
+    what = f"{'kretprobe' if retprobe else 'kprobe'} on {func}" + (f"+{offset}" if offset else "")
+    try:
+        pfd = OwnedFd(_perf_event_open(bytes(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC))
+    except OSError as exc:
+        hint = " (no such function, or it cannot be probed)" if exc.errno == errno.ENOENT else ""
+        raise AttachError(
+            prog.name,
+            f"perf_event_open of a {what} failed: {exc.strerror}{hint}",
+            errno_value=exc.errno or 0,
+        ) from exc
+    with pfd:
+        link = syscall.link_create(fd, bpf_uapi.AttachType.PERF_EVENT, target_fd=pfd)
+        try:
+            fcntl.ioctl(pfd.fd, PERF_EVENT_IOC_ENABLE, 0)
+        except OSError as exc:
+            link.close()
+            raise AttachError(
+                prog.name,
+                f"cannot enable the {what}: {exc.strerror}",
                 errno_value=exc.errno or 0,
             ) from exc
     return link

@@ -8,6 +8,7 @@ Objects: ``tests/bpf/{syscall_run,optional,attach,ca_hooks}.bpf.c``."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 import time
@@ -28,7 +29,7 @@ from schedswitchd.kernel.loader import (
     ProgramRunError,
     load_object,
 )
-from schedswitchd.kernel.prog_attach import AttachMode, attach_mode
+from schedswitchd.kernel.prog_attach import AttachError, AttachMode, attach_mode
 from schedswitchd.kernel.syscall import (
     link_get_fd_by_id,
     link_get_next_id,
@@ -267,13 +268,13 @@ def test_fentry_fexit_count_a_syscall(registry: KernelBtfRegistry) -> None:
             pytest.skip(f"this kernel refuses fentry programs even to root: {exc}")
         raise
     with obj:
+        pgid = os.getpgid(0)  # before attaching: it is a getpgid(2) too
         obj.attach_programs()
-        pgid = os.getpgid(0)
         assert _libc.syscall(NR_GETPGID, 0) == pgid
-        assert _libc.syscall(NR_GETPGID, 0) == pgid
+        assert _libc.syscall(NR_GETPGID, 1 << 22) == -1  # no such pid
         assert _u64(obj, "fentry_hits") == 2
         assert _u64(obj, "fexit_hits") == 2
-        assert _s64(obj, "fexit_last_ret") == pgid
+        assert _s64(obj, "fexit_last_ret") == -errno.ESRCH  # the kernel function's return
 
 
 def test_links_are_closed_on_unload(registry: KernelBtfRegistry) -> None:
@@ -318,3 +319,52 @@ def test_struct_ops_attach_attaches_the_other_programs_first(
         assert "hk_sys_enter" in obj.program_links  # unregistering leaves the hooks
     assert name not in ca_list.read_text().split()
     assert obj.program_links == {} and obj.links == {}
+
+
+# --- kprobes -----------------------------------------------------------------------------------
+
+KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe/type")
+
+
+def _kprobe_spec() -> ObjectSpec:
+    return set_variable(_obj("kprobes"), "target_tgid", os.getpid())
+
+
+def test_kprobe_sections_parse() -> None:
+    modes = {p.name: attach_mode(p) for p in _obj("kprobes").programs}
+    assert modes == {
+        "on_getpgid_kprobe": AttachMode.KPROBE,
+        "on_getpgid_kretprobe": AttachMode.KPROBE,
+    }
+
+
+def test_kprobe_refused_clearly_without_the_kprobe_pmu(
+    registry: KernelBtfRegistry, bpffs: Path
+) -> None:
+    if KPROBE_PMU.exists():
+        pytest.skip("this kernel has the kprobe PMU (the VM test covers attaching)")
+    with _load(_kprobe_spec(), registry) as obj:
+        before = _bpf_fds()
+        with pytest.raises(AttachError, match="no kprobe PMU") as info:
+            obj.attach_programs()
+        assert info.value.program == "on_getpgid_kprobe"
+        assert obj.program_links == {} and _bpf_fds() == before  # nothing left open
+    # optional: maps.bpf.c's '?kprobe/do_nanosleep' is skipped with a note instead
+    with _load(_obj("maps"), registry, pin_root=bpffs) as obj:
+        obj.attach_programs()
+        assert "probe_sleep" not in obj.program_links
+        assert "no kprobe PMU" in obj.skipped["probe_sleep"]
+        assert any("probe_sleep" in n for n in obj.notes)
+
+
+def test_kprobes_count_a_syscall(registry: KernelBtfRegistry) -> None:
+    if not KPROBE_PMU.exists():
+        pytest.skip("this kernel has no kprobe PMU (CONFIG_KPROBE_EVENTS); the VM test runs it")
+    with _load(_kprobe_spec(), registry) as obj:
+        pgid = os.getpgid(0)
+        obj.attach_programs()
+        assert _libc.syscall(NR_GETPGID, 0) == pgid
+        assert _libc.syscall(NR_GETPGID, 1 << 22) == -1
+        assert _u64(obj, "kprobe_hits") == 2
+        assert _u64(obj, "kretprobe_hits") == 2
+        assert _s64(obj, "kretprobe_last_ret") == -errno.ESRCH

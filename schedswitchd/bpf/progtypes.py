@@ -17,6 +17,10 @@ PROG_TYPE_SCHED_CLS = 3
 PROG_TYPE_XDP = 6
 PROG_TYPE_PERF_EVENT = 7
 ATTACH_XDP = 37
+PROG_TYPE_RAW_TRACEPOINT_WRITABLE = 24
+ATTACH_TRACE_KPROBE_MULTI = 42
+ATTACH_TRACE_UPROBE_MULTI = 48
+ATTACH_TRACE_KPROBE_SESSION = 56
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,18 @@ _TABLE: tuple[tuple[str, bool, int, int, bool], ...] = (
     ("lsm.s", True, spec.PROG_TYPE_LSM, spec.ATTACH_LSM_MAC, True),
     ("lsm", True, spec.PROG_TYPE_LSM, spec.ATTACH_LSM_MAC, False),
     ("freplace", True, spec.PROG_TYPE_EXT, spec.ATTACH_NONE, False),
+    # kprobe/uprobe flavours: loaded as libbpf does; only plain kprobe/kretprobe attach
+    # (schedswitchd.kernel.prog_attach), the others are refused by name at attach time.
+    ("kprobe.multi", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_KPROBE_MULTI, False),
+    ("kretprobe.multi", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_KPROBE_MULTI, False),
+    ("kprobe.session", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_KPROBE_SESSION, False),
+    ("uprobe.multi.s", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_UPROBE_MULTI, True),
+    ("uprobe.multi", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_UPROBE_MULTI, False),
+    ("uretprobe.multi.s", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_UPROBE_MULTI, True),
+    ("uretprobe.multi", True, spec.PROG_TYPE_KPROBE, ATTACH_TRACE_UPROBE_MULTI, False),
+    ("ksyscall", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("kretsyscall", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
+    ("usdt", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
     ("kprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
     ("kretprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
     ("uprobe.s", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, True),
@@ -53,7 +69,9 @@ _TABLE: tuple[tuple[str, bool, int, int, bool], ...] = (
     ("uretprobe", True, spec.PROG_TYPE_KPROBE, spec.ATTACH_NONE, False),
     ("tracepoint", True, spec.PROG_TYPE_TRACEPOINT, spec.ATTACH_NONE, False),
     ("tp", True, spec.PROG_TYPE_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("raw_tracepoint.w", True, PROG_TYPE_RAW_TRACEPOINT_WRITABLE, spec.ATTACH_NONE, False),
     ("raw_tracepoint", True, spec.PROG_TYPE_RAW_TRACEPOINT, spec.ATTACH_NONE, False),
+    ("raw_tp.w", True, PROG_TYPE_RAW_TRACEPOINT_WRITABLE, spec.ATTACH_NONE, False),
     ("raw_tp", True, spec.PROG_TYPE_RAW_TRACEPOINT, spec.ATTACH_NONE, False),
     ("syscall", False, spec.PROG_TYPE_SYSCALL, spec.ATTACH_NONE, True),
     ("perf_event", False, PROG_TYPE_PERF_EVENT, spec.ATTACH_NONE, False),

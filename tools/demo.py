@@ -4,12 +4,19 @@ demo``): hint, status, a lower- and a higher-priority hint, release, a scheduler
 ejects, release all. Prints the session as it ran, then its last line: a JSON summary
 (kernel version, switches made, median switch and gap in ms, result).
 
+The ``gaming`` hint runs a community scheduler with its shipped profile when one is
+available (``config/profiles/``, the daemon's ``profile`` key): the object or executable named
+by ``DEMO_SCHEDULER`` (with ``DEMO_PROFILE``, default its file stem, and ``DEMO_MODE``), else
+scx_bpfland from ``../shared/corpus`` in its ``gaming`` mode; the demo says which. Without one
+(or without profile support in this build) it stays ss_latency.
+
 Exit status 0 only when every expectation of the session held in the kernel's own view.
 The VM's output arrives when it powers off (a few minutes under TCG).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,13 +26,63 @@ from tools.sidkernel import ensure_kernel
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "config" / "schedswitchd.toml"
+CORPUS = REPO.parent / "shared" / "corpus"
+# (corpus object, profile, mode, ops name) tried for the gaming hint, in order
+COMMUNITY = [("bpfland.bpf.o", "bpfland", "gaming", "bpfland")]
+GAMING = '[hints.gaming]\nscheduler = "latency"\n'
 
 SCRIPT = r"""
 cd "$REPO"
 # ss_latency (the 'gaming' scheduler) reads the uinput module's BTF (.kmod_btfs)
 modprobe -d "$KMOD_ROOT" uinput
-"$PY" -m tools.session demo --config "$CONFIG" --log "$RESULTS/daemon.log"
+"$PY" -m tools.session demo --config "$RESULTS/demo.toml" --log "$RESULTS/daemon.log"
 """
+
+
+def _profile_support() -> bool:
+    from schedswitchd.daemon import config as cfg
+
+    return "profile" in getattr(getattr(cfg, "SchedulerConfig", None), "model_fields", {})
+
+
+def community_gaming() -> tuple[str, str, str, str] | None:
+    """(object, profile, mode, ops name) for the gaming hint, or None: ``DEMO_SCHEDULER``
+    (an object or an executable embedding one) first, then the corpus."""
+    if not _profile_support():
+        return None
+    named = os.environ.get("DEMO_SCHEDULER")
+    if named:
+        path = Path(named).resolve()
+        profile = os.environ.get("DEMO_PROFILE") or path.name.split(".")[0].removeprefix("scx_")
+        ops = os.environ.get("DEMO_OPS", profile)
+        return str(path), profile, os.environ.get("DEMO_MODE", "gaming"), ops
+    for obj, profile, mode, ops in COMMUNITY:
+        if (CORPUS / obj).is_file():
+            return str((CORPUS / obj).resolve()), profile, mode, ops
+    return None
+
+
+def demo_config() -> tuple[str, str]:
+    """The shipped config with absolute object paths, its gaming hint moved to a community
+    scheduler when one is available; and the ops name the gaming hint must show."""
+    from tools.session import config_variant
+
+    text = config_variant(REPO)
+    pick = community_gaming()
+    if pick is None:
+        print("gaming hint: ss_latency (no community scheduler with a profile available)")
+        return text, "ss_latency"
+    obj, profile, mode, ops = pick
+    assert GAMING in text, "config/schedswitchd.toml's [hints.gaming] changed"
+    print(f"gaming hint: {ops} from {obj} with profile {profile!r}, mode {mode!r}")
+    text = text.replace(GAMING, f'[hints.gaming]\nscheduler = "community"\nmode = "{mode}"\n')
+    text += (
+        f'\n[schedulers.community]\nobject = "{obj}"\nprofile = "{profile}"\n'
+        f'description = "{ops} (community scheduler, profile {profile})"\n'
+        # software emulation stretches the kernel watchdog's wall time
+        "struct_ops = { timeout_ms = 30000 }\n"
+    )
+    return text, ops
 
 
 def main() -> int:
@@ -35,9 +92,15 @@ def main() -> int:
         "(software emulation: this takes a few minutes)...",
         flush=True,
     )
+    text, gaming_ops = demo_config()
     start = time.monotonic()
     result = vm.run_in_vm(
-        SCRIPT, kernel=kernel, timeout=900, cwd=str(REPO), env={"CONFIG": str(CONFIG)}
+        SCRIPT,
+        kernel=kernel,
+        timeout=900,
+        cwd=str(REPO),
+        env={"SCHEDSWITCHD_DEMO_GAMING_OPS": gaming_ops},
+        inputs={"demo.toml": text},
     )
     print(result.output.rstrip())
     print(f"(VM: {result.accel}, {time.monotonic() - start:.0f} s)", file=sys.stderr)

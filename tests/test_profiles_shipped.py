@@ -63,8 +63,10 @@ def _literal(v: object) -> object:
         return None
     if isinstance(v, dict):
         return {k: x for k, x in ((k, _literal(x)) for k, x in v.items()) if x is not None}
-    if isinstance(v, list) and any(_is_expr(x) for x in v):
-        return None
+    if isinstance(v, list):
+        if any(_is_expr(x) for x in v):
+            return None
+        return [_literal(x) for x in v]
     return v
 
 

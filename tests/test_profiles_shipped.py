@@ -8,7 +8,11 @@ project's own encoder, ``schedswitchd.bpf.customize``); every resized section ex
 resizes; every program it runs is a ``SEC("syscall")`` program whose context struct has the
 argument members named; every counter it shows exists; the ops name is the object's. Values
 given as expressions depend on the machine's topology and are the framework's to evaluate;
-here only their targets are checked. They skip when the corpus is absent.
+here only their targets are checked (they skip when the corpus is absent). Then the
+framework's resolver (``schedswitchd.profile``) evaluates every profile and mode on fake sysfs
+trees (the VM's 2 CPUs; 8 CPUs with SMT over 2 LLCs; 16 CPUs over 2 nodes with one offline),
+and the values that encode a scheduler's own topology logic are compared with what its
+userspace computes for those machines.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from schedswitchd.bpf.customize import (
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MapKind, ObjectSpec
 from schedswitchd.errors import SchedSwitchError
+from schedswitchd.profile.model import load_profile
+from schedswitchd.profile.resolve import KernelFacts, resolve_profile
+from schedswitchd.profile.topology import Topology, read_topology
+from tests.profile.fakesys import fake_sysfs
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "config" / "profiles"
@@ -211,3 +219,104 @@ def test_stats_name_existing_counters(name: str) -> None:
         else:
             m = spec.map(stat["map"])
             assert 0 <= stat["key"] < m.max_entries, stat
+
+
+# --- with the framework's resolver (schedswitchd.profile) on fake sysfs trees ---------------
+
+TOPOLOGIES: dict[str, dict[str, Any]] = {
+    # the VM: 2 CPUs, no SMT, one LLC, one node
+    "vm2": {"possible": [0, 1], "llcs": [[0, 1]], "nodes": [[0, 1]]},
+    # 4 cores x 2 threads over 2 LLCs
+    "smt8": {
+        "possible": list(range(8)),
+        "siblings": [[0, 4], [1, 5], [2, 6], [3, 7]],
+        "llcs": [[0, 1, 4, 5], [2, 3, 6, 7]],
+        "nodes": [list(range(8))],
+    },
+    # 2 nodes, 4 LLCs, SMT, CPU 15 offline
+    "numa16": {
+        "possible": list(range(16)),
+        "online": list(range(15)),
+        "siblings": [[i, i + 8] for i in range(7)] + [[7]],
+        "llcs": [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13], [6, 7, 14]],
+        "nodes": [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14]],
+    },
+}
+# the enumerators the profiles ask the kernel for (values of the VM kernel's BTF)
+KERNEL = KernelFacts({"SCX_SLICE_DFL": 20_000_000}.get, "test table")
+
+
+@pytest.fixture(scope="module")
+def topologies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Topology]:
+    out = {}
+    for name, shape in TOPOLOGIES.items():
+        root = fake_sysfs(tmp_path_factory.mktemp(name), **shape)
+        out[name] = read_topology(root)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_every_mode_resolves_on_every_topology(name: str, topologies: dict[str, Topology]) -> None:
+    prof = load_profile(PROFILES / f"{name}.toml")
+    for tname, topo in topologies.items():
+        for mode in [None, *prof.modes]:
+            r = resolve_profile(prof, topo, mode=mode, kernel=KERNEL)
+            assert r.name == name, (tname, mode)
+
+
+def test_bpfland_values(topologies: dict[str, Topology]) -> None:
+    prof = load_profile(PROFILES / "bpfland.toml")
+    r = resolve_profile(prof, topologies["vm2"], kernel=KERNEL)
+    assert r.variables["primary_all"] is True and r.variables["smt_enabled"] is False
+    assert [(x.program, x.args["cpu_id"]) for x in r.runs] == [
+        ("enable_primary_cpu", -1),
+        ("enable_primary_cpu", 0),
+        ("enable_primary_cpu", 1),
+    ]
+    r = resolve_profile(prof, topologies["smt8"], kernel=KERNEL)
+    sib = [(x.args["cpu_id"], x.args["sibling_cpu_id"]) for x in r.runs if "sibling" in x.program]
+    assert sib == [(c, (c + 4) % 8) for c in range(8)]
+    # numa16: CPU 7 has no online sibling, offline CPU 15 gets -1 too
+    r = resolve_profile(prof, topologies["numa16"], kernel=KERNEL)
+    by_cpu = {x.args["cpu_id"]: x.args["sibling_cpu_id"] for x in r.runs if "sibling" in x.program}
+    assert by_cpu[7] == -1 and by_cpu[15] == -1 and by_cpu[0] == 8
+    assert r.variables["primary_all"] is False  # 15 of 16 possible CPUs online
+    ps = resolve_profile(prof, topologies["vm2"], mode="powersave", kernel=KERNEL)
+    assert ps.variables["slice_max"] == 20_000_000 and ps.after_load["cpufreq_perf_lvl"] == 0
+
+
+def test_tickless_timer_cpu(topologies: dict[str, Topology]) -> None:
+    prof = load_profile(PROFILES / "tickless.toml")
+    r = resolve_profile(prof, topologies["vm2"], kernel=KERNEL)
+    # -m 0: the slowest online CPU, the last of the capacity-descending order
+    assert r.attach_cpu == 1
+    assert [(x.program, x.args["cpu_id"], x.when) for x in r.runs][-1] == (
+        "start_timer",
+        1,
+        "after_attach",
+    )
+
+
+def test_lavd_tables(topologies: dict[str, Topology]) -> None:
+    prof = load_profile(PROFILES / "lavd.toml")
+    v = resolve_profile(prof, topologies["vm2"], kernel=KERNEL).variables
+    assert v["nr_pco_states"] == 2 and v["pco_bounds"][:2] == [1024, 2048]
+    assert [t[:2] for t in v["pco_table"][:2]] == [[0, 1], [0, 1]]
+    assert v["cpdom_ctxs"][0]["is_valid"] == 1 and v["cpdom_ctxs"][1]["is_valid"] == 0
+    assert v["cpdom_ctxs"][0]["__cpumask"][0] == 0b11
+    v = resolve_profile(prof, topologies["smt8"], kernel=KERNEL).variables
+    # powersave order fills a core's threads first, performance order one thread per core
+    assert v["pco_table"][0][:8] == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert v["pco_table"][1][:8] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert v["cpu_sibling"][:8] == [4, 5, 6, 7, 0, 1, 2, 3]
+    v = resolve_profile(prof, topologies["numa16"], kernel=KERNEL).variables
+    doms = v["cpdom_ctxs"]
+    assert [d["is_valid"] for d in doms[:5]] == [1, 1, 1, 1, 0]
+    # domain 0: one neighbour in its node (1), two in the other (2, 3)
+    assert doms[0]["nr_neighbors"] == [1, 2, 0]
+    assert doms[0]["neighbor_ids"][0] == 1 and doms[0]["neighbor_ids"][128:130] == [2, 3]
+    assert doms[3]["numa_id"] == 1
+    gaming = resolve_profile(prof, topologies["vm2"], mode="gaming", kernel=KERNEL)
+    assert [x.args for x in gaming.runs if x.program == "set_power_profile"][-1] == {
+        "power_mode": 0
+    }

@@ -144,8 +144,32 @@ def reap(pids: list[int]) -> list[int]:
     return codes
 
 
-def _runs_ops(ops: str) -> Callable[[], bool]:
-    return lambda: kernel_view()["ops"] == ops
+def _switch_over(sock: str, key: str, ops: str, since: int) -> Callable[[], bool]:
+    """Predicate: the kernel runs ``ops``, or the daemon recorded a switch to ``key`` since
+    history entry ``since`` that did not end ``ok`` (failed, ejected...)."""
+
+    def check() -> bool:
+        if kernel_view()["ops"] == ops:
+            return True
+        with contextlib.suppress(DaemonError, OSError):
+            return any(h.target == key and h.result != "ok" for h in history(sock)[since:])
+        return False
+
+    return check
+
+
+def _wait_enabled(sock: str, key: str, ops: str, reply: dict[str, Any], since: int) -> bool:
+    """Wait (up to 240 s: TCG) for the hinted scheduler; False at once for a refused hint."""
+    if "lease" not in reply:
+        return False
+    wait_for(_switch_over(sock, key, ops, since), 240, 0.2)
+    return bool(kernel_view()["ops"] == ops)
+
+
+def _history_len(sock: str) -> int:
+    with contextlib.suppress(DaemonError, OSError):
+        return len(history(sock))
+    return 0
 
 
 def soak(sock: str, ops: str, seconds: float) -> dict[str, Any]:
@@ -234,9 +258,10 @@ def run(
             continue
         t0 = time.monotonic()
         r: dict[str, Any] = {"ops": ops}
+        since = _history_len(sock)
         launcher = Launcher(sock, f"p-{key}")
         r["reply"] = launcher.reply
-        r["enabled"] = wait_for(_runs_ops(ops), 240, 0.2)
+        r["enabled"] = _wait_enabled(sock, key, ops, launcher.reply, since)
         r["switch_s"] = time.monotonic() - t0
         r["kernel"] = kernel_view()
         with contextlib.suppress(DaemonError, OSError):
@@ -248,7 +273,7 @@ def run(
         r["released"] = wait_for(lambda: kernel_view()["state"] == "disabled", 120, 0.2)
         r["after_release"] = kernel_view()
         with contextlib.suppress(DaemonError, OSError):
-            r["history"] = [h.model_dump(mode="json") for h in history(sock)[-4:]]
+            r["history"] = [h.model_dump(mode="json") for h in history(sock)[since:]]
         time.sleep(0.5)
         r["kmsg"] = kmsg.lines()
         r["elapsed_s"] = time.monotonic() - t0
@@ -259,10 +284,11 @@ def run(
             if key not in objects:
                 continue
             m: dict[str, Any] = {"scheduler": key, "mode": mode, "expected": expected}
+            since = _history_len(sock)
             launcher = Launcher(sock, f"p-{key}-{mode}")
             m["reply"] = launcher.reply
             ops = dict(SCHEDULERS)[key]
-            m["enabled"] = wait_for(_runs_ops(ops), 240, 0.2)
+            m["enabled"] = _wait_enabled(sock, key, ops, launcher.reply, since)
             if m["enabled"]:
                 time.sleep(2.0)  # after_attach runs (set_power_profile) happen within the switch
                 try:

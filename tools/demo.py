@@ -33,6 +33,9 @@ GAMING = '[hints.gaming]\nscheduler = "latency"\n'
 
 SCRIPT = r"""
 cd "$REPO"
+# scx schedulers read __kconfig externs: give the loader this kernel's config where a distro
+# keeps it (/boot/config-$KVER; the read-only host root has none for the VM's kernel)
+mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/config-$KVER"
 # ss_latency (the 'gaming' scheduler) reads the uinput module's BTF (.kmod_btfs)
 modprobe -d "$KMOD_ROOT" uinput
 "$PY" -m tools.session demo --config "$RESULTS/demo.toml" --log "$RESULTS/daemon.log"

@@ -96,6 +96,9 @@ def _pingpong(end: float) -> None:
     b_r, b_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        # drop the other ends, or the read below never sees EOF (we would hold a_w open)
+        os.close(a_w)
+        os.close(b_r)
         while True:
             if not os.read(a_r, 1):
                 os._exit(0)

@@ -52,6 +52,9 @@ TCG_TIMEOUT_MS = 30000
 SCRIPT = r"""
 set -e
 cd "$REPO"
+# scx schedulers read __kconfig externs: give the loader this kernel's config where a distro
+# keeps it (/boot/config-$KVER; the read-only host root has none for the VM's kernel)
+mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/config-$KVER"
 "$PY" -m tools.profiles_soak --config "$RESULTS/profiles.toml" --objects "$OBJECTS_JSON" \
     --out "$RESULTS/profiles.json" --log "$RESULTS/daemon.log" --soak-s "$SOAK_S" --modes
 """

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from schedswitchd.bpf.btf_types import Composite, Func, FuncProto, Kind, Ref
+from schedswitchd.bpf.btf.types import Composite, Func, FuncProto, Kind, Ref
 from schedswitchd.bpf.customize import (
     resize_array_section,
     set_struct_ops_member,

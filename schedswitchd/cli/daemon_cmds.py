@@ -271,9 +271,12 @@ def _hint(args: argparse.Namespace) -> int:
         # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
-            client.wait_closed()
+            final = client.wait_closed()
         except KeyboardInterrupt:
             return 0
+    if final is not None:  # --ttl passed or --pid exited: the hold did its job
+        print(f"lease {final.lease} ended: {final.why}", file=sys.stderr)
+        return 0
     print("the daemon closed the connection; the lease has ended", file=sys.stderr)
     return 1
 

@@ -6,6 +6,7 @@ becomes :class:`DaemonError`, an unreachable daemon :class:`DaemonUnavailable`.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from types import TracebackType
 
@@ -75,14 +76,21 @@ class DaemonClient:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def wait_closed(self) -> None:
-        """Block until the daemon closes the connection (e.g. it stopped)."""
+    def wait_closed(self) -> proto.LeaseEnded | None:
+        """Block until the daemon closes the connection (it stopped, or the connection's
+        last lease ended on its own). Returns the daemon's final
+        :class:`~schedswitchd.daemon.protocol.LeaseEnded` line if it sent one."""
         self.sock.settimeout(None)
+        final: proto.LeaseEnded | None = None
         try:
-            while self.sock.recv(65536):
-                pass
+            while (line := self._read_line()) is not None:
+                with contextlib.suppress(ProtocolError):
+                    reply = proto.parse_reply(line)
+                    if isinstance(reply, proto.LeaseEnded):
+                        final = reply
         except OSError:
             pass
+        return final
 
     def close(self) -> None:
         """Close the connection (which ends the leases it holds)."""

@@ -112,6 +112,13 @@ class LimitsConfig(_Model):
     )
     max_connections: int = Field(default=256, ge=1, le=65536)
     max_connections_per_uid: int = Field(default=32, ge=1, le=65536)
+    admin_reserve: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description="Connections an admin may open beyond max_connections and "
+        "max_connections_per_uid, so that status and stop work under a flood.",
+    )
     max_leases_per_uid: int = Field(default=8, ge=1, le=65536)
     max_ttl_s: float = Field(
         default=7 * 86400.0, gt=0, description="Longest TTL a hint may ask for."

@@ -274,6 +274,10 @@ class KernelBackend:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._link_detach_works = True
+        #: Which handle's link each pin name holds: a reload's switch of a running
+        #: scheduler to its new form attaches a second handle of the same name, whose pin
+        #: replaces the old one's; discarding the old handle must not remove it.
+        self._pin_owner: dict[str, KernelPrepared] = {}
 
     # --- counters ----------------------------------------------------------------------------
 
@@ -529,6 +533,7 @@ class KernelBackend:
             # the same as a daemon stopping without pins; nothing is left behind.
             start = time.perf_counter_ns()
             self.pins.pin(h.name, link, h.exit_map_fd(), h.program_links())
+            self._pin_owner[h.name] = h
             t["pin"] = time.perf_counter_ns() - start
         except SchedSwitchError:
             self._count("attach_failures")
@@ -604,11 +609,14 @@ class KernelBackend:
 
     def _release(self, h: KernelPrepared) -> None:
         """Remove the handle's pins and close its link fd (the link is already detached in
-        the kernel, or closing it is what unregisters the scheduler)."""
-        try:
-            self.pins.unpin(h.name)
-        except PinError as exc:
-            log.warning("%s", exc)
+        the kernel, or closing it is what unregisters the scheduler). A pin of the same
+        name that another handle made since is left alone."""
+        if self._pin_owner.get(h.name, h) is h:
+            self._pin_owner.pop(h.name, None)
+            try:
+                self.pins.unpin(h.name)
+            except PinError as exc:
+                log.warning("%s", exc)
         h.close_link()
         h.release_pending = False
 
@@ -664,7 +672,9 @@ class KernelBackend:
             h.release_pending = True
         else:
             start = time.perf_counter_ns()
-            self.pins.unpin(h.name)
+            if self._pin_owner.get(h.name, h) is h:
+                self._pin_owner.pop(h.name, None)
+                self.pins.unpin(h.name)
             t["unpin"] = time.perf_counter_ns() - start
             start = time.perf_counter_ns()
             h.close_link()
@@ -744,6 +754,7 @@ class KernelBackend:
             except SchedSwitchError as exc:
                 log.warning("%s", exc)
         if adopted is not None:
+            self._pin_owner[adopted.name] = adopted
             self._count("adoptions")
             log.info("re-adopted %s (ops %s) from its pin", adopted.name, adopted.ops_name)
         return adopted

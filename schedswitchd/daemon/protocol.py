@@ -24,6 +24,7 @@ Requests::
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 import pydantic_core
@@ -279,6 +280,16 @@ class StandbyInfo(_Wire):
     age_s: float
 
 
+class ReloadInfo(_Wire):
+    """The last reload (``reload`` request or SIGHUP): when (unix s), from which file,
+    whether it was taken and, when refused, why (the old configuration then stays)."""
+
+    time: float
+    source: str | None = None
+    ok: bool
+    error: str | None = None
+
+
 class StatusBody(_Wire):
     """What ``status`` returns; ``active`` is what the daemon attached (``kernel``: none)
     and ``kernel`` is what the kernel itself reports, which is the truth."""
@@ -295,7 +306,17 @@ class StatusBody(_Wire):
         description="Every live lease, best first, whether or not it decides what runs.",
     )
     last_switch: SwitchInfo | None = None
-    last_exit: ExitInfoModel | None = None
+    last_exit: ExitInfoModel | None = Field(
+        default=None,
+        description="The newest exit record the daemon read (an ejection, a failed attach, "
+        "a detach to the kernel's own scheduler).",
+    )
+    active_stale: bool = Field(
+        default=False,
+        description="The running scheduler was loaded from an earlier form of its "
+        "configuration entry: switching it to the reloaded one failed (see last_switch).",
+    )
+    reload: ReloadInfo | None = None
     backoff: list[BackoffInfo] = Field(default_factory=list)
     standby: list[StandbyInfo] = Field(default_factory=list)
     counters: dict[str, int] = Field(default_factory=dict)
@@ -397,6 +418,15 @@ class ReloadReply(_Reply):
     source: str | None = None
 
 
+class LeaseEnded(_Reply):
+    """Sent unasked, as the last line, when the connection's last lease ended on its own
+    (``why``: ``ttl`` or ``pid <n> exited``); the daemon then closes the connection."""
+
+    op: Literal["lease_ended"] = "lease_ended"
+    lease: str
+    why: str
+
+
 OkReply = (
     HintReply
     | PrepareReply
@@ -406,6 +436,7 @@ OkReply = (
     | HistoryReply
     | SwitchReply
     | ReloadReply
+    | LeaseEnded
 )
 Reply = ErrorReply | OkReply
 _OK_REPLY: TypeAdapter[OkReply] = TypeAdapter(Annotated[OkReply, Field(discriminator="op")])
@@ -430,6 +461,7 @@ def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Re
         raise RequestError(TOO_LARGE, f"request longer than {max_bytes} bytes")
     op, tag, version = _envelope(line)
     try:
+        _refuse_duplicate_keys(line)
         request = _validate(line)
     except RequestError as exc:
         exc.op, exc.id = op, tag
@@ -461,6 +493,33 @@ def _envelope(line: bytes) -> tuple[str | None, int | str | None, object]:
     if not (type(tag) is int or (type(tag) is str and len(tag) <= 64)):
         tag = None
     return (op if isinstance(op, str) and op in _ops() else None), tag, raw.get("v")
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def _refuse_duplicate_keys(line: bytes) -> None:
+    """Raise ``bad_request`` when any object of the line repeats a key. RFC 8259 leaves
+    repeated names' meaning open; pydantic-core keeps the last one, so ``{"op":"status",
+    "op":"stop"}`` would run ``stop`` while a log or a proxy that reads the first sees
+    ``status``. Lines that are not JSON are left to :func:`_validate` to refuse."""
+    try:
+        json.loads(line, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as dup:
+        raise RequestError(BAD_REQUEST, f"duplicate key {dup.key!r} in the request") from None
+    except (ValueError, RecursionError):
+        return
 
 
 def _validate(line: bytes) -> Request:

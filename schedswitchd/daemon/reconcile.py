@@ -89,6 +89,12 @@ class Reconciler:
         self.recent: str | None = None
         #: Open the configured objects after the next pass (at start and after a reload).
         self._preopen_pending = False
+        #: (name, entry) whose switch to its reloaded form failed: the old form runs on,
+        #: and the same entry is not tried again on every pass.
+        self.stale: tuple[str, SchedulerConfig] | None = None
+        #: The override an admin ``switch`` replaced: back in force if the switch fails.
+        self._override_before: str | None = None
+        self._foreign: str | None = None
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -160,6 +166,21 @@ class Reconciler:
         self.switcher.timeout_s = config.limits.switch_timeout_s
         self._preopen_pending = True
         self.kick()
+
+    def set_override(self, target: str | None) -> None:
+        """An admin ``switch``: ``target`` (a scheduler, ``kernel``) or ``None`` (follow the
+        leases again). If its switch fails, the override before it is back in force, so
+        a failure changes nothing."""
+        self._override_before = self.policy.override
+        self.policy.override = target
+        if target not in (None, KERNEL):
+            self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
+        self.kick()
+
+    @property
+    def active_stale(self) -> bool:
+        """The running scheduler is an earlier form of its (reloaded) configuration entry."""
+        return self.stale is not None and self.stale[0] == self.switcher.active
 
     def _apply_backoff_config(self) -> None:
         standby = self.config.standby
@@ -332,16 +353,19 @@ class Reconciler:
                 },
             )
         self.policy.expire(now)
-        in_grace = (
-            self.adopted
-            and now < self._grace_until_ns
-            and not self.policy.leases
-            and self.policy.override is None
+        if self.policy.leases or self.policy.override is not None:
+            # Clients reconnected (or an admin chose): the grace has done its job, and must
+            # not keep an adopted scheduler once their leases are gone.
+            self._grace_until_ns = 0
+        # While another program's scheduler runs nothing can attach; its departure's uevent
+        # kicks us again.
+        wait = (self.adopted and now < self._grace_until_ns) or (
+            await self._held_by_another_program(loop)
         )
         # A failed switch backs its target off, so the next decision differs; each round
         # removes one candidate, so this ends within len(schedulers) + 1 rounds.
         for _ in range(len(self.config.schedulers) + 2):
-            if in_grace:
+            if wait:
                 break
             decision = self.policy.decide(self.clock())
             target = decision.scheduler
@@ -351,6 +375,9 @@ class Reconciler:
             reason = decision.why
             if decision.lease is not None:
                 reason += f" {decision.lease.id} {decision.lease.workload}"
+            refresh = target == self.switcher.active and target != KERNEL
+            if refresh and self.stale == (target, spec):
+                break  # its new form failed already; the old one runs on (active_stale)
             switch_to = self.switcher.switch_to
             record: SwitchRecord | None = await loop.run_in_executor(
                 self.worker, switch_to, target, spec, reason
@@ -358,16 +385,55 @@ class Reconciler:
             if record is None:
                 break
             self._log_switch(record)
-            if record.ok or target == KERNEL:
+            if record.ok:
+                self.stale = None
+                break
+            if refresh and spec is not None:
+                # The reloaded form of the running scheduler failed; the old form runs
+                # (rolled back, or never detached). Not a failure of what runs: no backoff.
+                self.stale = (target, spec)
+                break
+            if target == KERNEL:
                 break
             self.policy.record_failure(target, self.clock())
             if decision.why == "override":
-                # Obeying a failed override again would retry it on every pass (the admin
-                # override ignores backoff): drop it, like an ejection, and follow the hints.
-                self._drop_override(target, "the switch failed")
+                # A failed admin switch changes nothing: the override before it (or the
+                # leases) rule again, and the failed one is not retried on every pass.
+                self._restore_override(target)
         self._arm_deadline(now)
         if self.on_change is not None:
             self.on_change(self.summary())
+
+    async def _held_by_another_program(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """True while a scheduler the daemon did not attach runs (``BPF_LINK_CREATE`` would
+        fail with ``EBUSY``). Such failures are not the target's own, so they must neither
+        back it off nor be retried (each try would load the whole object) on every pass."""
+        if self.switcher.current is not None:
+            return False
+        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        foreign = kernel.ops or "?" if kernel.state in ("enabled", "enabling") else None
+        if foreign != self._foreign:
+            self._foreign = foreign
+            if foreign is not None:
+                log.warning(
+                    "sched_ext runs %s, which this daemon did not attach; waiting for it "
+                    "to end before switching",
+                    foreign,
+                )
+            else:
+                log.info("sched_ext is free again")
+        return foreign is not None
+
+    def _restore_override(self, failed: str) -> None:
+        before = self._override_before if self._override_before != failed else None
+        self.policy.override = before
+        self._override_before = before
+        log.warning(
+            "admin override %s failed; %s again",
+            failed,
+            f"override {before}" if before is not None else "following hints",
+            extra={"SCHEDULER": failed},
+        )
 
     def _drop_override(self, target: str, why: str) -> None:
         """End a failed admin override: the daemon follows hints and the default again."""

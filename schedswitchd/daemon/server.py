@@ -30,6 +30,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
@@ -46,18 +47,23 @@ log = logging.getLogger("schedswitchd")
 class _Close(Exception):
     """End this connection after sending ``reply``."""
 
-    def __init__(self, reply: proto.ErrorReply | None) -> None:
+    def __init__(self, reply: proto.Reply | None) -> None:
         self.reply = reply
 
 
 @dataclass(eq=False)
 class Connection:
-    """One client connection and the leases it created."""
+    """One client connection and the leases it created. ``final``: the last line to send
+    before closing, set when the connection's last lease ended on its own; ``ended`` is
+    set with it (wakes the connection's wait for its next request)."""
 
     id: int
     peer: Peer
     writer: asyncio.StreamWriter
     leases: set[str] = field(default_factory=set)
+    final: proto.LeaseEnded | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
 
 @dataclass(eq=False)
@@ -101,6 +107,8 @@ class Server:
         self._lease_seq = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
         self._closing = False
+        #: The last reload's outcome (``status``), ``None`` before any.
+        self.last_reload: proto.ReloadInfo | None = None
 
     @property
     def adopted(self) -> bool:
@@ -138,8 +146,12 @@ class Server:
         await self.reconciler.close()
         for lease_id in list(self.leases):
             self._end_lease(lease_id, "daemon stopping", kick=False)
+        handlers = [conn.task for conn in self.connections.values() if conn.task is not None]
         for conn in list(self.connections.values()):
             conn.writer.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -155,14 +167,18 @@ class Server:
         conn = Connection(next(self._conn_ids), peer, writer)
         limits = self.config.limits
         per_uid = sum(1 for c in self.connections.values() if c.peer.uid == peer.uid)
+        # Admins get a reserve beyond both caps, so that status and stop still work while
+        # someone floods the socket.
+        reserve = limits.admin_reserve if self.is_admin(peer) else 0
         if (
-            len(self.connections) >= limits.max_connections
-            or per_uid >= limits.max_connections_per_uid
+            len(self.connections) >= limits.max_connections + reserve
+            or per_uid >= limits.max_connections_per_uid + reserve
         ):
             await self._send(conn, proto.error_reply(proto.LIMIT, "too many connections"))
             writer.close()
             return
         self.connections[conn.id] = conn
+        conn.task = cast("asyncio.Task[None]", asyncio.current_task())
         try:
             while not self._closing:
                 line = await self._read_request(reader, conn)
@@ -185,14 +201,19 @@ class Server:
                 await writer.wait_closed()
 
     async def _read_request(self, reader: asyncio.StreamReader, conn: Connection) -> bytes | None:
-        """The next request line, ``None`` at a clean EOF; raises :class:`_Close`."""
+        """The next request line, ``None`` at a clean EOF; raises :class:`_Close`.
+
+        The idle timeout runs from the end of the previous request: blank lines are not
+        requests and do not reset it. A connection whose last lease ended on its own is
+        closed here, after its final message."""
         limits = self.config.limits
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
         while True:
-            idle = None if conn.leases else limits.idle_timeout_s
-            try:
-                first = await asyncio.wait_for(reader.read(1), idle)
-            except TimeoutError:
-                raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed")) from None
+            idle: float | None = None
+            if not conn.leases:
+                idle = limits.idle_timeout_s - (loop.time() - idle_since)
+            first = await self._first_byte(reader, conn, idle)
             if not first:
                 return None
             if first == b"\n":
@@ -216,6 +237,30 @@ class Server:
                     )
                 ) from None
             return first + rest
+
+    @staticmethod
+    async def _first_byte(
+        reader: asyncio.StreamReader, conn: Connection, idle: float | None
+    ) -> bytes:
+        """The first byte of the next line; raises :class:`_Close` once ``idle`` seconds
+        passed (``None``: no limit) or the connection's last lease ended."""
+        if conn.final is not None:
+            raise _Close(conn.final)
+        if idle is not None and idle <= 0:
+            raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
+        read = asyncio.ensure_future(reader.read(1))
+        ended = asyncio.ensure_future(conn.ended.wait())
+        try:
+            await asyncio.wait((read, ended), timeout=idle, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (read, ended):
+                if not waiter.done():
+                    waiter.cancel()
+        if read.done() and not read.cancelled():
+            return read.result()  # a byte that came with the lease's end is still read
+        if conn.final is not None:
+            raise _Close(conn.final)
+        raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
 
     async def _send(self, conn: Connection, reply: proto.Reply) -> bool:
         """Write one reply; False if the client cannot take it in time (then it is cut off)."""
@@ -362,9 +407,9 @@ class Server:
         conn.leases.add(lease.id)
         loop = asyncio.get_running_loop()
         if pidfd is not None:
-            loop.add_reader(pidfd, self._end_lease, lease.id, f"pid {request.pid} exited")
+            loop.add_reader(pidfd, self._end_itself, lease.id, f"pid {request.pid} exited")
         if request.ttl_s is not None:
-            runtime.timer = loop.call_later(request.ttl_s, self._end_lease, lease.id, "ttl")
+            runtime.timer = loop.call_later(request.ttl_s, self._end_itself, lease.id, "ttl")
         log.info(
             "lease %s: %s for uid %d pid %s",
             lease.id,
@@ -411,12 +456,21 @@ class Server:
             raise
         return pidfd
 
-    def _end_lease(self, lease_id: str, why: str, *, kick: bool = True) -> Lease | None:
-        """End a lease (any cause); idempotent. Runs on the loop."""
+    def _end_lease(
+        self, lease_id: str, why: str, *, kick: bool = True, by_itself: bool = False
+    ) -> Lease | None:
+        """End a lease (any cause); idempotent. Runs on the loop. ``by_itself``: its TTL
+        passed or its process exited; a connection left without leases then gets a final
+        :class:`~schedswitchd.daemon.protocol.LeaseEnded` and is closed, so the client
+        holding it learns that the hint is gone."""
         runtime = self.leases.pop(lease_id, None)
         lease = self.policy.remove(lease_id)
         if runtime is not None:
-            runtime.conn.leases.discard(lease_id)
+            conn = runtime.conn
+            conn.leases.discard(lease_id)
+            if by_itself and not conn.leases and conn.id in self.connections:
+                conn.final = proto.LeaseEnded(lease=lease_id, why=why)
+                conn.ended.set()
             if runtime.pidfd is not None:
                 asyncio.get_running_loop().remove_reader(runtime.pidfd)
                 os.close(runtime.pidfd)
@@ -427,6 +481,9 @@ class Server:
             if kick:
                 self.reconciler.kick()
         return lease
+
+    def _end_itself(self, lease_id: str, why: str) -> None:
+        self._end_lease(lease_id, why, by_itself=True)
 
     async def _release(self, request: proto.ReleaseRequest, conn: Connection) -> proto.Reply:
         lease = self.policy.leases.get(request.lease)
@@ -442,18 +499,20 @@ class Server:
         target = KERNEL if isinstance(request, proto.StopRequest) else request.scheduler
         if target not in (KERNEL, AUTO) and target not in self.config.schedulers:
             raise proto.RequestError(proto.UNKNOWN_SCHEDULER, f"no scheduler {target!r}")
-        self.policy.override = None if target == AUTO else target
-        if target not in (KERNEL, AUTO):
-            self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
         log.info("admin override: %s", target, extra={"SCHEDULER": target})
-        self.reconciler.kick()
+        self.reconciler.set_override(None if target == AUTO else target)
         made, _ = await self.reconciler.settle_records()
         # The override's own attempt decides the reply, not a fallback switch made after it.
         failed = [r for r in made if r.target == target and not r.ok and r.error is not None]
         record = failed[0] if failed else (made[-1] if made else None)
         if record is not None and not record.ok and record.error is not None:
             err = record.error
-            dropped = "" if target == KERNEL else "; override dropped, following hints"
+            before = self.policy.override
+            dropped = (
+                ""
+                if target == KERNEL
+                else f"; override not taken, {'override ' + before if before else 'hints'} rule"
+            )
             return proto.error_reply(
                 err.code,
                 f"switch to {record.target} {record.result}: {err}{dropped} "
@@ -472,16 +531,52 @@ class Server:
     async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
         if self.config.source is None:
             raise proto.RequestError(proto.BAD_REQUEST, "the configuration has no file to re-read")
-        try:
-            config = await asyncio.to_thread(load_config, self.config.source)
-        except ConfigError as exc:
-            log.error("reload refused, keeping the old configuration: %s", exc)
-            raise
-        self.apply_config(config)
+        config = await self.reload()
         await self.reconciler.settle()
         return proto.ReloadReply(
             id=request.id, schedulers=list(config.schedulers), source=config.source
         )
+
+    async def reload(self) -> Config:
+        """Re-read ``config.source`` and take it (``reload`` request, SIGHUP), unless it is
+        invalid or would take away what a live lease needs (:meth:`refusal`); either way
+        the outcome is in ``status``'s ``reload``. Raises :class:`ConfigError` when refused
+        (the old configuration stays)."""
+        source = self.config.source
+        try:
+            if source is None:
+                raise ConfigError("no configuration file to re-read")
+            config = await asyncio.to_thread(load_config, source)
+            refused = self.refusal(config)
+            if refused is not None:
+                raise ConfigError(f"{source}: {refused}")
+        except ConfigError as exc:
+            log.error("reload refused, keeping the old configuration: %s", exc)
+            self.last_reload = proto.ReloadInfo(
+                time=time.time(), source=source, ok=False, error=str(exc)
+            )
+            raise
+        self.apply_config(config)
+        self.last_reload = proto.ReloadInfo(time=time.time(), source=source, ok=True)
+        return config
+
+    def refusal(self, config: Config) -> str | None:
+        """Why ``config`` must not replace the running one, or ``None``: a file that
+        configures no scheduler while this one has some (an empty or all-default file
+        would drop them all), or one that drops the hint rule of a live lease (the
+        scheduler that lease holds would be detached under it)."""
+        if self.config.schedulers and not config.schedulers:
+            return (
+                "configures no scheduler (empty or all-default file); refusing to drop "
+                f"{', '.join(self.config.schedulers)}"
+            )
+        orphaned = sorted(
+            {lease.workload for lease in self.policy.leases.values()} - set(config.hints)
+        )
+        live = [w for w in orphaned if w in self.config.hints]
+        if live:
+            return f"drops the hint rule of live leases: {', '.join(live)}"
+        return None
 
     def apply_config(self, config: Config) -> None:
         """Take a newly loaded config: rules, default, limits, auth. The socket and BTF cache
@@ -513,6 +608,8 @@ class Server:
             live_leases=[lease_info(lease, self.config, now) for lease in self._live_leases()],
             last_switch=switch_info(history[-1]) if history else None,
             last_exit=exit_model(self.switcher.last_exit),
+            active_stale=self.reconciler.active_stale,
+            reload=self.last_reload,
             backoff=[
                 proto.BackoffInfo(
                     scheduler=name, failures=b.failures, remaining_s=(b.until_ns - now) / NS_PER_S

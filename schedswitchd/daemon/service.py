@@ -230,7 +230,6 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
     """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented."""
     import asyncio
 
-    from schedswitchd.daemon.config import load_config
     from schedswitchd.daemon.server import Server
 
     loop = asyncio.get_running_loop()
@@ -241,13 +240,16 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
 
     server = Server(config, backend, on_change=on_change)
 
+    reloads: set[asyncio.Task[None]] = set()
+
+    async def reload_now() -> None:
+        with contextlib.suppress(ConfigError):  # logged and shown in status by reload()
+            await server.reload()
+
     def reload() -> None:
-        try:
-            if config.source is None:
-                raise ConfigError("no configuration file to re-read")
-            server.apply_config(load_config(config.source))
-        except ConfigError as exc:
-            log.error("reload refused, keeping the old configuration: %s", exc)
+        task = asyncio.create_task(reload_now())
+        reloads.add(task)  # a strong reference until it is done
+        task.add_done_callback(reloads.discard)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -290,14 +290,18 @@ class Switcher:
     """Owns the attached scheduler's handle and the switch history.
 
     ``backend``: the kernel side; ``timeout_s``: passed to attach/detach; ``history_size``:
-    records kept. ``current`` is the attached handle (``None``: the kernel's own scheduler);
-    ``attached_ns`` is when it was attached (monotonic ns), for backoff's "ran for".
+    records kept. ``current`` is the attached handle (``None``: the kernel's own scheduler),
+    ``current_spec`` the configuration entry it was prepared from; ``attached_ns`` is when
+    it was attached (monotonic ns), for backoff's "ran for"; ``last_exit`` the newest exit
+    record read (ejection, failed attach, detach to the kernel's own scheduler).
     """
 
     def __init__(self, backend: SchedulerBackend, timeout_s: float, history_size: int) -> None:
         self.backend = backend
         self.timeout_s = timeout_s
         self.current: Prepared | None = None
+        #: The configuration entry ``current`` was prepared from (``None`` for the kernel).
+        self.current_spec: SchedulerConfig | None = None
         self.attached_ns = 0
         self.history: collections.deque[SwitchRecord] = collections.deque(maxlen=history_size)
         self.last_exit: ExitInfo | None = None
@@ -340,6 +344,7 @@ class Switcher:
             return None
         record = self._record(prepared.name, ADOPTED, "pinned by a previous daemon")
         self.current = prepared
+        self.current_spec = schedulers.get(prepared.name)
         self.attached_ns = time.monotonic_ns()
         return record
 
@@ -347,18 +352,28 @@ class Switcher:
         self, target: str, spec: SchedulerConfig | None, reason: str
     ) -> SwitchRecord | None:
         """Make ``target`` (a scheduler name, with its ``spec``; or ``kernel`` with ``None``)
-        run. Returns ``None`` if it already runs, else the record (check ``record.ok``).
+        run. Returns ``None`` if it already runs from this ``spec``, else the record (check
+        ``record.ok``). A running ``target`` whose entry changed (a reload) is switched to
+        its new form: prepared anew while the old form runs, then swapped in like any other
+        switch (``previous`` and ``target`` are then the same name).
         Never raises a :class:`SchedSwitchError`; it lands in ``record.error``.
         """
         if target == self.active:
             if target == KERNEL:
                 return None
+            if spec is not None and spec != self.current_spec:
+                return self._switch_recorded(target, spec, reason)
             # Whether it runs or the kernel is ejecting it (mid-transition, or just done since
             # check_ejected() looked): never re-attach it here. check_ejected() on the next
             # pass records the ejection and its exit info and backs the scheduler off.
             return None
         if target != KERNEL and spec is None:
             raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
+        return self._switch_recorded(target, spec, reason)
+
+    def _switch_recorded(
+        self, target: str, spec: SchedulerConfig | None, reason: str
+    ) -> SwitchRecord:
         record = self._record(target, OK, reason)
         clock = _Clock(record)
         try:
@@ -406,6 +421,7 @@ class Switcher:
                 return
             self.current = None
         if new is None:  # to the kernel's own scheduler
+            self.current_spec = None
             record.gap_ns = None
             if old is not None:
                 self._harvest_exit(old)
@@ -426,11 +442,14 @@ class Switcher:
         except SchedSwitchError as exc:
             record.error = exc
             record.exit = self.backend.exit_info(new)
+            if record.exit is not None:
+                self.last_exit = record.exit  # newer than anything read before it
             self.backend.discard(new)
             record.result = self._roll_back(record, old)
             return
         record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new
+        self.current_spec = spec
         self.attached_ns = time.monotonic_ns()
         if old is not None:
             self.backend.discard(old)
@@ -443,6 +462,7 @@ class Switcher:
                 self.backend.attach(old, self.timeout_s)
         except SchedSwitchError:
             self.backend.discard(old)
+            self.current_spec = None
             return ROLLBACK_FAILED
         self.current = old
         self.attached_ns = time.monotonic_ns()
@@ -484,4 +504,5 @@ class Switcher:
             record.error = exc
         self.backend.discard(current)
         self.current = None
+        self.current_spec = None
         return record, ran_for

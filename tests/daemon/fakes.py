@@ -27,6 +27,7 @@ class FakePrepared:
     attached: bool = False
     discarded: bool = False
     exit: ExitInfo | None = None
+    spec: SchedulerConfig | None = None
     timings_ns: dict[str, int] = field(default_factory=lambda: {"btf": 2, "core": 3})
 
 
@@ -65,7 +66,7 @@ class FakeBackend:
             raise BpfSyscallError(
                 "BPF_PROG_LOAD", 13, f"{name}/enqueue", verifier_log="R1 invalid mem access"
             )
-        handle = FakePrepared(name, f"{name}_ops")
+        handle = FakePrepared(name, f"{name}_ops", spec=spec)
         self.live.add(id(handle))
         return handle
 
@@ -100,6 +101,8 @@ class FakeBackend:
             if prepared.attached and self.attached_handle is prepared:
                 self.state, self.ops = "disabled", None
                 self.attached_handle = None
+                # the kernel calls ops.exit on unregister too (SCX_EXIT_UNREG)
+                prepared.exit = ExitInfo(64, 0, "unregistered from user space", "")
             prepared.attached = False
         if self.attach_tail_s is not None:
             prepared.timings_ns["detach.link_detach"] = 17

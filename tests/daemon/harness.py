@@ -31,6 +31,7 @@ read_timeout_s = {read_timeout}
 idle_timeout_s = {idle_timeout}
 max_connections_per_uid = {per_uid}
 max_connections = {max_conn}
+admin_reserve = {reserve}
 max_leases_per_uid = {max_leases}
 max_message_bytes = 1024
 switch_timeout_s = 1.0
@@ -69,6 +70,7 @@ def make_config(directory: Path, **overrides: Any) -> Config:
         idle_timeout=30.0,
         per_uid=64,
         max_conn=512,
+        reserve=4,
         max_leases=8,
         grace=30.0,
     )

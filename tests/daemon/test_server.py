@@ -6,8 +6,10 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,7 +127,6 @@ def test_ttl_ends_lease(srv: Running) -> None:
     start = time.monotonic()
     srv.wait_for(lambda s: s.switcher.active == "kernel", 3)
     assert 0.25 < time.monotonic() - start < 2.5
-    assert c.request(op="status")["ok"]  # the connection itself lives on
 
 
 def test_unknown_workload_and_bad_pid(srv: Running) -> None:
@@ -322,7 +323,7 @@ def test_release_of_anothers_lease_refused(srv: Running) -> None:
 
 
 def test_connection_cap_per_uid() -> None:
-    r = Running(per_uid=3)
+    r = Running(per_uid=3, reserve=0)
     try:
         clients = [r.client() for _ in range(3)]
         for c in clients:
@@ -506,7 +507,7 @@ def test_failed_admin_switch_is_tried_once_then_dropped() -> None:
         reply = c.request(op="switch", scheduler="broken")
         assert reply["ok"] is False and reply["op"] == "switch"
         assert "kfunc scx_bpf_nope" in reply["error"]["message"]
-        assert "override dropped" in reply["error"]["message"]
+        assert "override not taken, hints rule" in reply["error"]["message"]
         time.sleep(1.5)  # several poll passes (poll_s 0.2)
         assert backend.calls.count("prepare broken") == 1
         status = c.request(op="status")["status"]
@@ -552,3 +553,256 @@ def test_reload_with_bad_config_is_logged(srv: Running, caplog: pytest.LogCaptur
     assert reply["ok"] is False and reply["id"] == 3 and reply["op"] == "reload"
     assert "reload refused, keeping the old configuration" in caplog.text
     assert "max_conections" in caplog.text
+
+
+# --- issue 14: defects found by trying the daemon as users and attackers would --------------
+
+
+def _config_text(r: Running) -> str:
+    return (r.dir / "schedswitchd.toml").read_text()
+
+
+def _reload_with(r: Running, c: Client, text: str) -> dict[str, Any]:
+    (r.dir / "schedswitchd.toml").write_text(text)
+    return c.request(op="reload")
+
+
+def test_ttl_end_sends_a_final_message_and_closes(srv: Running) -> None:
+    """A connection whose lease ended on its own is told so and closed (issue 14.1)."""
+    c = srv.client()
+    lease = c.request(op="hint", workload="gaming", ttl_s=0.3)["lease"]
+    final = c.recv_line()
+    assert final is not None, "closed without a final message"
+    assert (final["op"], final["lease"], final["why"]) == ("lease_ended", lease, "ttl")
+    proto.parse_reply(json.dumps(final).encode())  # a reply the client side can read
+    assert c.recv_line() is None
+    srv.wait_for(lambda s: not s.connections and s.switcher.active == "kernel")
+
+
+def test_pid_exit_sends_a_final_message_and_closes(srv: Running) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        c = srv.client()
+        lease = c.request(op="hint", workload="gaming", pid=child.pid)["lease"]
+        child.kill()
+        child.wait()
+        final = c.recv_line()
+        assert final is not None and (final["op"], final["lease"]) == ("lease_ended", lease)
+        assert final["why"] == f"pid {child.pid} exited"
+        assert c.recv_line() is None
+    finally:
+        child.kill()
+
+
+def test_hint_cli_with_ttl_exits_when_the_lease_ends(srv: Running) -> None:
+    ctl = Path(sys.executable).parent / "schedswitchctl"
+    out = subprocess.run(
+        [str(ctl), "hint", "gaming", "--ttl", "0.3", "--socket", srv.path],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "lease" in out.stderr and "ttl" in out.stderr
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_blank_lines_do_not_keep_an_idle_connection() -> None:
+    """Bare newlines are not requests: they do not reset the idle timer (issue 14.2)."""
+    r = Running(idle_timeout=0.4)
+    try:
+        c = r.client()
+        c.sock.settimeout(0.05)
+        reply = None
+        for _ in range(200):  # a newline every ~50 ms for up to ~10 s
+            c.send_raw(b"\n")
+            try:
+                reply = c.recv_line()
+            except TimeoutError:
+                continue
+            break
+        assert reply is not None and reply["error"]["code"] == "timeout"
+    finally:
+        r.stop()
+
+
+def test_duplicate_keys_are_refused(srv: Running) -> None:
+    """``{"op":"status","op":"stop"}`` must not run ``stop`` (issue 14.3)."""
+    c = srv.client()
+    c.request(op="hint", workload="gaming")
+    c.send_raw(b'{"v":1,"op":"status","op":"stop"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "bad_request"
+    assert "duplicate key 'op'" in reply["error"]["message"]
+    assert kernel_ops(srv) == "gaming_ops"
+    c.send_raw(b'{"v":1,"v":1,"op":"status"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "bad_request"
+
+
+def test_empty_reload_with_a_live_lease_is_refused_and_shown_in_status(srv: Running) -> None:
+    """An empty file would drop every scheduler under a live lease (issue 14.4)."""
+    c = srv.client()
+    assert c.request(op="hint", workload="gaming")["active"] == "gaming"
+    assert c.request(op="status")["status"]["reload"] is None
+    good = _config_text(srv)
+    for text in ("", good.split("[schedulers.fifo]")[0].replace('default = "kernel"', "")):
+        reply = _reload_with(srv, c, text)
+        assert reply["ok"] is False and reply["error"]["code"] == "config", reply
+        status = c.request(op="status")["status"]
+        assert status["active"] == "gaming" and kernel_ops(srv) == "gaming_ops"
+        assert status["reload"]["ok"] is False and status["reload"]["time"] > 0
+        assert status["reload"]["error"] == reply["error"]["message"]
+    # removing the rule of the live lease is refused too
+    reply = _reload_with(srv, c, good.replace("[hints.gaming]", "[hints.gaming-old]"))
+    assert reply["ok"] is False and "gaming" in reply["error"]["message"]
+    assert _reload_with(srv, c, good)["ok"]
+    assert c.request(op="status")["status"]["reload"]["ok"] is True
+
+
+def test_reload_switches_a_running_scheduler_to_its_changed_tunables(srv: Running) -> None:
+    """A changed entry that runs is prepared anew and swapped in (issue 14.5)."""
+    c = srv.client()
+    c.request(op="hint", workload="battery")
+    first = srv.backend.attached_handle
+    assert first is not None and first.spec is not None and first.spec.rodata == {}
+    text = _config_text(srv).replace(
+        'object = "fifo.bpf.o"', 'object = "fifo.bpf.o"\nrodata = { slice_us = 500 }'
+    )
+    assert _reload_with(srv, c, text)["ok"]
+    srv.wait_for(lambda s: srv.backend.attached_handle is not first)
+    now = srv.backend.attached_handle
+    assert now is not None and now.spec is not None and now.spec.rodata == {"slice_us": 500}
+    last = c.request(op="status")["status"]["last_switch"]
+    assert (last["previous"], last["target"], last["result"]) == ("fifo", "fifo", "ok")
+    assert first.discarded and kernel_ops(srv) == "fifo_ops"
+    # an unchanged reload does not switch again
+    seq = last["seq"]
+    assert _reload_with(srv, c, text)["ok"]
+    assert c.request(op="status")["status"]["last_switch"]["seq"] == seq
+
+
+def test_failed_refresh_keeps_the_old_form_and_says_so() -> None:
+    r = Running()
+    try:
+        c = r.client()
+        c.request(op="hint", workload="battery")
+        r.backend.fail_prepare.add("fifo")
+        text = _config_text(r).replace(
+            'object = "fifo.bpf.o"', 'object = "fifo.bpf.o"\nrodata = { slice_us = 500 }'
+        )
+        assert _reload_with(r, c, text)["ok"]
+        r.wait_for(lambda s: s.reconciler.stale is not None)
+        status = c.request(op="status")["status"]
+        assert status["active"] == "fifo" and status["active_stale"] is True
+        assert status["backoff"] == [] and kernel_ops(r) == "fifo_ops"
+        assert r.backend.calls.count("prepare fifo") == 2  # not retried on every pass
+    finally:
+        r.stop()
+
+
+def test_failed_admin_switch_changes_nothing(srv: Running) -> None:
+    """The override in force and the scheduler it runs stay (issue 14.6)."""
+    srv.backend.fail_prepare.add("broken")
+    c = srv.client()
+    assert c.request(op="switch", scheduler="vtime")["active"] == "vtime"
+    reply = c.request(op="switch", scheduler="broken")
+    assert reply["ok"] is False and "running vtime" in reply["error"]["message"]
+    status = c.request(op="status")["status"]
+    assert status["override"] == "vtime" and status["active"] == "vtime"
+    assert kernel_ops(srv) == "vtime_ops" and srv.backend.enable_seq == 1
+    failed = [h for h in c.request(op="history")["entries"] if h["target"] == "broken"]
+    assert [h["result"] for h in failed] == ["failed"]
+
+
+def test_another_program_holding_sched_ext_is_not_a_failure(srv: Running) -> None:
+    """Only a scheduler's own failures back it off (issue 14.7)."""
+    with srv.backend.lock:  # someone else's scheduler runs
+        srv.backend.state, srv.backend.ops = "enabled", "scx_simple"
+    c = srv.client()
+    reply = c.request(op="hint", workload="gaming")
+    assert reply["ok"] and reply["active"] == "kernel"
+    status = c.request(op="status")["status"]
+    assert status["backoff"] == [] and status["kernel"]["ops"] == "scx_simple"
+    assert status["desired"] == "gaming"
+    with srv.backend.lock:
+        srv.backend.state, srv.backend.ops = "disabled", None
+    for notify in list(srv.backend.watchers):
+        notify()
+    srv.wait_for(lambda s: s.switcher.active == "gaming", 3)
+    srv.backend.eject()
+    srv.wait_for(lambda s: "gaming" in s.policy.backoff, 3)
+    assert srv.read(lambda s: s.policy.backoff["gaming"].failures) == 1
+
+
+def test_grace_ends_once_a_lease_came_and_went() -> None:
+    """After re-adoption, a hint then its release runs the default at once (issue 14.8)."""
+    backend = FakeBackend()
+    backend.preload("vtime")
+    r = Running(backend, grace=30.0, default="fifo")
+    try:
+        c = r.client()
+        lease = c.request(op="hint", workload="video-call")["lease"]
+        assert kernel_ops(r) == "vtime_ops"
+        reply = c.request(op="release", lease=lease)
+        assert reply["active"] == "fifo" and kernel_ops(r) == "fifo_ops"
+    finally:
+        r.stop()
+
+
+def test_admins_keep_a_reserve_beyond_the_connection_caps() -> None:
+    """A flood by one non-admin uid does not lock out an admin's ``status`` (issue 14.10)."""
+    r = Running(per_uid=3, max_conn=4)
+    results_r, results_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: uid 65534 takes every connection it may, then holds them
+        try:
+            os.close(results_r)
+            os.close(hold_w)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            held = [r.client() for _ in range(4)]
+            out: list[str] = []
+            try:
+                for c in held:
+                    reply = c.recv_line() if out == ["ok"] * 3 else c.request(op="status")
+                    out.append(
+                        "closed"
+                        if reply is None
+                        else reply["error"]["code"]
+                        if not reply["ok"]
+                        else "ok"
+                    )
+            except BaseException as exc:
+                out.append(repr(exc))
+            os.write(results_w, json.dumps(out).encode())
+            os.close(results_w)
+            os.read(hold_r, 1)  # until the parent is done
+        finally:
+            os._exit(0)
+    os.close(results_w)
+    os.close(hold_r)
+    try:
+        with os.fdopen(results_r, "rb") as pipe:
+            assert json.loads(pipe.read()) == ["ok", "ok", "ok", "limit"]
+        admins = [r.client() for _ in range(4)]  # 3 of the flood + 1 fill the total cap
+        assert [a.request(op="status")["ok"] for a in admins] == [True] * 4
+    finally:
+        os.close(hold_w)
+        os.waitpid(pid, 0)
+        r.stop()
+
+
+def test_last_exit_after_a_rollback_is_the_failed_attach(srv: Running) -> None:
+    """Status's ``last_exit`` agrees with ``last_switch.exit`` (issue 14.11)."""
+    srv.backend.fail_attach.add("broken")
+    c = srv.client()
+    c.request(op="hint", workload="video-call")
+    c.request(op="hint", workload="broken")
+    status = c.request(op="status")["status"]
+    assert status["last_switch"]["result"] == "rolled_back"
+    assert status["last_exit"] == status["last_switch"]["exit"]
+    assert status["last_exit"]["reason"] == "init failed"

@@ -416,6 +416,37 @@ def test_attach_detach_pins_and_reattach(
 
 
 @pytest.mark.usefixtures("sysfs_follows")
+def test_new_form_of_a_running_scheduler_keeps_its_pin(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+) -> None:
+    """A reload swaps a running scheduler for a new handle of the same name: discarding the
+    old handle afterwards must not remove the new one's pin (issue 14.5)."""
+    old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    new = backend.prepare(
+        "uei", _cfg(bpf_object("uei"), rodata={"ssthresh_value": 5}, hotplug_seq=False)
+    )
+    try:
+        backend.attach(old, 2.0)
+        backend.detach(old, 2.0)
+        backend.attach(new, 2.0)
+        new_link = new.link()
+        assert new_link is not None
+        backend.discard(old)
+        assert backend.pins.names() == ["uei"]
+        pinned = S.obj_get(backend.pins.path("uei") / "link")
+        try:
+            assert S.link_info(pinned).id == S.link_info(new_link).id
+        finally:
+            pinned.close()
+        assert _registered("ssd_uei", True)
+    finally:
+        backend.discard(old)
+        backend.discard(new)
+        _set_state(scx_root, "disabled", None)
+    assert backend.pins.names() == []
+
+
+@pytest.mark.usefixtures("sysfs_follows")
 def test_gap_work_is_two_syscalls_and_two_reads(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],

@@ -72,6 +72,7 @@ from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
+from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 
 log = logging.getLogger("schedswitchd.backend")
@@ -96,7 +97,8 @@ class KernelPrepared:
     :meth:`KernelBackend.adopt`.
 
     ``name``: configured name; ``ops_name``: ``sched_ext_ops.name``; ``spec``: the
-    customised object spec; ``ops_map``: name of its ``sched_ext_ops`` struct_ops map;
+    customised object spec (``None`` for an adopted handle whose object no longer opens);
+    ``ops_map``: name of its ``sched_ext_ops`` struct_ops map;
     ``loaded``: the loaded object (``None`` for an adopted handle, which holds the link,
     the struct_ops map, the exit map and the program links as ``adopted_*`` fds instead);
     ``uei``: where the exit record lives (``None`` when the object keeps none); ``report``:
@@ -105,7 +107,7 @@ class KernelPrepared:
 
     name: str
     ops_name: str
-    spec: ObjectSpec
+    spec: ObjectSpec | None
     ops_map: str
     loaded: LoadedObject | None
     uei: UeiLayout | None
@@ -715,7 +717,7 @@ class KernelBackend:
         """The scheduler's exit record from its data map (``uei``), or ``None``."""
         h = cast(KernelPrepared, prepared)
         fd = h.exit_map_fd() if not h.discarded else None
-        if h.uei is None or fd is None:
+        if h.uei is None or fd is None or h.spec is None:
             return None
         try:
             value_size = h.spec.map(h.uei.map_name).value_size
@@ -762,12 +764,13 @@ class KernelBackend:
     def _adopt_one(
         self, name: str, cfg: SchedulerConfig, st: scx.SchedExtStatus
     ) -> KernelPrepared | None:
-        if st.state is not scx.ScxState.ENABLED:
-            return None
-        spec = self.specs.open(cfg.object).spec
-        ops_map = sched_ext_map(spec, self.ops_type)
-        ops_name = ops_name_of(spec, ops_map)
-        if st.ops != ops_name:
+        """An attached handle for the pin ``name`` if its link is the scheduler the kernel
+        runs. What runs is judged from the kernel alone -- the link's struct_ops map value
+        names ``root/ops`` -- not from the object file, which may have been rebuilt (another
+        ops name) or removed since: the scheduler is adopted for what it is and replaced
+        only by a normal switch. The file, when it still opens, only tells where the exit
+        record lives (used only if the pinned data map still has that layout)."""
+        if st.state is not scx.ScxState.ENABLED or st.ops is None:
             return None
         pinned = self.pins.open(name)
         if pinned is None:
@@ -780,17 +783,39 @@ class KernelBackend:
             ops_fd = syscall.map_get_fd_by_id(info.map_id)
             if syscall.map_info(ops_fd).type != bpf_uapi.MapType.STRUCT_OPS:
                 raise LoadError(f"pinned link of {name} does not hold a struct_ops map")
+            running = self._struct_ops_value_name(ops_fd)
+            if running != st.ops:
+                # A link left over from a scheduler the kernel ejected; another runs now.
+                raise LoadError(
+                    f"pinned link of {name} holds {running!r}, the kernel runs {st.ops!r}"
+                )
         except (SchedSwitchError, BpfSyscallError):
             pinned.close()
             if ops_fd is not None:
                 ops_fd.close()
             raise
-        uei = uei_layout(spec)
+        ops_name = running
+        spec: ObjectSpec | None = None
+        ops_map = ""
+        try:
+            spec = self.specs.open(cfg.object).spec
+            ops_map = sched_ext_map(spec, self.ops_type)
+            if ops_name_of(spec, ops_map) != ops_name:
+                log.warning(
+                    "adopting %s as it runs (ops %s): %s now holds another scheduler; it "
+                    "replaces the running one at the next switch",
+                    name,
+                    ops_name,
+                    cfg.object,
+                )
+        except SchedSwitchError as exc:
+            log.warning("adopting %s as it runs (ops %s); its object: %s", name, ops_name, exc)
+        uei = uei_layout(spec) if spec is not None else None
         exit_map = pinned.exit_map
-        if (
-            exit_map is not None
-            and uei is not None
-            and syscall.map_info(exit_map).value_size != spec.map(uei.map_name).value_size
+        if exit_map is not None and (
+            uei is None
+            or spec is None
+            or syscall.map_info(exit_map).value_size != spec.map(uei.map_name).value_size
         ):
             exit_map.close()  # the object changed on disk: its layout is not the map's
             exit_map = None
@@ -807,6 +832,24 @@ class KernelBackend:
             adopted_exit_map=exit_map,
             adopted_program_links=pinned.program_links,
         )
+
+    def _struct_ops_value_name(self, ops_fd: MapFd) -> str:
+        """The ``name`` member of the kernel's value of a struct_ops map (what
+        ``root/ops`` reads while it runs), read with ``BPF_MAP_LOOKUP_ELEM``: the value is
+        ``struct bpf_struct_ops_<type>`` of vmlinux BTF, its data member the kernel's
+        ``struct <type>`` (``kernel/bpf/bpf_struct_ops.c``)."""
+        btf = self.registry.vmlinux
+        kt = find_struct_ops_kernel_type(btf, self.ops_type)
+        if kt is None:
+            raise LoadError(f"vmlinux BTF has no struct_ops type {self.ops_type}")
+        found = btf.find_member(kt.type_id, "name")
+        if found is None:
+            raise LoadError(f"struct {self.ops_type} has no 'name' member")
+        value = syscall.map_lookup_elem(ops_fd, _KEY0, kt.value_size)
+        if value is None:
+            raise LoadError("the pinned struct_ops map holds no value")
+        start = kt.data_offset + found[0] // 8
+        return value[start : start + 128].split(b"\0", 1)[0].decode("utf-8", "replace")
 
     # --- watching ----------------------------------------------------------------------------
 

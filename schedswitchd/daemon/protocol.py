@@ -168,7 +168,12 @@ Request = Annotated[
     Field(discriminator="op"),
 ]
 ADMIN_OPS = frozenset({"switch", "stop", "reload"})
-_REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
+#: pydantic-core keeps every short string it decodes (keys and values) in a process-wide
+#: cache of 16384 entries by default. Requests carry unique values (lease ids, tags), so
+#: a burst of clients fills that cache with objects that live on, scattered over the
+#: allocator's arenas, which then cannot be given back after the burst: keys only.
+_JSON_CACHE = "keys"
+_REQUEST: TypeAdapter[Request] = TypeAdapter(Request, config=ConfigDict(cache_strings=_JSON_CACHE))
 
 
 # --- reply payloads ------------------------------------------------------------------------
@@ -483,7 +488,7 @@ def _envelope(line: bytes) -> tuple[str | None, int | str | None, object]:
     read leniently so that an error reply can echo them. ``(None, None, None)`` if the
     line is not a JSON object."""
     try:
-        raw = pydantic_core.from_json(line)
+        raw = pydantic_core.from_json(line, cache_strings=_JSON_CACHE)
     except ValueError:  # bad JSON, or nested deeper than pydantic-core's limit
         return None, None, None
     if not isinstance(raw, dict):
@@ -564,7 +569,7 @@ def parse_reply(line: bytes) -> Reply:
     if len(line) > MAX_REPLY_BYTES:
         raise ProtocolError(f"reply longer than {MAX_REPLY_BYTES} bytes")
     try:
-        data = pydantic_core.from_json(line)
+        data = pydantic_core.from_json(line, cache_strings=_JSON_CACHE)
     except ValueError as exc:
         raise ProtocolError(f"reply from the daemon is not JSON: {exc}") from None
     try:

@@ -73,6 +73,10 @@ class Reconciler:
             backend, config.limits.switch_timeout_s, config.daemon.history_size
         )
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
+        #: One thread for the kernel's view (``kernel_state``, ``counters``): the default
+        #: executor would grow to several threads under a burst of ``status`` requests,
+        #: and their stacks and C-heap use stay resident after it.
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="kernel-view")
         self.adopted = False
         self.last_pass_ns = clock()
         self._grace_until_ns = 0
@@ -102,7 +106,7 @@ class Reconciler:
     async def adopt(self) -> None:
         """Take over a scheduler a previous daemon left pinned, if any (before serving)."""
         loop = asyncio.get_running_loop()
-        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        kernel = await loop.run_in_executor(self.reader, self.backend.kernel_state)
         if kernel.state == UNAVAILABLE:
             log.warning("%s", NO_SCHED_EXT)
         record = await loop.run_in_executor(
@@ -151,6 +155,7 @@ class Reconciler:
         with contextlib.suppress(RuntimeError):  # the worker was shut down already
             await loop.run_in_executor(self.worker, self.switcher.standby.clear, "stopping")
         await loop.run_in_executor(None, self.worker.shutdown, True)
+        await loop.run_in_executor(None, self.reader.shutdown, True)
 
     def apply_config(self, config: Config) -> None:
         """Take a newly loaded config's rules, default, backoff and switch timeout."""
@@ -410,7 +415,7 @@ class Reconciler:
         back it off nor be retried (each try would load the whole object) on every pass."""
         if self.switcher.current is not None:
             return False
-        kernel = await loop.run_in_executor(None, self.backend.kernel_state)
+        kernel = await loop.run_in_executor(self.reader, self.backend.kernel_state)
         foreign = kernel.ops or "?" if kernel.state in ("enabled", "enabling") else None
         if foreign != self._foreign:
             self._foreign = foreign

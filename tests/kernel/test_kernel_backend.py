@@ -582,6 +582,38 @@ def test_adopt_reopens_a_running_pinned_scheduler(
     assert _registered("ssd_uei", False)
 
 
+@pytest.mark.usefixtures("sysfs_follows")
+def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path, tmp_path: Path
+) -> None:
+    """The object was rebuilt (another ops name) or removed after the previous daemon
+    pinned it: the running scheduler is adopted under the kernel's name, its pin kept
+    (issue 14.9)."""
+    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+    for now_on_disk in (bpf_object("tcp_ca"), tmp_path / "gone.bpf.o"):
+        h = backend.prepare("uei", cfg)
+        assert h.loaded is not None
+        backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
+        h.close()  # the previous daemon died; the pin keeps ssd_uei registered
+        got = backend.adopt({"uei": _cfg(now_on_disk, hotplug_seq=False)})
+        assert isinstance(got, KernelPrepared), now_on_disk
+        try:
+            assert got.ops_name == "ssd_uei" and got.attached
+            assert backend.pins.names() == ["uei"] and _registered("ssd_uei", True)
+        finally:
+            backend.discard(got)
+        assert _registered("ssd_uei", False)
+    # a live pinned link that is not what runs (ejected, another scheduler enabled since)
+    h = backend.prepare("uei", cfg)
+    assert h.loaded is not None
+    backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
+    h.close()
+    _set_state(scx_root, "enabled", "someone_else")
+    assert backend.adopt({"uei": cfg}) is None
+    assert backend.pins.names() == [] and _registered("ssd_uei", False)
+    _set_state(scx_root, "disabled", None)
+
+
 def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path: Path) -> None:
     st = backend.kernel_state()
     assert (st.state, st.ops, st.enable_seq) == ("disabled", None, 3)

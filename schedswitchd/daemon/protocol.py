@@ -172,7 +172,7 @@ ADMIN_OPS = frozenset({"switch", "stop", "reload"})
 #: cache of 16384 entries by default. Requests carry unique values (lease ids, tags), so
 #: a burst of clients fills that cache with objects that live on, scattered over the
 #: allocator's arenas, which then cannot be given back after the burst: keys only.
-_JSON_CACHE = "keys"
+_JSON_CACHE: Literal["keys"] = "keys"
 _REQUEST: TypeAdapter[Request] = TypeAdapter(Request, config=ConfigDict(cache_strings=_JSON_CACHE))
 
 

@@ -404,9 +404,15 @@ class Switcher:
         old = self.current
         with self.backend.switch_window() as expedited:
             record.expedited = expedited
-            self._swap(record, old, new)
+            self._swap(record, old, new, spec)
 
-    def _swap(self, record: SwitchRecord, old: Prepared | None, new: Prepared | None) -> None:
+    def _swap(
+        self,
+        record: SwitchRecord,
+        old: Prepared | None,
+        new: Prepared | None,
+        spec: SchedulerConfig | None,
+    ) -> None:
         gap_start = time.monotonic_ns()
         if old is not None:
             try:

@@ -321,9 +321,101 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
     }
     save()
     gamer.kill()
-    daemon2.stop()
+    issue14: dict[str, Any] = {}
+    results["issue14"] = issue14
+    _issue14_checks(config, sock, log, daemon2, issue14, save)
     results["done"] = True
     save()
+
+
+def _issue14_checks(
+    config: str, sock: str, log: Path, daemon: Daemon, out: dict[str, Any], save: Callable[[], None]
+) -> None:
+    """Issue 14 items 5, 6, 8 and 9 on the real kernel (tests/vm/test_daemon_e2e.py)."""
+    original = Path(config).read_text()
+    pin_dir = "/sys/fs/bpf/schedswitchd"
+    with DaemonClient(sock) as admin:
+        admin.request(proto.SwitchRequest(scheduler="vtime"))
+        wait_for(settled(sock, "ss_vtime", "vtime"), 30)
+        before = kernel_view()
+        # 5. a reload that changes the running scheduler's tunables swaps in its new form
+        Path(config).write_text(original.replace("slice_ns = 5000000", "slice_ns = 4000000"))
+        reloaded = admin.request(proto.ReloadRequest())
+        wait_for(lambda: status(sock).last_switch is not None, 30)
+        last = status(sock).last_switch
+        out["refresh"] = {
+            "reply": reloaded.model_dump(mode="json"),
+            "before": before,
+            "after": kernel_view(),
+            "last_switch": last.model_dump(mode="json") if last else None,
+            "pins": sorted(os.listdir(pin_dir)),
+        }
+        save()
+        # 6. a failed admin switch (object missing) changes nothing
+        before = kernel_view()
+        try:
+            admin.request(proto.SwitchRequest(scheduler="missing"))
+            failed: dict[str, Any] = {"error": None}
+        except DaemonError as exc:
+            failed = {"error": exc.code, "message": str(exc)}
+        time.sleep(1.5)  # a few reconcile passes
+        st = status(sock)
+        failed.update(
+            before=before,
+            after=kernel_view(),
+            override=st.override,
+            active=st.active,
+            pins=sorted(os.listdir(pin_dir)),
+        )
+        out["failed_switch"] = failed
+        save()
+        launcher = Launcher(sock, "video-call")  # keeps vtime running without an override
+        admin.request(proto.SwitchRequest(scheduler="auto"))
+        wait_for(settled(sock, "ss_vtime", "vtime"), 30)
+    # 9. restart after the object was "rebuilt" (vtime's entry now names another object,
+    #    whose ops name differs): the running scheduler is adopted for what it is
+    before = kernel_view()
+    daemon.kill9()
+    launcher.kill()
+    rebuilt = _point_vtime_at_latency(original)
+    Path(config).write_text(rebuilt)
+    daemon3 = Daemon(config, sock, log)
+    daemon3.start()
+    st = status(sock)
+    out["rebuilt_restart"] = {
+        "before": before,
+        "after": kernel_view(),
+        "status": st.model_dump(mode="json"),
+        "pins": sorted(os.listdir(pin_dir)),
+    }
+    save()
+    # 8. after the re-adoption, a hint then its release runs the default at once
+    with DaemonClient(sock) as client:
+        lease = ask(client, proto.HintRequest(workload="video-call"), proto.HintReply).lease
+        released = ask(client, proto.ReleaseRequest(lease=lease), proto.ReleaseReply)
+        ok = wait_for(runs(None), 5)
+    out["grace_after_release"] = {
+        "reply": released.model_dump(mode="json"),
+        "waited_ok": ok,
+        "kernel": kernel_view(),
+        "status_active": status(sock).active,
+    }
+    save()
+    daemon3.stop()
+    Path(config).write_text(original)
+
+
+def _point_vtime_at_latency(text: str) -> str:
+    """``text`` with ``[schedulers.vtime]``'s object replaced by latency's (a stand-in for a
+    rebuilt file whose scheduler has another ops name)."""
+    head, sep, rest = text.partition("[schedulers.vtime]")
+    entry, sep2, tail = rest.partition("\n[")
+    lines = entry.splitlines()
+    fixed = [
+        line.replace("vtime.bpf.o", "latency.bpf.o") if line.startswith("object") else line
+        for line in lines
+    ]
+    return head + sep + "\n".join(fixed) + sep2 + tail
 
 
 # --- demo (make demo) ---------------------------------------------------------------------------

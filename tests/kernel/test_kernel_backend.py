@@ -433,9 +433,9 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
         assert new_link is not None
         backend.discard(old)
         assert backend.pins.names() == ["uei"]
-        pinned = S.obj_get(backend.pins.path("uei") / "link")
+        pinned = syscall.obj_get(backend.pins.path("uei") / "link")
         try:
-            assert S.link_info(pinned).id == S.link_info(new_link).id
+            assert syscall.link_info(pinned).id == syscall.link_info(new_link).id
         finally:
             pinned.close()
         assert _registered("ssd_uei", True)

@@ -455,7 +455,7 @@ def _switch_line(info: proto.SwitchInfo | None) -> str:
     return line
 
 
-def _exit_text(exit_info: proto.ExitInfoModel) -> str:
+def _exit_text(exit_info: proto.ExitInfo) -> str:
     """``KIND: reason: message`` (``struct scx_exit_info``), without empty parts."""
     parts = [exit_info.kind_name, exit_info.reason, exit_info.message]
     return ": ".join(p for p in parts if p)

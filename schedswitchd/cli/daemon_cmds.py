@@ -106,7 +106,7 @@ def _counters_text(counters: dict[str, int]) -> str:
     return " ".join(shown) or "-"
 
 
-def _exit_text(exit_: proto.ExitInfoModel) -> str:
+def _exit_text(exit_: proto.ExitInfo) -> str:
     """``KIND: reason: message``, leaving out empty parts (the kernel's own wording)."""
     return ": ".join(p for p in (exit_.kind_name, exit_.reason, exit_.message) if p)
 

@@ -51,13 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
-from schedswitchd.bpf.spec import MapKind, ObjectSpec
+from schedswitchd.bpf.scheduler import SCHED_EXT_OPS, apply_tunables, ops_name_of, sched_ext_map
+from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.daemon.config import Config, SchedulerConfig
 from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
 from schedswitchd.errors import (
     BpfSyscallError,
-    CustomizationError,
     LoadError,
     SchedExtError,
     SchedSwitchError,
@@ -77,8 +76,6 @@ from schedswitchd.kernel.uevents import Uevent, UeventListener
 
 log = logging.getLogger("schedswitchd.backend")
 
-#: The struct_ops type of a sched_ext scheduler (``include/linux/sched/ext.h``).
-SCHED_EXT_OPS = "sched_ext_ops"
 #: Interval of the sysfs check behind the uevents in :meth:`KernelBackend.watch` (s).
 WATCH_POLL_S = 0.25
 _KEY0 = b"\0\0\0\0"
@@ -189,56 +186,6 @@ class KernelPrepared:
         for fd in (self.adopted_ops_map, self.adopted_exit_map):
             if fd is not None:
                 fd.close()
-
-
-def sched_ext_map(spec: ObjectSpec, ops_type: str = SCHED_EXT_OPS) -> str:
-    """Name of the one ``ops_type`` (``sched_ext_ops``) struct_ops map of ``spec``. Raises
-    :class:`LoadError` when there is none (not a scheduler) or several."""
-    names = [
-        m.name
-        for m in spec.struct_ops_maps
-        if m.struct_ops is not None and m.struct_ops.type_name == ops_type and m.autocreate
-    ]
-    if not names:
-        raise LoadError(f"object {spec.name!r} has no struct {ops_type}: not a scheduler")
-    if len(names) > 1:
-        raise LoadError(f"object {spec.name!r} defines several schedulers: {', '.join(names)}")
-    return names[0]
-
-
-def ops_name_of(spec: ObjectSpec, map_name: str) -> str:
-    """The ``name`` member of struct_ops variable ``map_name`` (what ``root/ops`` reads).
-    Raises :class:`LoadError` when it is missing or empty (the kernel refuses those)."""
-    so = spec.map(map_name).struct_ops
-    mem = so.member("name") if so is not None else None
-    if so is None or mem is None:
-        raise LoadError(f"{spec.name}: {map_name} has no 'name' member")
-    raw = so.data[mem.offset : mem.offset + mem.size].split(b"\0", 1)[0]
-    name = raw.decode("utf-8", errors="replace")
-    if not name:
-        raise LoadError(f"{spec.name}: {map_name}.name is empty; sched_ext requires a name")
-    return name
-
-
-def customize(
-    spec: ObjectSpec, ops_map: str, cfg: SchedulerConfig, hotplug_seq: int | None
-) -> ObjectSpec:
-    """``spec`` with ``cfg``'s ``.rodata`` tunables and ``sched_ext_ops`` scalars applied,
-    and ``hotplug_seq`` when given. Raises :class:`CustomizationError` naming the key."""
-    for key, value in cfg.rodata.items():
-        sections = [
-            m.name for m in spec.maps if m.kind is MapKind.RODATA and m.variable(key) is not None
-        ]
-        if not sections:
-            raise CustomizationError(
-                f"{spec.name}: rodata.{key}: no such .rodata variable in the object"
-            )
-        spec = set_variable(spec, key, value, section=sections[0])
-    for key, number in cfg.struct_ops.items():
-        spec = set_struct_ops_member(spec, ops_map, key, number)
-    if hotplug_seq is not None:
-        spec = set_struct_ops_member(spec, ops_map, "hotplug_seq", hotplug_seq)
-    return spec
 
 
 class KernelBackend:
@@ -389,7 +336,7 @@ class KernelBackend:
         if cfg.hotplug_seq and scx.available(self.root):
             hotplug = scx.read_hotplug_seq(self.root)
         module_key = self._module_key()
-        spec = customize(opened.spec, ops_map, cfg, hotplug)
+        spec = apply_tunables(opened.spec, ops_map, cfg.rodata, cfg.struct_ops, hotplug)
         ops_name = ops_name_of(spec, ops_map)
         uei = uei_layout(spec)
         t["customize"] = time.perf_counter_ns() - start
@@ -728,7 +675,9 @@ class KernelBackend:
             return None
         if rec is None:
             return None
-        return ExitInfo(rec.kind, rec.exit_code, rec.reason, rec.message)
+        return ExitInfo(
+            kind=rec.kind, exit_code=rec.exit_code, reason=rec.reason, message=rec.message
+        )
 
     # --- adopt -------------------------------------------------------------------------------
 
@@ -899,7 +848,8 @@ class KernelBackend:
 
 
 def create_backend(config: Config) -> KernelBackend:
-    """The daemon's backend factory (``schedswitchd --backend``'s default)."""
+    """The daemon's backend factory (what :func:`schedswitchd.daemon.service.main` uses
+    unless a caller passes another)."""
     rcu = RcuExpediter(
         Path("/sys"),
         Path(config.switch.runtime_dir) / "rcu_expedited.ours",

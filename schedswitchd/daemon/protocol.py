@@ -28,7 +28,7 @@ import json
 from typing import Annotated, Any, Literal
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from schedswitchd.daemon.config import NAME_PATTERN
 from schedswitchd.errors import ProtocolError
@@ -197,14 +197,44 @@ class KernelInfo(_Wire):
     enable_seq: int | None = None
 
 
-class ExitInfoModel(_Wire):
-    """``struct scx_exit_info`` as copied by the scheduler (kind, exit_code, reason, msg)."""
+#: ``enum scx_exit_kind`` (kernel ``kernel/sched/ext.c``/``ext_internal.h``).
+EXIT_KINDS = {
+    0: "NONE",
+    1: "DONE",
+    64: "UNREG",
+    65: "UNREG_BPF",
+    66: "UNREG_KERN",
+    67: "SYSRQ",
+    1024: "ERROR",
+    1025: "ERROR_BPF",
+    1026: "ERROR_STALL",
+}
+
+
+def exit_kind_name(kind: int) -> str:
+    """``SCX_EXIT_*`` name of an exit kind number, or ``KIND_<n>`` when unknown."""
+    return EXIT_KINDS.get(kind, f"KIND_{kind}")
+
+
+class ExitInfo(_Wire):
+    """``struct scx_exit_info`` fields as the scheduler's ``ops.exit`` recorded them (the
+    ``uei`` pattern of ``tools/sched_ext/include/scx/user_exit_info.h``): ``kind`` (``enum
+    scx_exit_kind``), ``kind_name`` (e.g. ``ERROR_STALL``; filled from ``kind`` when not
+    given), ``exit_code``, ``reason``, ``message``. The daemon's record and the wire form
+    are this one class."""
 
     kind: int
-    kind_name: str
+    kind_name: str = ""
     exit_code: int = 0
     reason: str = ""
     message: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_the_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "kind_name" not in data and type(data.get("kind")) is int:
+            return {**data, "kind_name": exit_kind_name(data["kind"])}
+        return data
 
 
 class SwitchInfo(_Wire):
@@ -229,7 +259,7 @@ class SwitchInfo(_Wire):
     expedited: bool = False
     standby: bool = False
     error: ErrorBody | None = None
-    exit: ExitInfoModel | None = None
+    exit: ExitInfo | None = None
 
 
 class LeaseInfo(_Wire):
@@ -311,7 +341,7 @@ class StatusBody(_Wire):
         description="Every live lease, best first, whether or not it decides what runs.",
     )
     last_switch: SwitchInfo | None = None
-    last_exit: ExitInfoModel | None = Field(
+    last_exit: ExitInfo | None = Field(
         default=None,
         description="The newest exit record the daemon read (an ejection, a failed attach, "
         "a detach to the kernel's own scheduler).",

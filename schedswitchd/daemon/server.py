@@ -40,7 +40,7 @@ from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant, peer_of
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Clock, Reconciler
-from schedswitchd.daemon.switcher import ExitInfo, SchedulerBackend, SwitchRecord
+from schedswitchd.daemon.switcher import SchedulerBackend, SwitchRecord
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -636,7 +636,7 @@ class Server:
             leases=len(self.policy.leases),
             live_leases=[lease_info(lease, self.config, now) for lease in self._live_leases()],
             last_switch=switch_info(history[-1]) if history else None,
-            last_exit=exit_model(self.switcher.last_exit),
+            last_exit=self.switcher.last_exit,
             active_stale=self.reconciler.active_stale,
             reload=self.last_reload,
             backoff=[
@@ -699,19 +699,6 @@ class Server:
 # --- wire conversions -----------------------------------------------------------------------------
 
 
-def exit_model(info: ExitInfo | None) -> proto.ExitInfoModel | None:
-    """:class:`ExitInfo` -> wire model."""
-    if info is None:
-        return None
-    return proto.ExitInfoModel(
-        kind=info.kind,
-        kind_name=info.kind_name,
-        exit_code=info.exit_code,
-        reason=info.reason,
-        message=info.message,
-    )
-
-
 def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
     """:class:`SwitchRecord` -> wire model."""
     error = None
@@ -733,7 +720,7 @@ def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
         expedited=record.expedited,
         standby=record.standby,
         error=error,
-        exit=exit_model(record.exit),
+        exit=record.exit,
     )
 
 

@@ -12,8 +12,9 @@
 - Logging: to the journal with structured fields (``SCHEDULER``, ``LEASE``, ``SWITCH_NS``,
   ``EXIT_KIND``) when stderr is the journal (``$JOURNAL_STREAM``, ``systemd.exec(5)``),
   else plain text on stderr.
-- Kernel side: ``--backend MODULE:FACTORY`` names a callable ``(Config) -> SchedulerBackend``
-  (default :data:`DEFAULT_BACKEND`).
+- Kernel side: the real backend (:func:`schedswitchd.daemon.kernel_backend.create_backend`);
+  :func:`main` takes another ``(Config) -> SchedulerBackend`` factory from Python callers
+  (the tests' fake), not from the command line.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from schedswitchd import __version__
 from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
@@ -46,9 +47,6 @@ if TYPE_CHECKING:
     from schedswitchd.daemon.switcher import SchedulerBackend
 
 DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"
-#: The real kernel backend (loader + sched_ext sysfs + pins), written against
-#: :class:`~schedswitchd.daemon.switcher.SchedulerBackend`.
-DEFAULT_BACKEND = "schedswitchd.daemon.kernel_backend:create_backend"
 
 log = logging.getLogger("schedswitchd")
 
@@ -208,21 +206,6 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
     return sock
 
 
-# --- backend ---------------------------------------------------------------------------------
-
-
-def load_backend_factory(spec: str) -> BackendFactory | None:
-    """``MODULE:ATTR`` -> the factory; ``None`` if ``MODULE`` itself does not exist."""
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            return None
-        raise
-    return cast(BackendFactory, getattr(module, attr or "create_backend"))
-
-
 # --- main loop ---------------------------------------------------------------------------------
 
 
@@ -287,8 +270,12 @@ async def _watchdog(server: Server, interval: float) -> None:
             notify("WATCHDOG=1")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit status."""
+def main(
+    argv: Sequence[str] | None = None, *, backend_factory: BackendFactory | None = None
+) -> int:
+    """Entry point; returns the process exit status. ``backend_factory``: makes the kernel
+    side from the configuration (default: the real backend, loader + sched_ext sysfs +
+    pins)."""
     disable_transparent_hugepages()  # before the heavy imports below
     limit_malloc_arenas()  # before any thread starts
     import asyncio
@@ -312,11 +299,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check-config", action="store_true", help="validate and check every scheduler"
     )
     parser.add_argument("--socket", help="listen here instead of [socket] path")
-    parser.add_argument(
-        "--backend",
-        default=DEFAULT_BACKEND,
-        help="kernel backend factory MODULE:CALLABLE (default: %(default)s)",
-    )
     args = parser.parse_args(argv)
     if args.print_schema:
         print(json.dumps(json_schema(), indent=2))
@@ -326,27 +308,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"schedswitchd: {exc}", file=sys.stderr)
         return 1
-    factory = load_backend_factory(args.backend)
+    factory = backend_factory
+    if factory is None:
+        from schedswitchd.daemon.kernel_backend import create_backend
+
+        factory = create_backend
     if args.check_config:
         backend: SchedulerBackend | None = None
-        if factory is not None:
-            try:
-                backend = factory(config)
-            except SchedSwitchError as exc:
-                print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
+        try:
+            backend = factory(config)
+        except SchedSwitchError as exc:
+            print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
         results = check_config(config, backend)
         report = format_report(
             config,
             results,
-            args.backend if backend is not None else None,
+            f"{factory.__module__}.{factory.__qualname__}" if backend is not None else None,
             no_sched_ext=backend is not None and sched_ext_missing(backend),
         )
         print(report)
         return 0 if all(r.ok for r in results) else 1
     setup_logging(config)
-    if factory is None:
-        log.error("no kernel backend: module of %s is not installed", args.backend)
-        return 1
     sock: socket.socket | None = None
     own_path: str | None = None
     try:

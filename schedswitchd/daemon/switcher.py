@@ -30,27 +30,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.daemon.protocol import EXIT_KINDS, ExitInfo, exit_kind_name
 from schedswitchd.daemon.standby import StandbyPool
 from schedswitchd.errors import SchedExtError, SchedSwitchError
 
-#: ``enum scx_exit_kind`` (kernel ``kernel/sched/ext.c``/``ext_internal.h``).
-EXIT_KINDS = {
-    0: "NONE",
-    1: "DONE",
-    64: "UNREG",
-    65: "UNREG_BPF",
-    66: "UNREG_KERN",
-    67: "SYSRQ",
-    1024: "ERROR",
-    1025: "ERROR_BPF",
-    1026: "ERROR_STALL",
-}
-
-
-def exit_kind_name(kind: int) -> str:
-    """``SCX_EXIT_*`` name of an exit kind number, or ``KIND_<n>`` when unknown."""
-    return EXIT_KINDS.get(kind, f"KIND_{kind}")
-
+__all__ = ["EXIT_KINDS", "ExitInfo", "exit_kind_name"]  # re-exported: the switch records use them
 
 #: ``KernelState.state`` of a kernel without sched_ext (no ``/sys/kernel/sched_ext``).
 UNAVAILABLE = "unavailable"
@@ -74,22 +58,6 @@ class KernelState:
     state: str
     ops: str | None = None
     enable_seq: int | None = None
-
-
-@dataclass(frozen=True)
-class ExitInfo:
-    """``struct scx_exit_info`` fields as the scheduler's ``ops.exit`` recorded them (the
-    ``uei`` pattern of ``tools/sched_ext/include/scx/user_exit_info.h``)."""
-
-    kind: int
-    exit_code: int = 0
-    reason: str = ""
-    message: str = ""
-
-    @property
-    def kind_name(self) -> str:
-        """E.g. ``ERROR_STALL``."""
-        return exit_kind_name(self.kind)
 
 
 class Prepared(Protocol):

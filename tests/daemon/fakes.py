@@ -70,8 +70,8 @@ class FakeBackend:
         self.live.add(id(handle))
         return handle
 
-    def attach(self, handle: Prepared, timeout_s: float) -> int | None:
-        prepared = cast(FakePrepared, handle)
+    def attach(self, prepared: Prepared, timeout_s: float) -> int | None:
+        prepared = cast(FakePrepared, prepared)
         self.calls.append(f"attach {prepared.name}")
         assert not prepared.discarded, "attach of a discarded handle"
         with self.lock:
@@ -79,7 +79,9 @@ class FakeBackend:
                 raise SchedExtError(f"sched_ext is {self.state}, cannot attach")
             if prepared.name in self.fail_attach:
                 # the kernel calls ops.init, which fails: the scheduler exits at once
-                prepared.exit = ExitInfo(1024, 0, "init failed", "ops.init() returned -ENOMEM")
+                prepared.exit = ExitInfo(
+                    kind=1024, reason="init failed", message="ops.init() returned -ENOMEM"
+                )
                 raise SchedExtError(f"{prepared.name}: sched_ext disabled during enable")
             self.state, self.ops = "enabled", prepared.ops_name
             self.enable_seq += 1
@@ -92,8 +94,8 @@ class FakeBackend:
         prepared.timings_ns.update({"attach.link": 11, "attach.pin": 13})
         return enabled_ns
 
-    def detach(self, handle: Prepared, timeout_s: float) -> None:
-        prepared = cast(FakePrepared, handle)
+    def detach(self, prepared: Prepared, timeout_s: float) -> None:
+        prepared = cast(FakePrepared, prepared)
         self.calls.append(f"detach {prepared.name}")
         if self.fail_detach:
             raise SchedExtError("timed out waiting for sched_ext to read disabled")
@@ -102,13 +104,13 @@ class FakeBackend:
                 self.state, self.ops = "disabled", None
                 self.attached_handle = None
                 # the kernel calls ops.exit on unregister too (SCX_EXIT_UNREG)
-                prepared.exit = ExitInfo(64, 0, "unregistered from user space", "")
+                prepared.exit = ExitInfo(kind=64, reason="unregistered from user space")
             prepared.attached = False
         if self.attach_tail_s is not None:
             prepared.timings_ns["detach.link_detach"] = 17
 
-    def discard(self, handle: Prepared) -> None:
-        prepared = cast(FakePrepared, handle)
+    def discard(self, prepared: Prepared) -> None:
+        prepared = cast(FakePrepared, prepared)
         self.calls.append(f"discard {prepared.name}")
         if prepared.attached:
             self.detach(prepared, 1.0)
@@ -119,8 +121,8 @@ class FakeBackend:
         with self.lock:
             return KernelState(self.state, self.ops, self.enable_seq)
 
-    def exit_info(self, handle: Prepared) -> ExitInfo | None:
-        return cast(FakePrepared, handle).exit
+    def exit_info(self, prepared: Prepared) -> ExitInfo | None:
+        return cast(FakePrepared, prepared).exit
 
     def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> FakePrepared | None:
         pinned, self.pinned = self.pinned, None
@@ -141,12 +143,12 @@ class FakeBackend:
     def switch_window(self) -> AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
 
-    def fresh(self, handle: Prepared, spec: SchedulerConfig) -> bool:
-        prepared = cast(FakePrepared, handle)
+    def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool:
+        prepared = cast(FakePrepared, prepared)
         return not prepared.discarded and not prepared.attached and prepared.name not in self.stale
 
-    def kernel_bytes(self, handle: Prepared) -> int:
-        return self.handle_bytes.get(handle.name, 4096)
+    def kernel_bytes(self, prepared: Prepared) -> int:
+        return self.handle_bytes.get(prepared.name, 4096)
 
     def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
         self.calls.append("pre-open " + " ".join(sorted(schedulers)))
@@ -158,7 +160,7 @@ class FakeBackend:
         with self.lock:
             handle = self.attached_handle
             assert handle is not None, "nothing to eject"
-            handle.exit = ExitInfo(kind, 0, reason, "runnable task stall")
+            handle.exit = ExitInfo(kind=kind, reason=reason, message="runnable task stall")
             handle.attached = False
             self.attached_handle = None
             self.state, self.ops = "disabled", None
@@ -174,7 +176,7 @@ class FakeBackend:
 
 
 def create_backend(config: object) -> FakeBackend:
-    """Factory for ``schedswitchd --backend tests.daemon.fakes:create_backend`` (tests only).
+    """The backend factory of ``python -m tests.daemon.fake_service`` (tests only).
 
     ``$FAKE_PRELOAD`` names a scheduler to pretend a previous daemon left pinned.
     """

@@ -171,11 +171,11 @@ def test_schedswitch_run_needs_workload_before_dashes(capsys: pytest.CaptureFixt
 
 def test_exit_and_counter_texts() -> None:
     from schedswitchd.cli.daemon_cmds import _counters_text, _exit_text
-    from schedswitchd.daemon.protocol import ExitInfoModel
+    from schedswitchd.daemon.protocol import ExitInfo
 
-    e = ExitInfoModel(kind=1025, kind_name="ERROR_BPF", reason="scx_bpf_error", message="boom")
+    e = ExitInfo(kind=1025, kind_name="ERROR_BPF", reason="scx_bpf_error", message="boom")
     assert _exit_text(e) == "ERROR_BPF: scx_bpf_error: boom"
-    assert _exit_text(ExitInfoModel(kind=64, kind_name="UNREG")) == "UNREG"
+    assert _exit_text(ExitInfo(kind=64)) == "UNREG"
     text = _counters_text({"btf_cache_hits": 3, "prepares": 2, "attach.link_ns": 5})
     assert text == "btf_cache_hits=3 prepares=2 (+1 more with --json)"
     assert _counters_text({}) == "-"

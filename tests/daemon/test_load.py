@@ -153,11 +153,11 @@ def test_load() -> None:
     log = open(work / "log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "schedswitchd"),
+            sys.executable,
+            "-m",
+            "tests.daemon.fake_service",
             "--config",
             str(config.source),
-            "--backend",
-            "tests.daemon.fakes:create_backend",
             "--socket",
             path,
         ],

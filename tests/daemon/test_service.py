@@ -43,14 +43,9 @@ def workdir() -> Iterator[Path]:
 
 
 def daemon_cmd(config: Path, *more: str) -> list[str]:
-    return [
-        str(BIN / "schedswitchd"),
-        "--config",
-        str(config),
-        "--backend",
-        "tests.daemon.fakes:create_backend",
-        *more,
-    ]
+    """The ``schedswitchd`` entry point with the fake backend (tests/daemon/fake_service.py);
+    run with :func:`env` (``PYTHONPATH`` is the checkout)."""
+    return [sys.executable, "-m", "tests.daemon.fake_service", "--config", str(config), *more]
 
 
 def ctl(sock: Path, *args: str) -> Any:
@@ -278,12 +273,16 @@ def test_own_socket_refuses_live_and_non_socket_replaces_stale(workdir: Path) ->
     assert plain.read_text() == "keep me"
 
 
-def test_no_backend_module_is_an_error(workdir: Path) -> None:
+def test_the_backend_is_not_a_command_line_option(workdir: Path) -> None:
+    """Tests inject their backend from Python; ``--help`` shows no test seam."""
     config = make_config(workdir)
-    code = service.main(
-        ["--config", str(config.source), "--backend", "schedswitchd.no_such_backend:create"]
-    )
-    assert code == 1
+    with pytest.raises(SystemExit) as exit_:
+        service.main(["--config", str(config.source), "--backend", "tests.daemon.fakes:x"])
+    assert exit_.value.code == 2
+    help_text = subprocess.run(
+        [str(BIN / "schedswitchd"), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "--backend" not in help_text
 
 
 def test_journal_handler_sends_structured_fields() -> None:

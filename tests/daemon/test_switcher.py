@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -140,7 +141,9 @@ def test_ejection_is_noticed_with_exit_info() -> None:
     assert found is not None
     rec, ran_for = found
     assert rec.result == sw.EJECTED and rec.previous == "gaming" and ran_for >= 0
-    assert rec.exit == sw.ExitInfo(1026, 0, "watchdog failed", "runnable task stall")
+    assert rec.exit == sw.ExitInfo(
+        kind=1026, reason="watchdog failed", message="runnable task stall"
+    )
     assert s.last_exit is not None and s.last_exit.kind_name == "ERROR_STALL"
     assert s.active == KERNEL and not b.live
     assert s.check_ejected() is None
@@ -203,15 +206,49 @@ def test_no_reattach_while_kernel_is_disabling() -> None:
     assert found is not None and found[0].result == sw.EJECTED
 
 
+def _protocol_members(proto_cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(proto_cls).items()
+        if callable(member) and not name.startswith("_")
+    }
+
+
+def _conformance_problems(backend_cls: type) -> list[str]:
+    """How ``backend_cls`` differs from :class:`SchedulerBackend`: missing methods and
+    parameters that differ in name, kind or order (annotations are mypy's to check)."""
+    problems = []
+    for name, want in _protocol_members(sw.SchedulerBackend).items():
+        have = getattr(backend_cls, name, None)
+        if not callable(have):
+            problems.append(f"{backend_cls.__name__}.{name} is missing")
+            continue
+        shape = [(p.name, p.kind) for p in inspect.signature(have).parameters.values()]
+        wanted = [(p.name, p.kind) for p in want.parameters.values()]
+        if shape != wanted:
+            problems.append(f"{backend_cls.__name__}.{name}{inspect.signature(have)} != {want}")
+    return problems
+
+
 def test_backends_conform_to_the_protocol() -> None:
-    """Checked by mypy (structural typing): both backends are SchedulerBackends."""
+    """Both backends have every method of the protocol with its parameters (mypy checks
+    the types where a backend is passed as one); the check itself can fail."""
     from schedswitchd.daemon.kernel_backend import KernelBackend
 
-    def as_protocol(backend: KernelBackend | FakeBackend) -> sw.SchedulerBackend:
-        return backend
+    assert len(_protocol_members(sw.SchedulerBackend)) >= 12
+    assert _conformance_problems(KernelBackend) == []
+    assert _conformance_problems(FakeBackend) == []
 
-    assert as_protocol(FakeBackend()) is not None
-    assert callable(KernelBackend.prepare)
+    class Drifted(FakeBackend):
+        def attach(self, handle: sw.Prepared, timeout: float) -> int | None:
+            return None
+
+    del_watch = type("NoWatch", (), {k: v for k, v in vars(FakeBackend).items() if k != "watch"})
+    assert _conformance_problems(Drifted) == [
+        "Drifted.attach(self, handle: 'sw.Prepared', timeout: 'float') -> 'int | None' != "
+        + str(inspect.signature(sw.SchedulerBackend.attach))
+    ]
+    assert "NoWatch.watch is missing" in _conformance_problems(del_watch)
 
 
 def test_the_switch_window_spans_detach_and_attach() -> None:

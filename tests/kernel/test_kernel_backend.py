@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from schedswitchd.bpf.scheduler import ops_name_of, sched_ext_map
 from schedswitchd.daemon.config import SchedulerConfig
-from schedswitchd.daemon.kernel_backend import (
-    KernelBackend,
-    KernelPrepared,
-    ops_name_of,
-    sched_ext_map,
-)
+from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
 from schedswitchd.errors import (
     BpfSyscallError,
     CustomizationError,

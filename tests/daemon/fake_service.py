@@ -1,0 +1,17 @@
+"""``python -m tests.daemon.fake_service ARGS``: the ``schedswitchd`` entry point
+(:func:`schedswitchd.daemon.service.main`: arguments, sockets, systemd glue, logging) with the
+fake backend injected from Python instead of from the command line.
+
+``$FAKE_PRELOAD`` names a scheduler to pretend a previous daemon left pinned.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from schedswitchd.daemon import service
+
+from .fakes import create_backend
+
+if __name__ == "__main__":
+    sys.exit(service.main(sys.argv[1:], backend_factory=create_backend))

@@ -84,7 +84,23 @@ $(BUILD)/tests/bpf/$(1).bpf.o: $(patsubst tests/bpf/%.bpf.c,$(BUILD)/tests/bpf/p
 endef
 $(foreach n,$(TEST_LINKED),$(eval $(call LINKED_TEST_OBJ,$(n))))
 
-test-objects: $(TEST_BPF_OBJS) $(TEST_LINKED_OBJS)
+
+# Executables embedding BPF objects, as an installed scx_* scheduler embeds its skeleton's
+# object: none, one (profile.bpf.o) and two (globals.bpf.o, then profile.bpf.o).
+EMBED_DIR := $(BUILD)/tests/embed
+EMBED_EXES := $(EMBED_DIR)/no_obj $(EMBED_DIR)/one_obj $(EMBED_DIR)/two_obj
+$(EMBED_DIR)/no_obj: tests/embed/embed.c
+	@mkdir -p $(@D)
+	gcc -O1 -o $@ $<
+$(EMBED_DIR)/one_obj: tests/embed/embed.c $(BUILD)/tests/bpf/profile.bpf.o
+	@mkdir -p $(@D)
+	gcc -O1 -DOBJ1='"$(BUILD)/tests/bpf/profile.bpf.o"' -o $@ $<
+$(EMBED_DIR)/two_obj: tests/embed/embed.c $(BUILD)/tests/bpf/globals.bpf.o $(BUILD)/tests/bpf/profile.bpf.o
+	@mkdir -p $(@D)
+	gcc -O1 -DOBJ1='"$(BUILD)/tests/bpf/globals.bpf.o"' \
+		-DOBJ2='"$(BUILD)/tests/bpf/profile.bpf.o"' -o $@ $<
+
+test-objects: $(TEST_BPF_OBJS) $(TEST_LINKED_OBJS) $(EMBED_EXES)
 
 # Sample sched_ext schedulers, against the sched_ext VM kernel's vmlinux.h: bpf/NAME.bpf.c ->
 #   build/bpf/NAME.bpf.o                .struct_ops.link (our loader)

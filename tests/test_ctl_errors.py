@@ -35,7 +35,7 @@ def test_os_error_is_one_line(
     def refuse(path: str) -> None:
         raise PermissionError(13, "Permission denied", "/sys/fs/bpf/maps.debug")
 
-    monkeypatch.setattr("schedswitchd.cli.object_cmd.open_object", refuse)
+    monkeypatch.setattr("schedswitchd.cli.object_cmd.open_object_noted", refuse)
     assert ctl.main(["object", "inspect", "x.bpf.o"]) == 1
     err = capsys.readouterr().err
     assert err == "schedswitchctl: Permission denied: /sys/fs/bpf/maps.debug\n"

@@ -18,6 +18,7 @@ from schedswitchd.bpf.btf.fixup import fixup_object_btf
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Array, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject, read_elf
+from schedswitchd.bpf.embedded import is_program, select_object
 from schedswitchd.bpf.externs import collect_externs
 from schedswitchd.bpf.kmod_btfs import SECTION, parse_fixed, parse_pointers
 from schedswitchd.bpf.maps import (
@@ -49,7 +50,7 @@ from schedswitchd.errors import BtfError, ObjectError
 
 ARENA_SEC = ".addr_space.1"
 
-__all__ = ["open_object"]
+__all__ = ["open_object", "open_object_noted"]
 
 
 def _object_name(path: str) -> str:
@@ -62,6 +63,9 @@ def open_object(
 ) -> ObjectSpec:
     """Open a BPF object from a path, its bytes, or a file opened for binary reading.
 
+    A path may also name an executable that embeds the object (an installed scheduler
+    built with a libbpf-rs skeleton): see :mod:`schedswitchd.bpf.embedded`, and
+    :func:`open_object_noted` for the note saying which embedded object was used.
     ``name`` defaults to the file name up to its first dot (``"maps"`` for
     ``maps.bpf.o``; ``"obj"`` for bytes or a file). From a path or file only the headers,
     tables and the sections the spec keeps are read: not the DWARF, not the zeros of arena
@@ -70,17 +74,41 @@ def open_object(
     offset) and :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never
     anything else for bad input. An unreadable path raises ``ObjectError`` naming it.
     """
+    return open_object_noted(source, name=name)[0]
+
+
+def open_object_noted(
+    source: str | os.PathLike[str] | bytes | BinaryIO, *, name: str | None = None
+) -> tuple[ObjectSpec, str | None]:
+    """:func:`open_object`, plus a note naming the embedded object used when ``source``
+    (a path or file) is an executable (``None`` for a plain BPF object). Raises as
+    :func:`open_object`, and ``ObjectError`` for an executable that embeds no BPF object."""
+    if isinstance(source, bytes):
+        return _open(_read(source), name or "obj"), None
     if not isinstance(source, str | os.PathLike):
-        return _open(_read(source), name or "obj")
+        return _open_file(source, name or "obj", "object")
     path = os.fspath(source)
     try:
         with open(path, "rb") as f:
-            elf = _read(f)
-        return _open(elf, name or _object_name(path))
+            return _open_file(f, name or _object_name(path), path)
     except OSError as exc:
         raise ObjectError(f"cannot read BPF object {path!r}: {exc}") from exc
     except (ObjectError, BtfError) as exc:  # name the file: callers open many
+        if str(exc).startswith(path):
+            raise
         raise type(exc)(f"{path}: {exc}") from exc
+
+
+def _open_file(f: BinaryIO, obj_name: str, what: str) -> tuple[ObjectSpec, str | None]:
+    """An executable embedding the object is read whole and the object cut out of it;
+    a plain object is read from the file (only what the spec keeps)."""
+    start = f.tell()
+    head = f.read(64)
+    f.seek(start)
+    if is_program(head):
+        data, note = select_object(f.read(), what)
+        return _open(_read(data), obj_name), note
+    return _open(_read(f), obj_name), None
 
 
 def _read(source: bytes | BinaryIO) -> ElfObject:

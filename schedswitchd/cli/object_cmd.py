@@ -6,9 +6,13 @@ modules (``.kmod_btfs``), and CO-RE relocations resolved against the running ker
 vmlinux BTF (``--vmlinux`` to use another file, ``--no-core`` to skip). Only reads files;
 needs no privileges beyond reading ``/sys/kernel/btf/vmlinux``.
 
-``object load OBJ [--pin DIR] [--set VAR=VALUE ...] [--no-fill-enums] [--json] [--verbose]``
-opens the object, applies ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a
-struct_ops variable), loads it (setting its ``__SCX_*`` enum variables from the kernel's
+``object load OBJ [--profile NAME [--mode M] [--sysfs ROOT]] [--pin DIR] [--set VAR=VALUE ...]
+[--no-fill-enums] [--json] [--verbose]`` opens the object (OBJ may also be an executable
+embedding it: the note says which embedded object was used), applies the profile (its
+values for this machine; after load its variable writes, map updates and syscall-program
+runs, the link created from its attach CPU and its after-attach runs; ``docs/profiles.md``),
+then ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a struct_ops variable), loads
+it (setting its ``__SCX_*`` enum variables from the kernel's
 BTF unless ``--no-fill-enums``; ``--set`` values win) and attaches its programs
 (those a libbpf skeleton attaches: tracing, iterators, raw and perf tracepoints), then its
 struct_ops maps; skipped optional (``?``) programs are printed as notes.
@@ -27,12 +31,13 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
-from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import (
     BtfError,
@@ -44,6 +49,15 @@ from schedswitchd.errors import (
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.pins import pin_object, unpin_directory
+from schedswitchd.kernel.profile_steps import (
+    attach_from_cpu,
+    read_stats,
+    run_after_attach,
+    run_before_attach,
+)
+from schedswitchd.profile.apply import ProfiledSpec, profile_spec
+from schedswitchd.profile.model import find_profile, load_profile
+from schedswitchd.profile.topology import read_topology
 
 DEFAULT_VMLINUX = "/sys/kernel/btf/vmlinux"
 
@@ -66,13 +80,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     obj = sub.add_parser("object", help="inspect, load and unload BPF objects")
     osub = obj.add_subparsers(dest="object_command", metavar="SUBCOMMAND", required=True)
     ins = osub.add_parser("inspect", help="show what a BPF object holds and needs")
-    ins.add_argument("path", metavar="OBJ", help="a compiled BPF object (*.bpf.o)")
+    ins.add_argument(
+        "path", metavar="OBJ", help="a compiled BPF object (*.bpf.o) or an executable embedding one"
+    )
     ins.add_argument("--json", action="store_true", help="print one JSON document")
     ins.add_argument("--vmlinux", default=DEFAULT_VMLINUX, help="target BTF for CO-RE")
     ins.add_argument("--no-core", action="store_true", help="do not resolve CO-RE relocations")
     ins.set_defaults(handler=_inspect)
     load = osub.add_parser("load", help="load (and attach struct_ops of) a BPF object")
-    load.add_argument("object", help="path of a BPF ELF object (.bpf.o)")
+    load.add_argument(
+        "object", help="path of a BPF ELF object (.bpf.o) or of an executable embedding one"
+    )
+    load.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="apply a scheduler profile (a shipped or installed name, or a .toml path)",
+    )
+    load.add_argument("--mode", metavar="M", help="the profile's mode to apply")
+    load.add_argument(
+        "--sysfs", default="/sys", help="sysfs root the profile's topology is read from"
+    )
     load.add_argument("--pin", metavar="DIR", help="pin links/programs/maps here and keep them")
     load.add_argument(
         "--set",
@@ -269,7 +296,7 @@ def _text(d: dict[str, Any]) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    spec = open_object(args.path)
+    spec, note = open_object_noted(args.path)
     vmlinux = None
     if not args.no_core and any(p.core_relos for p in spec.programs):
         try:
@@ -277,9 +304,13 @@ def _inspect(args: argparse.Namespace) -> int:
         except BtfError as exc:
             raise ObjectError(f"cannot read target BTF {args.vmlinux!r}: {exc}") from exc
     d = describe(spec, vmlinux)
+    if note:
+        d["embedded"] = note
     if args.json:
         print(json.dumps(d, indent=2))
     else:
+        if note:
+            print(note)
         print(_text(d))
     return 0
 
@@ -352,24 +383,66 @@ def _load(args: argparse.Namespace) -> int:
 
 
 def _load_and_print(args: argparse.Namespace) -> int:
-    spec = apply_sets(open_object(args.object), args.set)
+    spec, note = open_object_noted(args.object)
     registry = KernelBtfRegistry()
+    profiled: ProfiledSpec | None = None
+    if args.profile:
+        profile = load_profile(find_profile(args.profile, base=Path.cwd()))
+        profiled = profile_spec(
+            spec,
+            profile,
+            read_topology(args.sysfs),
+            mode=args.mode,
+            kernel_btf=registry.vmlinux,
+        )
+        spec = profiled.spec
+    elif args.mode:
+        raise CustomizationError("--mode needs --profile")
+    spec = apply_sets(spec, args.set)  # --set wins over the profile
     targets = registry.targets(spec.kmod_btfs)
     pins: dict[str, str] = {}
+    stats: dict[str, int] = {}
     with load_object(
         spec, targets, open_btf_object=registry.open_btf_object, fill_enums=args.fill_enums
     ) as obj:
+        if profiled is not None:
+            run_before_attach(obj, profiled.plan)
         if obj.struct_ops_values:
-            obj.attach_struct_ops()  # the other programs first, as a skeleton's attach
+            plan = profiled.plan if profiled is not None else None
+            if plan is not None:
+                attach_from_cpu(obj, plan, obj.attach_struct_ops)
+            else:
+                obj.attach_struct_ops()  # the other programs first, as a skeleton's attach
         else:
             obj.attach_programs()
+        if profiled is not None:
+            run_after_attach(obj, profiled.plan)
+            stats = read_stats(obj, profiled.plan)
         info = describe_loaded(obj)
         if args.pin:
             pins = pin_object(obj, args.pin)
     info["pinned"] = pins
+    if note:
+        info["embedded"] = note
+    if profiled is not None:
+        info["profile"] = {
+            "name": profiled.resolved.name,
+            "mode": profiled.resolved.mode,
+            "notes": profiled.plan.notes,
+            "stats": stats,
+        }
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
+    if note:
+        print(note)
+    if profiled is not None:
+        mode = f" mode {profiled.resolved.mode}" if profiled.resolved.mode else ""
+        print(f"profile {profiled.resolved.name}{mode} ({profiled.topology.describe()})")
+        for n in profiled.plan.notes:
+            print(f"  note: {n}")
+        for k, v in stats.items():
+            print(f"  stat {k} = {v}")
     for p in info["programs"]:
         print(f"prog {p['name']:<24} id {p['id']:<6} {p['insns']} insns")
     for m in info["maps"]:

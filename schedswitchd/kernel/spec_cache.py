@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import ObjectError
 from schedswitchd.kernel.lru import BoundedLru, LruStats
@@ -48,12 +48,14 @@ class SpecKey:
 @dataclass(frozen=True, slots=True)
 class OpenedSpec:
     """A cache answer: the spec, its key, whether it came from the cache and the time spent
-    (ns) reading and parsing it (0 on a hit)."""
+    (ns) reading and parsing it (0 on a hit); ``note`` says which embedded object was used
+    when the file is an executable (:mod:`schedswitchd.bpf.embedded`)."""
 
     spec: ObjectSpec
     key: SpecKey
     cached: bool
     open_ns: int
+    note: str | None = None
 
 
 def object_name(path: str) -> str:
@@ -72,7 +74,7 @@ class SpecCache:
     def __init__(
         self, *, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
-        self._lru: BoundedLru[SpecKey, ObjectSpec] = BoundedLru(
+        self._lru: BoundedLru[SpecKey, tuple[ObjectSpec, str | None]] = BoundedLru(
             max_entries=max_entries, max_bytes=max_bytes
         )
 
@@ -88,18 +90,18 @@ class SpecCache:
             with open(real, "rb") as f:
                 st = os.fstat(f.fileno())
                 key = SpecKey(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                spec = self._lru.get(key)
-                if spec is not None:
-                    return OpenedSpec(spec, key, True, 0)
+                hit = self._lru.get(key)
+                if hit is not None:
+                    return OpenedSpec(hit[0], key, True, 0, hit[1])
                 # from the open file: only what the spec keeps is read (not an arena's
                 # megabytes of zero globals, not DWARF), and these are the bytes identified
-                spec = open_object(f, name=object_name(real))
+                spec, note = open_object_noted(f, name=object_name(real))
         except OSError as exc:
             raise ObjectError(
                 f"cannot read BPF object {os.fspath(path)!r}: {exc.strerror}"
             ) from exc
-        self._lru.put(key, spec, st.st_size)
-        return OpenedSpec(spec, key, False, time.perf_counter_ns() - start)
+        self._lru.put(key, (spec, note), st.st_size)
+        return OpenedSpec(spec, key, False, time.perf_counter_ns() - start, note)
 
     def stats(self) -> LruStats:
         """The cache's counters (hits, misses, evictions, ...)."""

@@ -3,9 +3,10 @@
 An expression is parsed with :mod:`ast` (``mode="eval"``) and then *interpreted* here, node
 by node; nothing is ever handed to :func:`eval`. Only these nodes exist: literals (int,
 float, bool, str, bytes, None), names, attribute access, subscripts and slices, list and
-tuple displays, arithmetic and bit operations, comparisons (also ``in``), ``and``/``or``/
-``not``, conditional expressions, list comprehensions (with ``if`` clauses) and calls of
-the functions in :data:`FUNCTIONS` (plus those the caller adds, e.g. ``kernel_enum``).
+tuple displays, dict displays with quoted member names (struct values), arithmetic and
+bit operations, comparisons (also ``in``), ``and``/``or``/``not``, conditional
+expressions, list comprehensions (with ``if`` clauses) and calls of the functions in
+:data:`FUNCTIONS` (plus those the caller adds, e.g. ``kernel_enum``).
 
 Why it cannot escape or blow up:
 
@@ -151,9 +152,28 @@ def _sum(v: object) -> Any:
     return total
 
 
-def _sorted(v: object) -> list[Any]:
+def _sorted(v: object, key: object = None, reverse: object = False) -> list[Any]:
+    """``sorted(seq, key="field", reverse=False)``: ``key`` names a field of the elements
+    (a record's attribute, or a struct table's member), not a function."""
+    seq = _seq("sorted", v)
+    if not isinstance(reverse, bool):
+        raise ExprError(f"sorted: reverse must be True or False, got {reverse!r}")
+    keyfn = None
+    if key is not None:
+        if not isinstance(key, str):
+            raise ExprError(f"sorted: key must name a field, got {key!r}")
+
+        def keyfn(item: Any) -> Any:
+            if isinstance(item, dict):
+                if key not in item:
+                    raise ExprError(f"sorted: an element has no member {key!r}")
+                return item[key]
+            if key not in ATTRIBUTES.get(type(item), frozenset()):
+                raise ExprError(f"sorted: {type(item).__name__} has no field {key!r}")
+            return getattr(item, key)
+
     try:
-        return sorted(_seq("sorted", v))
+        return sorted(seq, key=keyfn, reverse=reverse)
     except TypeError as exc:
         raise ExprError(f"sorted: {exc}") from None
 
@@ -204,7 +224,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "cpumask": _cpumask,
     "cpumask_u64": _cpumask_u64,
 }
-_KEYWORDS = {"cpumask": {"nbytes"}, "cpumask_u64": {"nwords"}}
+_KEYWORDS = {"cpumask": {"nbytes"}, "cpumask_u64": {"nwords"}, "sorted": {"key", "reverse"}}
 
 
 def _bad(name: str, v: object) -> Any:
@@ -221,6 +241,7 @@ _ALLOWED = (
     ast.Slice,
     ast.List,
     ast.Tuple,
+    ast.Dict,
     ast.BinOp,
     ast.UnaryOp,
     ast.BoolOp,
@@ -308,6 +329,10 @@ def _check(node: ast.AST, src: str, depth: int) -> None:
             isinstance(a, ast.Starred) for a in node.args
         ):
             raise ExprError(f"expression {src!r}: * and ** arguments are not allowed")
+    if isinstance(node, ast.Dict) and not all(
+        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys
+    ):
+        raise ExprError(f"expression {src!r}: dict keys must be member names in quotes")
     if isinstance(node, ast.comprehension) and node.is_async:
         raise ExprError(f"expression {src!r}: async comprehensions are not allowed")
     if isinstance(node, ast.comprehension) and not isinstance(node.target, ast.Name | ast.Tuple):
@@ -423,6 +448,12 @@ class _Evaluator:
                 raise ExprError(f"index {idx} out of range (length {len(obj)})") from None
         if isinstance(node, ast.List | ast.Tuple):
             return [self.eval(e, local) for e in node.elts]
+        if isinstance(node, ast.Dict):  # struct members by name (keys checked by _check)
+            return {
+                k.value: self.eval(v, local)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant)
+            }
         if isinstance(node, ast.BinOp):
             return _binop(node.op, self.eval(node.left, local), self.eval(node.right, local))
         if isinstance(node, ast.UnaryOp):

@@ -103,7 +103,8 @@ def _failing_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.kernel.test_loader import _spec, _with_indexed_read
 
     monkeypatch.setattr(
-        "schedswitchd.cli.object_cmd.open_object", lambda path: _with_indexed_read(_spec())
+        "schedswitchd.cli.object_cmd.open_object_noted",
+        lambda path: (_with_indexed_read(_spec()), None),
     )
 
 

@@ -37,6 +37,9 @@ def names(tmp_path: Path) -> dict[str, object]:
         ("[a * b for a, b in [[1, 2], [3, 4]]]", [2, 12]),
         ("min(3, 1, 2)", 1),
         ("7 // 2 + 7 % 2 - 2 ** 3", -4),
+        ("[c.id for c in sorted(topo.cpus, key='core_id', reverse=True)]", [1, 3, 0, 2]),
+        ("sorted([{'a': 2}, {'a': 1}], key='a')", [{"a": 1}, {"a": 2}]),
+        ("[{'id': c.id, 'n': len(c.siblings)} for c in topo.cpus][1]", {"id": 1, "n": 1}),
     ],
 )
 def test_values(names: dict[str, object], src: str, want: object) -> None:
@@ -62,12 +65,16 @@ def test_values(names: dict[str, object], src: str, want: object) -> None:
         "topo.cpu(0)",
         "(x := 1)",
         "{1: 2}",
+        "{**{}}",
+        "{'a' + 'b': 1}",
         "{1, 2}",
         "f'{topo}'",
         "print(1)",
         "len(*[[1]])",
         "cpumask(**{})",
         "sorted([1], key=len)",
+        "sorted(topo.cpus, key='__class__')",
+        "sorted(topo.cpus, key='id', reverse=1)",
         "1 if 1 else (yield)",
     ],
 )

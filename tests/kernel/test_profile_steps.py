@@ -1,0 +1,214 @@
+"""A profile's phases on the host kernel: build/tests/bpf/profile.bpf.o (a
+tcp_congestion_ops with syscall programs and maps) loaded with a profile resolved for this
+machine's real /sys, every write read back from the kernel's maps, the syscall programs
+run (on the CPUs asked for: the program records bpf_get_smp_processor_id()), and the link
+created from the attach CPU."""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import ObjectSpec
+from schedswitchd.errors import LoadError
+from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.profile_steps import (
+    attach_from_cpu,
+    on_cpu,
+    read_stats,
+    run_after_attach,
+    run_before_attach,
+)
+from schedswitchd.profile.apply import profile_spec
+from schedswitchd.profile.model import parse_profile
+from schedswitchd.profile.topology import read_topology
+
+pytestmark = pytest.mark.root
+
+OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "profile.bpf.o"
+
+PROFILE = """
+[profile]
+name = "prof"
+ops_name = "ssd_prof"
+
+[variables]
+nr_cpu_ids = { expr = "topo.nr_cpu_ids" }
+cpu_ctxs = { expr = "[{'llc_id': c.llc_id + 40, 'capacity': c.capacity} for c in topo.cpus]" }
+
+[resize]
+".data.cpu_ctxs" = { expr = "topo.nr_cpu_ids" }
+
+[struct_ops]
+flags = 1
+
+[after_load]
+armed = 3
+
+[[map_updates]]
+map = "cpu_info"
+for_each = "online_cpu"
+key = { expr = "cpu.id" }
+value = { llc = { expr = "cpu.llc_id" }, cap = { expr = "cpu.capacity * 2" } }
+
+[[map_updates]]
+map = "pcpu_stats"
+key = 1
+value = 5
+
+[[run]]
+program = "record_cpu"
+for_each = "online_cpu"
+cpu = { expr = "cpu.id" }
+args = { slot = { expr = "cpu.id" }, value = 100 }
+
+[[run]]
+program = "returns_seven"
+when = "after_attach"
+expect_retval = 7
+
+[attach]
+cpu = { expr = "topo.online_cpus[-1]" }
+
+[[stats]]
+name = "runs"
+variable = "nr_runs"
+
+[[stats]]
+name = "pcpu"
+map = "pcpu_stats"
+key = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def registry() -> KernelBtfRegistry:
+    return KernelBtfRegistry()
+
+
+def _spec(name: str) -> ObjectSpec:
+    if not OBJ.is_file():
+        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+    spec = open_object(OBJ)
+    # A unique tcp_congestion_ops name: kernel-wide, and tests may run in parallel.
+    from schedswitchd.bpf.customize import set_struct_ops_member
+
+    return set_struct_ops_member(spec, "ssd_prof", "name", name)
+
+
+def _load(spec: ObjectSpec, registry: KernelBtfRegistry, pin_root: Path) -> LoadedObject:
+    return load_object(
+        spec,
+        registry.targets(spec.kmod_btfs),
+        open_btf_object=registry.open_btf_object,
+        pin_root=pin_root,
+    )
+
+
+def test_profile_phases_reach_the_kernel(registry: KernelBtfRegistry, bpffs: Path) -> None:
+    name = f"ssdp{uuid.uuid4().hex[:8]}"
+    text = PROFILE.replace('ops_name = "ssd_prof"', f'ops_name = "{name}"')
+    topo = read_topology("/sys")
+    vmlinux: Btf = registry.vmlinux
+    ps = profile_spec(_spec(name), parse_profile(text), topo, kernel_btf=vmlinux)
+    affinity = os.sched_getaffinity(0)
+    with _load(ps.spec, registry, bpffs) as obj:
+        assert struct.unpack("<I", obj.read_variable("nr_cpu_ids")) == (topo.nr_cpu_ids,)
+        ctxs = obj.read_variable("cpu_ctxs")
+        assert len(ctxs) == 8 * topo.nr_cpu_ids
+        for c in topo.cpus:
+            assert struct.unpack_from("<II", ctxs, 8 * c.id) == (c.llc_id + 40, c.capacity)
+        run_before_attach(obj, ps.plan)
+        assert struct.unpack("<I", obj.read_variable("armed")) == (3,)
+        info = obj.maps["cpu_info"].fd
+        for n in topo.online_cpus:
+            raw = S.map_lookup_elem(info, struct.pack("<I", n), 16)
+            assert raw is not None
+            assert struct.unpack("<IIQ", raw) == (topo.cpu(n).llc_id, 0, 2 * topo.cpu(n).capacity)
+        ran_on = struct.unpack("<64I", obj.read_variable("ran_on"))
+        for n in topo.online_cpus:
+            if n < 64:
+                assert ran_on[n] == n + 1  # bpf_get_smp_processor_id() + 1: it ran on CPU c
+        # last_arg = value + armed + nr_cpu_ids: after_load's write was seen by the program
+        assert struct.unpack("<q", obj.read_variable("last_arg")) == (100 + 3 + topo.nr_cpu_ids,)
+        assert os.sched_getaffinity(0) == affinity  # restored after each run
+        for k in ("profile.after_load", "profile.map_updates", "profile.run.before_attach"):
+            assert k in obj.timings_ns
+        stats = read_stats(obj, ps.plan)
+        assert stats == {"runs": topo.nr_cpus, "pcpu": 5 * S.possible_cpus()}
+
+        seen: list[set[int]] = []
+
+        def attach() -> None:
+            seen.append(os.sched_getaffinity(0))
+            obj.attach_struct_ops()
+
+        attach_from_cpu(obj, ps.plan, attach)
+        assert seen == [{topo.online_cpus[-1]}]
+        assert os.sched_getaffinity(0) == affinity
+        assert name in obj.links or obj.links  # the link exists
+        avail = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+        assert name in avail.split()
+        run_after_attach(obj, ps.plan)
+        assert "profile.run.after_attach" in obj.timings_ns and "profile.attach" in obj.timings_ns
+    avail = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    assert name not in avail.split()
+
+
+def test_wrong_retval_names_program_and_iteration(registry: KernelBtfRegistry, bpffs: Path) -> None:
+    name = f"ssdp{uuid.uuid4().hex[:8]}"
+    text = PROFILE.replace('ops_name = "ssd_prof"', f'ops_name = "{name}"').replace(
+        "expect_retval = 7", "expect_retval = 0"
+    )
+    ps = profile_spec(_spec(name), parse_profile(text), read_topology("/sys"))
+    with _load(ps.spec, registry, bpffs) as obj:
+        run_before_attach(obj, ps.plan)
+        with pytest.raises(LoadError, match=r"run\[1\] returns_seven: returns_seven returned 7"):
+            run_after_attach(obj, ps.plan)
+
+
+def test_on_cpu_refuses_an_impossible_cpu() -> None:
+    before = os.sched_getaffinity(0)
+    with pytest.raises(LoadError, match="CPU 100000"), on_cpu(100000):
+        pass
+    assert os.sched_getaffinity(0) == before
+
+
+def test_object_load_cli_with_profile_from_executable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``schedswitchctl object load EXE --profile P --mode M`` on the host kernel: the
+    object embedded in build/tests/embed/two_obj, the mode's value read back (stats)."""
+    import json
+
+    from schedswitchd.cli import ctl
+
+    exe = OBJ.parents[1] / "embed" / "two_obj"
+    if not exe.is_file():
+        pytest.fail(f"{exe} is missing: run `make test-objects`")
+    prof = tmp_path / "prof.toml"
+    prof.write_text(
+        PROFILE.replace(
+            "[[stats]]", '[[stats]]\nname = "armed"\nvariable = "armed"\n\n[[stats]]', 1
+        )
+        + "\n[modes.loud]\n[modes.loud.after_load]\narmed = 9\n"
+    )
+    name = f"ssdp{uuid.uuid4().hex[:8]}"
+    argv = ["object", "load", str(exe), "--profile", str(prof), "--set", f"ssd_prof.name={name}"]
+    assert ctl.main([*argv, "--mode", "loud", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    topo = read_topology("/sys")
+    assert out["profile"]["mode"] == "loud"
+    assert out["profile"]["stats"]["armed"] == 9 and out["profile"]["stats"]["runs"] == topo.nr_cpus
+    assert "chose the first with struct_ops" in out["embedded"]
+    assert "profile.attach" in out["timings_ns"] and out["links"] == ["ssd_prof"]
+    assert ctl.main([*argv, "--mode", "quiet"]) == 1
+    assert "no mode 'quiet' (modes: loud)" in capsys.readouterr().err

@@ -299,6 +299,10 @@ mount -t tmpfs tmpfs /newroot/run
 mount -t bpf bpf /newroot/sys/fs/bpf
 mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
+# The VM kernel's config where a Debian system keeps it (libbpf's first place for .kconfig
+# externs; the host's /boot holds none for this kernel): a tmpfs over the read-only /boot.
+mount -t tmpfs -o mode=0755 tmpfs /newroot/boot || fail "mount /boot"
+cp /newroot@KCONFIG@ /newroot/boot/config-$(uname -r) || fail "copy the kernel config"
 mkdir -p /newroot@RESULTS@
 mount -t 9p -o $O results /newroot@RESULTS@ || fail "mount results"
 # The checkout may live under /tmp (CI clones anywhere), which the tmpfs above hides: give it
@@ -330,6 +334,7 @@ def build_initramfs(kernel: SidKernel) -> Path:
         .replace("@RESULTS@", RESULTS_IN_VM)
         .replace("@READY@", READY_MARK)
         .replace("@REPO@", str(REPO))
+        .replace("@KCONFIG@", str(kernel.config))
     )
     return cached_initramfs(kernel, "initramfs", init, order)
 
@@ -531,13 +536,18 @@ def ramroot_stats(console: str) -> dict[str, float] | None:
     return None
 
 
-def _pack_ramroot(spec: RamRootSpec, work: Path, results: Path) -> dict[str, float]:
-    """Write the ramroot archive (``spec``'s files plus the results dir at RESULTS_IN_VM)
-    into the results share; host-side figures for VmResult.ramroot."""
+def _pack_ramroot(
+    spec: RamRootSpec, work: Path, results: Path, kernel: SidKernel
+) -> dict[str, float]:
+    """Write the ramroot archive (``spec``'s files, the results dir at RESULTS_IN_VM and
+    ``kernel``'s config as ``/boot/config-<version>``) into the results share; host-side
+    figures for VmResult.ramroot."""
     start = time.monotonic()
     manifest = compute_manifest(spec)
     tmp = work / "root.tar"
-    size = write_archive(manifest, tmp, extra={RESULTS_IN_VM: results})
+    # the kernel's config where a Debian system keeps it (.kconfig externs read it)
+    boot_config = f"/boot/config-{kernel.version}"
+    size = write_archive(manifest, tmp, extra={RESULTS_IN_VM: results, boot_config: kernel.config})
     tmp.rename(results / RAMROOT_ARCHIVE)
     return {
         "archive_bytes": float(size),
@@ -617,7 +627,7 @@ def run_in_vm(
     host_stats: dict[str, float] = {}
     if ramroot is not None:
         try:
-            host_stats = _pack_ramroot(ramroot, work, results)
+            host_stats = _pack_ramroot(ramroot, work, results, kernel)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -75,6 +75,8 @@ mkdir -p /newroot@RESULTS@ /newroot@REPO@
 mount -t 9p -o $O results /newroot@RESULTS@ || fail "mount results"
 mount -t 9p -o $O,ro repo /newroot@REPO@ || fail "mount repo"
 sh /newroot@RESULTS@/.vm/install.sh /newroot || fail "install units"
+# The VM kernel's config where a Debian system keeps it (.kconfig externs read it).
+cp /newroot@KCONFIG@ /newroot/boot/config-$(uname -r) || fail "copy the kernel config"
 # The host root is a container's: systemd would see /.dockerenv, decide it runs in a
 # container and ignore the kernel command line (systemd.unit=, systemd.mask=). Hide it (a
 # whiteout in the tmpfs layer) and start from an empty /run, not the host's.
@@ -95,6 +97,7 @@ def build_initramfs(kernel: SidKernel) -> Path:
         .replace("@RESULTS@", vm.RESULTS_IN_VM)
         .replace("@READY@", vm.READY_MARK)
         .replace("@REPO@", str(vm.REPO))
+        .replace("@KCONFIG@", str(kernel.config))
     )
     return vm.cached_initramfs(kernel, "initramfs-systemd", init, order)
 

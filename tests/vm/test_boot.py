@@ -33,6 +33,22 @@ VM_STEPS = {
     'test -d /sys/module/$m && test -f /sys/kernel/btf/$m && echo "ok $m"; done',
     "modprobe": 'modprobe -d "$KMOD_ROOT" isofs && test -f /sys/kernel/btf/isofs && echo loaded',
     "bpffs": "mount | grep -c ' /sys/fs/bpf type bpf'",
+    # .kconfig externs read the VM kernel's config where a device keeps it (tools/vm.py puts
+    # the cached package's config at /boot/config-$(uname -r)): our loader, the kconfig
+    # test object, CONFIG_HZ as the file says
+    "kconfig": 'grep -E "^CONFIG_HZ=" "/boot/config-$(uname -r)"; cd "$REPO" && '
+    'PYTHONPATH="$REPO" "$PY" - <<\'EOF\'\n'
+    "import struct\n"
+    "from schedswitchd.bpf.object import open_object\n"
+    "from schedswitchd.kernel.btf_registry import KernelBtfRegistry\n"
+    "from schedswitchd.kernel.kconfig import read_kernel_config\n"
+    "from schedswitchd.kernel.loader import load_object\n"
+    'print("source", read_kernel_config().source)\n'
+    'spec = open_object("build/tests/bpf/kconfig.bpf.o")\n'
+    "reg = KernelBtfRegistry()\n"
+    "with load_object(spec, reg.targets(spec.kmod_btfs)) as obj:\n"
+    '    print("hz", struct.unpack("<i", obj.read_variable("CONFIG_HZ"))[0])\n'
+    "EOF",
 }
 
 
@@ -80,6 +96,18 @@ def test_modprobe_from_the_cache(vm_steps: vm.StepsResult) -> None:
 
 def test_bpffs_mounted(vm_steps: vm.StepsResult) -> None:
     assert vm_steps.step("bpffs").check().output.strip() == "1"
+
+
+def test_kconfig_where_a_device_keeps_it(vm_steps: vm.StepsResult, sid_kernel: SidKernel) -> None:
+    """The VM's kernel config is at ``/boot/config-<release>``, our loader's kconfig reader
+    takes it from there, and a ``__kconfig`` extern gets the file's value."""
+    lines = vm_steps.step("kconfig").check().output.split("\n")
+    want = next(
+        line for line in sid_kernel.config.read_text().splitlines() if line.startswith("CONFIG_HZ=")
+    )
+    assert lines[0] == want
+    assert lines[1] == f"source /boot/config-{sid_kernel.version}"
+    assert lines[2] == f"hz {want.split('=')[1]}"
 
 
 def test_unknown_step_is_a_clear_error(vm_steps: vm.StepsResult) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object_noted
@@ -176,6 +177,9 @@ def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
         if cache is not None and btf is not None and vmlinux is not None and p.core_relos:
             res = relocate(btf, p.insns, p.core_relos, [vmlinux], cache)
             for r in res.results:
+                # TYPE_ID_LOCAL is answered by the object's own BTF (the local type id): it
+                # needs no target candidate, so it is found, in the "local" BTF
+                local_only = r.kind is CoreReloKind.TYPE_ID_LOCAL and not r.poisoned
                 core.append(
                     {
                         "program": p.name,
@@ -185,9 +189,9 @@ def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
                         "access": r.relo.access,
                         "local": r.local_value,
                         "target": r.target_value,
-                        "found": r.found,
+                        "found": r.found or local_only,
                         "poisoned": r.poisoned,
-                        "target_btf": r.target_btf,
+                        "target_btf": "local" if local_only else r.target_btf,
                     }
                 )
     maps = []

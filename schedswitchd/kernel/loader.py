@@ -23,6 +23,7 @@ import contextlib
 import errno
 import mmap
 import os
+import re
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from schedswitchd.bpf import insn
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind, essential_name
 from schedswitchd.bpf.core.compat import types_are_compat
+from schedswitchd.bpf.core.patch import POISON_IMM
 from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.core.relocate import CandidateCache, relocate
 from schedswitchd.bpf.enum_vars import DEFAULT_ENUM_PREFIXES, EnumFillReport, fill_enum_variables
@@ -97,6 +99,12 @@ _U32 = struct.Struct("<I")
 #: ``POISON_CALL_KFUNC_BASE`` of libbpf: an unresolved weak kfunc call becomes a call of
 #: helper ``base + extern index``, which the verifier rejects only if it is reachable.
 POISON_CALL_KFUNC_BASE = 2002000000
+
+#: Verifier log lines naming a call it refused or printed: ``12: (85) call unknown#N`` and
+#: ``invalid func unknown#N`` (``kernel/bpf/verifier.c``, ``check_helper_call`` and the
+#: instruction printer), where N is the helper id a poisoned instruction calls.
+_UNKNOWN_CALL_RE = re.compile(r"^(\d+): \(85\) call unknown#(\d+)", re.MULTILINE)
+_INVALID_FUNC_RE = re.compile(r"invalid func unknown#(\d+)")
 
 #: Section prefixes whose ``attach_to`` names a kernel BTF type: (kind, name prefix).
 _TRACING_TARGETS = TRACING_TARGETS
@@ -788,14 +796,18 @@ class _Loader:
         report = getattr(self.kernel, "report", None)
         return tuple(getattr(report, "missing", ()))
 
-    def _unresolved(self, prog: ProgramSpec, core: tuple[str, ...]) -> str:
-        """Why a rejected program may have failed, for its error: the declared modules that
-        are not loaded, then the CO-RE relocations that found no candidate and were
-        poisoned (``core``) and the unresolved weak kfuncs it calls; "" when none."""
-        parts = []
+    def _unresolved(
+        self, prog: ProgramSpec, core: tuple[tuple[int, str], ...], log: str
+    ) -> tuple[str, str]:
+        """Why a rejected program may have failed, as ``(hint, note)``. ``hint`` leads the
+        error: the declared modules that are not loaded, then what the verifier log shows
+        it reached among the poisoned instructions -- CO-RE relocations without a candidate
+        (``core``: instruction index and description) and calls of unresolved weak kfuncs
+        (``call unknown#<POISON_CALL_KFUNC_BASE + extern index>``). ``note`` follows the
+        kernel's message: poisoned sites the verifier did not reach, which a weak extern
+        legitimately leaves (guarded by ``bpf_ksym_exists()`` or a CO-RE check), so they
+        are context, not the cause. Either may be ""."""
         missing = self._missing_modules()
-        if missing:
-            parts.append(f"declared module(s) not loaded: {', '.join(missing)}")
         weak = sorted(
             {
                 fx.extern
@@ -804,10 +816,35 @@ class _Loader:
                 and not getattr(self.obj.externs.get(fx.extern), "resolved", False)
             }
         )
-        missing_syms = [*core, *(f"kfunc {k}" for k in weak)]
-        if missing_syms:
-            parts.append(f"not found ({self._searched_names()}): {', '.join(missing_syms)}")
-        return "; ".join(parts)
+        # helper id -> instruction indices the log shows calling it (none: only named)
+        calls: dict[int, set[int]] = {}
+        for m in _UNKNOWN_CALL_RE.finditer(log):
+            calls.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
+        for m in _INVALID_FUNC_RE.finditer(log):
+            calls.setdefault(int(m.group(1)), set())
+        reached: list[str] = []
+        unreached: list[str] = []
+        core_at = calls.get(POISON_IMM)
+        for idx, what in core:
+            # every poisoned CO-RE site calls the same id: the instruction index (in the
+            # log when the verifier printed the call) tells which; without it, all count
+            hit = core_at is not None and (not core_at or idx in core_at)
+            (reached if hit else unreached).append(what)
+        for k in weak:
+            hit = POISON_CALL_KFUNC_BASE + self._extern_index(k) in calls
+            (reached if hit else unreached).append(f"kfunc {k}")
+        parts = []
+        if missing:
+            parts.append(f"declared module(s) not loaded: {', '.join(missing)}")
+        if reached:
+            parts.append(f"not found ({self._searched_names()}): {', '.join(reached)}")
+        note = ""
+        if unreached:
+            note = (
+                f"absent from the kernel ({self._searched_names()}) but not where the "
+                f"verifier failed: {', '.join(unreached)}"
+            )
+        return "; ".join(parts), note
 
     def _searched_names(self) -> str:
         names = getattr(self.kernel, "searched", None)
@@ -1053,10 +1090,10 @@ class _Loader:
         try:
             fd = self._load_one(prog, insns, binding)
         except ProgramLoadError as e:
-            hint = self._unresolved(prog, poisoned)
-            if not hint:
+            hint, note = self._unresolved(prog, poisoned, e.verifier_log or "")
+            if not hint and not note:
                 raise
-            raise e.with_hint(hint, self._missing_modules()) from e.__cause__
+            raise e.with_hint(hint, self._missing_modules(), note) from e.__cause__
         loaded = LoadedProgram(prog, fd, 0, insns)
         self.obj.programs[prog.name] = loaded
         loaded.id = prog_info(fd, xlated=False).id
@@ -1065,9 +1102,10 @@ class _Loader:
             prog_bind_map(fd, rodata.fd)
         _timed(self.obj, f"prog:{prog.name}", start)
 
-    def relocate(self, prog: ProgramSpec) -> tuple[bytes, tuple[str, ...]]:
-        """CO-RE-relocated instructions, and a description of each poisoned relocation
-        (no candidate in the target BTFs: the verifier rejects it if it is reachable)."""
+    def relocate(self, prog: ProgramSpec) -> tuple[bytes, tuple[tuple[int, str], ...]]:
+        """CO-RE-relocated instructions, and (instruction index, description) of each
+        poisoned relocation (no candidate in the target BTFs: the verifier rejects it if it
+        is reachable)."""
         if not prog.core_relos:
             return prog.insns, ()
         local = self._local_btf()
@@ -1075,8 +1113,11 @@ class _Loader:
             local, prog.insns, prog.core_relos, self._core_targets(local, prog), self.core_cache
         )
         poisoned = tuple(
-            f"CO-RE {r.kind.name} of {_local_type_name(local, r.relo.type_id)} "
-            f"(insn #{r.relo.insn_idx})"
+            (
+                r.relo.insn_idx,
+                f"CO-RE {r.kind.name} of {_local_type_name(local, r.relo.type_id)} "
+                f"(insn #{r.relo.insn_idx})",
+            )
             for r in res.results
             if r.poisoned
         )
@@ -1354,6 +1395,7 @@ class ProgramLoadError(LoadError):
         *,
         hint: str = "",
         missing_modules: tuple[str, ...] = (),
+        note: str = "",
     ) -> None:
         self.program = program
         self.cause = cause
@@ -1362,13 +1404,17 @@ class ProgramLoadError(LoadError):
         #: declared modules (``.kmod_btfs`` / configured) that were not loaded at load time
         self.missing_modules = missing_modules
         head = f"program {program}: {hint}: " if hint else f"program {program}: "
-        super().__init__(head + str(cause))
+        tail = f" [{note}]" if note else ""
+        super().__init__(head + str(cause) + tail)
 
-    def with_hint(self, hint: str, missing_modules: tuple[str, ...]) -> ProgramLoadError:
-        """The same error with ``hint`` (what was not found, which declared modules were
-        absent) put before the kernel's message."""
+    def with_hint(
+        self, hint: str, missing_modules: tuple[str, ...], note: str = ""
+    ) -> ProgramLoadError:
+        """The same error with ``hint`` (what the verifier reached that was not found,
+        which declared modules were absent) put before the kernel's message and ``note``
+        (absent externs the verifier did not reach) after it."""
         return ProgramLoadError(
-            self.program, self.cause, hint=hint, missing_modules=missing_modules
+            self.program, self.cause, hint=hint, missing_modules=missing_modules, note=note
         )
 
 

@@ -49,7 +49,14 @@ def test_inspect_core_against_host_vmlinux(
     kinds = {c["kind"] for c in core}
     assert {"FIELD_BYTE_OFFSET", "TYPE_SIZE", "ENUMVAL_VALUE", "TYPE_ID_TARGET"} <= kinds
     assert any(c["poisoned"] for c in core)
-    assert all(c["target_btf"] in (None, "vmlinux") for c in core)
+    assert all(c["target_btf"] in (None, "vmlinux", "local") for c in core)
+    # TYPE_ID_LOCAL needs no target: found, in the object's own BTF, and the text says so
+    local = [c for c in core if c["kind"] == "TYPE_ID_LOCAL"]
+    assert local and all(c["found"] and c["target_btf"] == "local" for c in local)
+    assert all(c["local"] == c["target"] for c in local)
+    assert ctl.main(["object", "inspect", str(bpf_object("core_kinds"))]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "TYPE_ID_LOCAL" in ln]
+    assert lines and all(ln.endswith("[local]") for ln in lines), lines
 
 
 def test_inspect_bad_file_is_one_line_error(

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from schedswitchd import __version__
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
@@ -270,19 +271,8 @@ async def _watchdog(server: Server, interval: float) -> None:
             notify("WATCHDOG=1")
 
 
-def main(
-    argv: Sequence[str] | None = None, *, backend_factory: BackendFactory | None = None
-) -> int:
-    """Entry point; returns the process exit status. ``backend_factory``: makes the kernel
-    side from the configuration (default: the real backend, loader + sched_ext sysfs +
-    pins)."""
-    disable_transparent_hugepages()  # before the heavy imports below
-    limit_malloc_arenas()  # before any thread starts
-    import asyncio
-
-    from schedswitchd.daemon.check_config import check_config, format_report, sched_ext_missing
-    from schedswitchd.daemon.config import json_schema, load_config
-
+def build_parser() -> argparse.ArgumentParser:
+    """The ``schedswitchd`` argument parser (also what the man page is generated from)."""
     parser = argparse.ArgumentParser(
         prog="schedswitchd",
         description="The schedswitchd service: switches sched_ext CPU schedulers on workload "
@@ -298,8 +288,32 @@ def main(
     parser.add_argument(
         "--check-config", action="store_true", help="validate and check every scheduler"
     )
-    parser.add_argument("--socket", help="listen here instead of [socket] path")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--socket",
+        metavar="PATH",
+        help=f"listen here instead of the config's [socket] path (default: {DEFAULT_SOCKET})",
+    )
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, *, backend_factory: BackendFactory | None = None
+) -> int:
+    """Entry point; returns the process exit status. ``backend_factory``: makes the kernel
+    side from the configuration (default: the real backend, loader + sched_ext sysfs +
+    pins)."""
+    args = build_parser().parse_args(argv)  # argparse only: --help/--version exit here
+    if not (args.print_schema or args.check_config):
+        # Serving: tune memory for the long-running process (process-wide, so never for the
+        # one-shot modes or a test calling main()): THP off before the heavy imports below,
+        # one malloc arena before any thread starts.
+        disable_transparent_hugepages()
+        limit_malloc_arenas()
+    import asyncio
+
+    from schedswitchd.daemon.check_config import check_config, format_report, sched_ext_missing
+    from schedswitchd.daemon.config import json_schema, load_config
+
     if args.print_schema:
         print(json.dumps(json_schema(), indent=2))
         return 0

@@ -93,6 +93,27 @@ def test_disable_transparent_hugepages_is_seen_by_the_kernel() -> None:
     assert out == "True ['THP_enabled:\\t1'] ['THP_enabled:\\t0']"
 
 
+MAIN_ONE_SHOT_IN_CHILD = """
+import contextlib, io
+from pathlib import Path
+from schedswitchd.daemon import service
+for argv in (["--print-schema"], ["--check-config", "--config", "/nonexistent.toml"], ["--help"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.suppress(SystemExit):
+            service.main(argv)
+print([l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("THP_")])
+"""
+
+
+def test_one_shot_modes_leave_the_process_untuned() -> None:
+    # --help, --print-schema and --check-config return to the caller (a test, a shell): the
+    # process-wide THP opt-out and arena limit are only for the serving daemon.
+    out = _in_child(MAIN_ONE_SHOT_IN_CHILD)
+    if out == "[]":
+        pytest.skip("kernel without THP_enabled in /proc/PID/status")
+    assert out == "['THP_enabled:\\t1']"
+
+
 def test_no_socket_activation_leaves_libsystemd_unloaded() -> None:
     out = _in_child(
         "import os, sys\n"

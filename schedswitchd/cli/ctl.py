@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from schedswitchd import __version__
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.errors import SchedSwitchError
 
 # --help is for users: the module docstring above is for developers.
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--socket",
         dest="global_socket",
         metavar="PATH",
-        help="daemon socket path (also accepted after the command)",
+        help="daemon socket path (also accepted after the command; default: "
+        f"$SCHEDSWITCHD_SOCKET or {DEFAULT_SOCKET})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _FAMILIES:

@@ -17,14 +17,18 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DaemonClient, DaemonError
+from schedswitchd.daemon.client import DEFAULT_SOCKET, DaemonClient, DaemonError
 from schedswitchd.errors import ProtocolError
 
 
 def register(sub: Any) -> None:
     """Add the daemon commands to ``schedswitchctl``'s sub-parsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--socket", help="daemon socket path")
+    common.add_argument(
+        "--socket",
+        metavar="PATH",
+        help=f"daemon socket path (default: $SCHEDSWITCHD_SOCKET or {DEFAULT_SOCKET})",
+    )
     common.add_argument("--json", action="store_true", help="print the raw reply as JSON")
 
     def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
@@ -41,7 +45,7 @@ def register(sub: Any) -> None:
         "hold a hint for WORKLOAD until interrupted (the lease ends when this exits)",
         _hint,
     )
-    hint.add_argument("workload")
+    hint.add_argument("workload", help="a workload with a hint rule (see `list`)")
     hint.add_argument("--pid", type=int, help="also end the lease when this process exits")
     hint.add_argument("--ttl", type=float, help="also end the lease after TTL seconds")
     prepare = add(
@@ -53,14 +57,14 @@ def register(sub: Any) -> None:
     prepare.add_argument("workload", help="a workload with a hint rule (see `list`)")
     prepare.add_argument("--ttl", type=float, default=30.0, help="hold it this long, seconds (30)")
     release = add("release", "end a lease", _release)
-    release.add_argument("lease")
+    release.add_argument("lease", help="the lease id a `hint` printed")
     switch = add(
         "switch",
         "admin: run SCHEDULER ('kernel': none, 'auto': follow hints); if the switch fails "
         "(or the kernel later ejects it) the override is dropped and hints rule again",
         _switch,
     )
-    switch.add_argument("scheduler")
+    switch.add_argument("scheduler", help="a scheduler name of the config (see `list`)")
     add("stop", "admin: back to the kernel's own scheduler", _stop)
     add("reload", "admin: re-read the daemon's configuration", _reload)
 

@@ -132,7 +132,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "unload",
         help="remove the pins `object load --pin DIR` made (only those; DIR must be on bpffs)",
     )
-    unload.add_argument("dir")
+    unload.add_argument(
+        "dir", metavar="DIR", help="the directory `object load --pin DIR` pinned to"
+    )
     unload.add_argument("--json", action="store_true", help="print one JSON object")
     unload.set_defaults(handler=_unload)
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 
 from schedswitchd import __version__
-from schedswitchd.daemon.launcher_wire import LauncherConnection, LauncherRefused
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, LauncherConnection, LauncherRefused
 from schedswitchd.errors import SchedSwitchError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -112,8 +112,8 @@ def _prepare_only(workload: str, ttl_s: float, socket: str | None, quiet: bool) 
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the command's exit status (127 if it cannot be started)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``schedswitch-run`` argument parser (also what the man page is generated from)."""
     parser = argparse.ArgumentParser(
         prog="schedswitch-run",
         description="Run a command while holding a schedswitchd hint for WORKLOAD; the hint "
@@ -122,7 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "       %(prog)s [--socket PATH] [--quiet] --prepare-only WORKLOAD [--ttl S]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--socket", help="daemon socket path")
+    parser.add_argument(
+        "--socket",
+        metavar="PATH",
+        help=f"daemon socket path (default: $SCHEDSWITCHD_SOCKET or {DEFAULT_SOCKET})",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no messages on stderr")
     parser.add_argument(
         "--prepare-only",
@@ -143,6 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, help="the command to run, after '--', and its args"
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the command's exit status (127 if it cannot be started)."""
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # argparse would take the first word after a leading "--" as WORKLOAD
     # ("schedswitch-run -- echo hi" would hint "echo" and run "hi"): split at "--" first.

@@ -10,7 +10,7 @@ APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev p
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
 	systemd
 
-.PHONY: all deps kernel schedulers test lint typecheck pytest demo bench clean test-objects fuzz
+.PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -43,8 +43,14 @@ lint: deps
 typecheck: deps
 	$(VENV)/bin/mypy
 
+# The whole suite: every build output and the sid kernel are required (missing ones fail).
 pytest: deps kernel test-objects schedulers
-	$(VENV)/bin/pytest -q
+	SCHEDSWITCHD_FULL_SUITE=1 $(VENV)/bin/pytest -q
+
+# The fast tier: no root, no VM, no kernel download; tests needing build outputs or the
+# kernel cache skip when they are absent (after `make test-objects` / `make kernel` they run).
+unit: deps
+	$(VENV)/bin/pytest -q -m "not vm and not root"
 
 # BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h
 # dumped from the host's running kernel (never committed).

@@ -13,8 +13,9 @@ import pytest
 from schedswitchd.bpf.btf.json_dump import btf_to_json
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
+from tests.build_outputs import sid_kernel
 from tests.test_btf_bpftool import assert_same_types, bpftool_json
-from tools.sidkernel import SidKernel, ensure_kernel
+from tools.sidkernel import SidKernel
 
 # Modules that carry the rarer kinds in their own split BTF (ENUM64 signed/unsigned, FLOAT,
 # VAR + DATASEC, DECL_TAG, RESTRICT, VOLATILE, FWD union); the rest is an even spread.
@@ -35,7 +36,7 @@ SPREAD = 16
 
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
-    return ensure_kernel()
+    return sid_kernel()
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,10 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.access import BtfView
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import relocate
+from tests.build_outputs import sid_kernel
 from tests.core_btf import SpyBtf
 from tests.core_expect import JsonBtf, bpftool_types
-from tools.sidkernel import SidKernel, ensure_kernel
+from tools.sidkernel import SidKernel
 
 MOV64_K = bpf.CLASS_ALU64 | bpf.OP_MOV | bpf.SRC_K
 EXIT = bpf.Insn(bpf.CLASS_JMP | bpf.OP_EXIT, 0, 0, 0, 0)
@@ -34,7 +35,7 @@ def prog(*imms: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
-    return ensure_kernel()
+    return sid_kernel()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.cli import ctl
+from tests.build_outputs import missing_build_output
 
 OBJ = Path(__file__).resolve().parents[1] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 
@@ -43,7 +44,7 @@ def test_os_error_is_one_line(
 
 def test_closed_pipe_is_quiet() -> None:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ, "test-objects")
     r, w = os.pipe()
     os.close(r)  # the reader is gone before anything is written, as after `| head -1`
     try:

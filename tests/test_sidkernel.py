@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_outputs import sid_kernel
 from tools import sidkernel
 from tools.sidkernel import SidKernel, SidKernelError, ensure_kernel
 
@@ -21,7 +22,7 @@ BTF_MAGIC = b"\x9f\xeb"  # little-endian 0xeb9f, include/uapi/linux/btf.h
 
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
-    return ensure_kernel()
+    return sid_kernel()
 
 
 def test_mirror_from_deb822(tmp_path: Path) -> None:

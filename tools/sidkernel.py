@@ -363,6 +363,13 @@ def _complete(cache_dir: Path) -> list[tuple[float, SidKernel]]:
     return sorted(found, key=lambda x: x[0])
 
 
+def cached_kernel(*, cache_dir: Path | None = None) -> SidKernel | None:
+    """The newest complete cache (as :func:`ensure_kernel` would return it), or None when
+    there is none; never touches the network."""
+    found = _complete(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR))
+    return found[-1][1] if found else None
+
+
 @contextmanager
 def _locked(cache_dir: Path) -> Iterator[None]:
     cache_dir.mkdir(parents=True, exist_ok=True)

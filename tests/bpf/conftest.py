@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_outputs import missing_build_output
+
 REPO = Path(__file__).resolve().parents[2]
 BPF_SRC_DIR = REPO / "tests" / "bpf"
 BPF_BUILD_DIR = REPO / "build" / "tests" / "bpf"
@@ -23,15 +25,16 @@ def bpf_build_dir() -> Path:
 def bpf_object() -> Callable[[str], Path]:
     """``bpf_object("maps")`` -> path of ``build/tests/bpf/maps.bpf.o``.
 
-    Fails the test (not skips) when the object is missing, since ``make test`` builds every
-    object before running pytest. Staleness is left to make: a rebase touches sources
-    without changing them, so comparing mtimes here would fail for no reason.
+    A missing object fails the test under ``make test`` (which builds every object first)
+    and skips it elsewhere (:func:`tests.build_outputs.missing_build_output`). Staleness is
+    left to make: a rebase touches sources without changing them, so comparing mtimes here
+    would fail for no reason.
     """
 
     def find(name: str) -> Path:
         obj = BPF_BUILD_DIR / f"{name}.bpf.o"
         if not obj.is_file():
-            pytest.fail(f"{obj} is missing: run `make test-objects` (or `make test`)")
+            missing_build_output(obj, "test-objects")
         return obj
 
     return find

@@ -9,13 +9,14 @@ import pytest
 from schedswitchd.bpf.object import open_object
 from schedswitchd.cli.ctl import main
 from schedswitchd.errors import ObjectError
+from tests.build_outputs import missing_build_output
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 
 
 def _cut(tmp_path: Path, size: int) -> Path:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ, "test-objects")
     out = tmp_path / f"cut{size}.bpf.o"
     out.write_bytes(OBJ.read_bytes()[:size])
     return out

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
-import pytest
 from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import BtfError, ObjectError
 from tests.bpf.conftest import BPF_BUILD_DIR
+from tests.build_outputs import missing_build_output
 
 OBJECTS = (
     "maps", "globals", "subprogs", "ksyms", "kconfig", "struct_ops", "kmod_fixed", "kmod_ptrs",
@@ -52,7 +52,7 @@ class _Obj:
 def _load(name: str) -> _Obj:
     path = BPF_BUILD_DIR / f"{name}.bpf.o"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects`")
+        missing_build_output(path, "test-objects")
     data = path.read_bytes()
     elf = ELFFile(io.BytesIO(data))
     secs = tuple(

@@ -268,6 +268,7 @@ def test_adoption_grace_counts_from_serving() -> None:
 # --- authorisation (clients really run as another uid) ---------------------------------------
 
 
+@pytest.mark.root  # setuid/setgroups in a child: needs root
 def test_unprivileged_user_refused_admin_ops(srv: Running) -> None:
     def act(c: Client) -> Any:
         return [
@@ -281,6 +282,7 @@ def test_unprivileged_user_refused_admin_ops(srv: Running) -> None:
     assert [c for c in srv.backend.calls if not c.startswith("pre-open")] == []
 
 
+@pytest.mark.root  # setuid/setgroups in a child: needs root
 def test_hint_needs_rights(srv: Running) -> None:
     reply = as_user(srv, 12345, lambda c: c.request(op="hint", workload="gaming"))
     assert reply["error"]["code"] == "denied" and "12345" in reply["error"]["message"]
@@ -293,6 +295,7 @@ def test_hint_needs_rights(srv: Running) -> None:
     assert n_leases(srv) == 0  # each child's connection closed: its lease ended
 
 
+@pytest.mark.root  # setuid/setgroups in a child: needs root
 def test_rights_by_supplementary_group() -> None:
     r = Running()
     try:
@@ -312,6 +315,7 @@ def test_admin_may_hint_any_pid(srv: Running) -> None:
     assert srv.client().request(op="hint", workload="gaming", pid=1)["ok"]
 
 
+@pytest.mark.root  # setuid/setgroups in a child: needs root
 def test_release_of_anothers_lease_refused(srv: Running) -> None:
     owner = srv.client()
     lease = owner.request(op="hint", workload="gaming")["lease"]

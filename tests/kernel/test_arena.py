@@ -17,6 +17,7 @@ from schedswitchd.kernel.arena import page_size
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.syscall import map_info, prog_test_run
+from tests.build_outputs import missing_build_output
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "arena_rw.bpf.o"
 ARENA_BASE = 1 << 45  # __ulong(map_extra, 1ull << 45): an ENUM64 in the BTF
@@ -27,7 +28,7 @@ ZEROS = 1536  # u64 elements
 
 def _spec() -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(OBJ, "test-objects")
     return open_object(OBJ)
 
 
@@ -48,8 +49,8 @@ def test_arena_spec_keeps_only_initialised_globals() -> None:
 def test_open_does_not_copy_arena_zeros(tmp_path: Path) -> None:
     """A 64 MiB zero tail appended to the arena section costs nothing to open: the file is
     mapped and the zeros are never copied (issue 15)."""
+    spec = _spec()  # skips/fails first when the object is missing
     raw = bytearray(OBJ.read_bytes())
-    spec = _spec()
     assert spec.map("arena").data is not None
     # grow .addr_space.1 in place: it is the section whose sh_size we patch, with the
     # added zeros placed at the end of the file (sh_offset moved there)

@@ -18,7 +18,8 @@ from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.errors import BtfError, RegistryError
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry, normalize_module_name
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
-from tools.sidkernel import SidKernel, ensure_kernel
+from tests.build_outputs import sid_kernel
+from tools.sidkernel import SidKernel
 
 # Types that live in one module's own BTF, not in vmlinux (checked in test_fixture_facts).
 NFT_TYPE = ("nft_expr_ops", Kind.STRUCT)  # nf_tables
@@ -27,7 +28,7 @@ KVM_TYPE = ("kvm_mmu_page", Kind.STRUCT)  # kvm
 
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
-    return ensure_kernel()
+    return sid_kernel()
 
 
 @pytest.fixture(scope="module")

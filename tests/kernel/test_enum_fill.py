@@ -25,6 +25,7 @@ from schedswitchd.errors import CustomizationError
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.syscall import prog_test_run
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -52,7 +53,7 @@ COMPILED = {"__Opt_mode": 77, "__BPF_NO_SUCH_ENUMERATOR_ZZ": 5, "__BPF_PROG_TYPE
 
 def _spec() -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ, "test-objects")
     return open_object(OBJ)
 
 

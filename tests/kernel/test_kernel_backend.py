@@ -36,6 +36,7 @@ from schedswitchd.kernel.scheduler_pins import PinDir
 from schedswitchd.kernel.scx_exit import uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache
 from tests.bpf.conftest import BPF_BUILD_DIR
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -55,7 +56,7 @@ def bpf_object() -> Callable[[str], Path]:
     def find(name: str) -> Path:
         obj = BPF_BUILD_DIR / f"{name}.bpf.o"
         if not obj.is_file():
-            pytest.fail(f"{obj} is missing: run `make test-objects` (or `make test`)")
+            missing_build_output(obj, "test-objects")
         return obj
 
     return find
@@ -225,7 +226,7 @@ def test_prepare_errors_are_typed(
         KernelBackend(pin_dir=tmp_path).prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     fifo = BPF_BUILD_DIR.parents[1] / "bpf" / "fifo.bpf.o"  # make schedulers (make test)
     if not fifo.is_file():
-        pytest.fail(f"{fifo} is missing: run `make schedulers` (or `make test`)")
+        missing_build_output(fifo, "schedulers")
     no_scx = KernelBackend(pin_dir=tmp_path, sched_ext_root=tmp_path / "absent")
     with pytest.raises(SchedExtUnavailable, match="this kernel has no sched_ext"):
         no_scx.prepare("fifo", _cfg(fifo))

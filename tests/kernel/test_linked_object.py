@@ -15,13 +15,14 @@ from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
+from tests.build_outputs import missing_build_output
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "linked.bpf.o"
 
 
 def _spec() -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(OBJ, "test-objects")
     return open_object(OBJ)
 
 

@@ -22,6 +22,7 @@ from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.kconfig import Tristate, kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from tests.build_outputs import missing_build_output
 from tests.libbpf_ref import LibbpfError, libbpf_xlated
 from tests.xlated import differences
 
@@ -36,7 +37,7 @@ CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 def _obj(name: str) -> ObjectSpec:
     path = OBJ_DIR / f"{name}.bpf.o"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(path, "test-objects")
     return open_object(path)
 
 

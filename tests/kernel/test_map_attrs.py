@@ -17,6 +17,7 @@ from schedswitchd.errors import ObjectError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object, ringbuf_size
+from tests.build_outputs import missing_build_output
 
 OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 
@@ -24,7 +25,7 @@ OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 def bpf_object(name: str) -> Path:
     path = OBJ_DIR / f"{name}.bpf.o"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(path, "test-objects")
     return path
 
 

@@ -30,8 +30,9 @@ from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from schedswitchd.kernel.module_memo import LookupMemo, ModuleLookup, dirent_names, read_dirents
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
+from tests.build_outputs import sid_kernel
 from tests.kernel import asm
-from tools.sidkernel import SidKernel, ensure_kernel
+from tools.sidkernel import SidKernel
 
 pytestmark = pytest.mark.root
 
@@ -41,7 +42,7 @@ EXTRA = ["uinput", "8021q", "garp"]
 
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
-    return ensure_kernel()
+    return sid_kernel()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.cli.ctl import main
 from schedswitchd.cli.object_cmd import apply_sets, parse_value
 from schedswitchd.errors import CustomizationError
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -20,7 +21,7 @@ CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 def _obj() -> str:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ, "test-objects")
     return str(OBJ)
 
 

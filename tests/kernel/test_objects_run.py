@@ -19,6 +19,7 @@ from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -30,7 +31,7 @@ KEY0 = struct.pack("<I", 0)
 def _obj(name: str) -> ObjectSpec:
     path = OBJ_DIR / f"{name}.bpf.o"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(path, "test-objects")
     return open_object(path)
 
 

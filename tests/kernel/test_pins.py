@@ -14,6 +14,7 @@ from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 from schedswitchd.kernel.pins import is_bpffs, open_pinned, pin_object, unpin_directory
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -27,7 +28,7 @@ def _cas() -> list[str]:
 
 def test_pinned_struct_ops_outlive_fds_and_unpin(bpffs: Path, tmp_path: Path) -> None:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ, "test-objects")
     reg = KernelBtfRegistry()
     spec = open_object(OBJ)
     targets = reg.targets(spec.kmod_btfs)  # parses (and maps) vmlinux BTF once

@@ -37,6 +37,7 @@ from schedswitchd.kernel.syscall import (
     prog_get_next_id,
     prog_info,
 )
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -48,7 +49,7 @@ NR_GETPID, NR_GETPPID, NR_GETPGID = 39, 110, 121  # x86_64
 def _obj(name: str) -> ObjectSpec:
     path = OBJ_DIR / f"{name}.bpf.o"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(path, "test-objects")
     return open_object(path)
 
 

@@ -18,6 +18,7 @@ from schedswitchd.errors import CustomizationError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
+from tests.build_outputs import missing_build_output
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "resize.bpf.o"
 SLOTS = 6
@@ -25,7 +26,7 @@ SLOTS = 6
 
 def _spec() -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects` (or `make test`)")
+        missing_build_output(OBJ, "test-objects")
     return open_object(OBJ)
 
 

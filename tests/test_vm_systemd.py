@@ -46,7 +46,7 @@ def test_launcher_interpreter_avoids_paths_the_unit_hides(tmp_path: Path) -> Non
 
 
 def test_checkout_dropin_only_for_private_tmp_paths() -> None:
-    assert vm_systemd.checkout_dropin(Path("/work/wt/x")) == {}
+    assert vm_systemd.checkout_dropin(Path("/srv/checkout/x")) == {}
     dropin = vm_systemd.checkout_dropin(Path("/tmp/ci/clone"))
     assert dropin == {
         "/etc/systemd/system/schedswitchd.service.d/checkout.conf": (

@@ -1,6 +1,6 @@
 """Run shell scripts as root inside a qemu VM booted on Debian sid's sched_ext kernel.
 
-The VM (recipe: ``/work/shared/docs/vm.md``) boots the cached kernel (:mod:`tools.sidkernel`)
+The VM (recipe: the README's VM section) boots the cached kernel (:mod:`tools.sidkernel`)
 with a tiny initramfs: static busybox plus the 9p modules. Its init mounts the host's ``/``
 read-only over virtio-9p, mounts proc, sys, devtmpfs, bpffs, tracefs and tmpfs on ``/tmp`` and
 ``/run``, mounts a writable 9p share (the results directory) on ``/tmp/vm-results``, ``chroot``s

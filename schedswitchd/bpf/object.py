@@ -4,7 +4,7 @@ Pure (no syscalls, no kernel facts). The order follows libbpf's ``bpf_object_ope
 the ELF, collect externs, fix up the object BTF, read ``.BTF.ext``, find programs, build
 maps (``.maps``, data sections, ``.kconfig``, struct_ops), classify relocations, link each
 entry program with its subprograms, and read ``license``, ``version`` and ``.kmod_btfs``.
-See ``shared/docs/loader-spec.md`` ("Open") for the checklist this implements.
+The sections and their order follow libbpf's ``bpf_object__open`` (``src/libbpf.c``).
 """
 
 from __future__ import annotations

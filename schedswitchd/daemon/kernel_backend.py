@@ -35,7 +35,7 @@ ones also appear in :meth:`KernelBackend.counters` as ``prepare.<phase>_ns``,
 
 Kernel references: ``Documentation/scheduler/sched-ext.rst`` (states, ops name, exit
 kinds), ``include/uapi/linux/bpf.h`` (``BPF_LINK_CREATE``, ``BPF_OBJ_PIN``/``GET``,
-``BPF_LINK_GET_INFO``), and ``/work/shared/docs/loader-spec.md`` for the load order.
+``BPF_LINK_GET_INFO``), and libbpf's ``bpf_object__load`` for the load order.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Make an :class:`~schedswitchd.bpf.spec.ObjectSpec` live in the running kernel.
 
-The order and rules are libbpf's (``bpf_object__load``; see
-``/work/shared/docs/loader-spec.md``): load the object's BTF, resolve externs (kconfig,
+The order and rules are libbpf's (``bpf_object__load`` in ``src/libbpf.c``): load the
+object's BTF, resolve externs (kconfig,
 typed/untyped ksyms, kfuncs), find struct_ops kernel types, create maps and write their
 initial data (freezing ``.rodata*`` and ``.kconfig``), run CO-RE on each program, apply the
 kernel-side fix-ups, load the programs with func_info/line_info/fd_array and attach ids,

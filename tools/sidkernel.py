@@ -1,8 +1,8 @@
 """Fetch, unpack and cache Debian unstable's kernel, the one that has sched_ext.
 
 The host kernel lacks ``CONFIG_SCHED_CLASS_EXT``; Debian's unstable ("sid") kernel has it,
-plus ``CONFIG_DEBUG_INFO_BTF_MODULES`` and xz-compressed modules (the README's VM
-section). :func:`ensure_kernel` downloads it once into a machine-wide
+plus ``CONFIG_DEBUG_INFO_BTF_MODULES`` and xz-compressed modules (``docs/vm.md``).
+:func:`ensure_kernel` downloads it once into a machine-wide
 cache, ``/var/cache/schedswitchd/kernel/<ver>/``, and derives what tests, benchmarks and the
 BPF build need:
 

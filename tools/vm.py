@@ -1,6 +1,6 @@
 """Run shell scripts as root inside a qemu VM booted on Debian sid's sched_ext kernel.
 
-The VM (recipe: the README's VM section) boots the cached kernel (:mod:`tools.sidkernel`)
+The VM (recipe: ``docs/vm.md``) boots the cached kernel (:mod:`tools.sidkernel`)
 with a tiny initramfs: static busybox plus the 9p modules. Its init mounts the host's ``/``
 read-only over virtio-9p, mounts proc, sys, devtmpfs, bpffs, tracefs and tmpfs on ``/tmp`` and
 ``/run``, mounts a writable 9p share (the results directory) on ``/tmp/vm-results``, ``chroot``s
@@ -9,7 +9,7 @@ same paths (the repository, its ``.venv``, bpftool, the kernel cache) and its wr
 ``$RESULTS`` come back to the host. The VM has no network device.
 
 Acceleration: KVM when it works, else ``-accel tcg,thread=single -cpu max`` (multi-threaded
-TCG oopses the guest while sched_ext schedulers attach and detach, see vm.md). Whether KVM
+TCG oopses the guest while sched_ext schedulers attach and detach, see docs/vm.md). Whether KVM
 boots this kernel is probed once (12 s at most) and remembered next to the kernel cache;
 ``SCHEDSWITCHD_VM_ACCEL=tcg|kvm`` forces a choice.
 
@@ -465,7 +465,7 @@ def _boot(
 def choose_accel(kernel: SidKernel) -> str:
     """``"kvm"`` if KVM boots this kernel to init here, else ``"tcg"``; probed once per kernel.
 
-    Nested KVM on these machines hangs in the kernel's decompressor (vm.md), so the probe
+    Nested KVM on these machines hangs in the kernel's decompressor (docs/vm.md), so the probe
     boots with a 12 s limit and the verdict is stored in ``<kernel.root>/vm/accel``.
     """
     forced = os.environ.get(ACCEL_ENV, "").strip()

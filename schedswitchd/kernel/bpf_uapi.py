@@ -10,6 +10,8 @@ newer than the running kernel must therefore stay zero.
 ``__aligned_u64`` members are ``c_uint64``, which ctypes aligns to 8 bytes on the 64-bit
 ABIs this daemon runs on, so offsets match the C layout. Anonymous unions of the header are
 flattened to the member we use; the alternative name is given in the comment.
+``tests/kernel/test_bpf_uapi_layout.py`` checks every member's offset, size and signedness
+against ``union bpf_attr`` and the ``bpf_*_info`` structs in the running kernel's BTF.
 """
 
 from __future__ import annotations

@@ -406,9 +406,9 @@ def measure_a() -> dict[str, Any]:
     # By id ("Registered sched_ext_ops ss_latency id N"), not by name: the daemon's standby
     # of (e) holds another, unregistered struct_ops map of that name, and bpftool refuses a
     # name that matches several.
-    words = proc.stdout.split()
+    words = (proc.stdout + proc.stderr).split()  # bpftool 7.1 says it on stderr
     if "id" not in words:
-        raise RuntimeError(f"bpftool register printed no id: {proc.stdout!r}")
+        raise RuntimeError(f"bpftool register printed no id: {proc.stderr!r}")
     map_id = words[words.index("id") + 1]
     subprocess.run(
         ["bpftool", "struct_ops", "unregister", "id", map_id], capture_output=True, check=True

@@ -115,3 +115,29 @@ def test_gap_composition_from_the_daemon_phases(sl: ModuleType) -> None:
     table, _, _ = sl.build_report(raw, META)
     assert "| 300 | 120 / 120 | 60 / 60 | 45 / 45 | 15 / 15 |" in table
     assert "kernel disable" in table
+
+
+def _standby(total_ms: float, gap_ms: float) -> dict[str, Any]:
+    """An (e) sample: 2 ms take, detach 20, attach 30 (link 25), confirm 3, 4 ms rest."""
+    ms = {"standby": 2, "detach": 20, "attach": 30, "confirm": 3}
+    daemon = sum(ms.values()) + 4
+    return {**_sample(total_ms, gap_ms), "daemon_total_ns": int(daemon * 1e6),
+            "phases_ns": {k: int(v * 1e6) for k, v in ms.items()},
+            "gap_enable_ns": 25_000_000, "gap_disable_ns": 20_000_000}  # fmt: skip
+
+
+def test_standby_column_checks_and_composition(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    assert sl.standby_composition(raw) == []  # runs before (e)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(80, 46)] * 3
+    table, summary, status = sl.build_report(raw, META)
+    assert "| (e) standby hit ms | e/a | gap e ms | e / gap e |" in table.splitlines()[0]
+    assert table.splitlines()[5].endswith("| 80 ±0% | 0.13 | 46 | 1.74 |")
+    checks = {c["what"]: c["met"] for c in summary["checks"]}
+    assert checks["(e) standby hit at most 1.74 x its own gap (target <= 1.15)"] is False
+    assert checks["(e) at 300 = 0.13 x (a) (target <= 0.25)"] is True
+    assert status == 2
+    # hint to reply 80; take 2; gap 46; detach 20; attach 30; after the gap 30 - 25 + 3 = 8;
+    # rest 4; the daemon's record 59; outside it 80 - 59 = 21
+    assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 8 | 4 | 59 | 21 |" in table

@@ -142,3 +142,20 @@ def test_saved_runs_keep_the_trace_section_instead_of_the_calls(gp: ModuleType) 
             "load": "0.5", "switches": "1"}  # fmt: skip
     text = gp.report({"default": {"plain": recs, "watch": recs, "trace": trace}}, meta)
     assert text.rstrip().endswith("## Kernel side, default: (saved)")
+
+
+def test_rcu_ratio_is_judged_on_the_exact_value(gp: ModuleType) -> None:
+    meta = {"argv": "", "date": "d", "kernel": "7.2", "accel": "tcg", "host": "2 cores",
+            "load": "0.5", "switches": "1"}  # fmt: skip
+    plain = [_rec(124, 60, 56, 4, 280)]
+    near = gp.report({"default": {"plain": plain, "rcu": [_rec(50, 21, 26, 4, 175)]}}, meta)
+    # 50 / 124 = 0.403: shown as 0.403, not rounded into the target
+    assert "50.0 / 124.0 ms = 0.403 (target <= 0.4: MISSED)" in near
+    under = gp.report({"default": {"plain": plain, "rcu": [_rec(40, 18, 20, 4, 150)]}}, meta)
+    assert "40.0 / 124.0 ms = 0.323 (target <= 0.4: met)" in under
+
+
+def test_produced_by_line_leaves_out_the_output_directory(gp: ModuleType) -> None:
+    argv = ["--configs", "default", "--out", "/some/tmp/dir", "--switches", "8"]
+    assert gp._argv_without_out(argv) == "--configs default --switches 8"
+    assert gp._argv_without_out(["--out=/x", "--switches", "4"]) == "--switches 4"

@@ -190,6 +190,7 @@ def _status(args: argparse.Namespace) -> int:
             )
             or "-",
         ),
+        ("profile", _profile_text(s.profile) if s.profile else "-"),
         ("counters", _counters_text(s.counters)),
         ("daemon", f"pid {s.pid}  version {s.version}  up {s.uptime_s:.0f} s"),
     ]
@@ -211,6 +212,13 @@ def _prepare(args: argparse.Namespace) -> int:
             f"({reply.kernel_bytes / 1024:.0f} KiB of kernel memory)"
         )
     return 0
+
+
+def _profile_text(p: proto.ProfileStatus) -> str:
+    """The ``profile`` row: name, mode and the scheduler's own counters."""
+    mode = f"  mode {p.mode}" if p.mode else ""
+    stats = "  " + " ".join(f"{k}={v}" for k, v in p.stats.items()) if p.stats else ""
+    return f"{p.name}{mode}{stats}"
 
 
 def _no_deciding_lease(s: proto.StatusBody) -> str:

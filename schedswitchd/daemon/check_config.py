@@ -2,31 +2,41 @@
 
 Two depths, and the report says which one ran for each scheduler:
 
-- ``object``: a static look at the file with pyelftools, no kernel involved: it exists, is a
-  64-bit little-endian relocatable ELF for ``EM_BPF`` (247, ``include/uapi/linux/elf-em.h``),
-  holds a ``.struct_ops``/``.struct_ops.link`` section (where a sched_ext scheduler keeps
-  its ``struct sched_ext_ops``), and every configured ``rodata`` tunable is a symbol in a
-  ``.rodata*`` section. It also lists the modules the object declares in ``.kmod_btfs``.
+- ``object``: no kernel involved. The object is opened with the loader's own
+  :func:`~schedswitchd.bpf.object.open_object` (a ``.bpf.o``, or an executable embedding
+  one: the report says which embedded object), its one ``sched_ext_ops`` struct_ops map
+  found, its profile (if any) resolved for this machine's topology (or ``--sysfs``'s) and
+  applied, then the configured ``rodata``/``struct_ops`` keys on top -- the same
+  customisation code the kernel backend runs before loading (:mod:`schedswitchd.bpf.scheduler`,
+  :mod:`schedswitchd.profile.apply`), so an unknown variable,
+  program, map or member, a value of the wrong type or out of range, an unknown mode, a
+  profile refused for its user space, or a flag the kernel lacks (a note, or a problem when
+  required) is found here. ``SCX_OPS_*`` flags and ``kernel_enum()`` are resolved from the
+  running kernel's BTF when it has one (``/sys/kernel/btf/vmlinux``), read as a file.
 - ``prepared``: additionally :meth:`SchedulerBackend.prepare` (open, CO-RE against the
-  running kernel, maps and programs loaded; never attached), then ``discard``.
+  running kernel, maps and programs loaded, the profile's steps before attach; never
+  attached), then ``discard``.
 """
 
 from __future__ import annotations
 
-import struct
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.object import open_object_noted
+from schedswitchd.bpf.scheduler import apply_tunables, ops_name_of, sched_ext_map
 from schedswitchd.daemon.config import Config, SchedulerConfig
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
 from schedswitchd.errors import SchedSwitchError
+from schedswitchd.profile.apply import profile_spec
+from schedswitchd.profile.model import load_profile
+from schedswitchd.profile.topology import Topology, read_topology
 
-EM_BPF = 247
-ET_REL = "ET_REL"
+#: The running kernel's BTF, read as a file (no bpf(2) needed).
+VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
 
 @dataclass
@@ -42,61 +52,82 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
 
 
-def inspect_object(spec: SchedulerConfig) -> tuple[list[str], list[str]]:
-    """Static checks of ``spec.object`` -> (problems, notes). Never raises for bad files."""
+def kernel_btf(path: Path = VMLINUX) -> Btf | None:
+    """The kernel's BTF from ``path``, or ``None`` when it cannot be read."""
+    try:
+        return Btf.from_file(path, name="vmlinux") if path.exists() else None
+    except SchedSwitchError:
+        return None
+
+
+def inspect_object(
+    spec: SchedulerConfig,
+    *,
+    topology: Topology | None = None,
+    vmlinux: Btf | None = None,
+) -> tuple[list[str], list[str]]:
+    """Static checks of one scheduler (see the module docstring) -> (problems, notes).
+    ``topology``: the machine the profile is resolved for (default: ``/sys``);
+    ``vmlinux``: the kernel BTF flags and enumerators come from (``None``: unresolved, so
+    named flags are dropped with a note). Never raises for bad files or profiles."""
     problems: list[str] = []
     notes: list[str] = []
     try:
-        with open(spec.object, "rb") as handle:
-            elf = ELFFile(handle)
-            header = elf.header
-            if elf.elfclass != 64 or not elf.little_endian:
-                problems.append("not a 64-bit little-endian ELF")
-            if header["e_type"] != ET_REL:
-                problems.append(f"ELF type is {header['e_type']}, want ET_REL (a .o file)")
-            machine = header["e_machine"]
-            if machine not in ("EM_BPF", EM_BPF):
-                problems.append(f"ELF machine is {machine}, want EM_BPF")
-            names = [s.name for s in elf.iter_sections()]
-            if not any(n in (".struct_ops", ".struct_ops.link") for n in names):
-                problems.append("no .struct_ops or .struct_ops.link section: not a scheduler")
-            kmods = elf.get_section_by_name(".kmod_btfs")
-            if kmods is not None:
-                declared = [m.decode(errors="replace") for m in kmods.data().split(b"\0") if m]
-                notes.append(f".kmod_btfs declares: {', '.join(declared) or '(none)'}")
-            if spec.rodata:
-                rodata_idx = {
-                    i for i, s in enumerate(elf.iter_sections()) if s.name.startswith(".rodata")
-                }
-                symtab = elf.get_section_by_name(".symtab")
-                symbols = set()
-                if isinstance(symtab, SymbolTableSection):
-                    symbols = {
-                        sym.name
-                        for sym in symtab.iter_symbols()
-                        if isinstance(sym["st_shndx"], int) and sym["st_shndx"] in rodata_idx
-                    }
-                for key in spec.rodata:
-                    if key not in symbols:
-                        problems.append(f"rodata tunable {key!r} is not a .rodata variable")
-    except FileNotFoundError:
-        problems.append("object file does not exist")
-    except OSError as exc:
-        problems.append(f"cannot read object: {exc.strerror}")
-    except (ELFError, ValueError, KeyError, IndexError, struct.error) as exc:
-        # pyelftools raises assorted errors on truncated files; the message is what matters.
-        problems.append(f"not a readable ELF file: {exc}")
+        obj, embedded = open_object_noted(spec.object)
+        if embedded:
+            notes.append(embedded)
+        ops_map = sched_ext_map(obj)
+        notes.append(f"ops name {ops_name_of(obj, ops_map)!r}")
+        if obj.kmod_btfs is not None:
+            notes.append(f".kmod_btfs declares: {', '.join(obj.kmod_btfs) or '(none)'}")
+        if spec.profile_path is not None:
+            profile = load_profile(spec.profile_path)
+            topo = topology if topology is not None else read_topology("/sys")
+            profiled = profile_spec(
+                obj, profile, topo, mode=spec.mode, kernel_btf=vmlinux, ops_map=ops_map
+            )
+            obj = profiled.spec
+            plan = profiled.plan
+            mode = f" mode {spec.mode}" if spec.mode else ""
+            notes.append(
+                f"profile {profile.name}{mode} ({spec.profile_path}) for {topo.describe()}: "
+                f"{len(plan.after_load)} after-load writes, {len(plan.map_updates)} map "
+                f"updates, {len(plan.runs)} program runs"
+                + (f", attach from CPU {plan.attach_cpu}" if plan.attach_cpu is not None else "")
+            )
+            notes.extend(f"profile note: {n}" for n in plan.notes)
+        apply_tunables(obj, ops_map, spec.rodata, spec.struct_ops)
+    except SchedSwitchError as exc:
+        problems.extend(str(exc).splitlines())
     return problems, notes
 
 
-def check_config(config: Config, backend: SchedulerBackend | None) -> list[CheckResult]:
+def check_config(
+    config: Config,
+    backend: SchedulerBackend | None,
+    *,
+    sysfs_root: str | os.PathLike[str] = "/sys",
+    vmlinux: Path = VMLINUX,
+) -> list[CheckResult]:
     """Check every scheduler of an already validated ``config``; see the module docstring.
     On a kernel without sched_ext (see :func:`sched_ext_missing`) only the static checks
-    run: preparing would fail on the first sched_ext kfunc for every scheduler alike."""
+    run: preparing would fail on the first sched_ext kfunc for every scheduler alike.
+    ``sysfs_root``: the topology profiles are resolved for; ``vmlinux``: the kernel BTF."""
     results = []
     prepare = backend is not None and not sched_ext_missing(backend)
+    btf = kernel_btf(vmlinux)
+    topology: Topology | None = None
+    topo_problem: str | None = None
+    try:
+        topology = read_topology(sysfs_root)
+    except SchedSwitchError as exc:
+        topo_problem = f"cannot read the topology: {exc}"
     for name, spec in config.schedulers.items():
-        problems, notes = inspect_object(spec)
+        if spec.profile_path is not None and topology is None:
+            problems: list[str] = [topo_problem or "no topology"]
+            notes: list[str] = []
+        else:
+            problems, notes = inspect_object(spec, topology=topology, vmlinux=btf)
         depth = "object"
         if backend is not None and prepare and not problems:
             depth = "prepared"
@@ -133,20 +164,20 @@ def format_report(
     """The text ``--check-config`` prints: the file, what was checked, one block per
     scheduler. ``no_sched_ext``: the kernel has no sched_ext, said first."""
     lines = [f"{config.source}: configuration is valid"]
+    static = (
+        "checked: each object opened and customised as the loader does, without a kernel "
+        "(its sched_ext_ops, profile and mode, rodata and struct_ops keys against its BTF)"
+    )
     if no_sched_ext:
         lines.insert(0, f"NOTE: {NO_SCHED_EXT}")
-        lines.append(
-            "checked: object files statically (ELF64 EM_BPF relocatable, struct_ops section, "
-            "rodata tunables); NOT checked: CO-RE and loading, which need sched_ext"
-        )
+        lines.append(f"{static}; NOT checked: CO-RE and loading, which need sched_ext")
     elif backend_name is None:
         lines.append(
-            "checked: object files statically (ELF64 EM_BPF relocatable, struct_ops section, "
-            "rodata tunables); NOT checked: CO-RE against the running kernel and loading "
+            f"{static}; NOT checked: CO-RE against the running kernel and loading "
             "(no kernel backend available)"
         )
     else:
-        lines.append(f"checked: object files statically, then prepared with {backend_name}")
+        lines.append(f"{static}, then prepared with {backend_name}")
     for result in results:
         verdict = "ok" if result.ok else "FAILED"
         lines.append(f"  {result.name}: {verdict} [{result.depth}] {result.object}")

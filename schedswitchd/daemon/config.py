@@ -29,6 +29,11 @@ AUTO = "auto"
 RESERVED_NAMES = frozenset({KERNEL, AUTO})
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+#: A profile mode's name (``[modes.NAME]`` of a profile; ``mode = "..."`` in this file).
+MODE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+#: Between a scheduler's name and a mode in the name of a mode variant (``lavd@gaming``):
+#: not a character of :data:`NAME_PATTERN`, so a variant never collides with a configured name.
+MODE_SEPARATOR = "@"
 _NAME_RE = re.compile(NAME_PATTERN)
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -225,11 +230,24 @@ class SchedulerConfig(_Model):
     ``/sys/kernel/sched_ext/hotplug_seq`` at load, so a CPU hotplug during the load makes
     the kernel refuse the attach instead of running with a stale CPU view. ``fill_enums``:
     set the object's ``__SCX_*`` enum variables from the kernel's BTF at load, as the
-    scheduler's own user space would (``rodata`` values win).
+    scheduler's own user space would (``rodata`` values win). ``profile``: a scheduler
+    profile (``docs/profiles.md``) applied before the keys above, which win over it;
+    ``mode``: the profile's mode used unless a hint picks another. ``profile_path`` is not a
+    key: :func:`parse_config` sets it to the profile file it found.
     """
 
     object: str
     description: str = ""
+    profile: str | None = Field(
+        default=None,
+        description="A scheduler profile: a shipped or installed name, or a .toml path "
+        "(relative: to this file). See docs/profiles.md.",
+    )
+    mode: Annotated[str, Field(pattern=MODE_PATTERN)] | None = Field(
+        default=None, description="The profile's mode used unless a hint picks another."
+    )
+    #: The profile file found for ``profile`` (set by :func:`parse_config`, not a key).
+    profile_path: str | None = Field(default=None, exclude=True)
     kmods: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]] = Field(
         default_factory=list
     )
@@ -237,6 +255,13 @@ class SchedulerConfig(_Model):
     struct_ops: dict[str, StructOpsValue] = Field(default_factory=dict)
     hotplug_seq: bool = True
     fill_enums: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_profile_path(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "profile_path" in data:
+            raise ValueError("'profile_path' is not a configuration key")
+        return data
 
     @field_validator("rodata")
     @classmethod
@@ -263,11 +288,18 @@ class SchedulerConfig(_Model):
 class HintRule(_Model):
     """What a workload hint asks for: a configured scheduler (or ``kernel``) and a priority.
 
-    Higher ``priority`` wins; among equal priorities the newest lease wins.
+    Higher ``priority`` wins; among equal priorities the newest lease wins. ``mode``
+    picks a mode of the scheduler's profile: the hint then runs the variant
+    ``SCHEDULER@MODE`` (:data:`MODE_SEPARATOR`), which :func:`parse_config` adds to the
+    schedulers (the scheduler's entry with that mode).
     """
 
     scheduler: str
     priority: int = Field(default=0, ge=-1000, le=1000)
+    mode: Annotated[str, Field(pattern=MODE_PATTERN)] | None = Field(
+        default=None,
+        description="Run the scheduler in this mode of its profile (the variant SCHEDULER@MODE).",
+    )
 
 
 class Config(_Model):
@@ -341,9 +373,11 @@ def _format_errors(path: str, exc: ValidationError) -> str:
 
 def parse_config(data: bytes | str, path: str = "<config>") -> Config:
     """Validate TOML text; relative object paths resolve against ``path``'s directory.
+    Each ``profile`` is found (:func:`profile_search`) and validated, with its ``mode``;
+    each hint's ``mode`` becomes a variant scheduler ``SCHEDULER@MODE``.
 
     Raises :class:`ConfigError` (file, key, reason per line) for TOML syntax errors, unknown
-    keys and bad values.
+    keys and bad values, a profile that is missing or invalid, a mode it does not have.
     """
     text = data.decode("utf-8", errors="strict") if isinstance(data, bytes) else data
     try:
@@ -359,7 +393,86 @@ def parse_config(data: bytes | str, path: str = "<config>") -> Config:
         name: sched.model_copy(update={"object": str((base / sched.object).resolve())})
         for name, sched in config.schedulers.items()
     }
-    return config.model_copy(update={"schedulers": schedulers, "source": path})
+    schedulers, hints = _profiles_and_modes(path, base, schedulers, dict(config.hints))
+    return config.model_copy(update={"schedulers": schedulers, "hints": hints, "source": path})
+
+
+def profile_search(base: Path) -> list[Path]:
+    """Where a profile name is looked up for a config file in directory ``base``: its
+    ``profiles/`` directory, then the installed (``/etc/schedswitchd/profiles``) and the
+    shipped (``config/profiles``) profile directories."""
+    from schedswitchd.profile.model import profile_search_path
+
+    out: list[Path] = []
+    for d in profile_search_path([base / "profiles"]):
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _profiles_and_modes(
+    path: str,
+    base: Path,
+    schedulers: dict[str, SchedulerConfig],
+    hints: dict[str, HintRule],
+) -> tuple[dict[str, SchedulerConfig], dict[str, HintRule]]:
+    """Find and validate each scheduler's profile (and mode), and turn each hint's
+    ``mode`` into a mode variant ``SCHEDULER@MODE`` of that scheduler (the hint then names
+    the variant). Raises :class:`ConfigError` naming the key, one line per problem."""
+    # Imported here: the profile package pulls in the BTF reader, which a client of the
+    # config alone (schedswitchctl) does not need.
+    from schedswitchd.errors import ProfileError
+    from schedswitchd.profile.model import Profile, find_profile, load_profile
+
+    problems: list[str] = []
+    profiles: dict[str, Profile] = {}
+    out = dict(schedulers)
+    for name, sched in schedulers.items():
+        if sched.profile is None:
+            if sched.mode is not None:
+                problems.append(f"{path}: schedulers.{name}.mode: needs a profile")
+            continue
+        try:
+            found = find_profile(sched.profile, base=base, search=profile_search(base))
+            prof = load_profile(found)
+        except ProfileError as exc:
+            problems.append(f"{path}: schedulers.{name}.profile: {exc}")
+            continue
+        profiles[name] = prof
+        if sched.mode is not None and sched.mode not in prof.modes:
+            known = ", ".join(prof.modes) or "none"
+            problems.append(
+                f"{path}: schedulers.{name}.mode: profile {prof.name!r} has no mode "
+                f"{sched.mode!r} (modes: {known})"
+            )
+        out[name] = sched.model_copy(update={"profile_path": str(found)})
+    new_hints = dict(hints)
+    for workload, rule in hints.items():
+        if rule.mode is None:
+            continue
+        where = f"{path}: hints.{workload}.mode"
+        if rule.scheduler == KERNEL or rule.scheduler not in schedulers:
+            problems.append(f"{where}: the kernel's scheduler has no modes")
+            continue
+        rule_prof = profiles.get(rule.scheduler)
+        if rule_prof is None:
+            if schedulers[rule.scheduler].profile is None:
+                problems.append(f"{where}: scheduler {rule.scheduler!r} has no profile")
+            continue  # else its profile's own problem is reported above
+        if rule.mode not in rule_prof.modes:
+            known = ", ".join(rule_prof.modes) or "none"
+            problems.append(
+                f"{where}: profile {rule_prof.name!r} has no mode {rule.mode!r} (modes: {known})"
+            )
+            continue
+        if rule.mode == schedulers[rule.scheduler].mode:
+            continue  # the scheduler's own mode: no variant needed
+        variant = f"{rule.scheduler}{MODE_SEPARATOR}{rule.mode}"
+        out.setdefault(variant, out[rule.scheduler].model_copy(update={"mode": rule.mode}))
+        new_hints[workload] = rule.model_copy(update={"scheduler": variant})
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return out, new_hints
 
 
 def load_config(path: str | Path) -> Config:

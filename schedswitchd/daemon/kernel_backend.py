@@ -67,12 +67,21 @@ from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, me
 from schedswitchd.kernel.fd import LinkFd, MapFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.loader import LoadedObject, load_object
+from schedswitchd.kernel.profile_steps import (
+    attach_from_cpu,
+    read_stats,
+    run_after_attach,
+    run_before_attach,
+)
 from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
 from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
+from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
+from schedswitchd.profile.model import load_profile
+from schedswitchd.profile.topology import read_topology
 
 log = logging.getLogger("schedswitchd.backend")
 
@@ -122,6 +131,9 @@ class KernelPrepared:
     inputs: tuple[object, ...] = ()
     #: An adopted handle's program links (fentry/bpf_scx_reg, tracing hooks) by program.
     adopted_program_links: dict[str, LinkFd] = field(default_factory=dict)
+    #: The profile's steps after load: attach CPU, after-attach runs, ``[[stats]]``
+    #: (``None`` without a profile, and for an adopted handle).
+    plan: ProfilePlan | None = None
 
     @property
     def adopted(self) -> bool:
@@ -197,7 +209,9 @@ class KernelBackend:
     new one on ``/sys/kernel/btf`` with ``btf_max_entries``/``btf_max_bytes``);
     ``sched_ext_root``: ``/sys/kernel/sched_ext`` (a parameter for tests); ``ops_type``: the
     struct_ops type that makes an object a scheduler (another type only in host tests,
-    which have no sched_ext); ``rcu``: what :meth:`switch_window` holds (default: nothing).
+    which have no sched_ext); ``rcu``: what :meth:`switch_window` holds (default: nothing);
+    ``sysfs_root``: the sysfs tree a scheduler profile's topology is read from (``/sys``;
+    another tree only in tests).
     """
 
     def __init__(
@@ -211,8 +225,14 @@ class KernelBackend:
         specs: SpecCache | None = None,
         ops_type: str = SCHED_EXT_OPS,
         rcu: RcuExpediter | None = None,
+        sysfs_root: str | Path = "/sys",
     ) -> None:
         self.ops_type = ops_type
+        self.sysfs_root = Path(sysfs_root)
+        #: The handle attached now, for the profile counters status reads from any thread;
+        #: ``_stats_lock`` keeps its maps open while they are read.
+        self._attached: KernelPrepared | None = None
+        self._stats_lock = threading.Lock()
         self.rcu = rcu
         self.pins = PinDir(pin_dir)
         self.registry = registry or KernelBtfRegistry(
@@ -266,7 +286,23 @@ class KernelBackend:
         }
         with self._lock:
             out.update(self._counts)
+        out.update(self.profile_stats())
         return out
+
+    def profile_stats(self) -> dict[str, int]:
+        """The attached scheduler's profile counters (its ``[[stats]]``), read from its
+        loaded maps now, as ``profile.<name>``; empty without a profiled scheduler
+        attached. A counter that cannot be read is left out (logged at debug)."""
+        with self._stats_lock:
+            h = self._attached
+            if h is None or h.plan is None or h.loaded is None or h.discarded:
+                return {}
+            try:
+                stats = read_stats(h.loaded, h.plan)
+            except SchedSwitchError as exc:
+                log.debug("profile counters of %s: %s", h.name, exc)
+                return {}
+            return {f"profile.{k}": v for k, v in stats.items()}
 
     def switch_window(self) -> AbstractContextManager[bool]:
         """Expedited RCU grace periods while the switcher detaches and attaches (see
@@ -336,7 +372,18 @@ class KernelBackend:
         if cfg.hotplug_seq and scx.available(self.root):
             hotplug = scx.read_hotplug_seq(self.root)
         module_key = self._module_key()
-        spec = apply_tunables(opened.spec, ops_map, cfg.rodata, cfg.struct_ops, hotplug)
+        spec = opened.spec
+        plan: ProfilePlan | None = None
+        profile_key: tuple[object, ...] = ()
+        if cfg.profile_path is not None:
+            # The topology is read now, so the profile's values are those of the machine
+            # the scheduler is loaded on (a hotplug restart comes through here again).
+            profiled = self._apply_profile(spec, ops_map, cfg)
+            spec, plan = profiled.spec, profiled.plan
+            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology)
+            t["profile"] = time.perf_counter_ns() - start
+        # The configuration's own keys win over the profile's values.
+        spec = apply_tunables(spec, ops_map, cfg.rodata, cfg.struct_ops, hotplug)
         ops_name = ops_name_of(spec, ops_map)
         uei = uei_layout(spec)
         t["customize"] = time.perf_counter_ns() - start
@@ -362,6 +409,12 @@ class KernelBackend:
             err.verifier_log = getattr(exc, "verifier_log", None)  # type: ignore[attr-defined]
             raise err from exc
         t["load"] = time.perf_counter_ns() - start
+        if plan is not None:
+            try:  # after-load writes, map updates, before-attach runs (timed in load.*)
+                run_before_attach(loaded, plan)
+            except SchedSwitchError:
+                loaded.close()
+                raise
         if loaded.enum_fill.filled or loaded.enum_fill.missing or loaded.enum_fill.skipped:
             log.info("%s: enum variables: %s", name, loaded.enum_fill.summary())
         for k, v in loaded.timings_ns.items():
@@ -371,7 +424,8 @@ class KernelBackend:
         report = targets.report
         self._count("module_btfs_declared", len(report.declared))
         handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
-        handle.inputs = (opened.key, module_key, hotplug)
+        handle.inputs = (opened.key, module_key, hotplug, *profile_key)
+        handle.plan = plan
         return handle
 
     def _module_key(self) -> object:
@@ -385,8 +439,10 @@ class KernelBackend:
         """Whether ``prepared`` is what :meth:`prepare` would make from ``spec`` now: same
         object file (path, inode, size, mtime), same loaded module set and, when ``spec``
         sets ``hotplug_seq``, the same ``/sys/kernel/sched_ext/hotplug_seq`` (the kernel
-        refuses to enable a scheduler built for an older CPU topology). The caller
-        compares the configuration itself. A few stats and one directory listing."""
+        refuses to enable a scheduler built for an older CPU topology); with a profile,
+        also the same profile file and the same topology (its values were computed from
+        it). The caller compares the configuration itself. A few stats and one directory
+        listing, plus the sysfs topology read for a profiled scheduler."""
         h = cast(KernelPrepared, prepared)
         if h.discarded or h.attached or h.adopted or not h.inputs:
             return False
@@ -396,7 +452,13 @@ class KernelBackend:
                 hotplug = scx.read_hotplug_seq(self.root)
             except SchedSwitchError:
                 return False
-        return h.inputs == (SpecKey.of_path(spec.object), self._module_key(), hotplug)
+        now: tuple[object, ...] = (SpecKey.of_path(spec.object), self._module_key(), hotplug)
+        if spec.profile_path is not None:
+            try:
+                now += (SpecKey.of_path(spec.profile_path), read_topology(self.sysfs_root))
+            except (SchedSwitchError, OSError):
+                return False
+        return h.inputs == now
 
     def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
         """Open every configured object into the spec cache (see the protocol); a file that
@@ -420,6 +482,25 @@ class KernelBackend:
         fds = [m.fd.fileno() for m in h.loaded.maps.values()]
         fds += [p.fd.fileno() for p in h.loaded.programs.values()]
         return sum(memlock_bytes(fd) for fd in fds)
+
+    def _apply_profile(self, spec: ObjectSpec, ops_map: str, cfg: SchedulerConfig) -> ProfiledSpec:
+        """``cfg``'s profile (and mode) resolved for the topology read now from
+        ``sysfs_root`` and applied to ``spec``; ``SCX_OPS_*`` flags and ``kernel_enum()``
+        answer from the running kernel's BTF. Raises ``ProfileError``/
+        ``CustomizationError`` naming the file and key."""
+        assert cfg.profile_path is not None
+        profile = load_profile(cfg.profile_path)
+        profiled = profile_spec(
+            spec,
+            profile,
+            read_topology(self.sysfs_root),
+            mode=cfg.mode,
+            kernel_btf=self.registry.vmlinux,
+            ops_map=ops_map,
+        )
+        for note in profiled.plan.notes:
+            log.info("profile %s: %s", profile.name, note)
+        return profiled
 
     # --- attach / detach ---------------------------------------------------------------------
 
@@ -460,7 +541,10 @@ class KernelBackend:
                 h.loaded.attach_programs()
                 t["programs"] = time.perf_counter_ns() - start
                 start = time.perf_counter_ns()
-            link = h.create_link()
+            if h.plan is not None and h.loaded is not None:
+                link = attach_from_cpu(h.loaded, h.plan, h.create_link)
+            else:
+                link = h.create_link()
         except BpfSyscallError as exc:
             self._count("attach_failures")
             if exc.errno == errno.EBUSY:
@@ -476,6 +560,10 @@ class KernelBackend:
             start = time.perf_counter_ns()
             self._confirm_enabled(h, timeout_s)
             t["confirm"] = time.perf_counter_ns() - start
+            if h.plan is not None and h.loaded is not None:
+                start = time.perf_counter_ns()
+                run_after_attach(h.loaded, h.plan)  # e.g. a timer started once attached
+                t["profile.after_attach"] = time.perf_counter_ns() - start
             # Pinned only after the confirmation, outside the no-scheduler gap. A daemon
             # that dies before this line leaves no pin: its link fd closes, which
             # unregisters the scheduler, and the kernel falls back to its own scheduler --
@@ -489,6 +577,8 @@ class KernelBackend:
             self._undo_attach(h)
             raise
         self._phase_timings(h, "attach", t)
+        with self._stats_lock:
+            self._attached = h
         log.info(
             "attached %s (ops %s): %s",
             h.name,
@@ -610,6 +700,9 @@ class KernelBackend:
         that is not attached. Raises ``SchedExtError`` on timeout (fallback only),
         ``PinError`` when the pin cannot be removed (fallback only)."""
         h = self._handle(prepared)
+        with self._stats_lock:
+            if self._attached is h:
+                self._attached = None
         if not h.attached:
             return
         self._count("detaches")
@@ -655,8 +748,11 @@ class KernelBackend:
                 h.attached = False
         if h.release_pending:
             self._release(h)
-        h.close()
-        h.discarded = True
+        with self._stats_lock:  # not while status reads its maps
+            if self._attached is h:
+                self._attached = None
+            h.close()
+            h.discarded = True
 
     # --- exit info ---------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from schedswitchd.daemon.config import NAME_PATTERN
+from schedswitchd.daemon.config import MODE_SEPARATOR, NAME_PATTERN
 from schedswitchd.errors import ProtocolError
 
 VERSION = 1
@@ -78,6 +78,13 @@ class _Wire(BaseModel):
 
 ClientTag = int | Annotated[str, Field(max_length=64)] | None
 Workload = Annotated[str, Field(pattern=NAME_PATTERN)]
+#: A configured scheduler, or a mode variant of one (``lavd@gaming``, see
+#: :data:`~schedswitchd.daemon.config.MODE_SEPARATOR`).
+SchedulerName = Annotated[
+    str,
+    Field(pattern=NAME_PATTERN.removesuffix("$") + f"(?:{MODE_SEPARATOR}"
+          + NAME_PATTERN.removeprefix("^").removesuffix("$") + ")?$"),
+]  # fmt: skip
 LeaseId = Annotated[str, Field(min_length=1, max_length=64)]
 
 
@@ -140,7 +147,7 @@ class SwitchRequest(_Request):
     scheduler is backed off, and the daemon follows the leases and default again."""
 
     op: Literal["switch"] = "switch"
-    scheduler: Workload
+    scheduler: SchedulerName
 
 
 class StopRequest(_Request):
@@ -325,6 +332,17 @@ class ReloadInfo(_Wire):
     error: str | None = None
 
 
+class ProfileStatus(_Wire):
+    """The running scheduler's profile (``docs/profiles.md``): its ``name`` (as
+    configured: a profile name or path), ``mode`` (``None``: the base) and the ``stats``
+    its ``[[stats]]`` name, read from the loaded maps when status was asked (integers, in
+    the scheduler's own units)."""
+
+    name: str
+    mode: str | None = None
+    stats: dict[str, int] = Field(default_factory=dict)
+
+
 class StatusBody(_Wire):
     """What ``status`` returns; ``active`` is what the daemon attached (``kernel``: none)
     and ``kernel`` is what the kernel itself reports, which is the truth."""
@@ -355,6 +373,9 @@ class StatusBody(_Wire):
     backoff: list[BackoffInfo] = Field(default_factory=list)
     standby: list[StandbyInfo] = Field(default_factory=list)
     counters: dict[str, int] = Field(default_factory=dict)
+    profile: ProfileStatus | None = Field(
+        default=None, description="The active scheduler's profile, mode and counters."
+    )
     pid: int
     version: str
     uptime_s: float

@@ -2,7 +2,9 @@
 
 A request, a lease's end, a backend notification (``SCXOPS`` uevent or sysfs change), a
 timer (a TTL or a backoff hold ending) or the safety-net poll *kicks* the loop; the loop
-then runs one pass: notice an ejection (record it, back the scheduler off), expire leases,
+then runs one pass: notice an ejection (record it, back the scheduler off -- unless its exit
+asked for a restart, as the kernel's CPU-hotplug ejection does: then it is simply loaded
+again, its profile resolved for the new topology), expire leases,
 ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
 :class:`~schedswitchd.daemon.switcher.Switcher` make it so. Switching runs on one worker
 thread (so switches are serialised and the event loop never blocks on the kernel).
@@ -43,6 +45,16 @@ from schedswitchd.daemon.switcher import (
 log = logging.getLogger("schedswitchd")
 
 Clock = Callable[[], int]
+
+#: ``SCX_ECODE_ACT_RESTART`` (``enum scx_exit_code``, ``kernel/sched/ext_internal.h``, and
+#: ``include/linux/sched/ext.h`` before it moved): the "action" bits 48-55 of an exit code
+#: say what user space should do; this one asks it to load the scheduler again.
+SCX_ECODE_ACT_RESTART = 1 << 48
+#: Restarts honoured per scheduler within :data:`RESTART_WINDOW_NS`; past that, an exit
+#: asking for one is an ejection like any other (backed off), so a scheduler that asks
+#: for a restart at every start cannot loop.
+MAX_RESTARTS = 5
+RESTART_WINDOW_NS = 60 * NS_PER_S
 
 
 class Reconciler:
@@ -93,6 +105,8 @@ class Reconciler:
         self.recent: str | None = None
         #: Open the configured objects after the next pass (at start and after a reload).
         self._preopen_pending = False
+        #: Restarts honoured per scheduler (monotonic ns), see :meth:`_restart_asked`.
+        self._restarts: dict[str, list[int]] = {}
         #: (name, entry) whose switch to its reloaded form failed: the old form runs on,
         #: and the same entry is not tried again on every pass.
         self.stale: tuple[str, SchedulerConfig] | None = None
@@ -340,7 +354,18 @@ class Reconciler:
         loop = asyncio.get_running_loop()
         ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
         now = self.clock()
-        if ejected is not None:
+        if ejected is not None and self._restart_asked(ejected[0], now):
+            gone = ejected[0]
+            exit_ = gone.exit
+            log.warning(
+                "scheduler %s exited asking for a restart (%s: %s); loading it again, its "
+                "profile resolved for the topology now",
+                gone.previous,
+                exit_.reason if exit_ else "",
+                exit_.message if exit_ else "",
+                extra={"SCHEDULER": gone.previous, "EXIT_KIND": "restart"},
+            )
+        elif ejected is not None:
             gone, ran_for = ejected
             hold = self.policy.record_failure(gone.previous, now, ran_for)
             if self.policy.override == gone.previous:
@@ -408,6 +433,23 @@ class Reconciler:
         self._arm_deadline(now)
         if self.on_change is not None:
             self.on_change(self.summary())
+
+    def _restart_asked(self, gone: SwitchRecord, now: int) -> bool:
+        """True when the ejected scheduler's exit code carries ``SCX_ECODE_ACT_RESTART``
+        (``kernel/sched/ext.c``: a CPU going on- or offline ejects a scheduler without
+        hotplug ops with ``SCX_EXIT_UNREG_KERN`` and ``SCX_ECODE_ACT_RESTART |
+        SCX_ECODE_RSN_HOTPLUG``; a scheduler may ask for it through ``scx_bpf_exit()``) and
+        the scheduler has not restarted :data:`MAX_RESTARTS` times within
+        :data:`RESTART_WINDOW_NS`: then it is loaded again by the same pass (no backoff),
+        and its profile sees the new topology. Counts the restart."""
+        exit_ = gone.exit
+        if exit_ is None or not (exit_.exit_code & SCX_ECODE_ACT_RESTART):
+            return False
+        recent = [t for t in self._restarts.get(gone.previous, []) if now - t < RESTART_WINDOW_NS]
+        if len(recent) >= MAX_RESTARTS:
+            return False
+        self._restarts[gone.previous] = [*recent, now]
+        return True
 
     async def _held_by_another_program(self, loop: asyncio.AbstractEventLoop) -> bool:
         """True while a scheduler the daemon did not attach runs (``BPF_LINK_CREATE`` would

@@ -620,7 +620,18 @@ class Server:
         loop = asyncio.get_running_loop()
         reader = self.reconciler.reader
         kernel = await loop.run_in_executor(reader, self.backend.kernel_state)
-        counters = await loop.run_in_executor(reader, self.backend.counters)
+        counters = dict(await loop.run_in_executor(reader, self.backend.counters))
+        # The backend reports the attached scheduler's [[stats]] as profile.<name>.
+        stats = {
+            k.removeprefix("profile."): counters.pop(k)
+            for k in [k for k in counters if k.startswith("profile.")]
+        }
+        active_cfg = self.config.schedulers.get(self.switcher.active)
+        profile = (
+            proto.ProfileStatus(name=active_cfg.profile, mode=active_cfg.mode, stats=stats)
+            if active_cfg is not None and active_cfg.profile is not None
+            else None
+        )
         now = self.clock()
         decision = self.policy.decide(now)
         history = self.switcher.history
@@ -657,6 +668,7 @@ class Server:
                 for e in self.switcher.standby
             ],
             counters={**counters, **self._standby_counters()},
+            profile=profile,
             pid=os.getpid(),
             version=__version__,
             uptime_s=(now - self.started_ns) / NS_PER_S,

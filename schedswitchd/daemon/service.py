@@ -289,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--check-config", action="store_true", help="validate and check every scheduler"
     )
     parser.add_argument(
+        "--sysfs",
+        metavar="ROOT",
+        default="/sys",
+        help="with --check-config: the sysfs tree scheduler profiles are resolved for, e.g. "
+        "a copy of another machine's (default: %(default)s; another tree checks statically "
+        "only, without loading into this kernel)",
+    )
+    parser.add_argument(
         "--socket",
         metavar="PATH",
         help=f"listen here instead of the config's [socket] path (default: {DEFAULT_SOCKET})",
@@ -329,11 +337,16 @@ def main(
         factory = create_backend
     if args.check_config:
         backend: SchedulerBackend | None = None
-        try:
-            backend = factory(config)
-        except SchedSwitchError as exc:
-            print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
-        results = check_config(config, backend)
+        if args.sysfs != "/sys":
+            # Profiles resolved for another machine's topology: loading them here would
+            # compute this machine's values instead (the backend reads /sys).
+            print(f"schedswitchd: profiles resolved for {args.sysfs}; static checks only")
+        else:
+            try:
+                backend = factory(config)
+            except SchedSwitchError as exc:
+                print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
+        results = check_config(config, backend, sysfs_root=args.sysfs)
         report = format_report(
             config,
             results,

@@ -9,7 +9,10 @@ configured default, then the scheduler of the most recent hint); this module kee
 bounded (``[standby] max`` entries, ``max_kernel_bytes`` of kernel memory as the kernel
 accounts it: the ``memlock`` of every map and program, from ``/proc/self/fdinfo``) and true:
 an entry whose object file, configuration or the kernel facts it was prepared against
-(module set, ``hotplug_seq``) changed is dropped at the next look, not attached.
+(module set, ``hotplug_seq``) changed is dropped at the next look, not attached; for a
+scheduler with a profile also its profile file and the CPU topology its values were
+computed from (a changed profile file, or a CPU going on- or offline, drops the entry and
+the next fill prepares it again).
 
 A standby costs kernel memory and, for objects with kfuncs in modules, holds those modules'
 references (``rmmod`` of such a module fails while it is held): ``status`` shows both the

@@ -36,6 +36,8 @@ class FakeBackend:
     fail_prepare: set[str] = field(default_factory=set)
     verifier_reject: set[str] = field(default_factory=set)
     fail_attach: set[str] = field(default_factory=set)
+    #: What ``counters()`` reports as an attached profiled scheduler's ``[[stats]]``.
+    profile_stats: dict[str, int] = field(default_factory=lambda: {"dispatched": 7})
     fail_detach: bool = False
     delay_s: float = 0.0
     #: Like the real backend: record attach./detach. phase timings on the handle and spend
@@ -134,7 +136,12 @@ class FakeBackend:
         return pinned
 
     def counters(self) -> Mapping[str, int]:
-        return {"prepares": sum(c.startswith("prepare") for c in self.calls)}
+        out = {"prepares": sum(c.startswith("prepare") for c in self.calls)}
+        h = self.attached_handle
+        if h is not None and h.spec is not None and h.spec.profile_path is not None:
+            # As the kernel backend reports a profiled scheduler's [[stats]].
+            out.update({f"profile.{k}": v for k, v in self.profile_stats.items()})
+        return out
 
     def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
         self.watchers.append(notify)
@@ -155,12 +162,19 @@ class FakeBackend:
 
     # --- test controls ----------------------------------------------------------------------
 
-    def eject(self, kind: int = 1026, reason: str = "watchdog failed to check in") -> None:
-        """Simulate the kernel disabling the running scheduler (e.g. a stall)."""
+    def eject(
+        self,
+        kind: int = 1026,
+        reason: str = "watchdog failed to check in",
+        exit_code: int = 0,
+        message: str = "runnable task stall",
+    ) -> None:
+        """Simulate the kernel disabling the running scheduler (e.g. a stall; with
+        ``exit_code`` carrying ``SCX_ECODE_ACT_RESTART``, a CPU hotplug)."""
         with self.lock:
             handle = self.attached_handle
             assert handle is not None, "nothing to eject"
-            handle.exit = ExitInfo(kind=kind, reason=reason, message="runnable task stall")
+            handle.exit = ExitInfo(kind=kind, exit_code=exit_code, reason=reason, message=message)
             handle.attached = False
             self.attached_handle = None
             self.state, self.ops = "disabled", None

@@ -12,6 +12,7 @@ import pytest
 from schedswitchd.daemon import check_config
 from schedswitchd.daemon.config import Config, json_schema, load_config, parse_config
 from schedswitchd.errors import ConfigError
+from tests.build_outputs import missing_build_output
 
 from .fakes import FakeBackend
 
@@ -152,16 +153,21 @@ def test_check_accepts_scheduler_object(bpf_object: Path) -> None:
     assert ".kmod_btfs declares: nf_tables, kvm" in result.notes
     report = check_config.format_report(config, [result], None)
     assert "NOT checked: CO-RE" in report and "t: ok [object]" in report
+    assert "ops name 'test'" in result.notes
 
 
 def test_check_rejects_bad_objects(bpf_object: Path, tmp_path: Path) -> None:
     junk = tmp_path / "junk.o"
     junk.write_bytes(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 20)
+    exe = Path(__file__).resolve().parents[2] / "build" / "tests" / "embed" / "no_obj"
+    if not exe.exists():
+        missing_build_output(exe)
     cases = [
-        (conf_for(tmp_path / "missing.o"), "does not exist"),
-        (conf_for(Path("/bin/true")), "want ET_REL"),
-        (conf_for(bpf_object, "rodata = { nope = 1 }"), "'nope' is not a .rodata variable"),
-        (conf_for(junk), "not a readable ELF"),
+        (conf_for(tmp_path / "missing.o"), "No such file"),
+        (conf_for(exe), "embeds no BPF object"),
+        (conf_for(bpf_object, "rodata = { nope = 1 }"), "rodata.nope: no such .rodata variable"),
+        (conf_for(bpf_object, "struct_ops = { flags = 1 }"), "sched_ext_ops has no member 'flags'"),
+        (conf_for(junk), "truncated ELF file"),
     ]
     for config, problem in cases:
         [result] = check_config.check_config(config, None)

@@ -170,6 +170,93 @@ def test_ejection_falls_back_and_backs_off(srv: Running) -> None:
     assert results[-2:] == ["ejected", "ok"]
 
 
+#: The kernel's CPU-hotplug ejection (kernel/sched/ext.c): SCX_EXIT_UNREG_KERN with
+#: SCX_ECODE_ACT_RESTART | SCX_ECODE_RSN_HOTPLUG.
+UNREG_KERN, HOTPLUG_RESTART = 66, (1 << 48) | (1 << 32)
+
+
+def test_hotplug_ejection_reloads_without_backoff(srv: Running) -> None:
+    c = srv.client()
+    c.request(op="hint", workload="gaming")
+    prepares = srv.backend.calls.count("prepare gaming")
+    srv.backend.eject(UNREG_KERN, "unregistered from the kernel", HOTPLUG_RESTART,
+                      "cpu 1 going offline, exiting scheduler")  # fmt: skip
+    srv.wait_for(
+        lambda s: s.switcher.active == "gaming" and srv.backend.attached_handle is not None, 2
+    )
+    assert srv.backend.calls.count("prepare gaming") == prepares + 1  # loaded again
+    status = c.request(op="status")["status"]
+    assert status["backoff"] == [] and status["kernel"]["ops"] == "gaming_ops"
+    results = [h["result"] for h in c.request(op="history")["entries"]]
+    assert results[-2:] == ["ejected", "ok"]
+    # A restart loop is bounded: past MAX_RESTARTS in the window it backs off as usual.
+    from schedswitchd.daemon.reconcile import MAX_RESTARTS
+
+    for _ in range(MAX_RESTARTS):
+        srv.wait_for(lambda s: srv.backend.attached_handle is not None, 2)
+        srv.backend.eject(UNREG_KERN, "unregistered from the kernel", HOTPLUG_RESTART)
+        srv.wait_for(lambda s: srv.backend.attached_handle is not None or bool(s.policy.backoff), 2)
+    srv.wait_for(lambda s: "gaming" in s.policy.backoff, 2)
+    assert srv.read(lambda s: s.switcher.active) == "kernel"
+
+
+def test_ejection_without_restart_bit_backs_off(srv: Running) -> None:
+    """Only SCX_ECODE_ACT_RESTART restarts: another exit code of the same kind backs off."""
+    c = srv.client()
+    c.request(op="hint", workload="gaming")
+    srv.backend.eject(UNREG_KERN, "unregistered from the kernel", 1 << 32)
+    srv.wait_for(lambda s: "gaming" in s.policy.backoff, 2)
+
+
+DEMO_PROFILE = """
+[profile]
+name = "demo"
+ops_name = "gaming_ops"
+
+[[stats]]
+name = "dispatched"
+variable = "nr_dispatched"
+
+[modes.fast]
+[modes.fast.variables]
+slice_ns = 1000
+"""
+
+
+def test_status_shows_profile_mode_and_stats(srv: Running) -> None:
+    """A hint with a mode runs the variant SCHEDULER@MODE; status shows the active
+    scheduler's profile, its mode and the counters the backend read for it."""
+    (srv.dir / "profiles").mkdir()
+    (srv.dir / "profiles" / "demo.toml").write_text(DEMO_PROFILE)
+    path = srv.dir / "schedswitchd.toml"
+    text = path.read_text()
+    text = text.replace(
+        '[schedulers.gaming]\nobject = "gaming.bpf.o"\n',
+        '[schedulers.gaming]\nobject = "gaming.bpf.o"\nprofile = "demo"\n',
+    ).replace(
+        'scheduler = "gaming"\npriority = 50\n',
+        'scheduler = "gaming"\npriority = 50\nmode = "fast"\n',
+    )
+    assert 'profile = "demo"' in text and 'mode = "fast"' in text
+    path.write_text(text)
+    c = srv.client()
+    assert c.request(op="reload")["ok"]
+    assert c.request(op="status")["status"]["profile"] is None  # the kernel's runs
+    c.request(op="hint", workload="gaming")
+    status = c.request(op="status")["status"]
+    assert status["active"] == "gaming@fast" and status["kernel"]["ops"] == "gaming@fast_ops"
+    assert status["profile"] == {"name": "demo", "mode": "fast", "stats": {"dispatched": 7}}
+    assert not any(k.startswith("profile.") for k in status["counters"])
+    handle = srv.backend.attached_handle
+    assert handle is not None and handle.spec is not None and handle.spec.mode == "fast"
+    assert handle.spec.profile_path == str((srv.dir / "profiles" / "demo.toml").resolve())
+    c.request(op="switch", scheduler="gaming")  # the base, no mode
+    status = c.request(op="status")["status"]
+    assert status["profile"] == {"name": "demo", "mode": None, "stats": {"dispatched": 7}}
+    assert c.request(op="switch", scheduler="gaming@fast")["ok"]  # an admin may pick a variant
+    assert c.request(op="status")["status"]["active"] == "gaming@fast"
+
+
 def test_attach_failure_rolls_back() -> None:
     r = Running(FakeBackend(fail_attach={"broken"}))
     try:

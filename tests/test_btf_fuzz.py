@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +33,7 @@ from schedswitchd.bpf.btf.types import (
     Var,
 )
 from schedswitchd.errors import BtfError
+from tests import fuzzing
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 SLICE = 400  # types re-encoded from the host's vmlinux BTF
@@ -177,7 +180,35 @@ _word_values = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(scope="module", autouse=True)
+def _bounded_memory() -> Iterator[None]:
+    with fuzzing.address_space_headroom():
+        yield
+    fuzzing.flush()
+
+
+def _parse_and_exercise(test: str, data: bytes, base: Btf | None = None) -> None:
+    try:
+        btf = Btf.from_bytes(data, base=base)
+    except BtfError:
+        fuzzing.record(test, "BtfError")
+        return
+    except BaseException as exc:
+        fuzzing.record(test, f"defect:{fuzzing.exception_name(exc)}")
+        raise
+    try:
+        exercise(btf)
+    except BaseException as exc:
+        fuzzing.record(test, f"defect:{fuzzing.exception_name(exc)}")
+        raise
+    fuzzing.record(test, "parsed")
+
+
+@settings(
+    max_examples=fuzzing.examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     seed=st.integers(0, 7),
     edits=st.lists(st.tuples(st.integers(0, 1 << 30), st.integers(0, 255)), max_size=6),
@@ -191,14 +222,10 @@ def test_mutated_btf_raises_only_btf_error(
     data = _mutate(pool[seed % len(pool)], edits, words)
     if cut is not None:
         data = data[: cut % (len(data) + 1)]
-    try:
-        btf = Btf.from_bytes(data)
-    except BtfError:
-        return
-    exercise(btf)
+    _parse_and_exercise("btf:bytes_and_words", data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=fuzzing.examples(150), deadline=None)
 @given(
     edits=st.lists(st.tuples(st.integers(0, 1 << 30), st.integers(0, 255)), max_size=6),
     words=st.lists(st.tuples(st.integers(0, 1 << 30), _word_values), max_size=4),
@@ -207,11 +234,59 @@ def test_mutated_split_btf_raises_only_btf_error(
     edits: list[tuple[int, int]], words: list[tuple[int, int]]
 ) -> None:
     data = _mutate(split_seed(), edits, words)
-    try:
-        btf = Btf.from_bytes(data, base=split_base())
-    except BtfError:
-        return
-    exercise(btf)
+    _parse_and_exercise("btf:split", data, split_base())
+
+
+@cache
+def _size_fields(seed: int) -> tuple[int, ...]:
+    """Byte offsets of the size words of seed ``seed``: ARRAY ``nelems``, the ``size`` of
+    INT/STRUCT/UNION/ENUM/FLOAT/DATASEC, DATASEC entry offsets and sizes, struct member
+    offsets (kernel doc ``Documentation/bpf/btf.rst``)."""
+    data = seeds()[seed]
+    btf = Btf.from_bytes(data)
+    out: list[int] = []
+    for tid in btf.own_ids():
+        at = btf.type_offset(tid)
+        kind = btf.kind(tid)
+        (info,) = struct.unpack_from("<I", data, at + 4)
+        vlen = info & 0xFFFF
+        if kind == Kind.ARRAY:
+            out.append(at + 20)
+        elif kind in (Kind.INT, Kind.ENUM, Kind.ENUM64, Kind.FLOAT):
+            out.append(at + 8)
+        elif kind in (Kind.STRUCT, Kind.UNION):
+            out.append(at + 8)
+            out.extend(at + 12 + 12 * i + 8 for i in range(vlen))
+        elif kind == Kind.DATASEC:
+            out.append(at + 8)
+            for i in range(vlen):
+                out.extend((at + 12 + 12 * i + 4, at + 12 + 12 * i + 8))
+    return tuple(out)
+
+
+_size_values = st.one_of(
+    st.integers(0, 0xFFFFFFFF),
+    st.integers(0, 64),
+    st.sampled_from([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFF0, 0xFFFFFFFF, 1 << 24, 0x10000]),
+)
+
+
+@settings(
+    max_examples=fuzzing.examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_mutated_size_fields_raise_only_btf_error(data: st.DataObject) -> None:
+    """Array lengths, type sizes, DATASEC/VAR sizes and offsets set to boundary values:
+    size_of/align_of and every other lookup still raise only BtfError."""
+    seed = data.draw(st.integers(0, len(seeds()) - 1))
+    buf = bytearray(seeds()[seed])
+    fields = _size_fields(seed)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.sampled_from(fields))
+        struct.pack_into("<I", buf, at, data.draw(_size_values))
+    _parse_and_exercise("btf:size_fields", bytes(buf))
 
 
 def test_seeds_are_valid_and_reencoding_is_faithful() -> None:

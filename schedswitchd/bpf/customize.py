@@ -35,7 +35,14 @@ from schedswitchd.bpf.btf.types import (
     Kind,
     Var,
 )
-from schedswitchd.bpf.spec import MapKind, MapSpec, ObjectSpec, StructOpsSpec, VariableSpec
+from schedswitchd.bpf.spec import (
+    MAX_ARRAY_VALUE_SIZE,
+    MapKind,
+    MapSpec,
+    ObjectSpec,
+    StructOpsSpec,
+    VariableSpec,
+)
 from schedswitchd.errors import BtfError, CustomizationError
 
 __all__ = ["encode_value", "resize_array_section", "set_struct_ops_member", "set_variable"]
@@ -253,8 +260,11 @@ def resize_array_section(spec: ObjectSpec, section: str, nelems: int) -> ObjectS
         raise CustomizationError(
             f"only .data.NAME/.bss.NAME/.rodata.NAME sections resize, not {section!r}"
         )
-    if isinstance(nelems, bool) or not isinstance(nelems, int) or nelems < 1:
-        raise CustomizationError(f"{section}: element count must be a positive int, got {nelems!r}")
+    if isinstance(nelems, bool) or not isinstance(nelems, int) or not 1 <= nelems < 1 << 32:
+        raise CustomizationError(
+            f"{section}: element count must be an int in 1..2**32-1 (BTF ARRAY nelems is a "
+            f"u32), got {nelems!r}"
+        )
     btf = spec.btf
     idx = next((i for i, m in enumerate(spec.maps) if m.name == section), None)
     if idx is None:
@@ -269,11 +279,15 @@ def resize_array_section(spec: ObjectSpec, section: str, nelems: int) -> ObjectS
     esize = btf.size_of(arr.type)
     new_var_size = esize * nelems
     new_size = last.offset + new_var_size
-    if new_size >= 1 << 32:
-        raise CustomizationError(f"{section}: {nelems} elements overflow the value size")
+    if new_size > MAX_ARRAY_VALUE_SIZE:
+        raise CustomizationError(
+            f"{section}: {nelems} elements make a {new_size}-byte value; the kernel refuses "
+            f"array map values over {MAX_ARRAY_VALUE_SIZE} bytes"
+        )
     new_btf = _btf_resize(btf, m.value_type_id, last.name, arr, nelems, new_size, new_var_size)
-    data = m.data if m.data is not None else bytes(m.value_size)
-    data = data[:new_size] + bytes(max(0, new_size - len(data)))
+    data = m.data
+    if data is not None:  # None (all zeros, e.g. .bss) stays None: nothing to allocate
+        data = data[:new_size] + bytes(max(0, new_size - len(data)))
     variables = tuple(
         replace(v, size=new_var_size, type_id=new_btf.end_id - 1) if v is last else v
         for v in m.variables

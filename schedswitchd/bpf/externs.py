@@ -24,7 +24,7 @@ from schedswitchd.bpf.btf.types import (
     essential_name,
 )
 from schedswitchd.bpf.elf import STB_WEAK, ElfObject
-from schedswitchd.bpf.spec import ExternKind, ExternSpec, KconfigType
+from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE, ExternKind, ExternSpec, KconfigType
 from schedswitchd.errors import BtfError, ObjectError
 
 KSYMS_SEC = ".ksyms"
@@ -59,7 +59,8 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
 
     Order: ``.kconfig`` externs in map layout order, then ``.ksyms`` externs by name.
     ``btf`` is the object's BTF *before* :mod:`.btf.fixup` (extern VAR types intact).
-    Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type.
+    Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type, and
+    for a ``.kconfig`` map larger than :data:`~schedswitchd.bpf.spec.MAX_ARRAY_VALUE_SIZE`.
     """
     syms = [s for s in elf.symbols if s.is_extern]
     if not syms:
@@ -124,5 +125,12 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
         off = (off + align - 1) // align * align
         laid.append(replace(ext, offset=off))
         off += size
+        if off > MAX_ARRAY_VALUE_SIZE:
+            # The sizes come from the object's BTF (an array of 2**32-1 chars is valid BTF);
+            # the kernel would refuse such a map value anyway (E2BIG).
+            raise ObjectError(
+                f"kconfig extern {ext.name!r} ends at byte {off} of the .kconfig map: over "
+                f"the kernel's array map value limit of {MAX_ARRAY_VALUE_SIZE} bytes"
+            )
     ksyms.sort(key=lambda e: e.name)
     return tuple(laid) + tuple(ksyms), off

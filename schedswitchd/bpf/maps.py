@@ -39,6 +39,7 @@ from schedswitchd.bpf.spec import (
     MAP_TYPE_ARRAY_OF_MAPS,
     MAP_TYPE_HASH_OF_MAPS,
     MAP_TYPE_PROG_ARRAY,
+    MAX_ARRAY_VALUE_SIZE,
     PIN_BY_NAME,
     PIN_NONE,
     MapKind,
@@ -329,8 +330,14 @@ def data_maps(elf: ElfObject, btf: Btf | None, obj_name: str) -> list[MapSpec]:
         flags = F_RDONLY_PROG if kind is MapKind.RODATA else 0
         if any(not v.static for v in variables):
             flags |= F_MMAPABLE
-        data = bytes(sec.size) if kind is MapKind.BSS else sec.data
-        if len(data) != sec.size:
+        if sec.size > MAX_ARRAY_VALUE_SIZE:
+            raise ObjectError(
+                f"section {sec.name!r} is {sec.size} bytes: the kernel refuses array map "
+                f"values over {MAX_ARRAY_VALUE_SIZE} bytes (E2BIG)"
+            )
+        # .bss (NOBITS) is all zeros and not in the file: None, never bytes(sec.size).
+        data = None if kind is MapKind.BSS else sec.data
+        if data is not None and len(data) != sec.size:
             raise ObjectError(f"section {sec.name!r} data is truncated")
         out.append(
             MapSpec(
@@ -355,7 +362,9 @@ def data_maps(elf: ElfObject, btf: Btf | None, obj_name: str) -> list[MapSpec]:
 def kconfig_map(
     btf: Btf | None, obj_name: str, size: int, variables: tuple[VariableSpec, ...]
 ) -> MapSpec:
-    """The ``.kconfig`` map (read-only for programs, filled by the loader)."""
+    """The ``.kconfig`` map (read-only for programs, filled by the loader); ``size`` in bytes
+    is at most :data:`~schedswitchd.bpf.spec.MAX_ARRAY_VALUE_SIZE` (checked by
+    :func:`~schedswitchd.bpf.externs.collect_externs`)."""
     ds_id = 0
     if btf is not None:
         ds_id = btf.find(".kconfig", Kind.DATASEC) or 0
@@ -369,7 +378,7 @@ def kconfig_map(
         max_entries=1,
         flags=F_RDONLY_PROG | (F_MMAPABLE if ds_id else 0),
         value_type_id=ds_id,
-        data=bytes(size),
+        data=None,  # zeros until the loader writes the kernel's values
         variables=variables,
         section=".kconfig",
     )

@@ -36,6 +36,12 @@ F_RDONLY_PROG = 1 << 7
 F_MMAPABLE = 1 << 10
 F_LINK = 1 << 13
 
+#: The largest value an ARRAY map may have, in bytes: ``array_map_alloc_check`` in the
+#: kernel's ``kernel/bpf/arraymap.c`` refuses ``value_size > INT_MAX`` with ``E2BIG`` (it
+#: was ``KMALLOC_MAX_SIZE`` before Linux 5.12). Data sections, ``.kconfig`` and resized
+#: arrays beyond it are refused at open, before anything is allocated for them.
+MAX_ARRAY_VALUE_SIZE = (1 << 31) - 1
+
 PIN_NONE = 0
 PIN_BY_NAME = 1
 
@@ -139,11 +145,13 @@ class MapSpec:
     naming). ``key_type_id``/``value_type_id`` are object BTF ids (0 = none; for data maps
     ``value_type_id`` is the DATASEC). ``pinning`` is ``PIN_NONE``/``PIN_BY_NAME``.
     ``inner`` describes a map-in-map's inner map; ``init_slots`` the ``.values`` initialiser
-    as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps
-    (``None`` for declared maps; zeros for ``.bss``). ``variables`` lists a data map's
-    variables, ``struct_ops`` a struct_ops map's variable. ``section_index`` is the ELF
-    section backing the map (data maps) or ``-1``; ``autocreate`` is false for maps of a
-    ``?``-prefixed struct_ops section (created only when asked for).
+    as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps;
+    ``None`` means all zeros (declared maps, ``.bss``, ``.kconfig`` before the loader fills
+    it): a ``NOBITS`` section is never materialised, since the file does not hold it.
+    ``variables`` lists a data map's variables, ``struct_ops`` a struct_ops map's variable.
+    ``section_index`` is the ELF section backing the map (data maps) or ``-1``;
+    ``autocreate`` is false for maps of a ``?``-prefixed struct_ops section (created only
+    when asked for).
 
     The arena map (``kind`` ARENA) carries the arena globals of ``.addr_space.1``:
     ``data_size`` is that section's size in bytes, ``data`` only its initialised prefix (up

@@ -1,8 +1,11 @@
 """Mutated objects (truncated files and sections, bad relocation offsets, symbol indices
-out of range, inconsistent .BTF.ext, broken section headers) make ``open_object`` raise
-only ``ObjectError``/``BtfError`` -- never another exception, never a hang. A mutation may
-leave an object that still opens; where it cannot (the file cut inside its section header
-table, a section reaching past the end of the file), the test asserts the error."""
+out of range, inconsistent .BTF.ext, broken section headers, and size fields: BTF array
+``nelems``, DATASEC/VAR/struct sizes, section and NOBITS sizes, symbol values) make
+``open_object`` raise only ``ObjectError``/``BtfError`` -- never another exception, never
+a hang, never an allocation of what the file does not hold (each input runs with 1 GiB of
+address space to spare: ``tests.fuzzing.address_space_headroom``). A mutation may leave an
+object that still opens; where it cannot (the file cut inside its section header table, a
+section reaching past the end of the file), the test asserts the error."""
 
 from __future__ import annotations
 
@@ -14,12 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
+import pytest
 from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE
 from schedswitchd.errors import BtfError, ObjectError
+from tests import fuzzing
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
 
@@ -89,18 +97,30 @@ def _deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _open_or_typed_error(blob: bytes) -> ObjectError | BtfError | None:
+@pytest.fixture(scope="module", autouse=True)
+def _bounded_memory() -> Iterator[None]:
+    with fuzzing.address_space_headroom():
+        yield
+    fuzzing.flush()
+
+
+def _open_or_typed_error(blob: bytes, test: str = "elf") -> ObjectError | BtfError | None:
     """Open a mutated object within 10 s: the typed error it raised, or None if it opened.
 
     A mutation may leave an object that still opens (a byte of padding, a shrunk DWARF
     section): what every test checks is that nothing but ``ObjectError``/``BtfError``
     escapes and nothing hangs; tests whose mutation cannot leave a valid object also
-    assert the error."""
-    with _deadline(10.0):
-        try:
+    assert the error. Each outcome is counted under ``test`` (``tests.fuzzing.record``)."""
+    try:
+        with _deadline(10.0):
             open_object(blob, name="fuzz")
-        except (ObjectError, BtfError) as exc:
-            return exc
+    except (ObjectError, BtfError) as exc:
+        fuzzing.record(test, type(exc).__name__)
+        return exc
+    except BaseException as exc:
+        fuzzing.record(test, f"defect:{fuzzing.exception_name(exc)}")
+        raise
+    fuzzing.record(test, "opened")
     return None
 
 
@@ -110,9 +130,26 @@ u32s = st.one_of(
     st.sampled_from([2**31 - 1, 2**31, 2**32 - 8, 2**32 - 1, 8, 16, 24]),
 )
 u64s = st.one_of(u32s, st.integers(0, 2**64 - 1), st.sampled_from([2**63, 2**64 - 8]))
+# sizes and counts: around the kernel's array value limit, u32 overflow, and small ones
+sizes = st.one_of(
+    st.integers(0, 4096),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(
+        [
+            MAX_ARRAY_VALUE_SIZE,
+            MAX_ARRAY_VALUE_SIZE + 1,
+            MAX_ARRAY_VALUE_SIZE - 7,
+            2**32 - 1,
+            2**32 - 16,
+            2**30,
+            2**28 + 1,
+            0x10000,
+        ]
+    ),
+)
 
 FUZZ = settings(
-    max_examples=800,
+    max_examples=fuzzing.examples(800),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=False,
@@ -127,7 +164,7 @@ def test_truncated_files_and_sections(name: str, data: st.DataObject) -> None:
     if data.draw(st.booleans()):
         cut = data.draw(st.integers(0, len(blob) - 1))
         del blob[cut:]
-        error = _open_or_typed_error(bytes(blob))
+        error = _open_or_typed_error(bytes(blob), "elf:truncated")
         if cut < o.shoff + len(o.sections) * _SHDR:  # the section header table is cut
             assert error is not None, f"{name} cut at {cut} of {len(o.data)} bytes opened"
     else:
@@ -135,7 +172,7 @@ def test_truncated_files_and_sections(name: str, data: st.DataObject) -> None:
         sec = data.draw(st.sampled_from([s for s in o.sections if s.index]))
         new = data.draw(st.one_of(st.integers(0, max(sec.size, 1)), u64s))
         struct.pack_into("<Q", blob, o.shoff + sec.index * _SHDR + 32, new)
-        error = _open_or_typed_error(bytes(blob))
+        error = _open_or_typed_error(bytes(blob), "elf:truncated")
         if sec.type != "SHT_NOBITS" and sec.offset + new > len(blob):  # reaches past the file
             assert error is not None, f"{name}: {sec.name} of {new} bytes past the end opened"
 
@@ -159,7 +196,7 @@ def test_bad_relocations(name: str, data: st.DataObject) -> None:
             struct.pack_into("<I", blob, at + 12, data.draw(u32s))
         else:
             struct.pack_into("<I", blob, at + 8, data.draw(u32s))
-    _open_or_typed_error(bytes(blob))  # typed error or a valid object, never a hang
+    _open_or_typed_error(bytes(blob), "elf:relocations")  # typed error or an object
 
 
 @FUZZ
@@ -180,7 +217,7 @@ def test_bad_symbols(name: str, data: st.DataObject) -> None:
             struct.pack_into("<H", blob, at + 6, data.draw(st.integers(0, 0xFFFF)))
         else:
             struct.pack_into("<Q", blob, at + (8 if field == "value" else 16), data.draw(u64s))
-    _open_or_typed_error(bytes(blob))  # typed error or a valid object, never a hang
+    _open_or_typed_error(bytes(blob), "elf:symbols")  # typed error or an object
 
 
 @FUZZ
@@ -203,7 +240,7 @@ def test_inconsistent_btf_ext_and_section_bytes(name: str, data: st.DataObject) 
         else:
             off = data.draw(st.integers(0, sec.size - 1))
             blob[sec.offset + off] = data.draw(st.integers(0, 255))
-    _open_or_typed_error(bytes(blob))  # typed error or a valid object, never a hang
+    _open_or_typed_error(bytes(blob), "elf:btf_ext_and_bytes")  # typed error or an object
 
 
 @FUZZ
@@ -217,4 +254,87 @@ def test_broken_section_headers(name: str, data: st.DataObject) -> None:
     )
     value = data.draw(u32s if field[1] == "I" else u64s)
     struct.pack_into("<" + field[1], blob, o.shoff + sec.index * _SHDR + field[0], value)
-    _open_or_typed_error(bytes(blob))  # typed error or a valid object, never a hang
+    _open_or_typed_error(bytes(blob), "elf:section_headers")  # typed error or an object
+
+
+@dataclass(frozen=True)
+class _Field:
+    at: int  # byte offset in the file
+    what: str
+
+
+_FIELDS: dict[str, tuple[_Field, ...]] = {}
+
+
+def _btf_size_fields(name: str) -> tuple[_Field, ...]:
+    """File offsets of the size words of ``name``'s ``.BTF``: ARRAY ``nelems``, STRUCT/
+    UNION/INT/ENUM ``size``, DATASEC ``size`` and each entry's ``offset``/``size``, VAR
+    ``type`` (what sizes a variable). Layouts: kernel doc ``Documentation/bpf/btf.rst``."""
+    if name in _FIELDS:
+        return _FIELDS[name]
+    o = _obj(name)
+    sec = next(s for s in o.sections if s.name == ".BTF")
+    btf = Btf.from_bytes(o.data[sec.offset : sec.offset + sec.size])
+    out: list[_Field] = []
+    for tid in btf.own_ids():
+        at = sec.offset + btf.type_offset(tid)
+        kind = btf.kind(tid)
+        if kind == Kind.ARRAY:
+            out.append(_Field(at + 20, f"array {tid} nelems"))
+        elif kind in (Kind.STRUCT, Kind.UNION, Kind.INT, Kind.ENUM, Kind.ENUM64):
+            out.append(_Field(at + 8, f"{kind.name} {tid} size"))
+        elif kind == Kind.VAR:
+            out.append(_Field(at + 8, f"var {tid} type"))
+        elif kind == Kind.DATASEC:
+            out.append(_Field(at + 8, f"datasec {tid} size"))
+            (info,) = struct.unpack_from("<I", o.data, at + 4)
+            for i in range(info & 0xFFFF):
+                out.append(_Field(at + 12 + 12 * i + 4, f"datasec {tid} var {i} offset"))
+                out.append(_Field(at + 12 + 12 * i + 8, f"datasec {tid} var {i} size"))
+    _FIELDS[name] = tuple(out)
+    return _FIELDS[name]
+
+
+SIZES_FUZZ = settings(FUZZ, max_examples=fuzzing.examples(400))
+
+
+@SIZES_FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_btf_size_fields(name: str, data: st.DataObject) -> None:
+    """Array lengths (the ~2**32-element ``.kconfig`` char array), type and DATASEC sizes,
+    variable offsets and sizes."""
+    fields = _btf_size_fields(name)
+    blob = bytearray(_obj(name).data)
+    for _ in range(data.draw(st.integers(1, 3))):
+        f = data.draw(st.sampled_from(fields))
+        struct.pack_into("<I", blob, f.at, data.draw(sizes))
+    _open_or_typed_error(bytes(blob), "elf:btf_sizes")  # typed error or an object
+
+
+@SIZES_FUZZ
+@given(name=st.sampled_from(OBJECTS), data=st.data())
+def test_section_and_symbol_sizes(name: str, data: st.DataObject) -> None:
+    """``sh_size`` of data and NOBITS sections (a 10 KB file claiming a 4 GiB ``.bss``),
+    ``st_value``/``st_size`` of the symbols in them."""
+    o = _obj(name)
+    blob = bytearray(o.data)
+    data_secs = [
+        s
+        for s in o.sections
+        if s.name.startswith((".bss", ".data", ".rodata", ".kconfig", ".maps", ".struct_ops"))
+    ]
+    for _ in range(data.draw(st.integers(1, 3))):
+        use_section: bool = data.draw(st.booleans())
+        if data_secs and use_section:
+            sec = data.draw(st.sampled_from(data_secs))
+            if sec.type == "SHT_NOBITS":
+                value = data.draw(sizes)
+            else:
+                value = data.draw(st.one_of(st.integers(0, sec.size), sizes))
+            struct.pack_into("<Q", blob, o.shoff + sec.index * _SHDR + 32, value)
+        else:
+            symtab = next(s for s in o.sections if s.name == ".symtab")
+            j = data.draw(st.integers(1, symtab.size // 24 - 1))
+            field = data.draw(st.sampled_from([8, 16]))  # st_value, st_size
+            struct.pack_into("<Q", blob, symtab.offset + 24 * j + field, data.draw(sizes))
+    _open_or_typed_error(bytes(blob), "elf:section_sizes")  # typed error or an object

@@ -1,0 +1,134 @@
+"""Size fields taken from the file are checked before they are computed with or allocated:
+a ``.kconfig`` char array of ~2**32 elements, a NOBITS ``.bss`` of up to 4 GiB, values
+beyond the kernel's array map limit (``MAX_ARRAY_VALUE_SIZE``, ``kernel/bpf/arraymap.c``).
+
+The memory tests run ``open_object`` in a child process under ``RLIMIT_AS`` (its address
+space at start plus 1 GiB): materialising a 2 GiB ``.bss`` there fails with ``MemoryError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.bpf.btf import Btf
+from schedswitchd.bpf.btf_types import Array
+from schedswitchd.bpf.elf import SHT_NOBITS, read_elf
+from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE
+from schedswitchd.errors import ObjectError
+
+Obj = Callable[[str], Path]
+_SHDR = 64  # sizeof(Elf64_Shdr)
+
+
+def _section_header(data: bytes, name: str) -> int:
+    """Byte offset of section ``name``'s header (``sh_size`` is at +32)."""
+    elf = read_elf(data)
+    sec = elf.section_by_name(name)
+    assert sec is not None, name
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    return int(shoff) + _SHDR * sec.index
+
+
+def with_section_size(data: bytes, name: str, size: int) -> bytes:
+    """``data`` with section ``name``'s ``sh_size`` set to ``size``."""
+    buf = bytearray(data)
+    struct.pack_into("<Q", buf, _section_header(data, name) + 32, size)
+    return bytes(buf)
+
+
+def with_array_nelems(data: bytes, old: int, new: int) -> bytes:
+    """``data`` with every BTF ARRAY of ``old`` elements in ``.BTF`` made ``new`` long."""
+    buf = bytearray(data)
+    hdr = _section_header(data, ".BTF")
+    (sec_off,) = struct.unpack_from("<Q", data, hdr + 24)
+    sec = read_elf(data).section_by_name(".BTF")
+    assert sec is not None
+    btf = Btf.from_bytes(sec.data)
+    hits = 0
+    for tid in btf.own_ids():
+        t = btf.type(tid)
+        if isinstance(t, Array) and t.nelems == old:
+            # btf_type (12 bytes) then btf_array {type, index_type, nelems}
+            struct.pack_into("<I", buf, sec_off + btf.type_offset(tid) + 20, new)
+            hits += 1
+    assert hits, f"no ARRAY of {old} elements"
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("nelems", [0xFFFFFFF0, 0xFFFFFFFF, MAX_ARRAY_VALUE_SIZE])
+def test_huge_kconfig_char_array_is_an_object_error(bpf_object: Obj, nelems: int) -> None:
+    # CONFIG_DEFAULT_HOSTNAME is `char [16]`; near 2**32 the DATASEC size overflowed the
+    # u32 it is packed into (struct.error), at 2**31-1 a 2 GiB .kconfig value was allocated.
+    data = with_array_nelems(bpf_object("kconfig").read_bytes(), 16, nelems)
+    with pytest.raises(ObjectError, match="array map value limit"):
+        open_object(data)
+
+
+def test_bss_is_not_materialised(bpf_object: Obj) -> None:
+    spec = open_object(bpf_object("globals"))
+    bss = spec.map(".bss")
+    assert bss.data is None and bss.value_size > 0
+
+
+def test_bss_over_the_kernel_limit_is_refused(bpf_object: Obj) -> None:
+    data = with_section_size(bpf_object("globals").read_bytes(), ".bss", MAX_ARRAY_VALUE_SIZE + 1)
+    with pytest.raises(ObjectError, match=r"'\.bss' is 2147483648 bytes: the kernel refuses"):
+        open_object(data)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    from schedswitchd.bpf.object import open_object
+    from schedswitchd.errors import ObjectError
+    data = open(sys.argv[1], "rb").read()
+    with open("/proc/self/statm") as f:
+        vsz = int(f.read().split()[0]) * resource.getpagesize()
+    limit = vsz + (1 << 30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    try:
+        spec = open_object(data, name="big")
+    except ObjectError as exc:
+        print("ObjectError", exc)
+    else:
+        m = spec.map(".bss")
+        print("opened", m.value_size, m.data is None)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("size", "expect"),
+    [
+        # 2 GiB - 8 of zeros: accepted, nothing allocated
+        (MAX_ARRAY_VALUE_SIZE - 7, f"opened {MAX_ARRAY_VALUE_SIZE - 7} True"),
+        # ~4 GiB: refused without allocating it
+        (0xFFFFFFF0, "ObjectError"),
+    ],
+)
+def test_big_bss_under_an_address_space_limit(
+    bpf_object: Obj, tmp_path: Path, size: int, expect: str
+) -> None:
+    blob = with_section_size(bpf_object("globals").read_bytes(), ".bss", size)
+    assert read_elf(blob).section_by_name(".bss") is not None
+    assert next(s for s in read_elf(blob).sections if s.name == ".bss").type == SHT_NOBITS
+    path = tmp_path / "big.bpf.o"
+    path.write_bytes(blob)
+    assert len(blob) < 64 * 1024  # a small file claiming gigabytes
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith(expect), out.stdout + out.stderr[-2000:]

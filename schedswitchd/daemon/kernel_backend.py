@@ -275,6 +275,8 @@ class KernelBackend:
             "module_btfs_read": st.module_btfs_read,
             "module_btf_read_ns": st.read_ns,
             "module_uevents": st.module_uevents,
+            # Unreadable/malformed module BTFs left out of all-module searches (warned once).
+            "module_btfs_skipped": st.skipped,
             # Which modules hold what vmlinux lacks, per module set (objects without
             # .kmod_btfs): hits avoid a walk over every module BTF.
             **memo_counters(st.lookups),

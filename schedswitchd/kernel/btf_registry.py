@@ -25,11 +25,20 @@ set of loaded modules changed walks every module once for all of an object's nam
 libbpf); later loads read only the modules that hold candidates. Modules read by a walk
 that hold none are not admitted to the cache, so a walk does not evict useful entries.
 
+A module BTF that cannot be read or parsed (a corrupt or truncated file) is skipped, with
+a warning, wherever every module is searched (fallback walks and iteration): one broken
+module must not fail every load that merely looks through all of them. It is counted
+(``kmod_btf_skipped`` in :meth:`RegistryStats.as_counters`, shown by the daemon's
+``status``), named in :attr:`TargetReport.skipped`, and remembered by file identity so an
+unchanged bad file is neither re-read nor warned about again. A module an object
+*declares* (``.kmod_btfs``) still fails its load when it cannot be read: that load needs it.
+
 ``btf_root`` is a parameter so tests can point it at a directory of real split BTF files.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -53,6 +62,8 @@ from schedswitchd.kernel.module_memo import (
     ModuleSet,
 )
 from schedswitchd.kernel.uevents import Action, Subscription, Uevent, UeventListener
+
+log = logging.getLogger(__name__)
 
 SYS_BTF_ROOT: Final = Path("/sys/kernel/btf")
 VMLINUX: Final = "vmlinux"
@@ -137,7 +148,9 @@ class TargetReport:
     (empty in fallback mode); ``fallback``: no declaration, every module may be searched;
     ``found``: modules whose BTF was obtained; ``missing``: declared modules that are not
     loaded; ``read``: module BTFs read from ``btf_root`` for this load (cache misses);
-    ``cache_hits``: served from the cache; ``read_ns``: time spent reading and parsing.
+    ``cache_hits``: served from the cache; ``read_ns``: time spent reading and parsing;
+    ``skipped``: modules left out of an all-module search because their BTF could not be
+    read or parsed (each with the reason).
     """
 
     declared: tuple[str, ...]
@@ -147,6 +160,7 @@ class TargetReport:
     read: list[str] = field(default_factory=list)
     cache_hits: int = 0
     read_ns: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def modules_read(self) -> int:
@@ -159,7 +173,8 @@ class RegistryStats:
     """Registry counters: the cache's (``cache``), module BTFs read from disk and the time
     spent (ns) since creation, cache entries dropped because their file changed
     (``stale_dropped``), module uevents handled, the id map's counters (``ids``,
-    ``None`` without kernel ids) and the module lookup memo's (``lookups``)."""
+    ``None`` without kernel ids), the module lookup memo's (``lookups``), and how often an
+    unreadable or malformed module BTF was skipped by an all-module search (``skipped``)."""
 
     cache: LruStats
     module_btfs_read: int
@@ -168,6 +183,7 @@ class RegistryStats:
     module_uevents: int
     ids: BtfIdStats | None
     lookups: MemoStats
+    skipped: int = 0
 
     def as_counters(self) -> dict[str, int]:
         """Flat ``name -> int`` counters for status output (bytes, ns and counts as named)."""
@@ -185,6 +201,7 @@ class RegistryStats:
             "kmod_btf_read_ns": self.read_ns,
             "kmod_btf_stale_dropped": self.stale_dropped,
             "kmod_uevents": self.module_uevents,
+            "kmod_btf_skipped": self.skipped,
             **memo_counters(self.lookups),
         }
         if self.ids is not None:
@@ -251,6 +268,8 @@ class KernelBtfRegistry:
         self._read_ns = 0
         self._stale = 0
         self._uevents = 0
+        self._skipped = 0
+        self._bad: dict[str, FileIdentity | None] = {}  # module -> bad file's identity
         self.memo = LookupMemo(max_entries=max_lookups)
 
     # --- BTFs ------------------------------------------------------------------------------
@@ -295,6 +314,46 @@ class KernelBtfRegistry:
                 report.cache_hits += 1
             return entry
         return self._read_module(name, path, report, admit=admit)
+
+    def entry_or_skip(
+        self, name: str, report: TargetReport | None, *, admit: bool = False
+    ) -> ModuleBtf | None:
+        """:meth:`_entry` for an all-module search: a module whose BTF cannot be read or
+        parsed gives ``None`` (as an unloaded one does) instead of an error. The skip is
+        counted and put in ``report.skipped``; the first skip of a given file is logged as a
+        warning, and while that file is unchanged it is neither re-read nor logged again."""
+        path = self.btf_root / name
+        reason = ""
+        if name in self._bad:
+            try:
+                ident: FileIdentity | None = FileIdentity.of(os.stat(path))
+            except OSError:
+                ident = None
+            with self._lock:
+                if ident is not None and self._bad.get(name) == ident:
+                    reason = "unchanged since it could not be parsed"
+        if not reason:
+            try:
+                return self._entry(name, report, admit=admit)
+            except (BtfError, RegistryError) as exc:
+                reason = str(exc)
+                try:
+                    bad: FileIdentity | None = FileIdentity.of(os.stat(path))
+                except OSError:
+                    bad = None
+                with self._lock:
+                    self._bad[name] = bad
+                log.warning(
+                    "skipping module BTF %s: %s (searching every module; its types, kfuncs "
+                    "and struct_ops are not available to loads)",
+                    path,
+                    reason,
+                )
+        with self._lock:
+            self._skipped += 1
+        if report is not None:
+            report.skipped.append((name, reason))
+        return None
 
     def _still_current(self, entry: ModuleBtf, path: Path) -> bool:
         try:
@@ -406,8 +465,8 @@ class KernelBtfRegistry:
                 name = normalize_module_name(name)
             except RegistryError:
                 continue  # not a module node (e.g. a stray file in a test directory)
-            entry = self._entry(name, report, admit=False)
-            if entry is None:  # unloaded since the listing
+            entry = self.entry_or_skip(name, report)
+            if entry is None:  # unloaded since the listing, or unreadable (skipped)
                 continue
             held = False
             for lk in lookups:
@@ -521,6 +580,7 @@ class KernelBtfRegistry:
                 module_uevents=self._uevents,
                 ids=self.ids.stats() if self.ids is not None else None,
                 lookups=self.memo.stats(),
+                skipped=self._skipped,
             )
 
     def cached_modules(self) -> list[str]:
@@ -634,8 +694,8 @@ class TargetBtfs:
         for name in self.registry.module_names():
             btf = self._mods.get(name)
             if btf is None:
-                btf = self.registry.module(name, report=self.report)
-                if btf is None:  # unloaded since the listing
+                btf = self._fallback_module(name)
+                if btf is None:  # unloaded since the listing, or unreadable (skipped)
                     continue
                 self._mods[name] = btf
                 self.report.found.append(name)
@@ -659,12 +719,24 @@ class TargetBtfs:
             return self._mods[name]
         if not self.fallback:
             return None
-        btf = self._walked.pop(name, None) or self.registry.module(name, report=self.report)
+        btf = self._walked.pop(name, None) or self._fallback_module(name)
         if btf is not None:
             self._mods[name] = btf
             self.report.found.append(name)
             self._searched.append(name)
         return btf
+
+    def _fallback_module(self, name: str) -> Btf | None:
+        """A module read for an all-module search, through the cache, or ``None`` when it
+        is not loaded or its BTF cannot be read or parsed (skipped and counted)."""
+        try:
+            name = normalize_module_name(name)
+        except RegistryError:
+            return None  # not a module node (e.g. a stray file in a test directory)
+        if name == VMLINUX:
+            return self.vmlinux
+        entry = self.registry.entry_or_skip(name, self.report, admit=True)
+        return entry.btf if entry is not None else None
 
     def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
         """libbpf's search order: ``probe(vmlinux)``, then each module until ``probe``

@@ -18,14 +18,14 @@ OBJ = Path(__file__).resolve().parents[1] / "build" / "tests" / "bpf" / "struct_
 
 def test_socket_is_a_global_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = tmp_path / "nosuch.sock"
-    assert ctl.main(["--socket", str(sock), "status"]) == 1
+    assert ctl.main(["--socket", str(sock), "status"]) == 3  # unreachable
     err = capsys.readouterr().err
     assert str(sock) in err and err.count("\n") == 1
 
 
 def test_socket_after_the_command_wins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first, second = tmp_path / "a.sock", tmp_path / "b.sock"
-    assert ctl.main(["--socket", str(first), "status", "--socket", str(second)]) == 1
+    assert ctl.main(["--socket", str(first), "status", "--socket", str(second)]) == 3
     err = capsys.readouterr().err
     assert str(second) in err and str(first) not in err
 
@@ -59,4 +59,4 @@ def test_closed_pipe_is_quiet() -> None:
     finally:
         os.close(w)
     assert proc.stderr == ""
-    assert proc.returncode == 1
+    assert proc.returncode == 141  # 128 + SIGPIPE, as `head` users expect

@@ -3,9 +3,12 @@
 Each command family is a module exposing ``register(subparsers)``; the chosen sub-parser's
 ``handler(args) -> int`` runs and its return value is the exit status. Errors derived from
 :class:`~schedswitchd.errors.SchedSwitchError` and OS errors (a missing file, a refused
-permission) are printed as one line and give exit 1; a closed output pipe (``| head -1``)
-ends the command quietly. ``--socket PATH`` may come before the command (a global
-option) or after it.
+permission) are printed as one line on stderr; with ``--json`` they are also printed on
+stdout as ``{"error": {"code", "message", "verifier_log"}}`` (bpftool's convention), usage
+errors included. Exit statuses tell apart a failed request (1), bad usage (2), an
+unreachable daemon (3) and a refusal (4): the table is in :mod:`schedswitchd.cli.exits`.
+A closed output pipe (``| head -1``) ends the command quietly (141). ``--socket PATH``
+may come before the command (a global option) or after it.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from schedswitchd import __version__
+from schedswitchd.cli import exits
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
+from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
 # --help is for users: the module docstring above is for developers.
@@ -26,7 +32,7 @@ _DESCRIPTION = (
 )
 _EPILOG = (
     "Run 'schedswitchctl COMMAND --help' for a command's options. Errors are printed as one\n"
-    "line and give exit status 1. --socket PATH may also be given after the command."
+    "line on stderr. --socket PATH may also be given after the command.\n\n" + exits.HELP_TEXT
 )
 
 # Command-family modules, each with ``register(subparsers)``. Listed here, not discovered,
@@ -38,11 +44,23 @@ _FAMILIES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus the ``--json`` error document for usage errors (sub-parsers are made
+    of the same class). ``json_errors`` is set by :func:`main` from the command line."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            print(exits.error_document("usage", f"{self.prog}: {message}"), flush=True)
+        super().error(message)  # usage and message on stderr, exit 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``schedswitchctl`` argument parser."""
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="schedswitchctl",
         description=_DESCRIPTION,
         epilog=_EPILOG,
@@ -74,32 +92,39 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit status."""
+    """Entry point; returns the process exit status (:mod:`schedswitchd.cli.exits`)."""
+    return run_entry(_main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _Parser.json_errors = "--json" in words
+    try:
+        args = parser.parse_args(words)
+    finally:
+        _Parser.json_errors = False
     if getattr(args, "socket", None) is None and args.global_socket is not None:
         args.socket = args.global_socket
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
-        return 2
+        return exits.EXIT_USAGE
+    as_json = bool(getattr(args, "json", False))
     try:
-        status = int(handler(args))
-        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
-        return status
-    except BrokenPipeError:
-        # The reader went away (``| head -1``): nothing more to say. Point stdout at
-        # /dev/null so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 1
+        return int(handler(args))
     except SchedSwitchError as exc:
-        print(f"schedswitchctl: {exc}", file=sys.stderr)
-        return 1
+        text, code = str(exc), exc.code
+        log = getattr(exc, "verifier_log", None)
+        status = exits.exit_status(exc)
+    except BrokenPipeError:
+        raise  # run_entry ends quietly
     except OSError as exc:
-        print(f"schedswitchctl: {_os_error_text(exc)}", file=sys.stderr)
-        return 1
+        text, code, log, status = _os_error_text(exc), "os_error", None, exits.EXIT_FAILED
+    if as_json:
+        print(exits.error_document(code, text, log), flush=True)
+    print(f"schedswitchctl: {text}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

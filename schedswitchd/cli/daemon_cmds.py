@@ -2,8 +2,10 @@
 
 Tables for people; ``--json`` prints the daemon's reply as one JSON object for scripts.
 Every command takes ``--socket PATH`` (default ``$SCHEDSWITCHD_SOCKET`` or
-``/run/schedswitchd.sock``). Exit status: 0 on success, 1 on an error reply or an
-unreachable daemon (the message says which).
+``/run/schedswitchd.sock``). Exit status (:mod:`schedswitchd.cli.exits`): 0 on success,
+1 on an error reply, 2 for an argument that does not validate, 3 for an unreachable
+daemon, 4 when the daemon refuses (``denied``, ``limit``); with ``--json`` an error is
+also printed on stdout as ``{"error": {...}}``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from schedswitchd.cli.exits import UsageError
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.client import DEFAULT_SOCKET, DaemonClient, DaemonError
-from schedswitchd.errors import ProtocolError
 
 
 def register(sub: Any) -> None:
@@ -70,13 +72,14 @@ def register(sub: Any) -> None:
 
 
 def make_request(cls: type[BaseModel], **fields: Any) -> Any:
-    """Build a request model; bad arguments become a one-line :class:`ProtocolError`."""
+    """Build a request model; bad arguments become a one-line
+    :class:`~schedswitchd.cli.exits.UsageError` (exit 2)."""
     try:
         return cls(**fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ProtocolError(f"{where}: {first['msg']}") from None
+        raise UsageError(f"{where}: {first['msg']}") from None
 
 
 def _call(args: argparse.Namespace, request: Any) -> Any:

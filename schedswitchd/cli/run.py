@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, LauncherConnection, LauncherRefused
+from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -38,8 +39,13 @@ class HintHolder:
         self.thread = threading.Thread(target=self._hold, daemon=True)
 
     def say(self, text: str) -> None:
-        if not self.quiet:
+        if self.quiet:
+            return
+        try:
             print(f"schedswitch-run: {text}", file=sys.stderr, flush=True)
+        except OSError:
+            # stderr closed or its reader gone (``2>&1 | head``): the command must run on.
+            self.quiet = True
 
     def take(self) -> bool:
         """Connect and hint; True on success (warns and returns False otherwise)."""
@@ -151,7 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the command's exit status (127 if it cannot be started)."""
+    """Entry point; returns the command's exit status (127 if it cannot be started; 141 if
+    ``--help``/``--version`` met a closed pipe: :func:`schedswitchd.entry.run_entry`)."""
+    return run_entry(_main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # argparse would take the first word after a leading "--" as WORKLOAD

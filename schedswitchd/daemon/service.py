@@ -307,9 +307,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(
     argv: Sequence[str] | None = None, *, backend_factory: BackendFactory | None = None
 ) -> int:
-    """Entry point; returns the process exit status. ``backend_factory``: makes the kernel
-    side from the configuration (default: the real backend, loader + sched_ext sysfs +
-    pins)."""
+    """Entry point; returns the process exit status (141 when the output pipe was closed,
+    e.g. ``--print-schema | head``: :func:`schedswitchd.entry.run_entry`).
+    ``backend_factory``: makes the kernel side from the configuration (default: the real
+    backend, loader + sched_ext sysfs + pins)."""
+    from schedswitchd.entry import run_entry
+
+    return run_entry(lambda a: _main(a, backend_factory=backend_factory), argv)
+
+
+def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None = None) -> int:
     args = build_parser().parse_args(argv)  # argparse only: --help/--version exit here
     if not (args.print_schema or args.check_config):
         # Serving: tune memory for the long-running process (process-wide, so never for the

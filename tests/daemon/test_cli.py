@@ -60,9 +60,9 @@ def test_errors_are_one_line_exit_1(srv: Running, capsys: pytest.CaptureFixture[
     assert "R1 invalid mem access" in err and "schedswitchctl: switch to broken failed" in err
     assert ctl.main(["release", "nope", "--socket", srv.path]) == 1
     assert "no live lease 'nope'" in capsys.readouterr().err
-    assert ctl.main(["hint", "Not A Name", "--socket", srv.path]) == 1
+    assert ctl.main(["hint", "Not A Name", "--socket", srv.path]) == 2  # bad usage
     assert "workload: String should match" in capsys.readouterr().err
-    assert ctl.main(["status", "--socket", "/nonexistent/sock"]) == 1
+    assert ctl.main(["status", "--socket", "/nonexistent/sock"]) == 3  # unreachable
     assert "cannot connect to /nonexistent/sock" in capsys.readouterr().err
 
 

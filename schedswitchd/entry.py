@@ -1,0 +1,45 @@
+"""What the three commands (``schedswitchd``, ``schedswitchctl``, ``schedswitch-run``) share
+at their entry points: a closed output pipe ends them quietly.
+
+Python ignores ``SIGPIPE``, so writing to a pipe whose reader has gone (``schedswitchd
+--print-schema | head``) raises :class:`BrokenPipeError`, from ``print`` or from the final
+flush at interpreter exit, and prints a traceback. :func:`run_entry` catches it anywhere
+in the command (argument parsing and ``--help`` included), points stdout and stderr at
+``/dev/null`` so the interpreter's own last flush cannot fail again, and returns
+:data:`EXIT_BROKEN_PIPE`, the status a program killed by ``SIGPIPE`` reports in a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+#: 128 + SIGPIPE: what ``sh`` reports for a command that ``SIGPIPE`` ended.
+EXIT_BROKEN_PIPE = 128 + int(signal.SIGPIPE)
+
+
+def _silence(stream_fd: int) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stream_fd)
+    finally:
+        os.close(devnull)
+
+
+def run_entry(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
+    """``main(argv)`` with its output flushed inside the call; a reader that went away
+    (stdout or stderr) gives :data:`EXIT_BROKEN_PIPE` and no traceback. Other exceptions,
+    and ``SystemExit`` from argparse, pass through unchanged."""
+    try:
+        status = main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        sys.stderr.flush()
+        return status
+    except BrokenPipeError:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # ValueError: no real fd (capture)
+                _silence(stream.fileno())
+        return EXIT_BROKEN_PIPE

@@ -1,0 +1,103 @@
+"""Every command of the three entry points ends quietly when its output pipe is closed
+(``schedswitchd --print-schema | head``): no traceback, exit status 141 (128 + SIGPIPE),
+as a program that ``SIGPIPE`` killed; argparse's own ``--help``/``--version`` output
+ignores write errors and exits 0. Each case runs the real console script with stdout (or
+stderr) on a real pipe whose reader is closed before the command writes. Every daemon
+command of ``schedswitchctl`` runs for real (``--json`` against an unreachable daemon
+writes its error document to stdout); of the argparse help texts a few stand for all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.entry import EXIT_BROKEN_PIPE
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CONFIG = REPO / "config" / "schedswitchd.toml"
+OBJ = REPO / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
+NO_SOCKET = "/nonexistent/schedswitchd-test.sock"
+
+_CTL_COMMANDS = ("status", "list", "history", "switch", "stop", "reload", "hint", "release")
+_CTL_ARGS = {"switch": ["fifo"], "hint": ["gaming"], "release": ["L1"]}
+
+CASES: list[tuple[str, list[str]]] = [
+    ("schedswitchd", ["--help"]),
+    ("schedswitchd", ["--version"]),
+    ("schedswitchd", ["--print-schema"]),
+    # static checks only: a backend module that does not exist
+    ("schedswitchd", ["--check-config", "--config", str(CONFIG), "--backend", "ss_no_such_mod"]),
+    ("schedswitch-run", ["--help"]),
+    ("schedswitch-run", ["--version"]),
+    ("schedswitchctl", ["--help"]),
+    ("schedswitchctl", []),  # no command: the help on stdout
+    ("schedswitchctl", ["object", "load", "--help"]),
+    ("schedswitchctl", ["object", "inspect", str(OBJ)]),
+    ("schedswitchctl", ["object", "inspect", "--json", str(OBJ)]),
+    # unreachable daemon with --json: the error document goes to stdout
+    *(
+        ("schedswitchctl", [c, *_CTL_ARGS.get(c, []), "--json", "--socket", NO_SOCKET])
+        for c in _CTL_COMMANDS
+    ),
+]
+
+
+def _run_into_closed_pipe(
+    argv: list[str], *, stream: str = "stdout"
+) -> subprocess.CompletedProcess[str]:
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written, as after `| head -1`
+    try:
+        return subprocess.run(
+            argv,
+            stdout=w if stream == "stdout" else subprocess.PIPE,
+            stderr=w if stream == "stderr" else subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "SCHEDSWITCHD_SOCKET": NO_SOCKET},
+        )
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize(("prog", "args"), CASES, ids=[" ".join([p, *a])[:70] for p, a in CASES])
+def test_closed_stdout_is_quiet(prog: str, args: list[str]) -> None:
+    exe = BIN / prog
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: the package is not installed in this venv (make deps)")
+    if str(OBJ) in args and not OBJ.is_file():
+        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+    proc = _run_into_closed_pipe([str(exe), *args])
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    argparse_output = "--help" in args or "--version" in args
+    expected = (0, EXIT_BROKEN_PIPE) if argparse_output else (EXIT_BROKEN_PIPE,)
+    assert proc.returncode in expected, (proc.returncode, proc.stderr)
+
+
+def test_print_schema_into_head_is_quiet() -> None:
+    """The reported case, as a shell runs it: ``--print-schema | head -n 1``."""
+    exe = BIN / "schedswitchd"
+    proc = subprocess.run(
+        ["sh", "-c", f"'{exe}' --print-schema | head -n 1; echo status=${{PIPESTATUS:-}}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.stdout.startswith("{"), proc.stdout
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_schedswitch_run_survives_a_closed_stderr() -> None:
+    """Its warnings go to stderr; a gone reader there must not stop the game it launches."""
+    exe = BIN / "schedswitch-run"
+    proc = _run_into_closed_pipe(
+        [str(exe), "--socket", NO_SOCKET, "gaming", "--", "sh", "-c", "exit 5"], stream="stderr"
+    )
+    assert proc.returncode == 5, proc.stdout

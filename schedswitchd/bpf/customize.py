@@ -262,7 +262,7 @@ def resize_array_section(spec: ObjectSpec, section: str, nelems: int) -> ObjectS
         )
     if isinstance(nelems, bool) or not isinstance(nelems, int) or not 1 <= nelems < 1 << 32:
         raise CustomizationError(
-            f"{section}: element count must be an int in 1..2**32-1 (BTF ARRAY nelems is a "
+            f"{section}: element count must be a positive int below 2**32 (BTF ARRAY nelems is a "
             f"u32), got {nelems!r}"
         )
     btf = spec.btf

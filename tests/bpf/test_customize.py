@@ -144,8 +144,8 @@ def test_resize_array_section(globals_spec: ObjectSpec) -> None:
     [
         (".data", 4, "only .data.NAME"),
         (".data.nope", 4, "no data section"),
-        (".data.cpu_loads", 0, "element count must be an int"),
-        (".data.cpu_loads", 1 << 32, "element count must be an int"),
+        (".data.cpu_loads", 0, "element count must be a positive int"),
+        (".data.cpu_loads", 1 << 32, "element count must be a positive int"),
         # 2**31 u64 elements: over the kernel's INT_MAX array value limit
         (".data.cpu_loads", 1 << 31, "refuses array map values over 2147483647"),
     ],

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_types import Array
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Array
 from schedswitchd.bpf.elf import SHT_NOBITS, read_elf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE

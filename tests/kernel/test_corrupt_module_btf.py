@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from schedswitchd.bpf.btf import Btf
-from schedswitchd.bpf.btf_builder import BtfBuilder
-from schedswitchd.bpf.btf_types import Kind
+from schedswitchd.bpf.btf.builder import BtfBuilder
+from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.bpf.spec import ExternKind, ExternSpec, Fixup, FixupKind, ObjectSpec, ProgramSpec
 from schedswitchd.errors import BtfError
-from schedswitchd.kernel import attr as A
+from schedswitchd.kernel import bpf_uapi as A
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
-from schedswitchd.kernel.module_lookup import ModuleLookup
+from schedswitchd.kernel.module_memo import ModuleLookup
 from tests.kernel import asm
 
 SYS_VMLINUX = Path("/sys/kernel/btf/vmlinux")

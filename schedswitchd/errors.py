@@ -70,8 +70,10 @@ class BpfSyscallError(KernelError):
     """A ``bpf(2)`` command failed.
 
     Attributes: ``command`` (e.g. ``"BPF_PROG_LOAD"``), ``errno`` (int), ``errno_name``
-    (e.g. ``"EINVAL"``) and ``verifier_log`` (the verifier's text for program loads, else
-    ``None``).
+    (e.g. ``"EINVAL"``), ``verifier_log`` (the verifier's text for program loads, else
+    ``None``) and ``kernel_log`` (kernel log lines about the failure read from
+    ``/dev/kmsg`` during the call, e.g. ``TCP: x does not implement required ops``; empty
+    when none were found or the log is not readable).
     """
 
     code = "bpf_syscall"
@@ -83,6 +85,7 @@ class BpfSyscallError(KernelError):
         message: str,
         *,
         verifier_log: str | None = None,
+        kernel_log: tuple[str, ...] = (),
     ) -> None:
         import errno as errno_mod
 
@@ -90,6 +93,7 @@ class BpfSyscallError(KernelError):
         self.errno = errno
         self.errno_name = errno_mod.errorcode.get(errno, str(errno))
         self.verifier_log = verifier_log
+        self.kernel_log = kernel_log
         super().__init__(f"{command} failed with {self.errno_name}: {message}")
 
 

@@ -51,13 +51,14 @@ from schedswitchd.bpf.spec import (
     ProgramSpec,
 )
 from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
-from schedswitchd.kernel import bpf_uapi
+from schedswitchd.kernel import bpf_uapi, kmsg
 from schedswitchd.kernel.arena import ArenaMapping, map_arena
 from schedswitchd.kernel.arena import page_size as arena_page_size
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
 from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
+from schedswitchd.kernel.kmsg import KernelLogWatch
 from schedswitchd.kernel.module_memo import ModuleLookup
 from schedswitchd.kernel.module_needs import TRACING_TARGETS, object_module_lookups
 from schedswitchd.kernel.prog_attach import AttachError, attach_program
@@ -301,31 +302,47 @@ class LoadedObject:
                     f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
                     "cannot be registered again: load the object again"
                 )
-            try:
-                if n not in self._updated:  # the kernel takes a struct_ops value only once
-                    map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
-                    self._updated.add(n)
-                if is_link:
-                    made[n] = self.links[n] = link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
-                else:
-                    self._registered.add(n)
-            except BpfSyscallError as exc:
-                if exc.errno == errno.EEXIST:
-                    raise self._already_registered(n) from exc
-                raise
+            # The kernel's reason for refusing ops (a missing required member, a failed
+            # validate or reg callback) is often only in its log: watch it during the calls.
+            with KernelLogWatch() as klog:
+                try:
+                    if n not in self._updated:  # the kernel takes a struct_ops value once
+                        map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
+                        self._updated.add(n)
+                    if is_link:
+                        made[n] = self.links[n] = link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
+                    else:
+                        self._registered.add(n)
+                except BpfSyscallError as exc:
+                    if exc.errno == errno.EEXIST:
+                        raise self._already_registered(n) from exc
+                    said = kmsg.mentioning(klog.new_records(), (self._ops_name(n), n))
+                    if said:
+                        raise BpfSyscallError(
+                            exc.command,
+                            exc.errno,
+                            f"struct_ops {n}: the kernel log says: {'; '.join(said)}",
+                            kernel_log=tuple(said),
+                        ) from exc
+                    raise
         self.timings_ns["attach"] = time.perf_counter_ns() - start
         return made
+
+    def _ops_name(self, map_name: str) -> str:
+        """The ``name`` member of struct_ops map ``map_name``'s value ("" without one)."""
+        spec = self.maps[map_name].spec.struct_ops
+        member = spec.member("name") if spec is not None else None
+        if spec is None or member is None:
+            return ""
+        raw = spec.data[member.offset : member.offset + member.size]
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     def _already_registered(self, map_name: str) -> LoadError:
         """The error for ``EEXIST`` on registering struct_ops ``map_name``: the kernel's
         ``reg`` callback found ops of the same name (``tcp_register_congestion_control``
         and friends return ``-EEXIST``)."""
         spec = self.maps[map_name].spec.struct_ops
-        ops_name = ""
-        member = spec.member("name") if spec is not None else None
-        if spec is not None and member is not None:
-            raw = spec.data[member.offset : member.offset + member.size]
-            ops_name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        ops_name = self._ops_name(map_name)
         type_name = spec.type_name if spec is not None else "struct_ops"
         what = f"{type_name} '{ops_name}'" if ops_name else f"struct_ops map {map_name}"
         return LoadError(

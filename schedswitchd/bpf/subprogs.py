@@ -216,6 +216,8 @@ def classify_relocs(
                 continue
             value_off = ins.imm + sym.value
             if arena is not None and sym.shndx == arena[0]:
+                if not 0 <= value_off < _U32:  # the second slot's imm holds it (32 bits)
+                    raise ObjectError(f"{where}: arena offset {value_off} is out of range")
                 per[idx] = Relo(FixupKind.MAP_VALUE.value, map_index=arena[1], offset=value_off)
             elif sym.shndx == maps_section:
                 m = maps_offsets.get(sym.value)

@@ -80,6 +80,12 @@ def sanitize_btf(btf: Btf, features: BtfFeatures) -> bytes:
                 at = rec + 12 + 12 * j
                 var_type, var_off, _size = struct.unpack_from("<III", raw, at)
                 var_name = name_off(btf.type_offset(var_type)) if var_type else 0
+                if var_off * 8 > 0xFFFFFFFF:  # a member offset is in bits, 32 of them
+                    raise BtfError(
+                        f"DATASEC entry at byte {var_off} cannot become a struct member (its "
+                        "bit offset overflows 32 bits) for a kernel without DATASEC",
+                        where=f"type id {tid}",
+                    )
                 struct.pack_into("<III", raw, at, var_name, var_type, var_off * 8)
         elif not features.qmark_datasec and kind == Kind.DATASEC:
             fix_name(name_off(rec), all_chars=False)

@@ -132,3 +132,45 @@ def test_big_bss_under_an_address_space_limit(
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith(expect), out.stdout + out.stderr[-2000:]
+
+
+def _with_symbol_value(data: bytes, section: str, value: int) -> bytes:
+    """``data`` with the first named symbol defined in ``section`` at ``value``."""
+    elf = read_elf(data)
+    sec = elf.section_by_name(section)
+    symtab = elf.section_by_name(".symtab")
+    assert sec is not None and symtab is not None
+    sym = next(s for s in elf.symbols if s.shndx == sec.index and s.name)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    (symtab_off,) = struct.unpack_from("<Q", data, int(shoff) + _SHDR * symtab.index + 24)
+    buf = bytearray(data)
+    struct.pack_into("<Q", buf, int(symtab_off) + 24 * sym.index + 8, value)  # st_value
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("value", [1 << 31, 1 << 33, (1 << 64) - 8])
+def test_arena_global_at_a_huge_offset_is_an_object_error(bpf_object: Obj, value: int) -> None:
+    data = _with_symbol_value(bpf_object("arena").read_bytes(), ".addr_space.1", value)
+    with pytest.raises(ObjectError, match="does not fit section"):
+        open_object(data)
+
+
+def test_arena_reference_before_its_section_is_an_object_error(bpf_object: Obj) -> None:
+    # A negative addend (the ld_imm64's imm) put the reference before the arena's start;
+    # the offset ends in the second slot's 32-bit imm, so it must be in 0..2**32-1.
+    data = bpf_object("arena").read_bytes()
+    elf = read_elf(data)
+    arena = elf.section_by_name(".addr_space.1")
+    assert arena is not None
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    buf = bytearray(data)
+    hits = 0
+    for sec_idx, relocs in elf.relocs.items():
+        (sec_off,) = struct.unpack_from("<Q", data, int(shoff) + _SHDR * sec_idx + 24)
+        for r in relocs:
+            if elf.symbols[r.sym].shndx == arena.index:
+                struct.pack_into("<i", buf, int(sec_off) + r.offset + 4, -(1 << 20))
+                hits += 1
+    assert hits
+    with pytest.raises(ObjectError, match="arena offset -1048576"):
+        open_object(bytes(buf))

@@ -10,6 +10,7 @@ import pytest
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Composite, Kind
+from schedswitchd.errors import BtfError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_sanitize import sanitize_btf
 from schedswitchd.kernel.features import BtfFeatures
@@ -95,3 +96,16 @@ def test_kernel_accepts_fully_sanitized_btf() -> None:
     btf, _ = _every_kind()
     with syscall.btf_load(sanitize_btf(btf, NONE)) as fd:
         assert syscall.btf_info(fd).id > 0
+
+
+def test_datasec_offset_whose_bit_offset_overflows_is_a_btf_error() -> None:
+    # A DATASEC becomes a STRUCT for kernels without DATASEC: byte offsets become bit
+    # offsets, which overflow 32 bits from 512 MiB on (struct.error before the check).
+    b = BtfBuilder()
+    i = b.add_int("int", 4, signed=True)
+    v = b.add_var("far", i, VAR_GLOBAL_ALLOCATED)
+    b.add_datasec(".bss", (1 << 29) + 8, [(v, 1 << 29, 4)])
+    btf = Btf.from_bytes(b.build())
+    with pytest.raises(BtfError, match="bit offset overflows 32 bits"):
+        sanitize_btf(btf, dataclasses.replace(ALL, datasec=False))
+    sanitize_btf(btf, ALL)  # a kernel with DATASEC takes it as it is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from schedswitchd.daemon import protocol
 from schedswitchd.errors import ProtocolError
+from tests import fuzzing
 
 
 def req(**fields: Any) -> bytes:
@@ -150,8 +152,23 @@ near_requests = st.fixed_dictionaries(
 
 def _check(line: bytes) -> None:
     try:
+        _check_line(line)
+    except BaseException as exc:
+        fuzzing.record("protocol:parse", f"defect:{fuzzing.exception_name(exc)}")
+        raise
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fuzz_stats() -> Iterator[None]:
+    yield
+    fuzzing.flush()
+
+
+def _check_line(line: bytes) -> None:
+    try:
         parsed = protocol.parse_request(line, 4096)
     except protocol.RequestError as exc:
+        fuzzing.record("protocol:parse", f"RequestError:{exc.code}")
         assert exc.code in {
             protocol.TOO_LARGE,
             protocol.BAD_JSON,
@@ -169,21 +186,22 @@ def _check(line: bytes) -> None:
     assert parsed.v == 1
     # what parsed re-encodes to something that parses to the same request
     assert protocol.parse_request(protocol.encode(parsed), 1 << 20) == parsed
+    fuzzing.record("protocol:parse", "parsed")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzzing.examples(300), deadline=None)
 @given(st.binary(max_size=5000))
 def test_arbitrary_bytes_never_crash(line: bytes) -> None:
     _check(line)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzzing.examples(300), deadline=None)
 @given(json_values)
 def test_arbitrary_json_never_crashes(value: object) -> None:
     _check(json.dumps(value).encode())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzzing.examples(300), deadline=None)
 @given(near_requests)
 def test_near_requests_never_crash(value: dict[str, object]) -> None:
     _check(json.dumps(value).encode())

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedswitchd.daemon import protocol as proto
+from tests import fuzzing
 
 from .fakes import FakeBackend
 from .harness import Client, Running
@@ -547,27 +548,38 @@ def shared_srv() -> Iterator[Running]:
     running.stop()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=fuzzing.examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     data=st.binary(max_size=3000) | st.lists(st.sampled_from(FRAGMENTS), max_size=8).map(b"".join)
 )
 def test_arbitrary_bytes_over_the_socket(shared_srv: Running, data: bytes) -> None:
     """Every non-empty line gets exactly one well-formed reply, in order, or the connection
     is closed after a ``too_large`` reply; the server keeps serving."""
-    c = shared_srv.client()
     try:
-        c.send_raw(data + b"\n")
-        segments = [s for s in data.split(b"\n") if s]
-        for _ in segments:
-            reply = c.recv_line()
-            assert reply is not None, "connection closed without a reply"
-            parsed = proto.parse_reply(json.dumps(reply).encode())
-            if isinstance(parsed, proto.ErrorReply) and parsed.error.code == proto.TOO_LARGE:
-                assert c.recv_line() is None
-                break
-    finally:
-        c.close()
-    assert shared_srv.client().request(op="status")["ok"]
+        c = shared_srv.client()
+        try:
+            c.send_raw(data + b"\n")
+            segments = [s for s in data.split(b"\n") if s]
+            for _ in segments:
+                reply = c.recv_line()
+                assert reply is not None, "connection closed without a reply"
+                parsed = proto.parse_reply(json.dumps(reply).encode())
+                if isinstance(parsed, proto.ErrorReply) and parsed.error.code == proto.TOO_LARGE:
+                    assert c.recv_line() is None
+                    break
+        finally:
+            c.close()
+        assert shared_srv.client().request(op="status")["ok"]
+    except BaseException as exc:
+        fuzzing.record("protocol:socket", f"defect:{fuzzing.exception_name(exc)}")
+        fuzzing.flush()
+        raise
+    fuzzing.record("protocol:socket", "served")
+    fuzzing.flush()  # writes only when make fuzz asks for the counts
 
 
 def test_slow_switch_does_not_block_other_clients() -> None:

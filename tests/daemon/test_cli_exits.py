@@ -48,6 +48,7 @@ def _json_error(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         ["stop"],
         ["reload"],
         ["hint", "gaming"],
+        ["prepare", "gaming"],
         ["release", "L1"],
     ],
 )

@@ -366,12 +366,17 @@ class UeventListener:
         Raises ``OSError`` if the socket cannot be opened or bound.
         """
         try:
+            overflowed = False
             while True:
                 async with self._socket() as sock:
                     self._ready.set()
+                    if overflowed:
+                        # Tell subscribers only once the new socket is bound: a resync
+                        # they do now misses no event (one before the bind would lose
+                        # what changed between their re-read and the bind).
+                        self._overflowed()
                     await self._read(sock)
-                # _read returned: the socket overflowed; reopen, then let subscribers resync.
-                self._overflowed()
+                overflowed = True  # _read returned: the socket overflowed; reopen it
         finally:
             self._ready.clear()
 

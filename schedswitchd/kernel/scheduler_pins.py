@@ -33,7 +33,7 @@ from schedswitchd.kernel.fd import LinkFd, MapFd
 LINK_FILE = "link"
 EXIT_MAP_FILE = "exit_map"
 PROGS_DIR = "progs"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_@-]{0,63}$")  # "@": mode variants (lavd@gaming)
 _PROG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a C identifier
 
 

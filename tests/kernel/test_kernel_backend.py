@@ -807,11 +807,12 @@ def test_profiled_prepare_attach_and_stats(
     (tmp_path / "prof.toml").write_text(PROFILE_TOML.format(name=name))
     config = parse_config(
         f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'prof.toml'\n"
-        "mode = 'loud'\nhotplug_seq = false\n",
+        "hotplug_seq = false\n[hints.h]\nscheduler = 'p'\nmode = 'loud'\n",
         str(tmp_path / "s.toml"),
     )
     topo = read_topology("/sys")
-    h = backend.prepare("p", config.schedulers["p"])
+    # The hint's mode variant, under its own name (pinned as such).
+    h = backend.prepare("p@loud", config.schedulers["p@loud"])
     try:
         assert h.plan is not None and h.loaded is not None
         assert struct.unpack("<I", h.loaded.read_variable("armed")) == (9,)  # the mode's
@@ -827,6 +828,7 @@ def test_profiled_prepare_attach_and_stats(
         assert {"attach.profile.after_attach"} <= set(h.timings_ns)
         assert "profile.attach" in h.loaded.timings_ns
         assert backend.counters()["profile.runs"] == topo.nr_cpus
+        assert (backend.pins.root / "p@loud" / "link").exists()
         backend.detach(h, 2.0)
         assert "profile.runs" not in backend.counters()
     finally:

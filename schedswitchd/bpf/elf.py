@@ -1,19 +1,20 @@
-"""A BPF ELF relocatable file read through pyelftools into plain, validated records.
+"""A BPF ELF relocatable file read into plain, validated records.
 
-Source of the format: the ELF-64 gABI and kernel doc ``Documentation/bpf/llvm_reloc.rst``
-(BPF relocation types). Only what the object model needs is kept: sections with their
-bytes, the symbol table, and ``SHT_REL`` relocations grouped by the section they patch.
-Every malformed input becomes :class:`~schedswitchd.errors.ObjectError`; pyelftools'
-own exceptions never escape.
+Source of the format: the ELF-64 gABI (``elf(5)``) and kernel doc
+``Documentation/bpf/llvm_reloc.rst`` (BPF relocation types). Only what the object model
+needs is kept: sections with their bytes, the symbol table, and ``SHT_REL`` relocations
+grouped by the section they patch. The fixed-size tables are unpacked with :mod:`struct`
+(a scheduler has thousands of symbols and relocations; parsing them field by field through
+pyelftools cost more than libbpf's whole ``bpf_object__open``). Every malformed input
+becomes :class:`~schedswitchd.errors.ObjectError`.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 from dataclasses import dataclass
-from typing import IO, BinaryIO, overload
+from typing import BinaryIO, overload
 
 from schedswitchd.errors import ObjectError
 
@@ -45,25 +46,6 @@ R_BPF_64_ABS64 = 2  # 64-bit data pointer (e.g. .kmod_btfs string pointers, .map
 R_BPF_64_ABS32 = 3  # 32-bit data (DWARF, .BTF)
 R_BPF_64_NODYLD32 = 4  # .BTF.ext
 R_BPF_64_32 = 10  # call / pseudo func
-
-_SHN_NAMES = {"SHN_UNDEF": SHN_UNDEF, "SHN_ABS": SHN_ABS, "SHN_COMMON": SHN_COMMON}
-_SHT = {
-    "SHT_NULL": 0,
-    "SHT_PROGBITS": SHT_PROGBITS,
-    "SHT_SYMTAB": SHT_SYMTAB,
-    "SHT_STRTAB": SHT_STRTAB,
-    "SHT_NOBITS": SHT_NOBITS,
-    "SHT_REL": SHT_REL,
-}
-_STB = {"STB_LOCAL": STB_LOCAL, "STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
-_STT = {
-    "STT_NOTYPE": STT_NOTYPE,
-    "STT_OBJECT": STT_OBJECT,
-    "STT_FUNC": STT_FUNC,
-    "STT_SECTION": STT_SECTION,
-    "STT_FILE": STT_FILE,
-}
-_STV = {"STV_DEFAULT": STV_DEFAULT, "STV_INTERNAL": STV_INTERNAL, "STV_HIDDEN": STV_HIDDEN}
 
 _REL_SIZE = 16  # sizeof(Elf64_Rel)
 _SYM_SIZE = 24  # sizeof(Elf64_Sym)
@@ -209,61 +191,51 @@ def read_elf(data: bytes | BinaryIO) -> ElfObject:
     symbol or relocation tables do not fit the file.
     """
     if isinstance(data, bytes):
-        return _read_elf(data, io.BytesIO(data))
-    return _read_elf(_FileBytes(data), data)  # pyelftools reads the file itself
+        return _read_elf(data)
+    return _read_elf(_FileBytes(data))
 
 
-def _read_elf(data: bytes | _FileBytes, stream: IO[bytes]) -> ElfObject:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+# The ELF64 structures (elf(5)), little-endian: the file header's fields from e_type on,
+# Elf64_Shdr, Elf64_Sym and Elf64_Rel. Read with struct rather than pyelftools' construct
+# parsers: a scheduler has thousands of symbols and relocations, and the per-field parsing
+# made the ELF reading alone cost more than libbpf's whole bpf_object__open.
+_EHDR = struct.Struct("<HHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_REL = struct.Struct("<QQ")
+_SHN_XINDEX = 0xFFFF
+_ET_REL = 1
 
+
+def _read_elf(data: bytes | _FileBytes) -> ElfObject:
     if data[:4] != b"\x7fELF":
         raise ObjectError("not an ELF file (no ELF magic at the start)")
     if len(data) < 64:
         raise ObjectError(
             f"truncated ELF file: {len(data)} bytes is shorter than the 64-byte ELF header"
         )
-    if data[4] != 2 or data[5] != 1:
+    head = data[:64]
+    if head[4] != 2 or head[5] != 1:
         raise ObjectError("not a little-endian ELF64 file (BPF objects are ELF64 LE)")
-    # pyelftools' objects form reference cycles (sections <-> file) that only the cyclic GC
-    # frees; closing an in-memory stream lets the file's bytes (~0.9 MiB for a -g object) go
-    # now (a file the caller passed is the caller's to close).
+    e_type, e_machine, *_, shstrndx = _EHDR.unpack_from(head, 16)
+    if e_machine != EM_BPF:
+        raise ObjectError(f"ELF machine is {e_machine}, not EM_BPF ({EM_BPF})")
+    if e_type != _ET_REL:
+        raise ObjectError(f"ELF type is {e_type}, not a relocatable object (ET_REL)")
     try:
-        elf = ELFFile(stream)
-        if elf["e_machine"] not in ("EM_BPF", EM_BPF):
-            raise ObjectError(f"ELF machine is {elf['e_machine']}, not EM_BPF")
-        if elf["e_type"] != "ET_REL":
-            raise ObjectError(f"ELF type is {elf['e_type']}, not a relocatable object")
-        _check_section_table(data)
-        sections = _read_sections(elf, data)
-        symbols = _read_symbols(elf, sections)
-        relocs = _read_relocs(elf, sections, len(symbols))
-    except ObjectError:
-        raise
-    except (
-        ELFError,
-        ValueError,
-        KeyError,
-        IndexError,
-        TypeError,
-        struct.error,
-        OverflowError,
-        AttributeError,
-        AssertionError,
-        UnicodeDecodeError,
-        RecursionError,
-    ) as exc:
+        sections = _read_sections(data, shstrndx)
+        symbols = _read_symbols(sections)
+        relocs = _read_relocs(sections, len(symbols))
+    except (struct.error, IndexError) as exc:  # a table cut short inside its section
         raise ObjectError(f"malformed ELF (corrupt or truncated file): {exc}") from exc
-    finally:
-        if isinstance(stream, io.BytesIO):
-            stream.close()
     return ElfObject(tuple(sections), tuple(symbols), relocs)
 
 
-def _check_section_table(data: bytes | _FileBytes) -> None:
+def _check_section_table(data: bytes | _FileBytes) -> tuple[int, int]:
     """The ELF64 header's section header table must lie inside the file (``e_shoff`` at
     byte 0x28, ``e_shentsize``/``e_shnum`` at 0x3A/0x3C; ``elf(5)``). A file cut short
-    (an interrupted copy or build) fails here, with the sizes in words."""
+    (an interrupted copy or build) fails here, with the sizes in words. Returns
+    ``(e_shoff, e_shnum)``."""
     head = data[:64]
     shoff = struct.unpack_from("<Q", head, 0x28)[0]
     shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
@@ -281,51 +253,66 @@ def _check_section_table(data: bytes | _FileBytes) -> None:
             f"{shoff}) ends at byte {end}, but the file has only {len(data)} bytes "
             "(cut short, e.g. an interrupted copy or build?)"
         )
+    return shoff, shnum
 
 
-def _read_sections(elf: object, data: bytes | _FileBytes) -> list[Section]:
-    num = elf.num_sections()  # type: ignore[attr-defined]
+def _cstr(table: bytes, off: int, what: str) -> str:
+    """The NUL-terminated name at ``off`` of a string table (latin-1: never a decode error)."""
+    if not 0 <= off < len(table) and not (off == 0 and not table):
+        raise ObjectError(f"{what}: name offset {off} is outside its string table")
+    end = table.find(b"\0", off)
+    return table[off : end if end >= 0 else len(table)].decode("latin-1")
+
+
+def _read_sections(data: bytes | _FileBytes, shstrndx: int) -> list[Section]:
+    shoff, num = _check_section_table(data)
+    first = _SHDR.unpack(data[shoff : shoff + 64])
+    if num == 0:  # the real count is section 0's sh_size (elf(5), e_shnum)
+        num = first[5]
+    if shstrndx == _SHN_XINDEX:  # the real index is section 0's sh_link
+        shstrndx = first[6]
     if num > 65535:
         raise ObjectError(f"{num} sections is too many")
+    end = shoff + num * 64
+    if end > len(data):
+        raise ObjectError(
+            f"truncated ELF file: its section header table ({num} entries at byte "
+            f"{shoff}) ends at byte {end}, but the file has only {len(data)} bytes"
+        )
+    headers = list(_SHDR.iter_unpack(data[shoff:end]))
+    if not 0 <= shstrndx < num:
+        raise ObjectError(f"section name table index {shstrndx} is out of range (0..{num})")
+    s_type, s_off, s_size = headers[shstrndx][1], headers[shstrndx][4], headers[shstrndx][5]
+    if s_type == SHT_NOBITS or s_off + s_size > len(data):
+        raise ObjectError(f"section name table {shstrndx} does not fit the file")
+    shstr = data[s_off : s_off + s_size] if shstrndx else b""
+    names = [_cstr(shstr, h[0], f"section {i}") if shstrndx else "" for i, h in enumerate(headers)]
+    # SHT_REL sections patching DWARF or BTF are never applied: their bodies are not read.
+    skip_rel = {
+        i
+        for i, h in enumerate(headers)
+        if h[1] == SHT_REL and 0 < h[7] < num and _ignored_target(names[h[7]])
+    }
     out = []
-    for i in range(num):
-        sec = elf.get_section(i)  # type: ignore[attr-defined]
-        hdr = sec.header
-        sh_type = hdr["sh_type"]
-        stype = _SHT.get(sh_type, sh_type) if isinstance(sh_type, str) else int(sh_type)
-        if not isinstance(stype, int):
-            stype = -1
-        size = int(hdr["sh_size"])
-        off = int(hdr["sh_offset"])
-        name = str(sec.name)
+    for i, (_, stype, flags, _addr, off, size, link, info, _al, _es) in enumerate(headers):
+        name = names[i]
         if stype == SHT_NOBITS or stype == 0:
             if size >= 1 << 32:
-                raise ObjectError(f"section {i} ({sec.name!r}) claims {size} bytes")
+                raise ObjectError(f"section {i} ({name!r}) claims {size} bytes")
             body = b""
         else:
-            if off + size > len(data) or off < 0:
+            if off + size > len(data):
                 raise ObjectError(
-                    f"section {i} ({sec.name!r}) at offset {off} with size {size} "
+                    f"section {i} ({name!r}) at offset {off} with size {size} "
                     f"extends past the end of the file ({len(data)} bytes)"
                 )
-            if _is_dwarf(name):
+            if _is_dwarf(name) or i in skip_rel:
                 body = b""
             elif name == ARENA_SECTION:
                 body = data[off : off + _initialised_len(data, off, size)]
             else:
                 body = data[off : off + size]
-        out.append(
-            Section(
-                index=i,
-                name=name,
-                type=stype,
-                flags=int(hdr["sh_flags"]),
-                size=size,
-                link=int(hdr["sh_link"]),
-                info=int(hdr["sh_info"]),
-                data=body,
-            )
-        )
+        out.append(Section(i, name, stype, flags, size, link, info, body))
     return out
 
 
@@ -351,17 +338,7 @@ def _ignored_target(name: str) -> bool:
     return name.startswith(".debug") or name in (".BTF", ".BTF.ext") or name.startswith(".eh_frame")
 
 
-def _enum(value: object, table: dict[str, int]) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value in table:
-        return table[value]
-    return -1
-
-
-def _read_symbols(elf: object, sections: list[Section]) -> list[Symbol]:
-    from elftools.elf.sections import SymbolTableSection
-
+def _read_symbols(sections: list[Section]) -> list[Symbol]:
     symtabs = [s for s in sections if s.type == SHT_SYMTAB]
     if not symtabs:
         raise ObjectError("the object has no symbol table (.symtab)")
@@ -372,31 +349,21 @@ def _read_symbols(elf: object, sections: list[Section]) -> list[Symbol]:
         raise ObjectError(f"symbol table links to section {symtab.link}, not a string table")
     if symtab.size % _SYM_SIZE:
         raise ObjectError(f"symbol table size {symtab.size} is not a multiple of {_SYM_SIZE}")
-    sec = elf.get_section(symtab.index)  # type: ignore[attr-defined]
-    if not isinstance(sec, SymbolTableSection):
-        raise ObjectError("the symbol table section cannot be read")
+    strtab = sections[symtab.link].data
     out = []
-    for i in range(symtab.size // _SYM_SIZE):
-        sym = sec.get_symbol(i)
-        shndx = sym["st_shndx"]
-        out.append(
-            Symbol(
-                index=i,
-                name=str(sym.name),
-                value=int(sym["st_value"]),
-                size=int(sym["st_size"]),
-                type=_enum(sym["st_info"]["type"], _STT),
-                bind=_enum(sym["st_info"]["bind"], _STB),
-                visibility=_enum(sym["st_other"]["visibility"], _STV),
-                shndx=_SHN_NAMES.get(shndx, -1) if isinstance(shndx, str) else int(shndx),
-            )
-        )
+    for i, (name_off, info, other, shndx, value, size) in enumerate(_SYM.iter_unpack(symtab.data)):
+        if name_off:
+            if name_off >= len(strtab):
+                raise ObjectError(f"symbol {i}: name offset {name_off} is outside the string table")
+            end = strtab.find(b"\0", name_off)
+            name = strtab[name_off : end if end >= 0 else len(strtab)].decode("latin-1")
+        else:
+            name = ""
+        out.append(Symbol(i, name, value, size, info & 0xF, info >> 4, other & 0x3, shndx))
     return out
 
 
-def _read_relocs(elf: object, sections: list[Section], nsyms: int) -> dict[int, tuple[Reloc, ...]]:
-    from elftools.elf.relocation import RelocationSection
-
+def _read_relocs(sections: list[Section], nsyms: int) -> dict[int, tuple[Reloc, ...]]:
     out: dict[int, tuple[Reloc, ...]] = {}
     for s in sections:
         if s.type != SHT_REL:
@@ -411,17 +378,13 @@ def _read_relocs(elf: object, sections: list[Section], nsyms: int) -> dict[int, 
             raise ObjectError(
                 f"relocation section {s.name!r} size {s.size} is not a multiple of 16"
             )
-        sec = elf.get_section(s.index)  # type: ignore[attr-defined]
-        if not isinstance(sec, RelocationSection):
-            raise ObjectError(f"relocation section {s.name!r} cannot be read")
         relos = []
-        for j in range(s.size // _REL_SIZE):
-            rel = sec.get_relocation(j)
-            sym, rtype = int(rel["r_info_sym"]), int(rel["r_info_type"])
-            if not 0 <= sym < nsyms:
+        for j, (r_offset, r_info) in enumerate(_REL.iter_unpack(s.data)):
+            sym = r_info >> 32
+            if sym >= nsyms:
                 raise ObjectError(
                     f"relocation {j} of {s.name!r} names symbol {sym}, out of range (0..{nsyms})"
                 )
-            relos.append(Reloc(int(rel["r_offset"]), sym, rtype))
+            relos.append(Reloc(r_offset, sym, r_info & 0xFFFFFFFF))
         out[s.info] = out.get(s.info, ()) + tuple(relos)
     return out

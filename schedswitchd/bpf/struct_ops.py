@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from schedswitchd.bpf import spec
 from schedswitchd.bpf.btf.reader import Btf
-from schedswitchd.bpf.btf.types import Composite, Datasec, Kind, Ref, Var
+from schedswitchd.bpf.btf.types import Composite, Datasec, Kind, Var
 from schedswitchd.bpf.elf import ElfObject
 from schedswitchd.bpf.maps import sanitize_name
 from schedswitchd.bpf.spec import MapKind, MapSpec, StructOpsMember, StructOpsSpec
@@ -26,15 +26,6 @@ SECTIONS = (".struct_ops", ".struct_ops.link", "?.struct_ops", "?.struct_ops.lin
 def is_struct_ops_section(name: str) -> bool:
     """Whether ``name`` is one of the struct_ops data sections."""
     return name in SECTIONS
-
-
-def _is_func_ptr(btf: Btf, type_id: int) -> bool:
-    t = btf.type(btf.skip_mods_and_typedefs(type_id))
-    return (
-        isinstance(t, Ref)
-        and t.kind == Kind.PTR
-        and btf.kind(btf.skip_mods_and_typedefs(t.type)) == Kind.FUNC_PROTO
-    )
 
 
 def struct_ops_maps(
@@ -89,7 +80,7 @@ def struct_ops_maps(
             members = []
             for m in st.members:
                 off = m.bit_offset // 8
-                is_fp = _is_func_ptr(btf, m.type)
+                is_fp = btf.is_func_pointer(m.type)
                 prog = bound.pop(off, None) if is_fp else None
                 size = (m.bitfield_size + 7) // 8 if m.bitfield_size else btf.size_of(m.type)
                 members.append(StructOpsMember(m.name, off, size, m.type, is_fp, prog))

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from schedswitchd.bpf.btf.reader import Btf
-from schedswitchd.bpf.btf.types import Composite, FuncProto, Kind, Member, Ref, essential_name
+from schedswitchd.bpf.btf.types import Composite, Kind, Member, essential_name
 from schedswitchd.errors import BtfError, LoadError
 
 VALUE_PREFIX = "bpf_struct_ops_"
@@ -100,13 +100,6 @@ class StructOpsPlan:
         raise KeyError(name)
 
 
-def _is_func_ptr(btf: Btf, type_id: int) -> bool:
-    t = btf.type(btf.skip_mods_and_typedefs(type_id))
-    if not isinstance(t, Ref) or t.kind != Kind.PTR:
-        return False
-    return isinstance(btf.type(btf.skip_mods_and_typedefs(t.type)), FuncProto)
-
-
 def plan_struct_ops(
     local: Btf,
     local_type_id: int,
@@ -165,7 +158,7 @@ def plan_struct_ops(
             if local_kind == Kind.PTR:
                 if mname not in programs:
                     continue  # no program: the kernel slot stays NULL
-                if not _is_func_ptr(kbtf, kmtype):
+                if not kbtf.is_func_pointer(kmtype):
                     raise LoadError(
                         f"struct_ops {tname}: kernel member {mname} is not a function pointer"
                     )

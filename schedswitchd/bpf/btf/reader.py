@@ -631,6 +631,16 @@ class Btf:
         """Like :meth:`skip_modifiers`, also through TYPEDEF."""
         return self._skip(type_id, _MODS_AND_TYPEDEF)
 
+    def is_func_pointer(self, type_id: int) -> bool:
+        """Whether ``type_id`` is, through typedefs/modifiers, a pointer to a FUNC_PROTO (a
+        struct_ops member that a program fills). Raises ``BtfError`` on bad ids or cycles."""
+        t = self.type(self.skip_mods_and_typedefs(type_id))
+        return (
+            isinstance(t, Ref)
+            and t.kind == Kind.PTR
+            and self.kind(self.skip_mods_and_typedefs(t.type)) == Kind.FUNC_PROTO
+        )
+
     def pointer_size(self) -> int:
         """Pointer size in bytes: the size of ``long`` if this BTF (or its base) has one,
         else 8 (libbpf guesses the same way)."""

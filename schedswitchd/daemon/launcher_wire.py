@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+from types import TracebackType
+from typing import ClassVar, Self
 
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
@@ -41,13 +43,20 @@ class LauncherRefused(SchedSwitchError):
         super().__init__(message)
 
 
-class LauncherConnection:
-    """One connection to the daemon, blocking, for one launcher.
+class LineConnection:
+    """One blocking connection to the daemon's socket, read a JSON line at a time: what the
+    launcher's :class:`LauncherConnection` and ``schedswitchctl``'s
+    :class:`~schedswitchd.daemon.client.DaemonClient` share.
 
-    ``timeout_s`` bounds the connect, each send and each reply wait, seconds (a hint's
-    reply waits for the switch it causes, which can take a second or more on a slow
-    device). Raises :class:`LauncherUnavailable` when the socket cannot be reached.
+    ``path`` as :func:`socket_path`; ``timeout_s`` bounds the connect, each send and each
+    reply wait, seconds. A subclass names the error it raises when the socket cannot be
+    reached (``unavailable``) and the longest reply line it reads (``max_reply_bytes``,
+    bytes; a longer one raises :class:`~schedswitchd.errors.ProtocolError`). Use as a
+    context manager or call :meth:`close`.
     """
+
+    unavailable: ClassVar[type[SchedSwitchError]]
+    max_reply_bytes: ClassVar[int]
 
     def __init__(self, path: str | None = None, timeout_s: float = 60.0) -> None:
         self.path = socket_path(path)
@@ -57,8 +66,47 @@ class LauncherConnection:
             self.sock.connect(self.path)
         except OSError as exc:
             self.sock.close()
-            raise LauncherUnavailable(f"cannot connect to {self.path}: {exc.strerror}") from None
+            raise self.unavailable(f"cannot connect to {self.path}: {exc.strerror}") from None
         self._buffer = b""
+
+    def _read_line(self) -> bytes | None:
+        """The next reply line without its newline; ``None`` when the daemon closed."""
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > self.max_reply_bytes:
+                raise ProtocolError("reply from the daemon is too long")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        """Close the connection, which ends the leases it holds."""
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class LauncherConnection(LineConnection):
+    """One connection to the daemon, blocking, for one launcher.
+
+    ``timeout_s`` bounds the connect, each send and each reply wait, seconds (a hint's
+    reply waits for the switch it causes, which can take a second or more on a slow
+    device). Raises :class:`LauncherUnavailable` when the socket cannot be reached.
+    """
+
+    unavailable = LauncherUnavailable
+    max_reply_bytes = MAX_LAUNCHER_REPLY_BYTES
 
     def exchange(self, request: dict[str, object]) -> dict[str, object]:
         """Send ``request`` (``v`` is added) and return the reply object.
@@ -91,17 +139,6 @@ class LauncherConnection:
             raise ProtocolError(f"reply does not answer {request.get('op')!r}")
         return reply
 
-    def _read_line(self) -> bytes | None:
-        while b"\n" not in self._buffer:
-            if len(self._buffer) > MAX_LAUNCHER_REPLY_BYTES:
-                raise ProtocolError("reply from the daemon is too long")
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
-
     def wait_closed(self) -> None:
         """Block until the daemon closes the connection (it stopped, or the lease ended)."""
         try:
@@ -111,7 +148,3 @@ class LauncherConnection:
                 pass
         except OSError:
             pass
-
-    def close(self) -> None:
-        """Close the connection, which ends the leases it holds."""
-        self.sock.close()

@@ -285,13 +285,24 @@ def _attach_tracepoint(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
     attr = struct.pack("<IIQ", PERF_TYPE_TRACEPOINT, _PERF_ATTR_SIZE, tp_id).ljust(
         _PERF_ATTR_SIZE, b"\0"
     )
+    return _link_perf_event(prog, fd, attr, f"tracepoint {prog.attach_to}")
+
+
+def _link_perf_event(
+    prog: ProgramSpec, fd: ProgFd, attr: bytes, what: str, *, enoent_hint: str = ""
+) -> LinkFd:
+    """Open the perf event ``attr`` (a ``perf_event_attr`` of ``_PERF_ATTR_SIZE`` bytes), link
+    ``prog`` to it (``BPF_LINK_CREATE``, ``BPF_PERF_EVENT``) and enable it. ``what`` names
+    the event in errors; ``enoent_hint`` is added when perf_event_open says ENOENT. Raises
+    :class:`AttachError` (with the errno) when opening, linking or enabling fails."""
     try:
-        # pid -1, cpu 0 as libbpf: a tracepoint's BPF program runs for every CPU and task.
+        # pid -1, cpu 0 as libbpf: the program runs for every CPU and task.
         pfd = OwnedFd(_perf_event_open(attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC))
     except OSError as exc:
+        hint = enoent_hint if exc.errno == errno.ENOENT else ""
         raise AttachError(
             prog.name,
-            f"perf_event_open of tracepoint {prog.attach_to} failed: {exc.strerror}",
+            f"perf_event_open of {what} failed: {exc.strerror}{hint}",
             errno_value=exc.errno or 0,
         ) from exc
     with pfd:
@@ -303,7 +314,7 @@ def _attach_tracepoint(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
             link.close()
             raise AttachError(
                 prog.name,
-                f"cannot enable the perf event: {exc.strerror}",
+                f"cannot enable the {what}: {exc.strerror}",
                 errno_value=exc.errno or 0,
             ) from exc
     return link
@@ -371,24 +382,7 @@ def _attach_kprobe(prog: ProgramSpec, fd: ProgFd) -> LinkFd:
     struct.pack_into("<IIQ", attr, 0, pmu_type, _PERF_ATTR_SIZE, (1 << bit) if retprobe else 0)
     struct.pack_into("<QQ", attr, 56, ctypes.addressof(name), offset)
     what = f"{'kretprobe' if retprobe else 'kprobe'} on {func}" + (f"+{offset}" if offset else "")
-    try:
-        pfd = OwnedFd(_perf_event_open(bytes(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC))
-    except OSError as exc:
-        hint = " (no such function, or it cannot be probed)" if exc.errno == errno.ENOENT else ""
-        raise AttachError(
-            prog.name,
-            f"perf_event_open of a {what} failed: {exc.strerror}{hint}",
-            errno_value=exc.errno or 0,
-        ) from exc
-    with pfd:
-        link = syscall.link_create(fd, bpf_uapi.AttachType.PERF_EVENT, target_fd=pfd)
-        try:
-            fcntl.ioctl(pfd.fd, PERF_EVENT_IOC_ENABLE, 0)
-        except OSError as exc:
-            link.close()
-            raise AttachError(
-                prog.name,
-                f"cannot enable the {what}: {exc.strerror}",
-                errno_value=exc.errno or 0,
-            ) from exc
-    return link
+    # ``name`` (a local, so alive until we return) is read by perf_event_open via config1.
+    return _link_perf_event(
+        prog, fd, bytes(attr), what, enoent_hint=" (no such function, or it cannot be probed)"
+    )

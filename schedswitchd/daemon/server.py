@@ -29,7 +29,6 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -39,8 +38,8 @@ from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant, peer_of
 from schedswitchd.daemon.policy import NS_PER_S, Lease
-from schedswitchd.daemon.reconcile import Clock, Reconciler
-from schedswitchd.daemon.switcher import SchedulerBackend, SwitchRecord
+from schedswitchd.daemon.reconcile import Reconciler
+from schedswitchd.daemon.switcher import SwitchRecord
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -81,35 +80,20 @@ class _LeaseRuntime:
 
 
 class Server:
-    """The daemon's socket front end over a :class:`Reconciler`.
-
-    ``config``: validated config (``config.source`` is re-read on reload); ``backend``:
-    the kernel side; ``on_change``: called on the loop with a one-line status after every
-    reconcile pass (systemd ``STATUS=``); ``poll_s``: interval of the safety-net check of
-    sched_ext state besides the backend's notifications (seconds); ``clock``: monotonic ns.
-    ``policy`` and ``switcher`` are the reconciler's.
+    """The daemon's socket front end over a :class:`Reconciler`, which holds the config,
+    the backend, the clock (monotonic ns), the policy and the switcher; ``config`` and the
+    others here are the reconciler's.
     """
 
-    def __init__(
-        self,
-        config: Config,
-        backend: SchedulerBackend,
-        *,
-        on_change: Callable[[str], None] | None = None,
-        poll_s: float = 1.0,
-        clock: Clock = time.monotonic_ns,
-    ) -> None:
-        self.config = config
-        self.backend = backend
-        self.clock = clock
-        self.reconciler = Reconciler(
-            config, backend, on_change=on_change, poll_s=poll_s, clock=clock
-        )
-        self.policy = self.reconciler.policy
-        self.switcher = self.reconciler.switcher
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
+        self.backend = reconciler.backend
+        self.clock = reconciler.clock
+        self.policy = reconciler.policy
+        self.switcher = reconciler.switcher
         self.connections: dict[int, Connection] = {}
         self.leases: dict[str, _LeaseRuntime] = {}
-        self.started_ns = clock()
+        self.started_ns = self.clock()
         self._conn_ids = itertools.count(1)
         self._lease_seq = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
@@ -606,10 +590,14 @@ class Server:
             return f"drops the hint rule of live leases: {', '.join(live)}"
         return None
 
+    @property
+    def config(self) -> Config:
+        """The config in force (the reconciler's; replaced by :meth:`apply_config`)."""
+        return self.reconciler.config
+
     def apply_config(self, config: Config) -> None:
         """Take a newly loaded config: rules, default, limits, auth. The socket and BTF cache
         bounds apply at the next start. Leases of workloads that vanished stay, ignored."""
-        self.config = config
         self.reconciler.apply_config(config)
         log.info("configuration reloaded from %s", config.source)
 

@@ -214,6 +214,7 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
     """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented."""
     import asyncio
 
+    from schedswitchd.daemon.reconcile import Reconciler
     from schedswitchd.daemon.server import Server
 
     loop = asyncio.get_running_loop()
@@ -222,7 +223,7 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
     def on_change(text: str) -> None:
         notify(f"STATUS={text}")
 
-    server = Server(config, backend, on_change=on_change)
+    server = Server(Reconciler(config, backend, on_change=on_change))
 
     reloads: set[asyncio.Task[None]] = set()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from schedswitchd.daemon.config import Config, parse_config
+from schedswitchd.daemon.reconcile import Reconciler
 from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend
@@ -105,7 +106,9 @@ class Running:
         listener.bind(self.path)
         os.chmod(self.path, 0o666)
         listener.listen(128)
-        self.server = Server(self.config, self.backend, on_change=self.statuses.append, poll_s=0.2)
+        self.server = Server(
+            Reconciler(self.config, self.backend, on_change=self.statuses.append, poll_s=0.2)
+        )
         self.loop.run_until_complete(self.server.start(listener))
         ready.set()
         self.loop.run_forever()

@@ -322,9 +322,13 @@ class KernelBackend:
         call it on every switch."""
         try:
             state = scx.read_state(self.root)
-            return KernelState(str(state), scx.read_ops(self.root), scx.read_enable_seq(self.root))
+            return KernelState(
+                state=str(state),
+                ops=scx.read_ops(self.root),
+                enable_seq=scx.read_enable_seq(self.root),
+            )
         except SchedSwitchError:
-            return KernelState("unavailable")
+            return KernelState(state="unavailable")
 
     def _status(self) -> scx.SchedExtStatus:
         return scx.read_status(self.root)

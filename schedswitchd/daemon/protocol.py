@@ -31,7 +31,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from schedswitchd.daemon.config import MODE_SEPARATOR, NAME_PATTERN
-from schedswitchd.errors import ProtocolError
+from schedswitchd.errors import ProtocolError, SchedSwitchError
 
 VERSION = 1
 #: Default cap on one request line, bytes including the newline (config: limits).
@@ -194,10 +194,19 @@ class ErrorBody(_Wire):
     message: str
     verifier_log: str | None = None
 
+    @classmethod
+    def of(cls, exc: SchedSwitchError) -> ErrorBody:
+        """The body of a typed error: its ``code``, its text, its verifier log if any."""
+        return cls(code=exc.code, message=str(exc), verifier_log=getattr(exc, "verifier_log", None))
+
 
 class KernelInfo(_Wire):
-    """``/sys/kernel/sched_ext``: ``state`` (``enabled``, ``disabled``, ``enabling``,
-    ``disabling``, or ``unavailable`` without sched_ext), ``root/ops`` and ``enable_seq``."""
+    """What ``/sys/kernel/sched_ext`` says (the backend's ``kernel_state()``, also
+    ``schedswitchd.daemon.switcher.KernelState``). ``state``: the ``state`` file
+    (``enabled``, ``disabled``, ``enabling``, ``disabling``) or ``unavailable`` when the
+    kernel has no sched_ext; ``ops``: ``root/ops`` (the enabled scheduler's
+    ``sched_ext_ops.name``) or ``None``; ``enable_seq``: the ``enable_seq`` counter (only
+    grows; each enable adds one) or ``None`` if unreadable."""
 
     state: str
     ops: str | None = None
@@ -244,16 +253,40 @@ class ExitInfo(_Wire):
         return data
 
 
-class SwitchInfo(_Wire):
-    """One attempt to change what runs. Times: unix seconds; durations: ns.
+#: ``SwitchInfo.result`` values.
+OK = "ok"
+FAILED = "failed"
+ROLLED_BACK = "rolled_back"
+ROLLBACK_FAILED = "rollback_failed"
+EJECTED = "ejected"
+ADOPTED = "adopted"
 
-    ``result``: ``ok``, ``failed`` (nothing changed), ``rolled_back`` (new one failed, the
-    previous one runs again), ``rollback_failed`` (the kernel's own scheduler runs),
-    ``ejected`` (the kernel disabled the scheduler). ``gap_ns``: upper bound of the time
-    with no BPF scheduler (from the start of detach to the confirmed attach);
-    ``expedited``: RCU grace periods were expedited during it; ``standby``: the target
-    was already prepared (a standby), so the switch had no prepare phase.
+
+class SwitchInfo(_Wire):
+    """One attempt to change what runs (or one ejection noticed): the switcher's record as
+    it fills it (``schedswitchd.daemon.switcher.SwitchRecord`` is this class) and its wire
+    form. Times: unix seconds; durations: ns.
+
+    ``time``: wall-clock start; ``previous``/``target``: scheduler names or ``kernel``;
+    ``result``: ``ok``, ``failed`` (prepare failed; nothing changed), ``rolled_back`` (new
+    one failed, the previous one runs again), ``rollback_failed`` (the kernel's own
+    scheduler runs), ``ejected`` (the kernel disabled the scheduler), ``adopted`` (taken
+    over at start); ``reason``: why the switch was made (free text from the caller, e.g.
+    ``lease 3-ab gaming``); ``phases_ns``: ``prepare`` (with the backend's own
+    ``prepare.<phase>`` breakdown), ``detach``, ``attach`` (with the backend's
+    ``detach.<phase>``/``attach.<phase>``, e.g. ``detach.link_detach``, ``attach.link``,
+    ``attach.confirm``, ``attach.pin``), ``confirm``, ``rollback``, ``total`` as they
+    happened; ``gap_ns``: upper bound on the time no BPF scheduler ran (start of detach to
+    the moment by which the backend's confirmation shows the new one was ``enabled``: for
+    the kernel backend, the return of ``BPF_LINK_CREATE``; ``None`` when no gap was
+    opened); ``expedited``: RCU grace periods were expedited during the gap; ``standby``:
+    the target came prepared from the standby pool (no ``prepare`` phase); ``error``: the
+    failure (:meth:`ErrorBody.of`); ``exit``: the kernel's exit record for ejections and
+    failed attaches.
     """
+
+    # Not frozen: the switcher fills phases and the outcome in as the switch goes.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=False)
 
     seq: int
     time: float
@@ -267,6 +300,11 @@ class SwitchInfo(_Wire):
     standby: bool = False
     error: ErrorBody | None = None
     exit: ExitInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True if ``target`` runs now."""
+        return self.result in (OK, ADOPTED)
 
 
 class LeaseInfo(_Wire):

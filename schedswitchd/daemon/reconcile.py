@@ -527,10 +527,10 @@ class Reconciler:
                 record.previous,
                 record.target,
                 record.result,
-                record.error,
+                record.error.message if record.error is not None else None,
                 extra=fields,
             )
-            verifier_log = getattr(record.error, "verifier_log", None)
+            verifier_log = record.error.verifier_log if record.error is not None else None
             if verifier_log:
                 log.error("verifier log for %s:\n%s", record.target, verifier_log, extra=fields)
 

@@ -39,7 +39,6 @@ from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant, peer_of
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler
-from schedswitchd.daemon.switcher import SwitchRecord
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -292,7 +291,7 @@ class Server:
                 case proto.HistoryRequest():
                     # list() copies the deque in one C call, so the switcher thread's
                     # appends cannot interleave with the iteration
-                    entries = [switch_info(r) for r in list(self.switcher.history)]
+                    entries = list(self.switcher.history)
                     if request.limit is not None:
                         entries = entries[-request.limit :]
                     reply = proto.HistoryReply(id=request.id, entries=entries)
@@ -441,7 +440,7 @@ class Server:
             scheduler=wanted,
             desired=self.policy.decide(self.clock()).scheduler,
             active=self.switcher.active,
-            switch=switch_info(record) if record is not None else None,
+            switch=record,
             pending=not settled,
         )
 
@@ -527,17 +526,17 @@ class Server:
             )
             return proto.error_reply(
                 err.code,
-                f"switch to {record.target} {record.result}: {err}{dropped} "
+                f"switch to {record.target} {record.result}: {err.message}{dropped} "
                 f"(running {self.switcher.active})",
                 op=request.op,
                 id=request.id,
-                verifier_log=getattr(err, "verifier_log", None),
+                verifier_log=err.verifier_log,
             )
         return proto.SwitchReply(
             op=request.op,
             id=request.id,
             active=self.switcher.active,
-            switch=switch_info(record) if record is not None else None,
+            switch=record,
         )
 
     async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
@@ -624,9 +623,7 @@ class Server:
         decision = self.policy.decide(now)
         history = self.switcher.history
         return proto.StatusBody(
-            kernel=proto.KernelInfo(
-                state=kernel.state, ops=kernel.ops, enable_seq=kernel.enable_seq
-            ),
+            kernel=kernel,
             active=self.switcher.active,
             desired=decision.scheduler,
             override=self.policy.override,
@@ -634,7 +631,7 @@ class Server:
             lease=lease_info(decision.lease, self.config, now) if decision.lease else None,
             leases=len(self.policy.leases),
             live_leases=[lease_info(lease, self.config, now) for lease in self._live_leases()],
-            last_switch=switch_info(history[-1]) if history else None,
+            last_switch=history[-1] if history else None,
             last_exit=self.switcher.last_exit,
             active_stale=self.reconciler.active_stale,
             reload=self.last_reload,
@@ -697,31 +694,6 @@ class Server:
 
 
 # --- wire conversions -----------------------------------------------------------------------------
-
-
-def switch_info(record: SwitchRecord) -> proto.SwitchInfo:
-    """:class:`SwitchRecord` -> wire model."""
-    error = None
-    if record.error is not None:
-        error = proto.ErrorBody(
-            code=record.error.code,
-            message=str(record.error),
-            verifier_log=getattr(record.error, "verifier_log", None),
-        )
-    return proto.SwitchInfo(
-        seq=record.seq,
-        time=record.time,
-        previous=record.previous,
-        target=record.target,
-        result=record.result,
-        reason=record.reason,
-        phases_ns=dict(record.phases_ns),
-        gap_ns=record.gap_ns,
-        expedited=record.expedited,
-        standby=record.standby,
-        error=error,
-        exit=record.exit,
-    )
 
 
 def lease_info(lease: Lease, config: Config, now: int) -> proto.LeaseInfo:

@@ -26,15 +26,38 @@ import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
-from schedswitchd.daemon.protocol import EXIT_KINDS, ExitInfo, exit_kind_name
+from schedswitchd.daemon.protocol import (
+    ADOPTED,
+    EJECTED,
+    EXIT_KINDS,
+    FAILED,
+    OK,
+    ROLLBACK_FAILED,
+    ROLLED_BACK,
+    ErrorBody,
+    ExitInfo,
+    KernelInfo,
+    SwitchInfo,
+    exit_kind_name,
+)
 from schedswitchd.daemon.standby import StandbyPool
 from schedswitchd.errors import SchedExtError, SchedSwitchError
 
-__all__ = ["EXIT_KINDS", "ExitInfo", "exit_kind_name"]  # re-exported: the switch records use them
+# Re-exported: the switch records use them.
+__all__ = [
+    "ADOPTED",
+    "EJECTED",
+    "EXIT_KINDS",
+    "FAILED",
+    "OK",
+    "ROLLBACK_FAILED",
+    "ROLLED_BACK",
+    "ExitInfo",
+    "exit_kind_name",
+]
 
 #: ``KernelState.state`` of a kernel without sched_ext (no ``/sys/kernel/sched_ext``).
 UNAVAILABLE = "unavailable"
@@ -45,19 +68,10 @@ NO_SCHED_EXT = (
 )
 
 
-@dataclass(frozen=True)
-class KernelState:
-    """What ``/sys/kernel/sched_ext`` says.
-
-    ``state``: the ``state`` file (``enabled``, ``disabled``, ``enabling``, ``disabling``)
-    or ``unavailable`` when the kernel has no sched_ext; ``ops``: ``root/ops`` (the enabled
-    scheduler's ``sched_ext_ops.name``) or ``None``; ``enable_seq``: the ``enable_seq``
-    counter (only grows; each enable adds one) or ``None`` if unreadable.
-    """
-
-    state: str
-    ops: str | None = None
-    enable_seq: int | None = None
+#: What ``/sys/kernel/sched_ext`` says, as the backend reads it and as ``status`` sends it:
+#: one class, :class:`~schedswitchd.daemon.protocol.KernelInfo` (``state``, ``ops``,
+#: ``enable_seq``).
+KernelState = KernelInfo
 
 
 class Prepared(Protocol):
@@ -169,53 +183,9 @@ class SchedulerBackend(Protocol):
     def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None: ...
 
 
-# Results of a SwitchRecord.
-OK = "ok"
-FAILED = "failed"
-ROLLED_BACK = "rolled_back"
-ROLLBACK_FAILED = "rollback_failed"
-EJECTED = "ejected"
-ADOPTED = "adopted"
-
-
-@dataclass
-class SwitchRecord:
-    """One attempt to change what runs (or one ejection noticed).
-
-    ``time``: wall-clock start (unix s); ``previous``/``target``: scheduler names or
-    ``kernel``; ``result``: ``ok``, ``failed`` (prepare failed; nothing changed),
-    ``rolled_back``, ``rollback_failed``, ``ejected``, ``adopted``; ``reason``: why the
-    switch was made (free text from the caller, e.g. ``lease 3-ab gaming``);
-    ``phases_ns``: ``prepare`` (with the backend's own ``prepare.<phase>`` breakdown),
-    ``detach``, ``attach`` (with the backend's ``detach.<phase>``/``attach.<phase>``, e.g.
-    ``detach.link_detach``, ``attach.link``, ``attach.confirm``, ``attach.pin``),
-    ``confirm``, ``rollback``, ``total`` as they happened; ``gap_ns``: upper bound on the
-    time no BPF scheduler ran (start of detach to the moment by which the backend's
-    confirmation shows the new one was ``enabled``: for the kernel backend, the return of
-    ``BPF_LINK_CREATE``; ``None`` when no gap was opened); ``expedited``: the backend's
-    switch window took effect (RCU grace periods expedited) during the gap; ``standby``:
-    the target came prepared from the standby pool (no ``prepare`` phase); ``error``: the
-    failure;
-    ``exit``: the kernel's exit record for ejections and failed attaches.
-    """
-
-    seq: int
-    time: float
-    previous: str
-    target: str
-    result: str
-    reason: str
-    phases_ns: dict[str, int] = field(default_factory=dict)
-    gap_ns: int | None = None
-    expedited: bool = False
-    standby: bool = False
-    error: SchedSwitchError | None = None
-    exit: ExitInfo | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True if ``target`` runs now."""
-        return self.result in (OK, ADOPTED)
+#: The daemon's record of a switch is its wire form: one class (fields, results, meaning:
+#: :class:`~schedswitchd.daemon.protocol.SwitchInfo`), filled in as the switch goes.
+SwitchRecord = SwitchInfo
 
 
 #: Prefixes of a handle's ``timings_ns`` entries that ``attach``/``detach`` record.
@@ -301,7 +271,14 @@ class Switcher:
 
     def _record(self, target: str, result: str, reason: str) -> SwitchRecord:
         self._seq += 1
-        record = SwitchRecord(self._seq, time.time(), self.active, target, result, reason)
+        record = SwitchRecord(
+            seq=self._seq,
+            time=time.time(),
+            previous=self.active,
+            target=target,
+            result=result,
+            reason=reason,
+        )
         self.history.append(record)
         return record
 
@@ -364,7 +341,7 @@ class Switcher:
                     with _Phase(record, "prepare"):
                         new = self.backend.prepare(target, spec)
                 except SchedSwitchError as exc:
-                    record.result, record.error = FAILED, exc
+                    record.result, record.error = FAILED, ErrorBody.of(exc)
                     return
                 for phase, ns in new.timings_ns.items():
                     if not phase.startswith(_BACKEND_PHASES):
@@ -389,7 +366,7 @@ class Switcher:
                 _copy_phases(record, old, "detach.")
             except SchedSwitchError as exc:
                 # The old one may still run; keep it as current and give up on the new one.
-                record.result, record.error = FAILED, exc
+                record.result, record.error = FAILED, ErrorBody.of(exc)
                 if new is not None:
                     self.backend.discard(new)
                 return
@@ -414,7 +391,7 @@ class Switcher:
                         f"{state.ops!r}, not {new.ops_name!r}"
                     )
         except SchedSwitchError as exc:
-            record.error = exc
+            record.error = ErrorBody.of(exc)
             record.exit = self.backend.exit_info(new)
             if record.exit is not None:
                 self.last_exit = record.exit  # newer than anything read before it
@@ -475,7 +452,7 @@ class Switcher:
         try:
             self.backend.detach(current, self.timeout_s)
         except SchedSwitchError as exc:
-            record.error = exc
+            record.error = ErrorBody.of(exc)
         self.backend.discard(current)
         self.current = None
         self.current_spec = None

@@ -121,7 +121,7 @@ class FakeBackend:
 
     def kernel_state(self) -> KernelState:
         with self.lock:
-            return KernelState(self.state, self.ops, self.enable_seq)
+            return KernelState(state=self.state, ops=self.ops, enable_seq=self.enable_seq)
 
     def exit_info(self, prepared: Prepared) -> ExitInfo | None:
         return cast(FakePrepared, prepared).exit

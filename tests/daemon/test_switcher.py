@@ -30,7 +30,7 @@ def test_switch_order_and_timings() -> None:
     assert rec is not None and rec.ok and rec.result == sw.OK
     assert (rec.previous, rec.target) == (KERNEL, "fifo")
     assert rec.gap_ns is None  # nothing was running: no gap
-    assert b.kernel_state() == sw.KernelState("enabled", "fifo_ops", 1)
+    assert b.kernel_state() == sw.KernelState(state="enabled", ops="fifo_ops", enable_seq=1)
     b.calls.clear()
     rec = s.switch_to("vtime", SPEC, "lease 2")
     assert rec is not None and rec.ok
@@ -86,7 +86,7 @@ def test_prepare_failure_changes_nothing() -> None:
     s.switch_to("fifo", SPEC, "x")
     rec = s.switch_to("gaming", SPEC, "lease")
     assert rec is not None and rec.result == sw.FAILED and not rec.ok
-    assert isinstance(rec.error, BpfSyscallError)
+    assert rec.error is not None and rec.error.code == BpfSyscallError.code
     assert rec.error.verifier_log == "R1 invalid mem access"
     assert b.kernel_state().ops == "fifo_ops" and s.active == "fifo"
     assert "detach fifo" not in b.calls
@@ -97,10 +97,10 @@ def test_attach_failure_rolls_back_to_previous() -> None:
     s.switch_to("fifo", SPEC, "x")
     rec = s.switch_to("gaming", SPEC, "lease")
     assert rec is not None and rec.result == sw.ROLLED_BACK
-    assert isinstance(rec.error, SchedExtError)
+    assert rec.error is not None and rec.error.code == SchedExtError.code
     assert rec.exit is not None and rec.exit.kind_name == "ERROR"
     assert "rollback" in rec.phases_ns
-    assert b.kernel_state() == sw.KernelState("enabled", "fifo_ops", 2)
+    assert b.kernel_state() == sw.KernelState(state="enabled", ops="fifo_ops", enable_seq=2)
     assert s.active == "fifo" and len(b.live) == 1  # the failed one was freed
 
 
@@ -184,7 +184,7 @@ def test_history_bounded_and_exit_names() -> None:
     s, _ = make(FakeBackend(fail_prepare={"gaming"}))
     for _ in range(20):
         rec = s.switch_to("gaming", SPEC, "x")
-        assert rec is not None and isinstance(rec.error, LoadError)
+        assert rec is not None and rec.error is not None and rec.error.code == LoadError.code
     assert len(s.history) == 8 and s.history[-1].seq == 20
     assert sw.exit_kind_name(1025) == "ERROR_BPF" and sw.exit_kind_name(5) == "KIND_5"
 

@@ -6,9 +6,6 @@ The host kernel has no sched_ext, so the real directory is only checked for the 
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,6 @@ import pytest
 from schedswitchd.errors import SchedExtError
 from schedswitchd.kernel import sched_ext
 from schedswitchd.kernel.sched_ext import SchedExtUnavailable, ScxState
-from schedswitchd.kernel.uevents import UeventListener, make_uevent
 
 
 def _sysfs(tmp_path: Path, state: str = "disabled", ops: str | None = None) -> Path:
@@ -46,8 +42,6 @@ def test_host_without_sched_ext_is_a_clear_error() -> None:
         pytest.skip("this kernel has sched_ext")
     with pytest.raises(SchedExtUnavailable, match="CONFIG_SCHED_CLASS_EXT"):
         sched_ext.read_status()
-    with pytest.raises(SchedExtUnavailable):
-        sched_ext.wait_for_state("enabled", timeout_s=0.01)
 
 
 def test_status_disabled(tmp_path: Path) -> None:
@@ -102,73 +96,3 @@ def test_missing_required_file(tmp_path: Path) -> None:
     (root / "hotplug_seq").unlink()
     with pytest.raises(SchedExtError, match="hotplug_seq"):
         sched_ext.read_status(root)
-
-
-def test_wait_returns_once_state_and_ops_match(tmp_path: Path) -> None:
-    root = _sysfs(tmp_path)
-    timer = threading.Timer(0.05, _attach, (root, "simple"))
-    timer.start()
-    t0 = time.monotonic()
-    st = sched_ext.wait_for_state("enabled", ops="simple", root=root, timeout_s=2)
-    timer.join()
-    assert st.ops == "simple" and time.monotonic() - t0 < 1.5
-
-
-def test_wait_times_out_naming_last_state(tmp_path: Path) -> None:
-    root = _sysfs(tmp_path, ops="other")
-    with pytest.raises(SchedExtError, match=r"enabled with ops 'simple'.*ops='other'"):
-        sched_ext.wait_for_state(ScxState.ENABLED, ops="simple", root=root, timeout_s=0.05)
-
-
-def test_wait_several_states(tmp_path: Path) -> None:
-    root = _sysfs(tmp_path, state="disabling")
-    st = sched_ext.wait_for_state({ScxState.DISABLING, ScxState.DISABLED}, root=root, timeout_s=0.1)
-    assert st.state is ScxState.DISABLING
-
-
-def test_wait_wakes_on_uevent_before_poll_interval(tmp_path: Path) -> None:
-    # With a 10 s poll interval only the uevent can end the wait in time.
-    root = _sysfs(tmp_path)
-    listener = UeventListener()
-
-    def enable() -> None:
-        _attach(root, "simple")
-        listener.dispatch(
-            make_uevent("add", "/kernel/sched_ext/root", "sched_ext", {"SCXOPS": "simple"})
-        )
-
-    timer = threading.Timer(0.05, enable)
-    timer.start()
-    t0 = time.monotonic()
-    st = sched_ext.wait_for_state(
-        "enabled", root=root, timeout_s=5, interval_s=10, listener=listener
-    )
-    timer.join()
-    assert st.ops == "simple" and time.monotonic() - t0 < 2
-
-
-def test_async_wait(tmp_path: Path) -> None:
-    root = _sysfs(tmp_path)
-    listener = UeventListener()
-
-    async def main() -> sched_ext.SchedExtStatus:
-        loop = asyncio.get_running_loop()
-
-        def enable() -> None:
-            _attach(root, "simple")
-            listener.dispatch(make_uevent("add", "/kernel/sched_ext/root", "sched_ext"))
-
-        loop.call_later(0.05, enable)
-        return await sched_ext.async_wait_for_state(
-            "enabled", root=root, timeout_s=5, interval_s=10, listener=listener
-        )
-
-    t0 = time.monotonic()
-    assert asyncio.run(main()).state is ScxState.ENABLED
-    assert time.monotonic() - t0 < 2
-
-
-def test_async_wait_timeout(tmp_path: Path) -> None:
-    root = _sysfs(tmp_path)
-    with pytest.raises(SchedExtError, match="did not reach enabled"):
-        asyncio.run(sched_ext.async_wait_for_state("enabled", root=root, timeout_s=0.03))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -206,24 +205,6 @@ def test_thread_listener_restarts_and_stops_cleanly() -> None:
             ev.start()
         ev.stop()
     assert not any(t.name == "uevents" for t in threading.enumerate())
-
-
-@needs_root_uevent
-def test_asyncio_listener_receives_kernel_uevent() -> None:
-    async def main() -> Uevent:
-        ev = UeventListener()
-        await ev.start_async()
-        q: asyncio.Queue[Uevent] = asyncio.Queue()
-        ev.subscribe("net", q.put_nowait)
-        await asyncio.get_running_loop().run_in_executor(None, _trigger_lo)
-        try:
-            return await asyncio.wait_for(q.get(), 3)
-        finally:
-            await ev.stop_async()
-            assert not ev.running
-
-    got = asyncio.run(main())
-    assert got.env["INTERFACE"] == "lo"
 
 
 @needs_root_uevent

@@ -9,27 +9,21 @@ Files (``kernel/sched/ext.c``, "Sysfs interface"; ``Documentation/scheduler/sche
 * ``root/``: exists only while a BPF scheduler is attached; ``root/ops`` holds its ops name,
   ``root/events`` lines of ``SCX_EV_NAME VALUE`` (6.15+).
 
-The root directory is a parameter so tests can point it at a directory of such files.
-Waiting polls at a short interval and, given a :class:`~schedswitchd.kernel.uevents.
-UeventListener`, also wakes on the sched_ext root kobject's uevents.
+The root directory is a parameter (``root``; the daemon's ``KernelBackend`` takes it as
+``sched_ext_root``) so tests point it at a directory of such files.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import enum
 import errno
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
 from schedswitchd.errors import SchedExtError
-from schedswitchd.kernel.uevents import UeventListener
 
 SCHED_EXT_ROOT: Final = Path("/sys/kernel/sched_ext")
 
@@ -181,97 +175,3 @@ def read_status(root: Path = SCHED_EXT_ROOT) -> SchedExtStatus:
         enable_seq=_read_int(root / "enable_seq"),
         events=read_events(root),
     )
-
-
-def _wanted(state: ScxState | str | Iterable[ScxState | str]) -> frozenset[ScxState]:
-    if isinstance(state, str):
-        return frozenset({ScxState(state)})
-    return frozenset(ScxState(s) for s in state)
-
-
-def _matches(status: SchedExtStatus, want: frozenset[ScxState], ops: str | None) -> bool:
-    return status.state in want and (ops is None or status.ops == ops)
-
-
-def _timeout_error(
-    want: frozenset[ScxState], ops: str | None, timeout_s: float, last: SchedExtStatus
-) -> SchedExtError:
-    wanted = "/".join(sorted(want))
-    detail = f" with ops {ops!r}" if ops is not None else ""
-    return SchedExtError(
-        f"sched_ext did not reach {wanted}{detail} within {timeout_s * 1000:.0f} ms "
-        f"(last: state={last.state}, ops={last.ops!r})"
-    )
-
-
-def wait_for_state(
-    state: ScxState | str | Iterable[ScxState | str],
-    *,
-    timeout_s: float,
-    ops: str | None = None,
-    root: Path = SCHED_EXT_ROOT,
-    interval_s: float = 0.005,
-    listener: UeventListener | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> SchedExtStatus:
-    """Block until sched_ext is in ``state`` (one or several) and, if ``ops`` is given, the
-    attached scheduler's ops name equals it. Returns the matching snapshot.
-
-    Polls every ``interval_s`` seconds; a ``listener`` also wakes the wait on sched_ext
-    uevents. Raises :class:`SchedExtError` after ``timeout_s`` seconds (naming the last
-    state seen), :class:`SchedExtUnavailable` when the kernel has no sched_ext.
-    """
-    want = _wanted(state)
-    wake = threading.Event()
-    sub = listener.subscribe_sched_ext(lambda _ev: wake.set()) if listener else None
-    try:
-        deadline = clock() + timeout_s
-        while True:
-            wake.clear()
-            status = read_status(root)
-            if _matches(status, want, ops):
-                return status
-            left = deadline - clock()
-            if left <= 0:
-                raise _timeout_error(want, ops, timeout_s, status)
-            wake.wait(min(interval_s, left))
-    finally:
-        if sub is not None:
-            sub.cancel()
-
-
-async def async_wait_for_state(
-    state: ScxState | str | Iterable[ScxState | str],
-    *,
-    timeout_s: float,
-    ops: str | None = None,
-    root: Path = SCHED_EXT_ROOT,
-    interval_s: float = 0.005,
-    listener: UeventListener | None = None,
-) -> SchedExtStatus:
-    """:func:`wait_for_state` for asyncio code: never blocks the loop for longer than one
-    sysfs read. ``listener`` must run in this loop or in a thread (its callbacks are
-    forwarded thread-safely). Same results and errors."""
-    want = _wanted(state)
-    loop = asyncio.get_running_loop()
-    wake = asyncio.Event()
-
-    def on_event(_ev: object) -> None:
-        loop.call_soon_threadsafe(wake.set)
-
-    sub = listener.subscribe_sched_ext(on_event) if listener else None
-    try:
-        deadline = loop.time() + timeout_s
-        while True:
-            wake.clear()
-            status = read_status(root)
-            if _matches(status, want, ops):
-                return status
-            left = deadline - loop.time()
-            if left <= 0:
-                raise _timeout_error(want, ops, timeout_s, status)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), min(interval_s, left))
-    finally:
-        if sub is not None:
-            sub.cancel()

@@ -11,11 +11,10 @@ Two families matter here:
   ``remove@/kernel/sched_ext/root`` when it is disabled, with ``SUBSYSTEM=sched_ext`` and
   ``SCXOPS=<ops name>`` (``kernel/sched/ext.c``, ``scx_uevent()``).
 
-:class:`UeventListener` owns one pyroute2 ``AsyncUeventSocket`` and runs its reader either in
-a dedicated thread (:meth:`UeventListener.start`) or as a task of the caller's asyncio loop
-(:meth:`UeventListener.start_async`). The socket is always created and read by the thread
-that runs its loop: pyroute2 keeps per-thread state, and reading one socket from a second
-thread returned nothing when this was tried in the sched_ext VM.
+:class:`UeventListener` owns one pyroute2 ``AsyncUeventSocket`` and runs its reader in a
+dedicated thread (:meth:`UeventListener.start`) with an asyncio loop of its own. The socket
+is created and read by that thread: pyroute2 keeps per-thread state, and reading one socket
+from a second thread returned nothing when this was tried in the sched_ext VM.
 
 If the kernel drops events because the socket buffer overflowed (``ENOBUFS``), the listener
 reopens the socket and calls its ``on_overflow`` subscribers, who must re-read whatever state
@@ -243,19 +242,12 @@ class _RawMarshal:
 
 
 class UeventListener:
-    """One kernel-uevent reader with subscriptions; runs in a thread or under asyncio.
+    """One kernel-uevent reader with subscriptions; runs in a thread of its own.
 
-    Thread use::
+    Use::
 
         with UeventListener() as ev:                  # start() ... stop()
             sub = ev.subscribe("module", callback)    # callback(Uevent) in the reader thread
-
-    asyncio use (callbacks run in the loop; keep them short)::
-
-        ev = UeventListener()
-        await ev.start_async()
-        ...
-        await ev.stop_async()
 
     ``rcvbuf`` is the socket receive buffer in bytes (the kernel doubles it). Callback
     exceptions are logged and counted, never propagated into the reader.
@@ -469,40 +461,6 @@ class UeventListener:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # asyncio mode
-
-    async def start_async(self, *, timeout_s: float = 5.0) -> None:
-        """Start the reader as a task of the running loop; return once the socket is bound.
-
-        Raises ``RuntimeError`` if already running, the socket's ``OSError`` if it failed,
-        ``TimeoutError`` after ``timeout_s`` seconds.
-        """
-        if self._thread is not None or self._task is not None:
-            raise RuntimeError("uevent listener already started")
-        _socket_class()
-        self._ready.clear()
-        task = asyncio.get_running_loop().create_task(self.run(), name="uevents")
-        self._task = task
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while not self._ready.is_set():
-            if task.done():
-                self._task = None
-                task.result()  # raises the reader's error
-                raise OSError("uevent reader ended before binding")
-            if asyncio.get_running_loop().time() > deadline:
-                await self.stop_async()
-                raise TimeoutError("uevent socket not bound in time")
-            await asyncio.sleep(0.005)
-
-    async def stop_async(self) -> None:
-        """Cancel a reader started by :meth:`start_async` and wait for it; idempotent."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @functools.cache

@@ -62,6 +62,27 @@ class Events:
             self.seen.clear()
 
 
+def _wait_for_state(
+    state: str, ops: str | None, listener: UeventListener, timeout_s: float = 20.0
+) -> sched_ext.SchedExtStatus:
+    """Poll /sys/kernel/sched_ext (every 5 ms, and at each sched_ext uevent) until it is
+    in ``state`` (with ops name ``ops`` if given); AssertionError after ``timeout_s``."""
+    wake = threading.Event()
+    sub = listener.subscribe_sched_ext(lambda _ev: wake.set())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            wake.clear()
+            status = sched_ext.read_status()
+            if status.state == state and (ops is None or status.ops == ops):
+                return status
+            left = deadline - time.monotonic()
+            assert left > 0, f"sched_ext not {state} (ops {ops}) in {timeout_s} s: {status}"
+            wake.wait(min(0.005, left))
+    finally:
+        sub.cancel()
+
+
 def sh(*argv: str) -> dict[str, Any]:
     p = subprocess.run(argv, capture_output=True, text=True, check=False)
     return {"argv": list(argv), "rc": p.returncode, "err": p.stderr[-400:]}
@@ -182,11 +203,11 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
             return r
         events.clear()
         r["register"] = sh("bpftool", "struct_ops", "register", obj)
-        st = sched_ext.wait_for_state("enabled", ops=ops, timeout_s=20, listener=listener)
+        st = _wait_for_state("enabled", ops, listener)
         r["enabled"] = {"state": str(st.state), "ops": st.ops, "enable_seq": st.enable_seq}
         r["add_event_s"] = events.wait("add", "/kernel/sched_ext/root")
         r["unregister"] = sh("bpftool", "struct_ops", "unregister", "name", str(ops))
-        st = sched_ext.wait_for_state("disabled", timeout_s=20, listener=listener)
+        st = _wait_for_state("disabled", None, listener)
         r["disabled"] = {"state": str(st.state), "ops": st.ops}
         r["remove_event_s"] = events.wait("remove", "/kernel/sched_ext/root")
         r["events"] = [e for e in events.seen if e[1] == "/kernel/sched_ext/root"]

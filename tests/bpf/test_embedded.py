@@ -14,6 +14,7 @@ from schedswitchd.bpf.object import open_object, open_object_noted
 from schedswitchd.cli import ctl
 from schedswitchd.errors import ObjectError
 from schedswitchd.kernel.spec_cache import SpecCache
+from tests.build_outputs import missing_build_output
 
 BUILD = Path(__file__).resolve().parents[2] / "build" / "tests"
 EMBED = BUILD / "embed"
@@ -21,7 +22,7 @@ EMBED = BUILD / "embed"
 
 def _file(path: Path) -> Path:
     if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make test-objects`")
+        missing_build_output(path)
     return path
 
 

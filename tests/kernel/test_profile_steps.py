@@ -30,6 +30,7 @@ from schedswitchd.kernel.profile_steps import (
 from schedswitchd.profile.apply import profile_spec
 from schedswitchd.profile.model import parse_profile
 from schedswitchd.profile.topology import read_topology
+from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
@@ -96,7 +97,7 @@ def registry() -> KernelBtfRegistry:
 
 def _spec(name: str) -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ)
     spec = open_object(OBJ)
     # A unique tcp_congestion_ops name: kernel-wide, and tests may run in parallel.
     from schedswitchd.bpf.customize import set_struct_ops_member
@@ -193,7 +194,7 @@ def test_object_load_cli_with_profile_from_executable(
 
     exe = OBJ.parents[1] / "embed" / "two_obj"
     if not exe.is_file():
-        pytest.fail(f"{exe} is missing: run `make test-objects`")
+        missing_build_output(exe)
     prof = tmp_path / "prof.toml"
     prof.write_text(
         PROFILE.replace(

@@ -16,6 +16,7 @@ from schedswitchd.profile.apply import apply_profile
 from schedswitchd.profile.model import parse_profile
 from schedswitchd.profile.resolve import resolve_profile
 from schedswitchd.profile.topology import Topology, read_topology
+from tests.build_outputs import missing_build_output
 from tests.profile.fakesys import fake_sysfs
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "profile.bpf.o"
@@ -77,7 +78,7 @@ key = 1
 @pytest.fixture(scope="module")
 def spec() -> ObjectSpec:
     if not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ)
     return open_object(OBJ)
 
 

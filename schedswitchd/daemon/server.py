@@ -360,15 +360,21 @@ class Server:
             "standby_kernel_bytes": pool.kernel_bytes,
         }
 
-    async def _prepare(self, request: proto.PrepareRequest, conn: Connection) -> proto.Reply:
-        peer = conn.peer
+    def _check_hint(self, peer: Peer, workload: str) -> None:
+        """What ``hint`` and ``prepare`` both require: ``peer`` may send hints and
+        ``workload`` has a hint rule. Raises :class:`~schedswitchd.daemon.protocol.
+        RequestError` (``denied`` / ``unknown_workload``)."""
         if not self.may_hint(peer):
             raise proto.RequestError(proto.DENIED, f"uid {peer.uid} may not send hints")
-        if request.workload not in self.config.hints:
+        if workload not in self.config.hints:
             raise proto.RequestError(
                 proto.UNKNOWN_WORKLOAD,
-                f"no hint rule for {request.workload!r} (known: {', '.join(self.config.hints)})",
+                f"no hint rule for {workload!r} (known: {', '.join(self.config.hints)})",
             )
+
+    async def _prepare(self, request: proto.PrepareRequest, conn: Connection) -> proto.Reply:
+        peer = conn.peer
+        self._check_hint(peer, request.workload)
         log.info("intent: %s for uid %d, %.0f s", request.workload, peer.uid, request.ttl_s)
         name = await self.reconciler.prepare_intent(request.workload, request.ttl_s)
         entry = self.switcher.standby.entries.get(name)
@@ -383,13 +389,7 @@ class Server:
 
     async def _hint(self, request: proto.HintRequest, conn: Connection) -> proto.Reply:
         peer = conn.peer
-        if not self.may_hint(peer):
-            raise proto.RequestError(proto.DENIED, f"uid {peer.uid} may not send hints")
-        if request.workload not in self.config.hints:
-            raise proto.RequestError(
-                proto.UNKNOWN_WORKLOAD,
-                f"no hint rule for {request.workload!r} (known: {', '.join(self.config.hints)})",
-            )
+        self._check_hint(peer, request.workload)
         limits = self.config.limits
         if self.policy.count_for_uid(peer.uid) >= limits.max_leases_per_uid:
             raise proto.RequestError(

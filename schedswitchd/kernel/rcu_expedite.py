@@ -58,17 +58,22 @@ class RcuExpediter:
         except (OSError, ValueError):
             return None
 
+    def _warn(self, action: str, path: Path, exc: OSError) -> None:
+        """Log, once per instance, that ``action`` on ``path`` failed and why."""
+        if not self._warned:
+            log.warning(
+                "cannot %s %s (%s): switches run without expedited RCU",
+                action,
+                path,
+                exc.strerror,
+            )
+            self._warned = True
+
     def _write(self, value: int) -> bool:
         try:
             self.path.write_text(f"{value}\n")
         except OSError as exc:
-            if not self._warned:
-                log.warning(
-                    "cannot write %s (%s): switches run without expedited RCU",
-                    self.path,
-                    exc.strerror,
-                )
-                self._warned = True
+            self._warn("write", self.path, exc)
             return False
         return True
 
@@ -105,13 +110,7 @@ class RcuExpediter:
             self.marker.parent.mkdir(parents=True, exist_ok=True)
             self.marker.touch()
         except OSError as exc:
-            if not self._warned:
-                log.warning(
-                    "cannot create %s (%s): switches run without expedited RCU",
-                    self.marker,
-                    exc.strerror,
-                )
-                self._warned = True
+            self._warn("create", self.marker, exc)
             yield False
             return
         if not self._write(1):

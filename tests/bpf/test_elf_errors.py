@@ -14,11 +14,15 @@ from tests.build_outputs import missing_build_output
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 
 
-def _cut(tmp_path: Path, size: int) -> Path:
+def _obj_bytes() -> bytes:
     if not OBJ.is_file():
         missing_build_output(OBJ, "test-objects")
+    return OBJ.read_bytes()
+
+
+def _cut(tmp_path: Path, size: int) -> Path:
     out = tmp_path / f"cut{size}.bpf.o"
-    out.write_bytes(OBJ.read_bytes()[:size])
+    out.write_bytes(_obj_bytes()[:size])
     return out
 
 
@@ -51,7 +55,7 @@ def test_file_cut_short_while_being_read_is_an_object_error(tmp_path: Path) -> N
     being read (an object rebuilt in place) gives an ObjectError, not a SIGBUS."""
     from schedswitchd.bpf.elf import _FileBytes, read_elf
 
-    path = _cut(tmp_path, len(OBJ.read_bytes()))
+    path = _cut(tmp_path, len(_obj_bytes()))
     with open(path, "rb") as f:
         assert read_elf(f).section_by_name(".BTF") is not None  # read from the open file
         view = _FileBytes(f)  # what read_elf slices sections from, sized at the start

@@ -1,6 +1,7 @@
 """Shared knobs of the fuzz tests (hypothesis property tests over mutated inputs).
 
-``make test`` runs each fuzz test with its bounded example count; ``make fuzz`` sets
+``make test`` runs each fuzz test with its bounded example count (``make unit`` a tenth of
+it, see :data:`SCALE`); ``make fuzz`` sets
 ``SCHEDSWITCHD_FUZZ_SCALE`` (a float multiplier, default 1) for a longer run and
 ``SCHEDSWITCHD_FUZZ_STATS`` to a file that collects, per test, how many inputs ran and
 how each one ended (``tools/fuzz_report.py`` sums them; docs/fuzzing.md has the figures).
@@ -16,13 +17,22 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SCALE = float(os.environ.get("SCHEDSWITCHD_FUZZ_SCALE", "1") or "1")
+from tests.build_outputs import full_suite
+
+#: ``SCHEDSWITCHD_FUZZ_SCALE`` when set; else 1 under the full suite (``make test``, ``make
+#: pytest``) and 0.1 in the fast tier (``make unit``, a plain ``pytest``), which stays well
+#: under a minute that way: the same properties, a tenth of the inputs (at least 20).
+_SCALE_ENV = os.environ.get("SCHEDSWITCHD_FUZZ_SCALE", "")
+SCALE = float(_SCALE_ENV) if _SCALE_ENV else (1.0 if full_suite() else 0.1)
+_MIN_FAST = 20
 _STATS_PATH = os.environ.get("SCHEDSWITCHD_FUZZ_STATS", "")
 _counts: dict[str, Counter[str]] = {}
 
 
 def examples(n: int) -> int:
-    """``n`` hypothesis examples, scaled by ``SCHEDSWITCHD_FUZZ_SCALE``."""
+    """``n`` hypothesis examples, scaled by :data:`SCALE` (at least 20 in the fast tier)."""
+    if not _SCALE_ENV and not full_suite():
+        return min(n, max(_MIN_FAST, round(n * SCALE)))
     return max(1, round(n * SCALE))
 
 

@@ -29,6 +29,7 @@ from schedswitchd.bpf.core.patch import POISON_IMM
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CandidateCache, CoreResult, relocate
 from schedswitchd.errors import CoreError
+from tests import fuzzing
 from tests.core_btf import SpyBtf, TypeBuilder
 
 LDX_W = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_W
@@ -610,7 +611,7 @@ _ACCESS = st.lists(st.integers(min_value=0, max_value=12), min_size=0, max_size=
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=fuzzing.examples(400), deadline=None)
 @given(
     relos=st.lists(
         st.tuples(

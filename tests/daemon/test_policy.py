@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from schedswitchd.daemon.config import KERNEL, HintRule
 from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
+from tests import fuzzing
 
 RULES = {
     "gaming": HintRule(scheduler="gaming", priority=50),
@@ -154,7 +155,7 @@ lease_specs = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzzing.examples(300), deadline=None)
 @given(
     specs=lease_specs,
     held=st.sets(st.sampled_from(SCHEDULERS)),
@@ -194,7 +195,7 @@ def test_decision_matches_brute_force(
     assert p.decide(now).scheduler == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzzing.examples(200), deadline=None)
 @given(
     events=st.lists(st.tuples(st.integers(0, 10**12), st.integers(0, 10**12)), max_size=40),
     base=st.integers(1, 10**10),

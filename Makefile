@@ -49,8 +49,9 @@ pytest: deps kernel test-objects schedulers
 
 # The fast tier: no root, no VM, no kernel download; tests needing build outputs or the
 # kernel cache skip when they are absent (after `make test-objects` / `make kernel` they run).
+# One pytest-xdist worker per CPU.
 unit: deps
-	$(VENV)/bin/pytest -q -m "not vm and not root"
+	$(VENV)/bin/pytest -q -n auto -m "not vm and not root"
 
 # BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h
 # dumped from the host's running kernel (never committed).

@@ -82,10 +82,33 @@ def make_config(directory: Path, **overrides: Any) -> Config:
     return parse_config(text, str(path))
 
 
+class FakeClock:
+    """A monotonic ns clock that moves only when the test says (:meth:`advance`)."""
+
+    def __init__(self, start_ns: int = 10**12) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        self.now_ns += int(seconds * 1e9)
+
+
 class Running:
     """A Server on its own thread and loop, listening in a world-traversable temp dir."""
 
-    def __init__(self, backend: FakeBackend | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        backend: FakeBackend | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        **overrides: Any,
+    ) -> None:
+        """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
+        :class:`FakeClock` the test moves; ``overrides``: :func:`make_config` keywords."""
+        self.clock = clock
         self.dir = Path(tempfile.mkdtemp(prefix="ssd-"))
         os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket
         self.config = make_config(self.dir, **overrides)
@@ -106,8 +129,11 @@ class Running:
         listener.bind(self.path)
         os.chmod(self.path, 0o666)
         listener.listen(128)
+        options: dict[str, Any] = {"clock": self.clock} if self.clock is not None else {}
         self.server = Server(
-            Reconciler(self.config, self.backend, on_change=self.statuses.append, poll_s=0.2)
+            Reconciler(
+                self.config, self.backend, on_change=self.statuses.append, poll_s=0.2, **options
+            )
         )
         self.loop.run_until_complete(self.server.start(listener))
         ready.set()

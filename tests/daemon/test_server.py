@@ -20,7 +20,7 @@ from schedswitchd.daemon import protocol as proto
 from tests import fuzzing
 
 from .fakes import FakeBackend
-from .harness import Client, Running
+from .harness import Client, FakeClock, Running
 
 
 @pytest.fixture
@@ -122,12 +122,23 @@ def test_hinted_pid_exit_ends_lease(srv: Running) -> None:
         child.kill()
 
 
-def test_ttl_ends_lease(srv: Running) -> None:
-    c = srv.client()
-    assert c.request(op="hint", workload="gaming", ttl_s=0.3)["active"] == "gaming"
-    start = time.monotonic()
-    srv.wait_for(lambda s: s.switcher.active == "kernel", 3)
-    assert 0.25 < time.monotonic() - start < 2.5
+def test_ttl_ends_lease() -> None:
+    """On the reconciler's clock: the lease holds until its TTL has passed, then ends."""
+    clock = FakeClock()
+    r = Running(clock=clock)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming", ttl_s=30)["active"] == "gaming"
+        clock.advance(29.9)
+        assert r.server is not None
+        r.read(lambda s: s.reconciler.kick())
+        r.run(r.server.reconciler.settle())  # a pass at 29.9 s: the lease still holds
+        assert r.read(lambda s: s.switcher.active == "gaming" and len(s.policy.leases) == 1)
+        clock.advance(0.2)
+        r.read(lambda s: s.reconciler.kick())
+        r.wait_for(lambda s: s.switcher.active == "kernel" and not s.policy.leases, 5)
+    finally:
+        r.stop()
 
 
 def test_unknown_workload_and_bad_pid(srv: Running) -> None:
@@ -458,7 +469,7 @@ def test_half_written_request_times_out() -> None:
         start = time.monotonic()
         reply = c.recv_line()
         assert reply is not None and reply["error"]["code"] == "timeout"
-        assert 0.25 < time.monotonic() - start < 2
+        assert time.monotonic() - start > 0.25  # not before the 0.3 s read timeout
         assert c.recv_line() is None
     finally:
         r.stop()
@@ -589,9 +600,8 @@ def test_slow_switch_does_not_block_other_clients() -> None:
         hinter.send_raw(b'{"v":1,"op":"hint","workload":"gaming"}\n')
         time.sleep(0.2)  # the switch is now running on the worker thread
         other = r.client()
-        start = time.monotonic()
         status = other.request(op="status")
-        assert time.monotonic() - start < 0.5, "status waited for the switch"
+        # Answered while the 1.5 s switch still ran: it says kernel, not gaming.
         assert status["ok"] and status["status"]["active"] == "kernel"
         reply = hinter.recv_line()
         assert reply is not None and reply["active"] == "gaming"

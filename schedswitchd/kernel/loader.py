@@ -738,14 +738,20 @@ class _Loader:
                 self.obj.externs[ext.name] = self._resolve_ksym(ext)
         _timed(self.obj, "externs", start)
 
+    def _first_named(self, name: str, kind: Kind) -> tuple[Btf, int] | None:
+        """The first kernel BTF (vmlinux, then modules as :meth:`_first` orders them) with
+        a type ``name`` of ``kind``, and that type's first id there; ``None`` if none has."""
+
+        def probe(btf: Btf) -> int | None:
+            ids = btf.find_ids(name, kind)
+            return ids[0] if ids else None
+
+        return self._first(ModuleLookup(name, (kind,)), probe)
+
     def _resolve_kfunc(self, ext: ExternSpec) -> ResolvedExtern:
         local = self._local_btf()
 
-        def probe(btf: Btf) -> int | None:
-            ids = btf.find_ids(ext.essential_name, Kind.FUNC)
-            return ids[0] if ids else None
-
-        hit = self._first(ModuleLookup(ext.essential_name, (Kind.FUNC,)), probe)
+        hit = self._first_named(ext.essential_name, Kind.FUNC)
         if hit is not None:
             btf, fid = hit
             proto = btf.type(fid)
@@ -783,11 +789,7 @@ class _Loader:
             return ResolvedExtern(ext.name, ext.kind, True, address=addr)
         local = self._local_btf()
 
-        def probe(btf: Btf) -> int | None:
-            ids = btf.find_ids(ext.essential_name, Kind.VAR)
-            return ids[0] if ids else None
-
-        hit = self._first(ModuleLookup(ext.essential_name, (Kind.VAR,)), probe)
+        hit = self._first_named(ext.essential_name, Kind.VAR)
         if hit is not None:
             btf, vid = hit
             var_type = getattr(btf.type(vid), "type", 0)

@@ -7,10 +7,14 @@ vmlinux BTF (``--vmlinux`` to use another file, ``--no-core`` to skip). Only rea
 needs no privileges beyond reading ``/sys/kernel/btf/vmlinux``.
 
 ``object load OBJ [--profile NAME [--mode M] [--sysfs ROOT]] [--pin DIR] [--set VAR=VALUE ...]
-[--no-fill-enums] [--json] [--verbose]`` opens the object (OBJ may also be an executable
+[--ops-flag|--require-ops-flag SCX_OPS_NAME ...] [--no-fill-enums] [--json] [--verbose]``
+opens the object (OBJ may also be an executable
 embedding it: the note says which embedded object was used), applies the profile (its
 values for this machine; after load its variable writes, map updates and syscall-program
 runs, the link created from its attach CPU and its after-attach runs; ``docs/profiles.md``),
+then the ``sched_ext_ops.flags`` named (``SCX_OPS_*``, resolved from the kernel's BTF by
+:mod:`schedswitchd.bpf.ops_flags`, replacing the object's or profile's flags: a name the
+kernel lacks is dropped with a note, or refused when required; ``ops_flags`` in JSON),
 then ``--set`` (a global variable ``VAR``, or ``MAP.MEMBER`` of a struct_ops variable), loads
 it (setting its ``__SCX_*`` enum variables from the kernel's
 BTF unless ``--no-fill-enums``; ``--set`` values win) and attaches its programs
@@ -39,6 +43,8 @@ from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object_noted
+from schedswitchd.bpf.ops_flags import OpsFlag, OpsFlags, ops_flags_table, set_ops_flags
+from schedswitchd.bpf.scheduler import sched_ext_map
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import (
     BtfError,
@@ -108,6 +114,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         default=[],
         help="set a global variable or a struct_ops member (MAP.MEMBER=VALUE) before load",
+    )
+    load.add_argument(
+        "--ops-flag",
+        metavar="SCX_OPS_NAME",
+        action="append",
+        default=[],
+        help="set sched_ext_ops.flags by name, resolved from the kernel's enum scx_ops_flags "
+        "(repeat; replaces the object's flags); a name the kernel lacks is dropped with a note",
+    )
+    load.add_argument(
+        "--require-ops-flag",
+        metavar="SCX_OPS_NAME",
+        action="append",
+        default=[],
+        help="like --ops-flag, but refuse to load when the kernel lacks the flag",
     )
     load.add_argument(
         "--no-fill-enums",
@@ -349,6 +370,22 @@ def apply_sets(spec: ObjectSpec, sets: list[str]) -> ObjectSpec:
     return spec
 
 
+def apply_ops_flags(
+    spec: ObjectSpec, kernel: Btf, optional: list[str], required: list[str]
+) -> tuple[ObjectSpec, OpsFlags | None]:
+    """``--ops-flag`` / ``--require-ops-flag``: ``spec`` with the ``flags`` of its one
+    ``sched_ext_ops`` struct_ops map replaced by those names resolved in ``kernel``
+    (vmlinux BTF), and the resolution (``None`` when no name was given). Raises
+    :class:`CustomizationError` (a required flag the kernel lacks) or :class:`LoadError`
+    (no, or several, ``sched_ext_ops`` maps)."""
+    if not optional and not required:
+        return spec, None
+    flags = [OpsFlag(n) for n in optional] + [OpsFlag(n, required=True) for n in required]
+    return set_ops_flags(
+        spec, sched_ext_map(spec), ops_flags_table(kernel), flags, where="--ops-flag"
+    )
+
+
 def describe_loaded(obj: LoadedObject) -> dict[str, Any]:
     """The JSON shape of a loaded object: programs, maps, struct_ops links, program links,
     skipped optional programs (name -> reason) and notes, timings (ns)."""
@@ -404,7 +441,8 @@ def _load_and_print(args: argparse.Namespace) -> int:
         spec = profiled.spec
     elif args.mode:
         raise CustomizationError("--mode needs --profile")
-    spec = apply_sets(spec, args.set)  # --set wins over the profile
+    spec, ops_flags = apply_ops_flags(spec, registry.vmlinux, args.ops_flag, args.require_ops_flag)
+    spec = apply_sets(spec, args.set)  # --set wins over the profile and --ops-flag
     targets = registry.targets(spec.kmod_btfs)
     pins: dict[str, str] = {}
     stats: dict[str, int] = {}
@@ -428,6 +466,8 @@ def _load_and_print(args: argparse.Namespace) -> int:
         if args.pin:
             pins = pin_object(obj, args.pin)
     info["pinned"] = pins
+    if ops_flags is not None:
+        info["ops_flags"] = ops_flags.as_dict()
     if note:
         info["embedded"] = note
     if profiled is not None:
@@ -455,6 +495,11 @@ def _load_and_print(args: argparse.Namespace) -> int:
         print(f"map  {m['name']:<24} id {m['id']:<6} {m['kind']}")
     for link in info["links"]:
         print(f"link {link}")
+    if ops_flags is not None:
+        names = ", ".join(n for n, _ in ops_flags.found) or "none"
+        print(f"ops flags: {ops_flags.value:#x} ({names})")
+        for line in ops_flags.notes:
+            print(f"note: {line}")
     if obj.enum_fill != EnumFillReport():
         print(f"enums: {obj.enum_fill.summary()}")
     elif not args.fill_enums:

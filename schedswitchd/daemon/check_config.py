@@ -27,8 +27,9 @@ from pathlib import Path
 
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object_noted
-from schedswitchd.bpf.scheduler import apply_tunables, ops_name_of, sched_ext_map
-from schedswitchd.daemon.config import Config, SchedulerConfig
+from schedswitchd.bpf.ops_flags import ops_flags_table
+from schedswitchd.bpf.scheduler import apply_tunables, flags_by_name, ops_name_of, sched_ext_map
+from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
 from schedswitchd.errors import SchedSwitchError
 from schedswitchd.profile.apply import profile_spec
@@ -96,7 +97,15 @@ def inspect_object(
                 + (f", attach from CPU {plan.attach_cpu}" if plan.attach_cpu is not None else "")
             )
             notes.extend(f"profile note: {n}" for n in plan.notes)
-        apply_tunables(obj, ops_map, spec.rodata, spec.struct_ops)
+        struct_ops = struct_ops_request(spec)
+        kernel_flags = (
+            ops_flags_table(vmlinux) if vmlinux is not None and flags_by_name(struct_ops) else None
+        )
+        flag_notes: list[str] = []
+        apply_tunables(
+            obj, ops_map, spec.rodata, struct_ops, ops_flags=kernel_flags, notes=flag_notes
+        )
+        notes.extend(flag_notes)
     except SchedSwitchError as exc:
         problems.extend(str(exc).splitlines())
     return problems, notes

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from schedswitchd.bpf.ops_flags import OpsFlag
 from schedswitchd.errors import ConfigError
 
 #: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
@@ -216,7 +217,19 @@ class DaemonConfig(_Model):
 
 
 RodataValue = bool | int
-StructOpsValue = int
+#: A ``sched_ext_ops`` flag name, as the kernel's ``enum scx_ops_flags`` spells it.
+OpsFlagName = Annotated[str, Field(pattern=r"^SCX_OPS_[A-Z0-9_]{1,120}$")]
+
+
+class OpsFlagEntry(_Model):
+    """A ``sched_ext_ops`` flag by name in ``struct_ops.flags``; ``required``: refuse to load
+    on a kernel whose ``enum scx_ops_flags`` lacks it (else it is dropped with a warning)."""
+
+    name: OpsFlagName
+    required: bool = False
+
+
+StructOpsValue = int | list[OpsFlagName | OpsFlagEntry]
 
 
 class SchedulerConfig(_Model):
@@ -226,9 +239,13 @@ class SchedulerConfig(_Model):
     names whose BTF to consult, for objects without a ``.kmod_btfs`` section. ``rodata``:
     ``.rodata`` variable name -> value (ints and bools). ``struct_ops``: scalar
     ``sched_ext_ops`` members to set (``flags``, ``timeout_ms``, ``exit_dump_len``,
-    ``dispatch_max_batch``). ``hotplug_seq``: set ``ops.hotplug_seq`` from
-    ``/sys/kernel/sched_ext/hotplug_seq`` at load, so a CPU hotplug during the load makes
-    the kernel refuse the attach instead of running with a stale CPU view. ``fill_enums``:
+    ``dispatch_max_batch``); ``flags`` may instead list flag names (``"SCX_OPS_ENQ_LAST"``
+    or ``{ name = "SCX_OPS_...", required = true }``), resolved from the kernel's BTF at
+    load (:mod:`schedswitchd.bpf.ops_flags`) and replacing the object's value: a name the
+    kernel lacks is dropped with a warning, or refused when required. ``hotplug_seq``: set
+    ``ops.hotplug_seq`` from ``/sys/kernel/sched_ext/hotplug_seq`` at load, so a CPU
+    hotplug during the load makes the kernel refuse the attach instead of running with a
+    stale CPU view. ``fill_enums``:
     set the object's ``__SCX_*`` enum variables from the kernel's BTF at load, as the
     scheduler's own user space would (``rodata`` values win). ``profile``: a scheduler
     profile (``docs/profiles.md``) applied before the keys above, which win over it;
@@ -280,9 +297,27 @@ class SchedulerConfig(_Model):
                     f"{key!r} is not a settable sched_ext_ops field "
                     f"(one of {', '.join(sorted(STRUCT_OPS_FIELDS))})"
                 )
+            if isinstance(number, list):
+                if key != "flags":
+                    raise ValueError(f"{key}: only 'flags' takes a list (of SCX_OPS_* names)")
+                continue
             if not 0 <= number < 1 << 64:
                 raise ValueError(f"{key} = {number} does not fit an unsigned 64-bit field")
         return value
+
+
+def struct_ops_request(cfg: SchedulerConfig) -> dict[str, int | list[OpsFlag]]:
+    """``cfg.struct_ops`` as :func:`schedswitchd.bpf.scheduler.apply_tunables` takes it
+    (flag names as :class:`~schedswitchd.bpf.ops_flags.OpsFlag`)."""
+    out: dict[str, int | list[OpsFlag]] = {}
+    for key, value in cfg.struct_ops.items():
+        if isinstance(value, int):
+            out[key] = value
+        else:
+            out[key] = [
+                OpsFlag(f) if isinstance(f, str) else OpsFlag(f.name, f.required) for f in value
+            ]
+    return out
 
 
 class HintRule(_Model):

@@ -51,9 +51,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from schedswitchd.bpf.scheduler import SCHED_EXT_OPS, apply_tunables, ops_name_of, sched_ext_map
+from schedswitchd.bpf.ops_flags import ops_flags_table
+from schedswitchd.bpf.scheduler import (
+    SCHED_EXT_OPS,
+    apply_tunables,
+    flags_by_name,
+    ops_name_of,
+    sched_ext_map,
+)
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.daemon.config import Config, SchedulerConfig
+from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
 from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
 from schedswitchd.errors import (
     BpfSyscallError,
@@ -389,7 +396,14 @@ class KernelBackend:
             profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology)
             t["profile"] = time.perf_counter_ns() - start
         # The configuration's own keys win over the profile's values.
-        spec = apply_tunables(spec, ops_map, cfg.rodata, cfg.struct_ops, hotplug)
+        struct_ops = struct_ops_request(cfg)
+        kernel_flags = ops_flags_table(self.registry.vmlinux) if flags_by_name(struct_ops) else None
+        notes: list[str] = []
+        spec = apply_tunables(
+            spec, ops_map, cfg.rodata, struct_ops, hotplug, ops_flags=kernel_flags, notes=notes
+        )
+        for note in notes:
+            log.warning("%s", note)
         ops_name = ops_name_of(spec, ops_map)
         uei = uei_layout(spec)
         t["customize"] = time.perf_counter_ns() - start

@@ -10,9 +10,9 @@ the steps between load and attach (pure; the kernel floor runs the plan:
    variables, so a resized array takes a value of its new length;
 3. sets global variables by name in whichever data section holds them (``[variables]``);
 4. sets struct_ops scalar members (``[struct_ops]``) and ``flags`` by ``SCX_OPS_*`` name,
-   resolved through the kernel's ``enum scx_ops_flags`` (``include/linux/sched/ext.h``
-   in older kernels, ``kernel/sched/ext_internal.h`` now); a name the kernel lacks is
-   dropped with a note unless it is in ``required_flags`` (then refused);
+   resolved through the kernel's ``enum scx_ops_flags`` by the loader's one resolver
+   (:mod:`schedswitchd.bpf.ops_flags`); a name the kernel lacks is dropped with a note
+   unless it is in ``required_flags`` (then refused);
 
 and then lays out, without a kernel, everything the later phases write: ``[after_load]``
 variables (bytes of each variable), map updates (key and value bytes from the map's BTF
@@ -25,7 +25,7 @@ fit raises :class:`~schedswitchd.errors.CustomizationError` naming the profile s
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from schedswitchd.bpf.btf.reader import Btf
@@ -36,6 +36,7 @@ from schedswitchd.bpf.customize import (
     set_struct_ops_member,
     set_variable,
 )
+from schedswitchd.bpf.ops_flags import OpsFlag, ops_flags_table, resolve_ops_flags
 from schedswitchd.bpf.spec import (
     PROG_TYPE_SYSCALL,
     MapKind,
@@ -69,8 +70,8 @@ MAP_PERCPU_TYPES = frozenset({5, 6, 10, 21})
 #: ``BPF_ANY``, ``BPF_NOEXIST``, ``BPF_EXIST``.
 UPDATE_FLAGS = {"any": 0, "noexist": 1, "exist": 2}
 
-#: ``SCX_OPS_*`` name -> value in the kernel (``None``: the kernel lacks it).
-FlagLookup = Callable[[str], "int | None"]
+#: ``SCX_OPS_*`` name -> value in the kernel (:func:`ops_flags_table` of its BTF).
+FlagLookup = Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,19 +138,6 @@ class ProfilePlan:
         return not (self.after_load or self.map_updates or self.runs) and self.attach_cpu is None
 
 
-def ops_flags_table(btf: Btf) -> dict[str, int]:
-    """``SCX_OPS_*`` enumerators of ``enum scx_ops_flags`` in ``btf`` (empty when the BTF
-    has no such enum, e.g. a kernel without sched_ext). Raises ``BtfError``."""
-    out: dict[str, int] = {}
-    for tid in btf.find_ids("scx_ops_flags", Kind.ENUM) + btf.find_ids(
-        "scx_ops_flags", Kind.ENUM64
-    ):
-        t = btf.type(tid)
-        for ev in getattr(t, "values", ()):
-            out[ev.name] = ev.value
-    return out
-
-
 def struct_ops_target(spec: ObjectSpec, preferred: str = "sched_ext_ops") -> str | None:
     """The struct_ops map a profile's ``[struct_ops]`` edits: the one of type
     ``preferred``, else the only struct_ops map; ``None`` when the object has none.
@@ -188,19 +176,9 @@ def _flag_value(
     where: str,
     notes: list[str],
 ) -> int:
-    value = 0
-    for n in names:
-        v = lookup(n) if lookup is not None else None
-        if v is None:
-            if n in required:
-                raise CustomizationError(f"{where}: the kernel lacks required flag {n}")
-            notes.append(
-                f"{where}: flag {n} dropped: "
-                + ("the kernel lacks it" if lookup is not None else "no kernel BTF to resolve it")
-            )
-            continue
-        value |= v
-    return value
+    res = resolve_ops_flags(lookup, [OpsFlag(n, n in required) for n in names], where=where)
+    notes.extend(res.notes)
+    return res.value
 
 
 def _apply_flags(
@@ -212,13 +190,8 @@ def _apply_flags(
     notes: list[str],
 ) -> ObjectSpec:
     required = set(res.required_flags)
-    for n in required:
-        if lookup is None or lookup(n) is None:
-            raise CustomizationError(
-                f"{where}: required flag {n} is not in the kernel's enum scx_ops_flags"
-                if lookup is not None
-                else f"{where}: required flag {n} cannot be resolved without kernel BTF"
-            )
+    # every required flag must exist, also one that only guards (is not set here)
+    resolve_ops_flags(lookup, [OpsFlag(n, True) for n in res.required_flags], where=where)
     if res.flags is None and not res.add_flags and not res.remove_flags:
         return spec
     if isinstance(res.flags, int):
@@ -355,7 +328,8 @@ def apply_profile(
     ops_map: str | None = None,
 ) -> tuple[ObjectSpec, ProfilePlan]:
     """``spec`` with ``res``'s pre-load edits, and the plan of its later steps (see the
-    module docstring). ``flags`` resolves ``SCX_OPS_*`` names (``None``: no kernel BTF;
+    module docstring). ``flags``: the kernel's ``SCX_OPS_*`` names -> values
+    (:func:`~schedswitchd.bpf.ops_flags.ops_flags_table`; ``None``: no kernel BTF;
     every named flag is then dropped with a note, required ones refused); ``ops_map``
     names the struct_ops map to edit (default :func:`struct_ops_target`). Raises
     :class:`~schedswitchd.errors.CustomizationError` naming the profile and key."""
@@ -522,7 +496,5 @@ def profile_spec(
 
     res = resolve_profile(profile, topology, mode=mode, kernel=facts or NO_KERNEL)
     flags = ops_flags_table(kernel_btf) if kernel_btf is not None else None
-    out, plan = apply_profile(
-        spec, res, flags=flags.get if flags is not None else None, ops_map=ops_map
-    )
+    out, plan = apply_profile(spec, res, flags=flags, ops_map=ops_map)
     return ProfiledSpec(out, plan, res, topology)

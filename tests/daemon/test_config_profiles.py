@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.daemon.check_config import check_config
-from schedswitchd.daemon.config import MODE_SEPARATOR, parse_config
+from schedswitchd.daemon.config import MODE_SEPARATOR, parse_config, struct_ops_request
 from schedswitchd.errors import ConfigError
 from tests.profile.fakesys import fake_sysfs
 
@@ -200,7 +200,7 @@ def test_config_rodata_applies_on_top_of_the_profile(
     cfg = config.schedulers["demo"]
     assert cfg.profile_path is not None
     ps = profile_spec(open_object(obj), load_profile(cfg.profile_path), read_topology(sysfs))
-    spec = apply_tunables(ps.spec, "demo_ops", cfg.rodata, cfg.struct_ops)
+    spec = apply_tunables(ps.spec, "demo_ops", cfg.rodata, struct_ops_request(cfg))
     rodata = spec.map(".rodata")
     var = rodata.variable("nr_cpu_ids")
     assert var is not None and rodata.data is not None

@@ -207,6 +207,38 @@ def test_prepare_loads_with_config_and_timings(
     backend.discard(h2)  # idempotent
 
 
+def test_prepare_flags_by_name_on_a_kernel_without_them(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The host kernel's BTF has no ``enum scx_ops_flags``: a flag named in the config is
+    dropped with a warning and the object loads with flags 0; a required one fails the
+    prepare with a CustomizationError. (A found name reaching the kernel needs sched_ext:
+    tests/vm/test_loader_vm.py.)"""
+    obj = bpf_object("uei")
+    with caplog.at_level("WARNING", logger="schedswitchd.backend"):
+        h = backend.prepare(
+            "uei", _cfg(obj, struct_ops={"flags": ["SCX_OPS_ENQ_LAST"]}, hotplug_seq=False)
+        )
+    try:
+        assert h.loaded is not None
+        so = h.loaded.spec.map(h.ops_map).struct_ops
+        assert so is not None
+        mem = so.member("flags")
+        assert mem is not None and so.data[mem.offset : mem.offset + mem.size] == bytes(mem.size)
+    finally:
+        backend.discard(h)
+    assert any(
+        "flag SCX_OPS_ENQ_LAST dropped" in r.getMessage()
+        and "no enum scx_ops_flags" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text
+    before = backend.counters().get("prepare_failures", 0)
+    required = {"flags": [{"name": "SCX_OPS_ENQ_LAST", "required": True}]}
+    with pytest.raises(CustomizationError, match="required flag SCX_OPS_ENQ_LAST"):
+        backend.prepare("uei", _cfg(obj, struct_ops=required, hotplug_seq=False))
+    assert backend.counters()["prepare_failures"] == before + 1
+
+
 def test_prepare_sets_hotplug_seq_from_sysfs(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:

@@ -124,3 +124,19 @@ def test_verifier_failure_shows_the_log_on_request(
     out = json.loads(capsys.readouterr().out)
     assert out["error"]["code"] == "load" and "indexed" in out["error"]["message"]
     assert "invalid access to map value" in out["error"]["verifier_log"]
+
+
+def test_required_ops_flag_refused_on_a_kernel_without_sched_ext(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--require-ops-flag`` against the host's vmlinux BTF (no ``enum scx_ops_flags``):
+    refused before anything is loaded, naming the flag; ``--ops-flag`` on an object without
+    ``sched_ext_ops`` is refused too (there is no flags member it could mean)."""
+    fifo = OBJ.parents[2] / "bpf" / "fifo.bpf.o"
+    if not fifo.is_file():
+        missing_build_output(fifo, "schedulers")
+    assert main(["object", "load", str(fifo), "--require-ops-flag", "SCX_OPS_ENQ_LAST"]) == 1
+    err = capsys.readouterr().err
+    assert "required flag SCX_OPS_ENQ_LAST" in err and "no enum scx_ops_flags" in err, err
+    assert main(["object", "load", _obj(), "--ops-flag", "SCX_OPS_ENQ_LAST"]) == 1
+    assert "no struct sched_ext_ops" in capsys.readouterr().err

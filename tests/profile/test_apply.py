@@ -101,7 +101,7 @@ FLAGS = {"TCP_CONG_NON_RESTRICTED": 1}
 
 def test_pre_load_edits_and_plan(spec: ObjectSpec, topo: Topology) -> None:
     res = resolve_profile(parse_profile(PROFILE), topo)
-    out, plan = apply_profile(spec, res, flags=FLAGS.get)
+    out, plan = apply_profile(spec, res, flags=FLAGS)
     assert struct.unpack("<I", _var(out, "nr_cpu_ids")) == (4,)
     assert struct.unpack("<Q", _var(out, "slice_ns")) == (5_000_000,)
     assert _var(out, "smt_enabled") == b"\x01"
@@ -164,14 +164,14 @@ def test_mismatches_are_refused(
     assert old in PROFILE
     res = resolve_profile(parse_profile(PROFILE.replace(old, new, 1)), topo)
     with pytest.raises(CustomizationError, match=match):
-        apply_profile(spec, res, flags=FLAGS.get)
+        apply_profile(spec, res, flags=FLAGS)
 
 
 def test_args_for_void_ctx_program(spec: ObjectSpec, topo: Topology) -> None:
     text = PROFILE + '\n[[run]]\nprogram = "returns_seven"\nargs = { x = 1 }\n'
     res = resolve_profile(parse_profile(text), topo)
     with pytest.raises(CustomizationError, match="takes no context struct"):
-        apply_profile(spec, res, flags=FLAGS.get)
+        apply_profile(spec, res, flags=FLAGS)
     text = PROFILE + '\n[[run]]\nprogram = "returns_seven"\nexpect_retval = 7\n'
-    _, plan = apply_profile(spec, resolve_profile(parse_profile(text), topo), flags=FLAGS.get)
+    _, plan = apply_profile(spec, resolve_profile(parse_profile(text), topo), flags=FLAGS)
     assert plan.runs[-1].ctx == b"" and plan.runs[-1].expect_retval == 7

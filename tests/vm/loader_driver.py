@@ -10,6 +10,14 @@ instructions equal libbpf's, per-load values aside: see :mod:`tests.xlated`).
 loading ``NAME.bpf.o`` does while a module it declares in ``.kmod_btfs`` is not loaded
 (``absent``: the registry's missing modules, the error's type, message and
 ``missing_modules``, sched_ext state before and after, and whether the load succeeded).
+``python -m tests.vm.loader_driver --ops-flags SCHED_DIR NAME OUT.json`` records
+``sched_ext_ops.flags`` by name through ``schedswitchctl object load`` (run in this
+process): ``--ops-flag SCX_OPS_SWITCH_PARTIAL --ops-flag SCX_OPS_HAS_CGROUP_WEIGHT`` (the
+second is gone from 7.x kernels) with ``--pin``, then the kernel's side -- the ``flags``
+member of the struct_ops map's value (``BPF_MAP_LOOKUP_ELEM`` of the pinned map, laid out by
+vmlinux BTF's ``struct bpf_struct_ops_sched_ext_ops``), ``switch_all``, ``state`` and
+``root/ops`` --, unload; then ``--require-ops-flag SCX_OPS_HAS_CGROUP_WEIGHT`` (exit code,
+stderr, state after).
 Observations only; the host test asserts.
 """
 
@@ -26,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.object import open_object
+from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
-from schedswitchd.kernel.fd import ProgFd
+from schedswitchd.kernel.fd import MapFd, ProgFd
 from schedswitchd.kernel.loader import load_object
+from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from tests.xlated import differences
 
 STATE = Path("/sys/kernel/sched_ext/state")
@@ -129,7 +139,70 @@ def absent(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     return out
 
 
+def _ctl(argv: list[str]) -> tuple[int, str, str]:
+    """``schedswitchctl ARGV`` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = ctl_main(argv)
+        except SystemExit as e:  # argparse
+            rc = int(e.code or 0)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def ops_flags(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
+    pins = Path("/sys/fs/bpf/ssd_loader_vm_flags")
+    out: dict[str, Any] = {"initial": _state()}
+    base = ["object", "load", str(path)]
+    rc, text, err = _ctl(
+        [
+            *base,
+            "--ops-flag",
+            "SCX_OPS_SWITCH_PARTIAL",
+            "--ops-flag",
+            "SCX_OPS_HAS_CGROUP_WEIGHT",
+            "--pin",
+            str(pins),
+            "--json",
+        ]
+    )
+    out["rc"], out["stderr"] = rc, err
+    if rc == 0:
+        info = json.loads(text)
+        out["ops_flags"] = info.get("ops_flags")
+        out["enabled"] = _wait_state("enabled", 10)
+        out["ops"] = OPS.read_text().strip() if OPS.exists() else None
+        out["switch_all"] = Path("/sys/kernel/sched_ext/switch_all").read_text().strip()
+        btf = reg.vmlinux
+        kt = find_struct_ops_kernel_type(btf, "sched_ext_ops")
+        assert kt is not None
+        found = btf.find_member(kt.type_id, "flags")
+        assert found is not None
+        ops_map = next(m["name"] for m in info["maps"] if m["kind"] == "struct_ops")
+        with syscall.obj_get(info["pinned"][f"map_{ops_map}"], expect=MapFd) as fd:
+            value = syscall.map_lookup_elem(fd, bytes(4), kt.value_size)
+        assert value is not None
+        start = kt.data_offset + found[0] // 8
+        out["kernel_flags"] = int.from_bytes(value[start : start + 8], "little")
+        out["unload_rc"] = _ctl(["object", "unload", str(pins)])[0]
+        out["disabled"] = _wait_state("disabled", 10)
+    rc, text, err = _ctl([*base, "--require-ops-flag", "SCX_OPS_HAS_CGROUP_WEIGHT"])
+    out["required"] = {"rc": rc, "stdout": text, "stderr": err, "state_after": _state()}
+    out["final"] = _state()
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--ops-flags":
+        try:
+            res = ops_flags(KernelBtfRegistry(), Path(argv[1]) / f"{argv[2]}.bpf.o")
+        except Exception as e:
+            res = {"exception": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}
+        Path(argv[3]).write_text(json.dumps(res))
+        return 0
     if argv and argv[0] == "--absent":
         out = Path(argv[3])
         try:

@@ -3,7 +3,10 @@
 counter -> detach -> ``disabled``; and the legacy build's programs, loaded by libbpf 1.1
 (``bpftool prog loadall``) and by us, have identical xlated instructions (map ids aside).
 First, before uinput is insmod'ed, loading ss_latency (it declares uinput in ``.kmod_btfs``)
-fails with a LoadError naming the module and leaves sched_ext disabled."""
+fails with a LoadError naming the module and leaves sched_ext disabled. Last,
+``sched_ext_ops.flags`` by name through ``schedswitchctl object load --ops-flag``: the flag
+resolved from the VM kernel's BTF is in the kernel's struct_ops value and takes effect, a
+name this kernel lacks is dropped, and required it is refused."""
 
 from __future__ import annotations
 
@@ -27,20 +30,57 @@ def observed(
     vm_run: Callable[..., vm.VmResult], sched_objects: Path, sid_kernel: SidKernel
 ) -> dict[str, Any]:
     script = (
-        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --absent '
-        f'"{sched_objects}" latency "$RESULTS/absent.json"\n'
-        'bash "$RESULTS/insmod.sh"\n'
-    ) + "".join(
-        f'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver "{sched_objects}" '
-        f'{name} "$RESULTS/{name}.json"\n'
-        for name in SCHEDULERS
+        (
+            'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --absent '
+            f'"{sched_objects}" latency "$RESULTS/absent.json"\n'
+            'bash "$RESULTS/insmod.sh"\n'
+        )
+        + "".join(
+            f'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver "{sched_objects}" '
+            f'{name} "$RESULTS/{name}.json"\n'
+            for name in SCHEDULERS
+        )
+        + (
+            'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --ops-flags '
+            f'"{sched_objects}" fifo "$RESULTS/ops_flags.json"\n'
+        )
     )
     inputs = {"insmod.sh": vm.insmod_script(sid_kernel, ["uinput"], strict=True)}
-    res = vm_run(script, timeout=600, inputs=inputs)
+    res = vm_run(script, timeout=900, inputs=inputs)
     res.check()
     out = {name: json.loads(res.text(f"{name}.json")) for name in SCHEDULERS}
     out["absent"] = json.loads(res.text("absent.json"))
+    out["ops_flags"] = json.loads(res.text("ops_flags.json"))
     return out
+
+
+#: ``SCX_OPS_SWITCH_PARTIAL`` in the VM kernel (``kernel/sched/ext_internal.h``: 1 << 3)
+SWITCH_PARTIAL = 1 << 3
+
+
+def test_ops_flags_by_name_reach_the_kernel(observed: dict[str, Any]) -> None:
+    """``--ops-flag SCX_OPS_SWITCH_PARTIAL`` (value from the VM kernel's ``enum
+    scx_ops_flags``) is what the kernel holds in ss_fifo's struct_ops value, and it acts:
+    ``switch_all`` reads 0 (only SCHED_EXT tasks move); ``SCX_OPS_HAS_CGROUP_WEIGHT``, which
+    this kernel no longer has, is dropped with a note; with ``--require-ops-flag`` the same
+    name is refused before anything is loaded and sched_ext stays disabled."""
+    r = observed["ops_flags"]
+    assert "exception" not in r, r.get("tb")
+    assert r["initial"] == "disabled"
+    assert r["rc"] == 0, r["stderr"]
+    assert r["ops_flags"] == {
+        "value": SWITCH_PARTIAL,
+        "set": {"SCX_OPS_SWITCH_PARTIAL": SWITCH_PARTIAL},
+        "dropped": ["SCX_OPS_HAS_CGROUP_WEIGHT"],
+    }
+    assert r["enabled"] and r["ops"] == "ss_fifo"
+    assert r["kernel_flags"] == SWITCH_PARTIAL
+    assert r["switch_all"] == "0"
+    assert r["unload_rc"] == 0 and r["disabled"]
+    req = r["required"]
+    assert req["rc"] == 1 and req["stdout"] == ""
+    assert "required flag SCX_OPS_HAS_CGROUP_WEIGHT: the kernel lacks it" in req["stderr"]
+    assert req["state_after"] == "disabled" and r["final"] == "disabled"
 
 
 def test_module_not_loaded_is_named(observed: dict[str, Any]) -> None:

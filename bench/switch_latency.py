@@ -215,7 +215,9 @@ def profile_main(config_path: str, out_dir: str) -> int:
         stats = pstats.Stats(prof, stream=buf)
         stats.sort_stats("cumulative").print_stats(40)
         stats.sort_stats("tottime").print_stats(25)
-        Path(out_dir, f"switch_profile_{col}.txt").write_text(buf.getvalue())
+        # Paths relative to the checkout: its absolute place is the machine's, not the result's.
+        text = buf.getvalue().replace(f"{REPO}/", "")
+        Path(out_dir, f"switch_profile_{col}.txt").write_text(text)
     return 0
 
 
@@ -380,6 +382,7 @@ class Daemon:
             "daemon_total_ns": ph.get("total", 0),
             "phases_ns": dict(ph),
             "gap_ns": sw.gap_ns or 0,
+            "expedited": sw.expedited,  # RCU expedited for the switch ([switch] expedite_rcu)
             # the gap's kernel parts: BPF_LINK_DETACH (close on old kernels), BPF_LINK_CREATE
             "gap_disable_ns": ph.get("detach.link_detach", ph.get("detach.link_close", 0)),
             "gap_enable_ns": ph.get("attach.link", 0),

@@ -1,0 +1,78 @@
+"""bench/daemon_rss.py's configuration and report, from synthetic readings (the measurement
+itself runs in the sched_ext VM: ``python bench/daemon_rss.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "daemon_rss.py"
+
+
+@pytest.fixture(scope="module")
+def dr() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("daemon_rss", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["daemon_rss"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rss(total: float, anon: float) -> dict[str, float]:
+    return {"rss_mib": total, "anon_mib": anon, "file_mib": total - anon}
+
+
+def test_config_is_one_the_daemon_takes(dr: ModuleType, tmp_path: Path) -> None:
+    from schedswitchd.daemon.config import load_config
+
+    text = dr.config_text(str(tmp_path / "s"), 1, {"vtime": "/x/vtime.bpf.o"})
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.standby.max == 1 and config.standby.recent is False
+    assert set(config.schedulers) == {"fifo", "latency", "vtime"}
+    assert config.hints["p-vtime"].scheduler == "vtime"
+    assert config.hints["bench"].scheduler == "latency"
+    assert tomllib.loads(dr.config_text("s", 0, {}))["standby"]["max"] == 0
+
+
+def test_report_rows_deltas_and_errors(dr: ModuleType) -> None:
+    raw: dict[str, Any] = {
+        "objects": {"vtime": "/r/build/bpf/vtime.bpf.o", "lavd": "/c/lavd.bpf.o"},
+        "runs": {
+            "base": {"configured": 2, "preopens": 2, "rss": _rss(47.0, 32.0)},
+            "preopen": {"configured": 4, "preopens": 4, "rss": _rss(50.5, 35.0)},
+            "standby": {
+                "configured": 4, "preopens": 4, "rss": _rss(51.0, 35.5),
+                "default_standby": {"scheduler": "fifo", "reason": "default",
+                                    "kernel_bytes": 204800},
+                "per_scheduler": {
+                    "latency": {"kernel_bytes": 409600, "status_kernel_bytes": 409600,
+                                "prepare_ms": 120.4, "rss": _rss(51.2, 35.6)},
+                    "vtime": {"kernel_bytes": 307200, "status_kernel_bytes": 300000,
+                              "prepare_ms": 110.0, "rss": _rss(52.5, 36.0)},
+                    "lavd": {"error": "verifier: program too large"},
+                },
+            },
+        },
+    }  # fmt: skip
+    meta = {"date": "d", "machine": "m", "load": "1.0"}
+    text = dr.report(raw, meta)
+    assert "| base | 2 | 2 | - | 47.0 (32.0 / 15.0) |" in text
+    assert "| standby | 4 | 4 | fifo (default, 200 KiB kernel) | 51.0 (35.5 / 15.5) |" in text
+    assert (
+        "| latency | `build/bpf/latency.bpf.o` | 409600 | 400 | 120 | 51.2 (35.6 / 15.6) |" in text
+    )
+    assert "| vtime | `build/bpf/vtime.bpf.o` | 307200 (status 300000) |" in text
+    assert (
+        "| lavd | `../shared/corpus/lavd.bpf.o` | not prepared: verifier: program too large" in text
+    )
+    assert "adds +3.5 MiB over `base`; holding the default as a standby +0.5 MiB" in text
+    assert "largest reading with one standby held is 52.5 MiB" in text

@@ -7,7 +7,8 @@ A candidate is every ``\\x7fELF`` at an 8-byte-aligned-or-not offset whose heade
 (247, ``include/uapi/linux/elf-em.h``), with a section-header table that fits. Its size
 comes from its own headers: the end of the section-header table (``e_shoff + e_shnum *
 e_shentsize``) or of the furthest section, whichever is later (the ELF gABI puts no
-order on them). Nothing else of the executable is trusted or parsed.
+order on them). Of the executable itself only its ELF header is read (with pyelftools,
+which knows every class, byte order and machine name); nothing else of it is trusted.
 
 With several candidates, the ones holding a ``.struct_ops``/``.struct_ops.link``
 section (a scheduler's ``sched_ext_ops``) are preferred and the first of those is used;
@@ -16,6 +17,7 @@ the note :func:`select_object` returns says which one and what else was there.
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
 
@@ -28,8 +30,6 @@ _ELF_MAGIC = b"\x7fELF"
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # Elf64_Ehdr
 _SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
 _ET_REL = 1
-_ET_EXEC = 2
-_ET_DYN = 3
 _SHT_NOBITS = 8
 #: Refuse absurd headers before allocating anything for them.
 _MAX_SECTIONS = 1 << 16
@@ -92,14 +92,30 @@ def _candidate(data: bytes, off: int) -> EmbeddedObject | None:
     return EmbeddedObject(off, end, tuple(names))
 
 
+def _program_machine(data: bytes) -> str | None:
+    """The machine of an executable or shared object (``ET_EXEC``/``ET_DYN``) of another
+    machine than BPF, as pyelftools names it (``EM_X86_64``, ``EM_AARCH64``, ...), or
+    ``None`` for anything else. The host executable is read with pyelftools because it may
+    be of any ELF class and byte order; only its header is read."""
+    if data[:4] != _ELF_MAGIC:
+        return None
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        header = ELFFile(io.BytesIO(data)).header
+        e_type, e_machine = header["e_type"], header["e_machine"]
+    except (ELFError, struct.error, ValueError, KeyError, IndexError, TypeError):
+        return None  # a broken header: not an executable to search
+    if e_type not in ("ET_EXEC", "ET_DYN") or e_machine in ("EM_BPF", EM_BPF):
+        return None
+    return str(e_machine)
+
+
 def is_program(data: bytes) -> bool:
     """An executable or shared object (``ET_EXEC``/``ET_DYN``) of another machine, with a
     whole ELF header: the only files searched for an embedded object."""
-    if data[:4] != _ELF_MAGIC or len(data) < _EHDR.size or data[5] not in (1, 2):
-        return False
-    order = "<" if data[5] == 1 else ">"
-    e_type, e_machine = struct.unpack_from(order + "HH", data, 16)
-    return e_type in (_ET_EXEC, _ET_DYN) and e_machine != EM_BPF
+    return _program_machine(data) is not None
 
 
 def find_embedded(data: bytes) -> list[EmbeddedObject]:
@@ -124,13 +140,13 @@ def select_object(data: bytes, what: str) -> tuple[bytes, str | None]:
     unless it is an executable or shared object of another machine, else the embedded object
     chosen as the module docstring says, with a note naming it (and the others when there
     are several). Raises :class:`ObjectError` for an executable that holds none."""
-    if not is_program(data):
+    machine = _program_machine(data)
+    if machine is None:
         # A BPF object (maybe a broken one), or not an ELF executable at all: the ELF
         # reader gives the precise error for those.
         return data, None
     found = find_embedded(data)
     if not found:
-        machine = struct.unpack_from("<H" if data[5] == 1 else ">H", data, 18)[0]
         raise ObjectError(
             f"{what}: an executable for machine {machine} (not EM_BPF {EM_BPF}) that embeds no "
             "BPF object (no ELF64 little-endian EM_BPF relocatable image found inside)"

@@ -603,13 +603,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+_DUPLICATE_CHECKER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+
+
 def _refuse_duplicate_keys(line: bytes) -> None:
     """Raise ``bad_request`` when any object of the line repeats a key. RFC 8259 leaves
     repeated names' meaning open; pydantic-core keeps the last one, so ``{"op":"status",
     "op":"stop"}`` would run ``stop`` while a log or a proxy that reads the first sees
     ``status``. Lines that are not JSON are left to :func:`_validate` to refuse."""
     try:
-        json.loads(line, object_pairs_hook=_no_duplicates)
+        # One decoder for all lines: json.loads(..., object_pairs_hook=...) builds a decoder
+        # and a C scanner per call, small blocks that under a flood were left scattered
+        # over allocator arenas and kept them resident (issue 14.10).
+        _DUPLICATE_CHECKER.decode(line.decode(json.detect_encoding(line), "surrogatepass"))
     except _DuplicateKey as dup:
         raise RequestError(BAD_REQUEST, f"duplicate key {dup.key!r} in the request") from None
     except (ValueError, RecursionError):

@@ -175,9 +175,13 @@ class Server:
                 line = await self._read_request(reader, conn)
                 if line is None:
                     break
-                reply = await self._dispatch(line, conn)
-                if not await self._send(conn, reply):
+                # The reply goes out as bytes at once: a reply model (a history or status
+                # is hundreds of small objects) kept by this frame while it waits for the
+                # next request would stay alive per idle connection (issue 14.10).
+                data = proto.encode(await self._dispatch(line, conn))
+                if not await self._send_bytes(conn, data):
                     break
+                del data, line
         except _Close as close:
             if close.reply is not None:
                 await self._send(conn, close.reply)
@@ -260,8 +264,14 @@ class Server:
 
     async def _send(self, conn: Connection, reply: proto.Reply) -> bool:
         """Write one reply; False if the client cannot take it in time (then it is cut off)."""
+        return await self._send_bytes(conn, proto.encode(reply))
+
+    async def _send_bytes(self, conn: Connection, data: bytes) -> bool:
+        """Write one encoded reply line (:func:`proto.encode`); False if the client cannot
+        take it within ``read_timeout_s`` (then it is cut off)."""
         try:
-            conn.writer.write(proto.encode(reply))
+            conn.writer.write(data)
+            del data  # the transport holds what it could not send yet
             await asyncio.wait_for(conn.writer.drain(), self.config.limits.read_timeout_s)
         except (TimeoutError, ConnectionError, OSError):
             conn.writer.transport.abort()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,45 @@ def test_help_texts_carry_no_docstring_markup() -> None:
         assert text.startswith("usage:"), name
         for markup in ("``", ":class:", ":func:", ":mod:", ":meth:"):
             assert markup not in text, f"{name} --help shows {markup!r}:\n{text}"
+
+
+def test_ctl_family_table_matches_what_the_families_register() -> None:
+    """ctl imports only the chosen command's family, found through its static table: each
+    family must register exactly the commands the table gives it."""
+    import importlib
+
+    for module, commands in ctl._FAMILIES.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert tuple(sub.choices) == commands, module
+    # "status" is the socket path here
+    assert ctl._family_of(["--socket", "status", "object"]) == "schedswitchd.cli.object_cmd"
+    assert ctl._family_of(["--socket", "/s", "status"]) == "schedswitchd.cli.daemon_cmds"
+    assert ctl._family_of(["object", "inspect", "x.o"]) == "schedswitchd.cli.object_cmd"
+    assert ctl._family_of(["--help", "status"]) is None
+    assert ctl._family_of(["nosuch"]) is None
+
+
+def test_ctl_status_does_not_import_the_loader_or_the_profile_engine(tmp_path: Path) -> None:
+    """``schedswitchctl status`` (issue 15: <= 120 ms start to finish) leaves the object and
+    profile families unimported: checked in a fresh interpreter, against no daemon."""
+    import subprocess
+    import sys
+
+    heavy = (
+        "schedswitchd.kernel.loader",
+        "schedswitchd.cli.object_cmd",
+        "schedswitchd.profile.apply",
+        "schedswitchd.cli.profile_cmd",
+    )
+    code = (
+        "import sys\n"
+        "from schedswitchd.cli import ctl\n"
+        "ctl.main(['--socket', sys.argv[1], 'status'])\n"
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules) or 'none')\n"
+    )
+    sock = str(tmp_path / "absent.sock")  # no daemon: status fails, after its imports
+    out = subprocess.run(
+        [sys.executable, "-c", code, sock], capture_output=True, text=True, check=False
+    )
+    assert out.stdout.strip().splitlines()[-1] == "none", out.stdout + out.stderr

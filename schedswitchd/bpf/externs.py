@@ -69,9 +69,7 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
         raise ObjectError(f"extern {syms[0].name!r} needs BTF, but the object has no .BTF")
     entries: dict[str, tuple[str, int]] = {}
     try:
-        for tid in btf.own_ids():
-            if btf.kind(tid) != Kind.DATASEC:
-                continue
+        for tid in btf.own_ids_of_kind(Kind.DATASEC):
             sec_name = btf.type_name(tid)
             if sec_name not in (KSYMS_SEC, KCONFIG_SEC):
                 continue

@@ -40,11 +40,10 @@ from schedswitchd.bpf.spec import (
 )
 from schedswitchd.bpf.struct_ops import struct_ops_maps
 from schedswitchd.bpf.subprogs import (
-    ExtIndex,
     Function,
+    Linker,
     classify_relocs,
     collect_functions,
-    link_program,
 )
 from schedswitchd.errors import BtfError, ObjectError
 
@@ -199,12 +198,12 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
         {e.name: e for e in externs},
     )
     programs = []
-    ext_index = ExtIndex(ext) if ext is not None else None
+    linker = Linker(text_funcs, relos, ext)
     for f in entries:
         sec_name = f.section.name
         autoload = not sec_name.startswith("?")
         kind = classify(sec_name.removeprefix("?"))
-        linked = link_program(f, text_funcs, relos, ext, ext_index)
+        linked = linker.link(f)
         func_id = (btf.find(f.name, Kind.FUNC) or 0) if btf is not None else 0
         programs.append(
             ProgramSpec(

@@ -1,8 +1,11 @@
 """The object spec: a compiled BPF ELF object described completely, without a kernel.
 
 :func:`schedswitchd.bpf.object.open_object` builds an :class:`ObjectSpec`; the kernel
-loader turns it into maps, programs and links in one pass. Every record here is a frozen
-dataclass; customisation (:mod:`schedswitchd.bpf.customize`) returns edited copies.
+loader turns it into maps, programs and links in one pass. Every record here is immutable:
+a frozen dataclass, or a named tuple for the per-instruction records (:class:`Fixup`,
+:class:`FuncInfo`, :class:`LineInfo`; a large scheduler's programs carry tens of
+thousands, built at every open); customisation (:mod:`schedswitchd.bpf.customize`)
+returns edited copies.
 
 Numbering conventions (from ``include/uapi/linux/bpf.h``): ``prog_type`` is a
 ``BPF_PROG_TYPE_*`` value, ``expected_attach_type`` a ``BPF_*`` attach type, map ``type``
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from schedswitchd.bpf.core.relo import CoreRelo
 
@@ -248,8 +251,7 @@ class FixupKind(Enum):
     KSYM = "ksym"
 
 
-@dataclass(frozen=True, slots=True)
-class Fixup:
+class Fixup(NamedTuple):
     """One kernel-side patch of a linked program instruction (see :class:`FixupKind`)."""
 
     kind: FixupKind
@@ -259,16 +261,14 @@ class Fixup:
     extern: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class FuncInfo:
+class FuncInfo(NamedTuple):
     """``struct bpf_func_info`` with ``insn_idx`` in slots of the linked program."""
 
     insn_idx: int
     type_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class LineInfo:
+class LineInfo(NamedTuple):
     """``struct bpf_line_info``: ``file_name_off``/``line_off`` index the object BTF's
     strings; ``line_col`` is ``line << 10 | column``."""
 

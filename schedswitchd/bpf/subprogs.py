@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,19 +31,18 @@ from schedswitchd.bpf.elf import (
     STT_FUNC,
     STT_SECTION,
     ElfObject,
+    Reloc,
     Section,
 )
 from schedswitchd.bpf.insn import (
     CALL,
     INSN_SIZE,
+    LD_IMM64,
     PSEUDO_CALL,
     PSEUDO_FUNC,
     PSEUDO_KFUNC_CALL,
     PSEUDO_MAP_FD,
     PSEUDO_MAP_VALUE,
-    Insn,
-    decode,
-    encode_into,
 )
 from schedswitchd.bpf.spec import (
     ExternKind,
@@ -159,26 +160,30 @@ def classify_relocs(
             continue
         per: dict[int, Relo] = {}
         for n, rel in enumerate(relocs):
-            where = f"relocation {n} of {sec.name!r} at offset {rel.offset}"
             if rel.offset % INSN_SIZE or rel.offset + INSN_SIZE > len(sec.data):
-                raise ObjectError(f"{where}: not an instruction of the section")
+                raise ObjectError(f"{_where(n, sec, rel)}: not an instruction of the section")
             idx = rel.offset // INSN_SIZE
-            ins = decode(sec.data, idx)
+            code, regs, _off, imm = _INSN_HEAD.unpack_from(sec.data, rel.offset)
+            src, wide = regs >> 4, code == LD_IMM64
             sym = elf.symbol(rel.sym)
-            is_call = ins.code == CALL
-            if not is_call and not ins.is_ld_imm64:
-                raise ObjectError(f"{where}: instruction code {ins.code:#x} cannot be relocated")
-            if ins.is_ld_imm64 and rel.offset + 2 * INSN_SIZE > len(sec.data):
-                raise ObjectError(f"{where}: ld_imm64 is cut off by the section end")
+            is_call = code == CALL
+            if not is_call and not wide:
+                raise ObjectError(
+                    f"{_where(n, sec, rel)}: instruction code {code:#x} cannot be relocated"
+                )
+            if wide and rel.offset + 2 * INSN_SIZE > len(sec.data):
+                raise ObjectError(f"{_where(n, sec, rel)}: ld_imm64 is cut off by the section end")
             if idx in per:
-                raise ObjectError(f"{where}: instruction is relocated twice")
+                raise ObjectError(f"{_where(n, sec, rel)}: instruction is relocated twice")
             if sym.is_extern:
                 ext = externs.get(sym.name)
                 if ext is None:
-                    raise ObjectError(f"{where}: unknown extern {sym.name!r}")
+                    raise ObjectError(f"{_where(n, sec, rel)}: unknown extern {sym.name!r}")
                 if is_call:
                     if ext.kind is not ExternKind.KFUNC:
-                        raise ObjectError(f"{where}: call of {sym.name!r}, which is not a kfunc")
+                        raise ObjectError(
+                            f"{_where(n, sec, rel)}: call of {sym.name!r}, which is not a kfunc"
+                        )
                     per[idx] = Relo(FixupKind.KFUNC_CALL.value, extern=ext.name)
                 elif ext.kind is ExternKind.KCONFIG:
                     per[idx] = Relo(
@@ -191,50 +196,69 @@ def classify_relocs(
                     per[idx] = Relo(FixupKind.KSYM.value, extern=ext.name)
                 continue
             if is_call:
-                if ins.src != PSEUDO_CALL:
-                    raise ObjectError(f"{where}: relocated call is not a BPF-to-BPF call")
+                if src != PSEUDO_CALL:
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: relocated call is not a BPF-to-BPF call"
+                    )
                 if sym.shndx != text_index or sym.value % INSN_SIZE:
-                    raise ObjectError(f"{where}: call target {sym.name!r} is not in .text")
-                per[idx] = Relo("call", target=sym.value // INSN_SIZE + ins.imm + 1)
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: call target {sym.name!r} is not in .text"
+                    )
+                per[idx] = Relo("call", target=sym.value // INSN_SIZE + imm + 1)
                 continue
             if not 0 < sym.shndx < SHN_LORESERVE:
                 raise ObjectError(
-                    f"{where}: symbol {sym.name!r} is in special section {sym.shndx:#x}; "
-                    "uninitialised global variable?"
+                    f"{_where(n, sec, rel)}: symbol {sym.name!r} is in special section "
+                    f"{sym.shndx:#x}; uninitialised global variable?"
                 )
             if sym.shndx == text_index and (
                 (sym.bind == STB_LOCAL and sym.type == STT_SECTION)
                 or (sym.bind == STB_GLOBAL and sym.type == STT_FUNC)
             ):
                 # clang leaves src_reg 0; the loader marks it BPF_PSEUDO_FUNC (as libbpf does)
-                if ins.src not in (0, PSEUDO_FUNC):
-                    raise ObjectError(f"{where}: subprogram address load has src_reg {ins.src}")
-                byte = sym.value + ins.imm
+                if src not in (0, PSEUDO_FUNC):
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: subprogram address load has src_reg {src}"
+                    )
+                byte = sym.value + imm
                 if byte % INSN_SIZE or byte < 0:
-                    raise ObjectError(f"{where}: callback offset {byte} is misaligned")
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: callback offset {byte} is misaligned"
+                    )
                 per[idx] = Relo("func", target=byte // INSN_SIZE)
                 continue
-            value_off = ins.imm + sym.value
+            value_off = imm + sym.value
             if arena is not None and sym.shndx == arena[0]:
                 if not 0 <= value_off < _U32:  # the second slot's imm holds it (32 bits)
-                    raise ObjectError(f"{where}: arena offset {value_off} is out of range")
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: arena offset {value_off} is out of range"
+                    )
                 per[idx] = Relo(FixupKind.MAP_VALUE.value, map_index=arena[1], offset=value_off)
             elif sym.shndx == maps_section:
                 m = maps_offsets.get(sym.value)
                 if m is None:
-                    raise ObjectError(f"{where}: no map at .maps offset {sym.value}")
+                    raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym.value}")
                 per[idx] = Relo(FixupKind.MAP_FD.value, map_index=m)
             elif sym.shndx in data_maps:
                 if not 0 <= value_off < _U32:
-                    raise ObjectError(f"{where}: global data offset {value_off} is out of range")
+                    raise ObjectError(
+                        f"{_where(n, sec, rel)}: global data offset {value_off} is out of range"
+                    )
                 per[idx] = Relo(
                     FixupKind.MAP_VALUE.value, map_index=data_maps[sym.shndx], offset=value_off
                 )
             else:
                 name = elf.section(sym.shndx).name
-                raise ObjectError(f"{where}: reference to section {name!r}, which is not a map")
+                raise ObjectError(
+                    f"{_where(n, sec, rel)}: reference to section {name!r}, which is not a map"
+                )
         out[sec_idx] = per
     return out
+
+
+def _where(n: int, sec: Section, rel: Reloc) -> str:
+    """How a relocation is named in errors (built only for an error)."""
+    return f"relocation {n} of {sec.name!r} at offset {rel.offset}"
 
 
 def _insn_off(record: Any) -> int:
@@ -246,7 +270,7 @@ class ExtIndex:
     of one function are found by bisection: a scheduler's ``.text`` has tens of thousands of
     line_info records and hundreds of subprograms, and scanning every record for each
     subprogram each entry program pulls in made opening lavd take seconds. Build one per
-    object and pass it to every :func:`link_program` call."""
+    object (:class:`Linker` does)."""
 
     def __init__(self, ext: BtfExt) -> None:
         self.ext = ext
@@ -272,103 +296,230 @@ class ExtIndex:
         return recs[bisect.bisect_left(offs, start) : bisect.bisect_left(offs, end)]
 
 
-def link_program(
-    entry: Function,
-    text_funcs: Mapping[int, Function],
-    relos: Mapping[int, Mapping[int, Relo]],
-    ext: BtfExt | None,
-    index: ExtIndex | None = None,
-) -> Linked:
-    """Link ``entry`` with the ``.text`` functions it reaches.
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A call or callback load of a prepared function: ``slot`` counts from the function's
+    first instruction, ``target`` is the callee's ``.text`` instruction index; ``code``,
+    ``regs`` and ``off`` are the instruction's first bytes as linked (``regs`` with
+    ``BPF_PSEUDO_FUNC`` for a callback load) -- only ``imm`` depends on the layout."""
+
+    slot: int
+    target: int
+    code: int
+    regs: int
+    off: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One function relocated once, whichever entry programs pull it in: ``body`` with its
+    map, global data, kfunc, ksym and kconfig relocations applied; ``events`` its fixups
+    (``insn_idx`` counting from the function's start) and calls in instruction order; its
+    ``.BTF.ext`` records with function-relative instruction indices."""
+
+    function: Function
+    body: bytes
+    events: tuple[Fixup | _Call, ...]
+    func_info: tuple[FuncInfo, ...]
+    line_info: tuple[LineInfo, ...]
+    core_relos: tuple[CoreRelo, ...]
+
+
+_INSN_HEAD = struct.Struct("<BBhi")
+#: The opcodes whose slots linking may touch: BPF_CALL and ld_imm64.
+_CANDIDATE = re.compile(b"[" + re.escape(bytes([CALL, LD_IMM64])) + b"]")
+_CALL_HEAD = struct.Struct("<BBh")
+_IMM = struct.Struct("<i")
+
+
+class Linker:
+    """Links the entry programs of one object with the ``.text`` functions they reach.
 
     ``text_funcs`` maps a ``.text`` instruction index to the function starting there;
-    ``relos`` is :func:`classify_relocs`'s result; ``index`` an :class:`ExtIndex` of
-    ``ext`` shared by the object's programs (one is built when absent). Raises
-    :class:`ObjectError` for calls into the middle of a function or outside ``.text``,
-    callbacks without a relocation, and ``.BTF.ext`` records that are misaligned or carry
-    an unknown CO-RE kind.
+    ``relos`` is :func:`classify_relocs`'s result; ``ext`` the object's ``.BTF.ext`` (or
+    ``None``). Each function is relocated (and its ``.BTF.ext`` records are cut out and
+    checked) once, the first time an entry program reaches it; linking an entry program
+    then only concatenates prepared bodies, patches the call offsets of the new layout and
+    re-bases the prepared records. A scheduler's ``.text`` helpers are shared by tens of
+    programs (lavd: 49 programs pull in 506 subprogram copies), and relocating every copy
+    anew made opening it take seconds.
     """
-    if ext is not None and (index is None or index.ext is not ext):
-        index = ExtIndex(ext)
-    out = bytearray(entry.section.data[entry.offset : entry.offset + entry.size])
-    placed: dict[int, int] = {}
-    fixups: list[Fixup] = []
-    finfo: list[FuncInfo] = []
-    linfo: list[LineInfo] = []
-    crelos: list[CoreRelo] = []
-    subs: list[str] = []
-    if ext is not None:
-        assert index is not None
-        _rebase_ext(entry, 0, index, finfo, linfo, crelos)
-    # Depth-first like libbpf's recursive bpf_object__reloc_code, so the linked layout (and
-    # the kernel's xlated program) is the same as libbpf's; an explicit stack of
-    # (function, base slot, next instruction) frames keeps deep call chains off the C stack.
-    stack: list[list[Any]] = [[entry, 0, 0]]
-    while stack:
-        frame = stack[-1]
-        f, base, j = frame
+
+    def __init__(
+        self,
+        text_funcs: Mapping[int, Function],
+        relos: Mapping[int, Mapping[int, Relo]],
+        ext: BtfExt | None,
+    ) -> None:
+        self._text_funcs = text_funcs
+        self._relos = relos
+        self._index = ExtIndex(ext) if ext is not None else None
+        self._prepared: dict[tuple[int, int], _Prepared] = {}
+        self._reloc_keys: dict[int, list[int]] = {}
+
+    def _sorted_relocs(self, section: int) -> list[int]:
+        """The relocated instruction indices of ``section``, sorted (computed once)."""
+        keys = self._reloc_keys.get(section)
+        if keys is None:
+            keys = self._reloc_keys[section] = sorted(self._relos.get(section, {}))
+        return keys
+
+    def link(self, entry: Function) -> Linked:
+        """Link ``entry``: its own instructions, then each ``.text`` function it reaches
+        (through calls or callback pointers, transitively) once, depth-first in libbpf's
+        order (its recursive ``bpf_object__reloc_code``), so the linked layout and the
+        kernel's xlated program are libbpf's.
+
+        Raises :class:`ObjectError` for calls into the middle of a function or outside
+        ``.text``, callbacks without a relocation, a cut-off ``ld_imm64``, and ``.BTF.ext``
+        records that are misaligned or carry an unknown CO-RE kind.
+        """
+        first = self._prepare(entry)
+        out = bytearray(first.body)
+        placed: dict[int, int] = {}
+        fixups: list[Fixup] = []
+        subs: list[str] = []
+        finfo: list[FuncInfo] = list(first.func_info)
+        linfo: list[LineInfo] = list(first.line_info)
+        crelos: list[CoreRelo] = list(first.core_relos)
+        # An explicit stack of (prepared function, base slot, next event) frames keeps deep
+        # call chains off the C stack; fixups come out in the order the old instruction
+        # walk produced them (depth-first, callee before the caller's later instructions).
+        stack: list[tuple[_Prepared, int, int]] = [(first, 0, 0)]
+        while stack:
+            prep, base, k = stack.pop()
+            events = prep.events
+            while k < len(events):
+                ev = events[k]
+                k += 1
+                if isinstance(ev, Fixup):
+                    if base:
+                        ev = Fixup(ev.kind, ev.insn_idx + base, ev.map_index, ev.offset, ev.extern)
+                    fixups.append(ev)
+                    continue
+                sub = self._text_funcs[ev.target]
+                at = placed.get(sub.offset)
+                fresh = at is None
+                if at is None:
+                    at = placed[sub.offset] = len(out) // INSN_SIZE
+                    callee = self._prepare(sub)
+                    subs.append(sub.name)
+                    out += callee.body
+                    _rebased(callee, at, finfo, linfo, crelos)
+                slot = base + ev.slot
+                _CALL_HEAD.pack_into(out, slot * INSN_SIZE, ev.code, ev.regs, ev.off)
+                _IMM.pack_into(out, slot * INSN_SIZE + 4, at - slot - 1)
+                if fresh:
+                    stack.append((prep, base, k))
+                    stack.append((callee, at, 0))
+                    break
+        return Linked(
+            bytes(out), tuple(fixups), tuple(finfo), tuple(linfo), tuple(crelos), tuple(subs)
+        )
+
+    def _prepare(self, f: Function) -> _Prepared:
+        key = (f.section.index, f.offset)
+        hit = self._prepared.get(key)
+        if hit is None:
+            hit = self._prepared[key] = self._relocate(f)
+        return hit
+
+    def _relocate(self, f: Function) -> _Prepared:
+        body = bytearray(f.section.data[f.offset : f.offset + f.size])
         n = f.size // INSN_SIZE
-        if j >= n:
-            stack.pop()
-            continue
-        sec_idx = f.first + j
-        slot = base + j
-        ins = decode(out, slot)
-        if ins.is_ld_imm64 and j + 1 >= n:
-            raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
-        frame[2] = j + (2 if ins.is_ld_imm64 else 1)
-        r = relos.get(f.section.index, {}).get(sec_idx)
-        target = -1
-        if r is not None and r.kind in ("call", "func"):
-            target = r.target
-        elif r is not None:
-            _apply(out, slot, ins, r, fixups)
-        elif ins.code == CALL and ins.src == PSEUDO_CALL:
-            if f.section.name != ".text":
-                raise ObjectError(
-                    f"{f.name}: call at instruction {j} without a relocation leaves .text"
-                )
-            target = sec_idx + ins.imm + 1
-        elif ins.is_ld_imm64 and ins.src == PSEUDO_FUNC:
-            raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
-        if target < 0:
-            continue
-        sub = text_funcs.get(target)
-        if sub is None:
-            raise ObjectError(
-                f"{f.name}: instruction {j} calls .text instruction {target}, "
-                "which does not start a function"
-            )
-        fresh = sub.offset not in placed
-        if fresh:
-            placed[sub.offset] = len(out) // INSN_SIZE
-            subs.append(sub.name)
-            out += sub.section.data[sub.offset : sub.offset + sub.size]
-            if index is not None:
-                _rebase_ext(sub, placed[sub.offset], index, finfo, linfo, crelos)
-        rel = placed[sub.offset] - slot - 1
-        src = PSEUDO_FUNC if ins.is_ld_imm64 else ins.src
-        encode_into(out, slot, Insn(ins.code, ins.dst, src, ins.off, rel))
-        if fresh:
-            stack.append([sub, placed[sub.offset], 0])
-    return Linked(bytes(out), tuple(fixups), tuple(finfo), tuple(linfo), tuple(crelos), tuple(subs))
+        relos = self._relos.get(f.section.index, {})
+        in_text = f.section.name == ".text"
+        events: list[Fixup | _Call] = []
+        fixups: list[Fixup] = []
+        # Only calls, ld_imm64 and relocated slots can change: visit those in order
+        # (found from the opcode bytes, every 8th) instead of decoding every instruction,
+        # skipping the second slot of each ld_imm64 as a sequential walk would.
+        keys = self._sorted_relocs(f.section.index)
+        lo, hi = bisect.bisect_left(keys, f.first), bisect.bisect_left(keys, f.first + n)
+        rel_at = {i - f.first for i in keys[lo:hi]}
+        codes = bytes(body[0::INSN_SIZE])
+        todo = sorted(rel_at.union(m.start() for m in _CANDIDATE.finditer(codes)))
+        skip = -1
+        for j in todo:
+            if j == skip:
+                continue
+            code, regs, off, imm = _INSN_HEAD.unpack_from(body, j * INSN_SIZE)
+            src = regs >> 4
+            wide = code == LD_IMM64
+            if wide:
+                if j + 1 >= n:
+                    raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
+                skip = j + 1
+            r = relos.get(f.first + j) if j in rel_at else None
+            target = -1
+            if r is not None and r.kind in ("call", "func"):
+                target = r.target
+            elif r is not None:
+                _apply(body, j, r, fixups)
+                events.append(fixups[-1])
+            elif code == CALL and src == PSEUDO_CALL:
+                if not in_text:
+                    raise ObjectError(
+                        f"{f.name}: call at instruction {j} without a relocation leaves .text"
+                    )
+                target = f.first + j + imm + 1
+            elif wide and src == PSEUDO_FUNC:
+                raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
+            if target >= 0:
+                if target not in self._text_funcs:
+                    raise ObjectError(
+                        f"{f.name}: instruction {j} calls .text instruction {target}, "
+                        "which does not start a function"
+                    )
+                if wide:
+                    regs = (PSEUDO_FUNC << 4) | (regs & 0x0F)
+                events.append(_Call(j, target, code, regs, off))
+        finfo: list[FuncInfo] = []
+        linfo: list[LineInfo] = []
+        crelos: list[CoreRelo] = []
+        if self._index is not None:
+            _rebase_ext(f, 0, self._index, finfo, linfo, crelos)
+        return _Prepared(f, bytes(body), tuple(events), tuple(finfo), tuple(linfo), tuple(crelos))
 
 
-def _apply(out: bytearray, slot: int, ins: Insn, r: Relo, fixups: list[Fixup]) -> None:
-    kind = FixupKind(r.kind)
+def _rebased(
+    prep: _Prepared,
+    base: int,
+    finfo: list[FuncInfo],
+    linfo: list[LineInfo],
+    crelos: list[CoreRelo],
+) -> None:
+    """Append ``prep``'s ``.BTF.ext`` records moved to start at slot ``base``."""
+    finfo.extend(FuncInfo(r.insn_idx + base, r.type_id) for r in prep.func_info)
+    linfo.extend(
+        LineInfo(r.insn_idx + base, r.file_name_off, r.line_off, r.line_col) for r in prep.line_info
+    )
+    crelos.extend(CoreRelo(r.insn_idx + base, r.type_id, r.access, r.kind) for r in prep.core_relos)
+
+
+_FIXUP_KINDS = {k.value: k for k in FixupKind}
+
+
+def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
+    """Record ``r`` as a fixup of ``slot`` and prepare the instruction for it: a kfunc call
+    gets ``src_reg = BPF_PSEUDO_KFUNC_CALL``; an ld_imm64 its ``src_reg`` and, for map
+    values, the value offset in the second slot's ``imm``."""
+    kind = _FIXUP_KINDS[r.kind]
     fixups.append(Fixup(kind, slot, r.map_index, r.offset, r.extern))
+    pos = slot * INSN_SIZE
+    code, regs, off, _imm = _INSN_HEAD.unpack_from(out, pos)
+    dst = regs & 0x0F
     if kind is FixupKind.KFUNC_CALL:
-        encode_into(out, slot, Insn(ins.code, ins.dst, PSEUDO_KFUNC_CALL, 0, 0))
+        _INSN_HEAD.pack_into(out, pos, code, (PSEUDO_KFUNC_CALL << 4) | dst, 0, 0)
         return
-    second = decode(out, slot + 1)
     if kind is FixupKind.MAP_FD:
         src, hi = PSEUDO_MAP_FD, 0
     elif kind is FixupKind.MAP_VALUE:
         src, hi = PSEUDO_MAP_VALUE, r.offset - (1 << 32 if r.offset >= 1 << 31 else 0)
     else:  # KSYM: the loader picks BTF id or address
         src, hi = 0, 0
-    encode_into(out, slot, Insn(ins.code, ins.dst, src, ins.off, 0))
-    encode_into(out, slot + 1, Insn(second.code, second.dst, second.src, second.off, hi))
+    _INSN_HEAD.pack_into(out, pos, code, (src << 4) | dst, off, 0)
+    _IMM.pack_into(out, pos + INSN_SIZE + 4, hi)  # the second slot's imm
 
 
 def _aligned(f: Function, insn_off: int, what: str) -> None:

@@ -35,13 +35,42 @@ _EPILOG = (
     "line on stderr. --socket PATH may also be given after the command.\n\n" + exits.HELP_TEXT
 )
 
-# Command-family modules, each with ``register(subparsers)``. Listed here, not discovered,
-# so that the CLI's surface is visible in one place.
-_FAMILIES: tuple[str, ...] = (
-    "schedswitchd.cli.daemon_cmds",
-    "schedswitchd.cli.object_cmd",
-    "schedswitchd.cli.profile_cmd",
-)
+# Command-family modules, each with ``register(subparsers)``, and the commands each
+# registers. Listed here, not discovered, so that the CLI's surface is visible in one
+# place -- and so that a command imports only its own family: the object family pulls in
+# the loader, the profile family the profile engine, which ``status`` never needs
+# (tests/test_cli_entrypoints.py checks this table against what the families register).
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "schedswitchd.cli.daemon_cmds": (
+        "status", "list", "history", "hint", "prepare", "release", "switch", "stop", "reload",
+    ),
+    "schedswitchd.cli.object_cmd": ("object",),
+    "schedswitchd.cli.profile_cmd": ("profile",),
+}  # fmt: skip
+_OPTIONS_WITH_VALUE = frozenset({"--socket"})
+
+
+def _family_of(words: Sequence[str]) -> str | None:
+    """The family module of the command in ``words`` (the first word that is not a global
+    option), or ``None`` when there is none or it is unknown: then every family is
+    registered, for the full help or argparse's list of valid commands."""
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in _OPTIONS_WITH_VALUE:
+            skip = True
+            continue
+        if word.startswith("-"):
+            if word in ("-h", "--help"):
+                return None
+            continue
+        for module, commands in _FAMILIES.items():
+            if word in commands:
+                return module
+        return None
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,8 +85,10 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)  # usage and message on stderr, exit 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``schedswitchctl`` argument parser."""
+def build_parser(words: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``schedswitchctl`` argument parser: the full one, or given the command line
+    ``words``, one with only the chosen command's family registered (see
+    :data:`_FAMILIES`)."""
     import importlib
 
     parser = _Parser(
@@ -76,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"$SCHEDSWITCHD_SOCKET or {DEFAULT_SOCKET})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _FAMILIES:
+    family = _family_of(words) if words is not None else None
+    for name in [family] if family is not None else _FAMILIES:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -98,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(words)
     _Parser.json_errors = "--json" in words
     try:
         args = parser.parse_args(words)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from schedswitchd.errors import ObjectError
 
@@ -28,16 +28,14 @@ LINE_INFO_MIN = 16
 CORE_RELO_MIN = 16
 
 
-@dataclass(frozen=True, slots=True)
-class ExtFuncInfo:
+class ExtFuncInfo(NamedTuple):
     """``bpf_func_info`` with ``insn_off`` in bytes from the section start."""
 
     insn_off: int
     type_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class ExtLineInfo:
+class ExtLineInfo(NamedTuple):
     """``bpf_line_info`` with ``insn_off`` in bytes from the section start."""
 
     insn_off: int
@@ -46,8 +44,7 @@ class ExtLineInfo:
     line_col: int
 
 
-@dataclass(frozen=True, slots=True)
-class ExtCoreRelo:
+class ExtCoreRelo(NamedTuple):
     """``bpf_core_relo`` with ``insn_off`` in bytes and the access string resolved."""
 
     insn_off: int
@@ -69,6 +66,11 @@ T = TypeVar("T")
 
 _HDR = struct.Struct("<HBBIIIII")
 _CORE_HDR = struct.Struct("<II")
+# The fields the loader reads of each record (their first bytes; a larger rec_size from a
+# newer compiler appends fields, which are skipped).
+_FUNC_INFO = struct.Struct("<II")
+_LINE_INFO = struct.Struct("<IIII")
+_CORE_RELO = struct.Struct("<IIII")
 
 
 def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
@@ -92,15 +94,14 @@ def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
         cr_off, cr_len = _CORE_HDR.unpack_from(data, _HDR.size)
     body = data[hdr_len:]
 
-    def fi(rec: bytes, _name: str) -> ExtFuncInfo:
-        off, tid = struct.unpack_from("<II", rec)
-        return ExtFuncInfo(off, tid)
+    def fi(rec: tuple[int, ...], _name: str) -> ExtFuncInfo:
+        return ExtFuncInfo(rec[0], rec[1])
 
-    def li(rec: bytes, _name: str) -> ExtLineInfo:
-        return ExtLineInfo(*struct.unpack_from("<IIII", rec))
+    def li(rec: tuple[int, ...], _name: str) -> ExtLineInfo:
+        return ExtLineInfo(rec[0], rec[1], rec[2], rec[3])
 
-    def cr(rec: bytes, name: str) -> ExtCoreRelo:
-        off, tid, acc, kind = struct.unpack_from("<IIII", rec)
+    def cr(rec: tuple[int, ...], name: str) -> ExtCoreRelo:
+        off, tid, acc, kind = rec
         try:
             access = string(acc)
         except Exception as exc:  # BtfError from the string table, or an out-of-range offset
@@ -111,9 +112,9 @@ def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
         return ExtCoreRelo(off, tid, access, kind)
 
     return BtfExt(
-        func_info=_blocks(body, fi_off, fi_len, FUNC_INFO_MIN, "func_info", string, fi),
-        line_info=_blocks(body, li_off, li_len, LINE_INFO_MIN, "line_info", string, li),
-        core_relos=_blocks(body, cr_off, cr_len, CORE_RELO_MIN, "core_relo", string, cr),
+        func_info=_blocks(body, fi_off, fi_len, _FUNC_INFO, "func_info", string, fi),
+        line_info=_blocks(body, li_off, li_len, _LINE_INFO, "line_info", string, li),
+        core_relos=_blocks(body, cr_off, cr_len, _CORE_RELO, "core_relo", string, cr),
     )
 
 
@@ -121,11 +122,12 @@ def _blocks(
     body: bytes,
     off: int,
     length: int,
-    min_rec: int,
+    record: struct.Struct,
     what: str,
     string: Callable[[int], str],
-    make: Callable[[bytes, str], T],
+    make: Callable[[tuple[int, ...], str], T],
 ) -> dict[str, tuple[T, ...]]:
+    min_rec = record.size
     if length == 0:
         return {}
     if off + length > len(body):
@@ -153,9 +155,11 @@ def _blocks(
             raise ObjectError(
                 f".BTF.ext {what} group at {pos - 8}: bad section name offset {name_off}"
             ) from exc
-        recs = tuple(
-            make(blk[pos + i * rec_size : pos + (i + 1) * rec_size], name) for i in range(num)
-        )
+        group = blk[pos : pos + num * rec_size]
+        if rec_size == record.size:
+            recs = tuple(make(rec, name) for rec in record.iter_unpack(group))
+        else:
+            recs = tuple(make(record.unpack_from(group, i * rec_size), name) for i in range(num))
         pos += num * rec_size
         out[name] = out.get(name, ()) + recs
     return out

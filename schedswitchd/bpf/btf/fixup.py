@@ -101,12 +101,11 @@ def fixup_object_btf(
     def need_int() -> int:
         nonlocal int_id, next_id
         if int_id is None:
-            for tid in btf.own_ids():
-                if btf.kind(tid) == Kind.INT:
-                    t = btf.type(tid)
-                    if isinstance(t, Int) and t.size == 4 and t.bits == 32 and t.offset == 0:
-                        int_id = tid
-                        break
+            for tid in btf.own_ids_of_kind(Kind.INT):
+                t = btf.type(tid)
+                if isinstance(t, Int) and t.size == 4 and t.bits == 32 and t.offset == 0:
+                    int_id = tid
+                    break
         if int_id is None:
             name_off = len(strings)
             strings.extend(b"int\0")
@@ -131,9 +130,7 @@ def fixup_object_btf(
             next_id += 1
         return dummy_id, dummy_name_off
 
-    for tid in btf.own_ids():
-        if btf.kind(tid) != Kind.DATASEC:
-            continue
+    for tid in btf.own_ids_of_kind(Kind.DATASEC):
         ds = btf.type(tid)
         assert isinstance(ds, Datasec)
         entries: list[tuple[int, int, int]] = []

@@ -775,6 +775,19 @@ class Btf:
         """This BTF's own type ids, ``range(start_id, end_id)``."""
         return range(self.start_id, self.end_id)
 
+    def own_ids_of_kind(self, kind: Kind) -> list[int]:
+        """This BTF's own type ids of ``kind``, ascending, found in the kinds array without
+        decoding a type (a scheduler's BTF has thousands of types and a few DATASECs)."""
+        tops = self._tops
+        out: list[int] = []
+        for top in (int(kind), int(kind) | 0x80):  # kind_flag is the top byte's high bit
+            pos = tops.find(top)
+            while pos >= 0:
+                out.append(self.start_id + pos)
+                pos = tops.find(top, pos + 1)
+        out.sort()
+        return out
+
     def __len__(self) -> int:
         """Number of this BTF's own types."""
         return len(self._offs)

@@ -7,8 +7,8 @@ bpf_core_relo``) and kernel doc ``Documentation/bpf/llvm_reloc.rst`` (CO-RE sect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class CoreReloKind(IntEnum):
@@ -29,14 +29,15 @@ class CoreReloKind(IntEnum):
     TYPE_MATCHES = 12
 
 
-@dataclass(frozen=True, slots=True)
-class CoreRelo:
+class CoreRelo(NamedTuple):
     """One CO-RE relocation of a program.
 
     ``insn_idx`` is the instruction slot (8-byte units) in the *linked* program's
     instructions that the relocation patches; ``type_id`` the root type in the object's
     own (local) BTF; ``access`` the access string (``"0:1:2"``), already resolved from the
-    ``.BTF`` string section; ``kind`` what to compute.
+    ``.BTF`` string section; ``kind`` what to compute. A named tuple, not a dataclass:
+    linking builds one per relocation per program that pulls the function in, at every
+    open.
     """
 
     insn_idx: int

@@ -10,7 +10,8 @@ APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev p
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
 	systemd
 
-.PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz
+.PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz \
+	man completions install
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -180,6 +181,29 @@ fuzz: deps test-objects
 	$(VPY) -m tools.fuzz_report $(FUZZ_DIR) --out $(FUZZ_DIR)/report.md
 	SCHEDSWITCHD_FLOOD_CLIENTS=$(FUZZ_FLOOD_CLIENTS) SCHEDSWITCHD_FLOOD_S=$(FUZZ_FLOOD_S) \
 		$(VENV)/bin/pytest -q -s -rxX -p no:cacheprovider tests/daemon/test_flood.py
+
+# Man pages (build/man/NAME.1) and bash/zsh completions (build/completions/{bash,zsh}/) of
+# schedswitchd, schedswitchctl and schedswitch-run, generated from their argparse parsers
+# (tools/cli_docs.py: argparse-manpage and shtab, dev dependencies).
+man: deps
+	@$(VPY) -m tools.cli_docs --man $(BUILD)/man >/dev/null
+
+completions: deps
+	@$(VPY) -m tools.cli_docs --completions $(BUILD)/completions >/dev/null
+
+# Installs the man pages and completions under $(DESTDIR)$(PREFIX) (the package itself:
+# `pip install .`, see docs/service.md).
+PREFIX ?= /usr/local
+CLI_PROGS := schedswitchd schedswitchctl schedswitch-run
+install: man completions
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions
+	install -m 0644 $(patsubst %,$(BUILD)/man/%.1,$(CLI_PROGS)) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 $(patsubst %,$(BUILD)/completions/bash/%,$(CLI_PROGS)) \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/
+	install -m 0644 $(patsubst %,$(BUILD)/completions/zsh/_%,$(CLI_PROGS)) \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/
 
 clean:
 	rm -rf $(BUILD) .mypy_cache .pytest_cache .ruff_cache

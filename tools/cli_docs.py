@@ -1,0 +1,160 @@
+"""Man pages and shell completions of the three commands, generated from their argparse parsers.
+
+The parsers are the programs' own (``build_parser()`` of :mod:`schedswitchd.daemon.service`,
+:mod:`schedswitchd.cli.ctl` and :mod:`schedswitchd.cli.run`), so ``--help``, the man page and
+the completions cannot drift apart. Man pages (roff, section 1) come from argparse-manpage,
+completions (bash, zsh) from shtab: both are development dependencies (``.[dev]``), never
+needed at run time.
+
+``python -m tools.cli_docs --man DIR --completions DIR`` writes
+
+- ``DIR/NAME.1`` for each command (``man -l DIR/schedswitchctl.1`` to read one);
+- ``DIR/bash/NAME`` (for ``/usr/share/bash-completion/completions/``) and ``DIR/zsh/_NAME``
+  (for a directory on ``$fpath``, e.g. ``/usr/share/zsh/vendor-completions/``).
+
+``make man completions`` runs it into ``build/man`` and ``build/completions``; ``make install``
+copies the results under ``$(DESTDIR)$(PREFIX)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from argparse_manpage.manpage import Manpage  # type: ignore[import-untyped]
+from shtab import DIRECTORY, FILE, complete
+
+from schedswitchd import __version__
+from schedswitchd.cli import ctl, run
+from schedswitchd.daemon import service
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
+
+#: Shells whose completion scripts are generated, with the file name each expects.
+SHELLS: dict[str, Callable[[str], str]] = {
+    "bash": lambda prog: prog,
+    "zsh": lambda prog: f"_{prog}",
+}
+
+#: Destinations completed as file names, and as directories (the rest: no completion).
+FILE_DESTS = frozenset({"config", "socket", "global_socket", "object", "path", "vmlinux"})
+DIR_DESTS = frozenset({"pin", "dir", "sysfs"})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One installed command: its name, a one-line description for the man page's NAME
+    section, and the function building its parser."""
+
+    prog: str
+    summary: str
+    build_parser: Callable[[], argparse.ArgumentParser]
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("schedswitchd", "switch sched_ext CPU schedulers on demand", service.build_parser),
+    Command("schedswitchctl", "control and inspect schedswitchd; BPF objects", ctl.build_parser),
+    Command("schedswitch-run", "run a command under a schedswitchd hint", run.build_parser),
+)
+
+
+def _roff(text: str) -> str:
+    """``text`` with roff's hyphen escaped (a bare ``-`` may render as a dash)."""
+    return text.replace("-", "\\-")
+
+
+_SEE_ALSO = ", ".join(rf"\fB{_roff(c.prog)}\fR(1)" for c in COMMANDS)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every sub-command of ``parser``, nested ones as ``"object load"``: name -> parser."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:  # argparse has no public walk over sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = sub
+                for nested, subsub in subcommands(sub).items():
+                    found[f"{name} {nested}"] = subsub
+    return found
+
+
+def _mark_completions(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Tell shtab which arguments are paths (an attribute shtab reads off each action)."""
+    for p in (parser, *subcommands(parser).values()):
+        for action in p._actions:
+            if action.dest in FILE_DESTS:
+                action.complete = FILE  # type: ignore[attr-defined]
+            elif action.dest in DIR_DESTS:
+                action.complete = DIRECTORY  # type: ignore[attr-defined]
+    return parser
+
+
+def man_page(command: Command) -> str:
+    """The roff source of ``command``'s man page (section 1)."""
+    page = Manpage(command.build_parser())
+    page.source = f"schedswitchd {__version__}"
+    page.manual = "schedswitchd manual"
+    page.description = command.summary
+    page.add_section(
+        "environment",
+        "=",
+        r".TP"
+        "\n"
+        r"\fBSCHEDSWITCHD_SOCKET\fR"
+        "\n" + _roff(f"The daemon's socket when no --socket is given (default {DEFAULT_SOCKET})."),
+    )
+    page.add_section("see also", "=", _SEE_ALSO + r", \fBsystemd.socket\fR(5)")
+    text: str = str(page)
+    return text
+
+
+def completion(command: Command, shell: str) -> str:
+    """``command``'s completion script for ``shell`` (one of :data:`SHELLS`)."""
+    parser = _mark_completions(command.build_parser())
+    return complete(parser, shell=shell)
+
+
+def write_man(directory: Path) -> list[Path]:
+    """Write every command's man page into ``directory``; returns the files written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for command in COMMANDS:
+        path = directory / f"{command.prog}.1"
+        path.write_text(man_page(command))
+        written.append(path)
+    return written
+
+
+def write_completions(directory: Path) -> list[Path]:
+    """Write every command's completion scripts into ``directory/<shell>/``."""
+    written = []
+    for shell, file_name in SHELLS.items():
+        (directory / shell).mkdir(parents=True, exist_ok=True)
+        for command in COMMANDS:
+            path = directory / shell / file_name(command.prog)
+            path.write_text(completion(command, shell))
+            written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--man", type=Path, metavar="DIR", help="write the man pages here")
+    parser.add_argument(
+        "--completions", type=Path, metavar="DIR", help="write the completions here"
+    )
+    args = parser.parse_args(argv)
+    if args.man is None and args.completions is None:
+        parser.error("nothing to do: give --man DIR and/or --completions DIR")
+    for path in [
+        *(write_man(args.man) if args.man else []),
+        *(write_completions(args.completions) if args.completions else []),
+    ]:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     from schedswitchd.kernel.loader import LoadedObject
 
 __all__ = [
+    "ENABLE_HELPER_COMM",
     "attach_from_cpu",
+    "enable_helper_pids",
+    "helper_on_cpu",
     "on_cpu",
     "read_stats",
     "run_after_attach",
@@ -112,8 +115,12 @@ def _runs(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
         prog = obj.programs.get(r.program)
         if prog is None:
             raise LoadError(f"profile {plan.profile}: {r.label}: program {r.program} not loaded")
+        # After attach a run without a CPU of its own runs on the attach CPU: a scheduler's
+        # userspace pins itself before attaching and keeps that pin for what follows
+        # (scx_tickless starts its timer from there, and start_timer checks the CPU).
+        cpu = r.cpu if r.cpu is not None or when != "after_attach" else plan.attach_cpu
         try:
-            with on_cpu(r.cpu):
+            with on_cpu(cpu):
                 # No ctx_out: the kernel copies a syscall program's context back into
                 # ctx_in's buffer and refuses ctx_out (net/bpf/test_run.c).
                 res = S.prog_test_run(prog.fd, ctx_in=r.ctx)
@@ -146,13 +153,74 @@ def run_after_attach(obj: LoadedObject, plan: ProfilePlan) -> None:
 T = TypeVar("T")
 
 
+#: ``comm`` of the kernel thread that enables a sched_ext scheduler (``kernel/sched/ext.c``
+#: ``scx_enable()``: one ``kthread_run_worker(0, "scx_enable_helper")``, SCHED_FIFO, made
+#: on the first enable after boot and kept). ``ops.init`` runs in it, not in the thread that
+#: creates the link.
+ENABLE_HELPER_COMM = "scx_enable_helper"
+
+
+def enable_helper_pids(proc: str = "/proc") -> list[int]:
+    """Pids of the kernel's ``scx_enable_helper`` threads: tasks of that ``comm`` whose
+    parent is ``kthreadd`` (pid 2), read from ``proc`` (``/proc/PID/stat``). Empty before
+    the first sched_ext enable since boot, or without sched_ext."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(proc):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"{proc}/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # "pid (comm) state ppid ...": comm may hold spaces, so split at the last ")"
+            comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+            rest = stat[stat.rfind(")") + 2 :].split()
+            if comm == ENABLE_HELPER_COMM and len(rest) > 1 and rest[1] == "2":
+                out.append(int(entry))
+    return out
+
+
+@contextlib.contextmanager
+def helper_on_cpu(cpu: int | None) -> Iterator[list[int]]:
+    """Bind the kernel's ``scx_enable_helper`` thread(s) to ``cpu`` for the ``with`` body
+    and restore their masks after; yields the pids bound. Since 6.18 the kernel runs
+    ``ops.init`` there, so a scheduler whose ``ops.init`` must run on one CPU
+    (scx_central's ``central_init``: "init from non-central CPU") gets it only this way;
+    the attaching thread's own pin no longer decides it. A helper that cannot be bound
+    (``EINVAL``/``EPERM``) is left as it is; none yet (first enable since boot): nothing."""
+    bound: list[tuple[int, set[int]]] = []
+    if cpu is not None:
+        for pid in enable_helper_pids():
+            try:
+                old = os.sched_getaffinity(pid)
+                os.sched_setaffinity(pid, {cpu})
+            except OSError:
+                continue
+            bound.append((pid, old))
+    try:
+        yield [pid for pid, _ in bound]
+    finally:
+        for pid, old in bound:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, old)
+
+
 def attach_from_cpu(obj: LoadedObject, plan: ProfilePlan, create_link: Callable[[], T]) -> T:
     """Phase ``profile.attach``: call ``create_link()`` (which creates the struct_ops
-    link) with the calling thread bound to the plan's attach CPU, restoring its mask
-    after. Returns what ``create_link`` returns; its errors propagate."""
+    link) with the calling thread -- and the kernel's ``scx_enable_helper`` thread, where
+    ``ops.init`` runs (:func:`helper_on_cpu`) -- bound to the plan's attach CPU, restoring
+    their masks after. Returns what ``create_link`` returns; its errors propagate. The
+    helper pids bound go to ``obj.notes``."""
     start = time.perf_counter_ns()
     try:
-        with on_cpu(plan.attach_cpu):
+        with on_cpu(plan.attach_cpu), helper_on_cpu(plan.attach_cpu) as helpers:
+            if helpers:
+                obj.notes.append(
+                    f"profile {plan.profile}: {ENABLE_HELPER_COMM} (pid "
+                    f"{', '.join(map(str, helpers))}) bound to CPU {plan.attach_cpu} for attach"
+                )
             return create_link()
     finally:
         _timed(obj, "profile.attach", start)

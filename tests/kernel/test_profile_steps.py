@@ -17,11 +17,14 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import LoadError
+from schedswitchd.kernel import profile_steps
 from schedswitchd.kernel import syscall as S
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.profile_steps import (
     attach_from_cpu,
+    enable_helper_pids,
+    helper_on_cpu,
     on_cpu,
     read_stats,
     run_after_attach,
@@ -75,6 +78,12 @@ args = { slot = { expr = "cpu.id" }, value = 100 }
 program = "returns_seven"
 when = "after_attach"
 expect_retval = 7
+
+# no cpu of its own: after attach it runs on the attach CPU (the loader keeps its pin)
+[[run]]
+program = "record_cpu"
+when = "after_attach"
+args = { slot = 63, value = 0 }
 
 [attach]
 cpu = { expr = "topo.online_cpus[-1]" }
@@ -160,6 +169,9 @@ def test_profile_phases_reach_the_kernel(registry: KernelBtfRegistry, bpffs: Pat
         assert name in avail.split()
         run_after_attach(obj, ps.plan)
         assert "profile.run.after_attach" in obj.timings_ns and "profile.attach" in obj.timings_ns
+        ran_on = struct.unpack("<64I", obj.read_variable("ran_on"))
+        assert ran_on[63] == topo.online_cpus[-1] + 1
+        assert os.sched_getaffinity(0) == affinity
     avail = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
     assert name not in avail.split()
 
@@ -181,6 +193,44 @@ def test_on_cpu_refuses_an_impossible_cpu() -> None:
     with pytest.raises(LoadError, match="CPU 100000"), on_cpu(100000):
         pass
     assert os.sched_getaffinity(0) == before
+
+
+def test_enable_helper_pids_reads_kthreads_of_that_name(tmp_path: Path) -> None:
+    def task(pid: int, comm: str, ppid: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} 0 0 0\n")
+
+    task(77, "scx_enable_helper", 2)
+    task(78, "scx_enable_helper", 1)  # a user process calling itself that: not a kthread
+    task(79, "kworker/0:1 (x)", 2)
+    (tmp_path / "self").mkdir()
+    assert enable_helper_pids(str(tmp_path)) == [77]
+    assert enable_helper_pids(str(tmp_path / "absent")) == []
+
+
+def test_helper_on_cpu_binds_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real task stands in for the kernel's helper (the host has no sched_ext): its
+    affinity is the attach CPU inside the block and what it was after."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        cpu = sorted(os.sched_getaffinity(0))[-1]
+        before = os.sched_getaffinity(pid)
+        monkeypatch.setattr(profile_steps, "enable_helper_pids", lambda: [pid, 999_999_999])
+        with helper_on_cpu(cpu) as bound:
+            assert bound == [pid]  # the vanished pid is skipped
+            assert os.sched_getaffinity(pid) == {cpu}
+        assert os.sched_getaffinity(pid) == before
+        with helper_on_cpu(None) as bound:
+            assert bound == []
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
 
 
 def test_object_load_cli_with_profile_from_executable(
@@ -208,7 +258,9 @@ def test_object_load_cli_with_profile_from_executable(
     out = json.loads(capsys.readouterr().out)
     topo = read_topology("/sys")
     assert out["profile"]["mode"] == "loud"
-    assert out["profile"]["stats"]["armed"] == 9 and out["profile"]["stats"]["runs"] == topo.nr_cpus
+    # stats are read after the after-attach runs: one record_cpu per online CPU, plus one
+    assert out["profile"]["stats"]["armed"] == 9
+    assert out["profile"]["stats"]["runs"] == topo.nr_cpus + 1
     assert "chose the first with struct_ops" in out["embedded"]
     assert "profile.attach" in out["timings_ns"] and out["links"] == ["ssd_prof"]
     assert ctl.main([*argv, "--mode", "quiet"]) == 1

@@ -10,9 +10,16 @@ switch is over; a mixed workload (CPU-bound spinners, a pipe ping-pong, a fork l
 ``--soak-s`` seconds while the kernel's view is sampled every second; the launcher dies and
 the kernel is read until it is back to no BPF scheduler. Mode checks (``--modes``) hint a
 scheduler with a mode and read the mode's values back from the loaded maps in the kernel
-(``bpftool map dump``, raw bytes decoded at the variables' offsets in the object). Kernel log
-lines of sched_ext (``/dev/kmsg``) are kept with each run: they carry the kernel's exit reason
-when a scheduler is ejected. Observations go to FILE as JSON after each step.
+(:func:`running_data_maps`: the maps of the object whose struct_ops link is active, found by
+its BTF object id, read with ``BPF_MAP_LOOKUP_ELEM`` and decoded at the variables' offsets in
+the object). Kernel log lines of sched_ext (``/dev/kmsg``) are kept with each run: they carry
+the kernel's exit reason when a scheduler is ejected. Observations go to FILE as JSON after
+each step.
+
+``python -m tools.profiles_soak --object-load --objects JSON --out FILE [--soak-s N]
+[--timeout-ms MS] [--modes]``: the same without the daemon (:func:`run_object_load`): each
+scheduler loaded by ``schedswitchctl object load OBJ --profile X [--mode M] --pin DIR``,
+soaked, its modes read back through the pinned maps, detached by ``object unload DIR``.
 """
 
 from __future__ import annotations
@@ -23,13 +30,19 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from schedswitchd.bpf.object import open_object
+from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.daemon.client import DaemonError
+from schedswitchd.errors import BpfSyscallError
+from schedswitchd.kernel import bpf_uapi, syscall
+from schedswitchd.kernel.fd import MapFd
+from schedswitchd.kernel.pins import pin_name
 from tools.session import Daemon, Launcher, history, kernel_view, status, wait_for
 
 # (scheduler key in the config, ops name the kernel shows)
@@ -175,36 +188,132 @@ def _history_len(sock: str) -> int:
     return 0
 
 
-def soak(sock: str, ops: str, seconds: float) -> dict[str, Any]:
-    """Run the workload for ``seconds`` while sampling the kernel's view every second."""
+def soak(ops: str, seconds: float) -> dict[str, Any]:
+    """Run the workload for ``seconds`` while sampling the kernel's view about every second.
+
+    Under TCG a sample can take much longer than a second (the spinners and the fork loop
+    compete with the sampler), so what counts is time, not samples: ``elapsed_s`` is the
+    monotonic time from the workload's start to the last reading, ``enabled_s`` how long of
+    it the kernel showed the same scheduler enabled with the starting ``enable_seq`` (up to
+    the first reading that did not)."""
     start = kernel_view()
+    t0 = time.monotonic()
     pids = workload(seconds)
-    samples = []
-    end = time.monotonic() + seconds
+    samples: list[dict[str, Any]] = []
+    end = t0 + seconds
     while time.monotonic() < end:
         time.sleep(1.0)
-        samples.append(kernel_view())
+        samples.append({**kernel_view(), "t": time.monotonic() - t0})
     codes = reap(pids)
-    after = kernel_view()
-    same = all(
-        s["state"] == "enabled" and s["ops"] == ops and s["enable_seq"] == start["enable_seq"]
-        for s in [*samples, after]
-    )
+    after = {**kernel_view(), "t": time.monotonic() - t0}
+
+    def same(v: dict[str, Any]) -> bool:
+        return bool(
+            v["state"] == "enabled" and v["ops"] == ops and v["enable_seq"] == start["enable_seq"]
+        )
+
+    enabled_s = 0.0
+    if same(start):
+        for v in [*samples, after]:
+            if not same(v):
+                break
+            enabled_s = v["t"]
     return {
         "start": start,
         "after": after,
         "samples": len(samples),
         "seconds": seconds,
-        "stayed_enabled": same and start["state"] == "enabled" and start["ops"] == ops,
+        "elapsed_s": after["t"],
+        "enabled_s": enabled_s,
+        "first_change": next(({**v} for v in [*samples, after] if not same(v)), None),
+        "stayed_enabled": same(start) and all(same(v) for v in [*samples, after]),
         "workload_exit_codes": codes,
     }
 
 
-def read_back(spec_path: Path, names: list[str]) -> dict[str, Any]:
-    """The current values of ``names`` (globals of the object at ``spec_path``) in the
-    running scheduler's data maps: each map found in the kernel by its kernel name (the
-    newest id), dumped raw with bpftool, decoded at the variable's offset (little endian)."""
-    spec = open_object(spec_path)
+def _suffix(kernel_name: str) -> str:
+    # the daemon may open an object under another name than the file's: the part from the
+    # first "." (".rodata", ".bss", ".data.LAVD") is what identifies a data section's map
+    return kernel_name[kernel_name.find(".") :] if "." in kernel_name else kernel_name
+
+
+def decode_globals(spec: ObjectSpec, names: list[str], fds: dict[str, MapFd]) -> dict[str, Any]:
+    """The current values of globals ``names`` of ``spec``, read with ``BPF_MAP_LOOKUP_ELEM``
+    (key 0) from ``fds`` (the loaded data maps by the spec's section name, ``.rodata``) and
+    decoded at each variable's offset (little endian, signed). A variable whose map is not
+    in ``fds`` gets ``{"error": ...}``."""
+    out: dict[str, Any] = {}
+    for m in spec.maps:
+        wanted = [v for v in m.variables if v.name in names]
+        if not wanted:
+            continue
+        fd = fds.get(m.name)
+        if fd is None:
+            for v in wanted:
+                out[v.name] = {"error": f"no loaded map for {m.name} ({m.kernel_name!r})"}
+            continue
+        raw = syscall.map_lookup_elem(fd, bytes(4), syscall.map_info(fd).value_size) or b""
+        for v in wanted:
+            out[v.name] = int.from_bytes(raw[v.offset : v.offset + v.size], "little", signed=True)
+    return out
+
+
+def pinned_data_maps(spec: ObjectSpec, pin_dir: Path) -> dict[str, MapFd]:
+    """The data maps ``object load --pin DIR`` pinned (``map_<section>``), by section name."""
+    out: dict[str, MapFd] = {}
+    for m in spec.maps:
+        path = pin_dir / pin_name(f"map_{m.name}")
+        if m.variables and path.exists():
+            out[m.name] = syscall.obj_get(path, expect=MapFd)
+    return out
+
+
+def running_data_maps(spec: ObjectSpec) -> tuple[dict[str, MapFd], dict[str, Any]]:
+    """The data maps of the scheduler the kernel runs, found from the kernel alone: the
+    struct_ops link (``BPF_LINK_TYPE_STRUCT_OPS``) whose map has ``spec``'s struct_ops map
+    name gives that map's BTF object id; the data maps of the same loaded object share it
+    (they are created with the object's BTF), so other objects' ``.rodata``/``.bss`` maps --
+    a standby the daemon prepared, or one whose freeing the kernel deferred -- never match.
+    Returns the maps by section name and what was found (ids), for the report."""
+    so_names = {m.kernel_name[:15] for m in spec.struct_ops_maps}
+    found: dict[str, Any] = {"links": []}
+    btf_id = None
+    lid = 0
+    while (nxt := syscall.link_get_next_id(lid)) is not None:
+        lid = nxt
+        with contextlib.suppress(BpfSyscallError):
+            with syscall.link_get_fd_by_id(lid) as lfd:
+                li = syscall.link_info(lfd)
+            if li.type != bpf_uapi.LinkType.STRUCT_OPS or not li.map_id:
+                continue
+            with syscall.map_get_fd_by_id(li.map_id) as sfd:
+                mi = syscall.map_info(sfd)
+            found["links"].append({"link": lid, "map": li.map_id, "name": mi.name})
+            if mi.name in so_names:
+                btf_id = mi.btf_id
+    found["btf_id"] = btf_id
+    out: dict[str, MapFd] = {}
+    if not btf_id:
+        return out, found
+    by_suffix = {_suffix(m.kernel_name): m.name for m in spec.maps if m.variables}
+    mid = 0
+    while (nxt := syscall.map_get_next_id(mid)) is not None:
+        mid = nxt
+        with contextlib.suppress(BpfSyscallError):
+            fd = syscall.map_get_fd_by_id(mid)
+            mi = syscall.map_info(fd)
+            name = by_suffix.get(_suffix(mi.name))
+            if mi.btf_id == btf_id and name is not None and name not in out:
+                out[name] = fd
+                found.setdefault("maps", {})[name] = mid
+            else:
+                fd.close()
+    return out, found
+
+
+def read_back_bpftool(spec: ObjectSpec, names: list[str]) -> dict[str, Any]:
+    """Last session's reading, kept to show why it failed: every map in the kernel whose
+    name ends like the section's, the newest id taken, dumped with ``bpftool``."""
     out: dict[str, Any] = {}
     for m in spec.maps:
         wanted = [v for v in m.variables if v.name in names]
@@ -215,23 +324,22 @@ def read_back(spec_path: Path, names: list[str]) -> dict[str, Any]:
                 ["bpftool", "-j", "map", "show"], check=True, capture_output=True, text=True
             ).stdout
         )
-        # the daemon may open the object under another name: match the section suffix
-        # (".rodata", ".bss"), newest map first -- only one scheduler is loaded at a time
-        suffix = m.kernel_name[m.kernel_name.find(".") :] if "." in m.kernel_name else m.name
-        ids = [e["id"] for e in shown if str(e.get("name", "")).endswith(suffix)]
+        ids = [e["id"] for e in shown if str(e.get("name", "")).endswith(_suffix(m.kernel_name))]
+        out[f"{m.name}.candidates"] = ids
         if not ids:
-            for v in wanted:
-                out[v.name] = {"error": f"no map {m.kernel_name!r} in the kernel"}
             continue
-        dump = json.loads(
-            subprocess.run(
-                ["bpftool", "-j", "map", "dump", "id", str(max(ids))],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
+        proc = subprocess.run(
+            ["bpftool", "-j", "map", "dump", "id", str(max(ids))], capture_output=True, text=True
         )
-        raw = bytes(int(b, 16) for b in dump[0]["value"])
+        if proc.returncode != 0:
+            out[f"{m.name}.error"] = proc.stderr.strip()[-500:]
+            continue
+        dump = json.loads(proc.stdout)
+        entry = dump[0] if isinstance(dump, list) and dump else dump
+        out[f"{m.name}.keys"] = sorted(entry) if isinstance(entry, dict) else repr(entry)[:200]
+        if not isinstance(entry, dict) or "value" not in entry:
+            continue
+        raw = bytes(int(b, 16) for b in entry["value"])
         for v in wanted:
             out[v.name] = int.from_bytes(raw[v.offset : v.offset + v.size], "little", signed=True)
     return out
@@ -271,7 +379,7 @@ def run(
             st = status(sock)
             r["status"] = st.model_dump(mode="json")
         if r["enabled"]:
-            r["soak"] = soak(sock, ops, soak_s)
+            r["soak"] = soak(ops, soak_s)
         launcher.kill()
         r["released"] = wait_for(lambda: kernel_view()["state"] == "disabled", 120, 0.2)
         r["after_release"] = kernel_view()
@@ -294,10 +402,20 @@ def run(
             m["enabled"] = _wait_enabled(sock, key, ops, launcher.reply, since)
             if m["enabled"]:
                 time.sleep(2.0)  # after_attach runs (set_power_profile) happen within the switch
+                m["kernel_at_read"] = kernel_view()
+                spec = open_object(objects[key])
+                fds, m["running_found"] = running_data_maps(spec)
                 try:
-                    m["read"] = read_back(Path(objects[key]), list(expected))
-                except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as exc:
+                    m["read"] = decode_globals(spec, list(expected), fds)
+                except (BpfSyscallError, OSError) as exc:
                     m["read_error"] = repr(exc)
+                finally:
+                    for fd in fds.values():
+                        fd.close()
+                try:  # last session's way, kept to compare (it failed there)
+                    m["read_bpftool"] = read_back_bpftool(spec, list(expected))
+                except (subprocess.CalledProcessError, OSError, ValueError) as exc:
+                    m["read_bpftool"] = {"exception": repr(exc)}
                 with contextlib.suppress(DaemonError, OSError):
                     st = status(sock)
                     m["status_mode"] = st.model_dump(mode="json")
@@ -311,18 +429,139 @@ def run(
     save()
 
 
+PIN_ROOT = Path("/sys/fs/bpf/schedswitchd-profiles-soak")
+
+
+def object_load(
+    obj: str, profile: str, mode: str | None, pin: Path, timeout_ms: int
+) -> dict[str, Any]:
+    """``schedswitchctl object load OBJ --profile P [--mode M] --pin DIR --json`` with the
+    struct_ops variable's ``timeout_ms`` raised (``--set``; TCG), as a child process: its
+    exit code, time (s), JSON output (or stdout/stderr tails)."""
+    spec = open_object(obj)
+    sets: list[str] = []
+    for m in spec.struct_ops_maps:
+        sets += ["--set", f"{m.name}.timeout_ms={timeout_ms}"]
+    argv = [sys.executable, "-m", "schedswitchd.cli.ctl", "object", "load", obj]
+    argv += ["--profile", profile, "--pin", str(pin), "--json", *sets]
+    if mode:
+        argv += ["--mode", mode]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    r: dict[str, Any] = {"argv": argv[2:], "rc": proc.returncode, "s": time.monotonic() - t0}
+    try:
+        info = json.loads(proc.stdout)
+        r["profile"] = info.get("profile")
+        r["links"] = info.get("links")
+        r["notes"] = info.get("notes")
+        r["error"] = info.get("error", {}).get("message") if "error" in info else None
+    except ValueError:
+        r["stdout"] = proc.stdout[-3000:]
+    r["stderr"] = proc.stderr[-4000:]
+    return r
+
+
+def object_unload(pin: Path) -> dict[str, Any]:
+    """``schedswitchctl object unload DIR``: its exit code and output tail."""
+    argv = [sys.executable, "-m", "schedswitchd.cli.ctl", "object", "unload", str(pin)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return {"rc": proc.returncode, "out": (proc.stdout + proc.stderr)[-2000:]}
+
+
+def run_object_load(
+    out: Path, soak_s: float, objects: dict[str, str], timeout_ms: int, with_modes: bool
+) -> None:
+    """Without the daemon: each scheduler loaded and attached by ``object load --profile``
+    (pinned, so it stays), checked enabled, soaked, read back (modes) through its pinned
+    maps, then detached by ``object unload`` and checked gone."""
+    results: dict[str, Any] = {"soak_s": soak_s, "timeout_ms": timeout_ms, "schedulers": {}}
+    results["modes"] = []
+    results["initial"] = kernel_view()
+
+    def save() -> None:
+        out.write_text(json.dumps(results, indent=1, default=str))
+
+    kmsg = KmsgTail()
+    subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], capture_output=True)
+    runs: list[tuple[str, str | None, dict[str, int] | None]] = [
+        (key, None, None) for key, _ in SCHEDULERS
+    ]
+    if with_modes:
+        runs += [(key, mode, expected) for key, mode, expected in MODE_CHECKS]
+    for key, mode, expected in runs:
+        if key not in objects:
+            continue
+        ops = dict(SCHEDULERS)[key]
+        t0 = time.monotonic()
+        pin = PIN_ROOT / (f"{key}-{mode}" if mode else key)
+        r: dict[str, Any] = {"scheduler": key, "mode": mode, "ops": ops}
+        r["before"] = kernel_view()
+        r["load"] = object_load(objects[key], key, mode, pin, timeout_ms)
+        r["kernel"] = kernel_view()
+        r["enabled"] = bool(
+            r["load"]["rc"] == 0 and r["kernel"]["state"] == "enabled" and r["kernel"]["ops"] == ops
+        )
+        if r["enabled"] and expected is None:
+            r["soak"] = soak(ops, soak_s)
+        if r["enabled"] and expected is not None:
+            spec = open_object(objects[key])
+            names = list(expected)
+            fds = pinned_data_maps(spec, pin)
+            try:
+                r["read"] = decode_globals(spec, names, fds)
+            finally:
+                for fd in fds.values():
+                    fd.close()
+            running, r["running_found"] = running_data_maps(spec)
+            try:
+                r["read_running"] = decode_globals(spec, names, running)
+            finally:
+                for fd in running.values():
+                    fd.close()
+            try:
+                r["read_bpftool"] = read_back_bpftool(spec, names)
+            except (subprocess.CalledProcessError, OSError, ValueError) as exc:
+                r["read_bpftool"] = {"exception": repr(exc)}
+        r["unload"] = object_unload(pin) if pin.exists() else {"rc": None, "out": "no pins"}
+        r["released"] = wait_for(lambda: kernel_view()["state"] == "disabled", 120, 0.2)
+        r["after_release"] = kernel_view()
+        time.sleep(0.5)
+        r["kmsg"] = kmsg.lines()
+        r["elapsed_s"] = time.monotonic() - t0
+        if mode is None:
+            results["schedulers"][key] = r
+        else:
+            r["expected"] = expected
+            results["modes"].append(r)
+        save()
+    results["done"] = True
+    save()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config", help="daemon config (the daemon path)")
+    ap.add_argument(
+        "--object-load",
+        action="store_true",
+        help="no daemon: `schedswitchctl object load --profile --pin`, soak, `object unload`",
+    )
+    ap.add_argument("--timeout-ms", type=int, default=30000, help="struct_ops timeout_ms")
     ap.add_argument("--objects", required=True, help="JSON: scheduler key -> object path")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--log", type=Path, required=True)
+    ap.add_argument("--log", type=Path, help="daemon log (the daemon path)")
     ap.add_argument("--socket", default="/run/schedswitchd-profiles.sock")
     ap.add_argument("--soak-s", type=float, default=30.0)
     ap.add_argument("--modes", action="store_true")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    run(a.config, a.socket, a.out, a.log, a.soak_s, json.loads(a.objects), a.modes)
+    objects = json.loads(a.objects)
+    if a.object_load:
+        run_object_load(a.out, a.soak_s, objects, a.timeout_ms, a.modes)
+    elif a.config is None:
+        ap.error("--config is needed without --object-load")
+    else:
+        run(a.config, a.socket, a.out, a.log or Path("daemon.log"), a.soak_s, objects, a.modes)
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.entry import EXIT_BROKEN_PIPE
+from tests.build_outputs import missing_build_output
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -73,7 +74,7 @@ def test_closed_stdout_is_quiet(prog: str, args: list[str]) -> None:
     if not exe.exists():
         pytest.fail(f"{exe} is missing: the package is not installed in this venv (make deps)")
     if str(OBJ) in args and not OBJ.is_file():
-        pytest.fail(f"{OBJ} is missing: run `make test-objects`")
+        missing_build_output(OBJ)
     proc = _run_into_closed_pipe([str(exe), *args])
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     if "--help" in args or "--version" in args:

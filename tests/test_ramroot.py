@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_outputs import missing_build_output
 from tools import vm
 from tools.ramroot import Manifest as RamManifest
 from tools.ramroot import (
@@ -96,6 +97,8 @@ def test_probe_lists_runtime_requirements_only() -> None:
 
 
 def test_manifest_has_what_the_bench_runs(manifest: RamManifest) -> None:
+    if not (REPO / "build" / "bpf" / "latency.bpf.o").is_file():
+        missing_build_output(REPO / "build" / "bpf" / "latency.bpf.o", "schedulers")
     files = manifest.files
     real_py = os.path.realpath(VENV_PY)
     assert real_py in files

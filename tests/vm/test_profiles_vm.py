@@ -23,13 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 OBJ = REPO / "build" / "tests" / "vm" / "bpf" / "profiled.bpf.o"
 PROFILE = REPO / "tests" / "vm" / "profiles" / "profiled.toml"
 
-#: Until this test has passed in a VM run on main it is gated (the run that found the pin-name
-#: bug fixed in 6a9f1a8 did not reach the hotplug steps): set to None after a passing run.
-#: ``SCHEDSWITCHD_RUN_GATED_VM=1`` runs it anyway.
-GATE: str | None = (
-    "gated: not yet passed in a VM run on main (profiles through the daemon across CPU "
-    "hotplug, issue 13); SCHEDSWITCHD_RUN_GATED_VM=1 runs it"
-)
+#: A skip reason while this test is known not to pass on main (``None``: it runs);
+#: ``SCHEDSWITCHD_RUN_GATED_VM=1`` runs it anyway. Lifted after its first passing VM run.
+GATE: str | None = None
 
 CONFIG = f"""
 default = "kernel"
@@ -92,7 +88,8 @@ def test_profile_values_reach_the_kernel(run: dict[str, Any]) -> None:
     base = _step(run, "base")
     st = base["status"]
     assert st["kernel"]["state"] == "enabled" and st["kernel"]["ops"] == "ss_profiled"
-    assert st["profile"]["name"] == "profiled" and st["profile"]["mode"] is None
+    # status names the profile as configured (here a path; protocol.ProfileStatus)
+    assert st["profile"]["name"] == str(PROFILE) and st["profile"]["mode"] is None
     # 2 vCPUs: the .rodata values, the after-load write and the syscall runs (one per CPU)
     assert st["profile"]["stats"] == {
         "nr_online": 2,

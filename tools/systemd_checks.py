@@ -7,8 +7,8 @@ drives the real units with ``systemctl`` and the installed CLIs (``/usr/bin/sche
 the daemon's process state from ``/proc``, and writes what it saw to FILE as JSON after each
 section (so a hang still leaves the earlier ones); tests/vm/test_systemd_unit.py judges it.
 Sections, in order: ``boot``, ``socket``, ``activation``, ``hardening``, ``hint``,
-``pid_lease``, ``reload``, ``watchdog``, ``restart``, ``stop``, ``socket_stop``; a section that
-raised has an ``error`` key.
+``pid_lease``, ``reload``, ``watchdog``, ``restart``, ``mdwe``, ``stop``, ``socket_stop``; a
+section that raised has an ``error`` key.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ CAP_NAMES = {
     39: "CAP_BPF",
 }
 RELOAD_HINT = "vmtest-reload"
+REPO = Path(__file__).resolve().parents[1]
+#: A test object whose load maps a BPF arena (``make test-objects``).
+ARENA_OBJECT = REPO / "build" / "tests" / "bpf" / "arena_rw.bpf.o"
+#: An anonymous writable-and-executable mapping: what MemoryDenyWriteExecute= refuses.
+WX_MMAP = "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)"
 
 
 def sh(*argv: str, timeout: float = 120.0) -> dict[str, Any]:
@@ -264,6 +269,12 @@ def hardening() -> dict[str, Any]:
         "seccomp": st["Seccomp"],
         "seccomp_filters": st.get("Seccomp_filters"),
         "own_mount_ns": os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/1/ns/mnt"),
+        # PrivateNetwork=: only a loopback device, yet uevents still arrive (see hint)
+        "own_net_ns": os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/1/ns/net"),
+        "net_devices": sorted(
+            line.split(":")[0].strip()
+            for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+        ),
         "root_options": mnt["/"]["options"],
         "etc_options": mnt.get("/etc", mnt["/"])["options"],
         "bpffs": mnt.get("/sys/fs/bpf"),
@@ -271,6 +282,17 @@ def hardening() -> dict[str, Any]:
         "dev": mnt.get("/dev"),
         "write_etc": in_ns("touch", "/etc/schedswitchd-vmtest-probe"),
         "write_bpffs": in_ns("sh", "-c", f"mkdir {probe} && rmdir {probe}"),
+        # ProtectSystem=strict: /run is read-only but for RuntimeDirectory=schedswitchd
+        "write_run": in_ns("touch", "/run/schedswitchd-vmtest-probe"),
+        "write_runtime_dir": in_ns(
+            "sh", "-c", "touch /run/schedswitchd/vmtest-probe && rm /run/schedswitchd/vmtest-probe"
+        ),
+        "runtime_dir_mode": oct(os.stat("/run/schedswitchd").st_mode & 0o7777)
+        if os.path.isdir("/run/schedswitchd")
+        else None,
+        # ProtectKernelTunables=: /sys read-only but for the two ReadWritePaths= under it
+        "write_sys": in_ns("sh", "-c", "echo 0 > /sys/kernel/mm/ksm/run"),
+        "rcu_expedited_options": mnt.get("/sys/kernel/rcu_expedited", {}).get("options"),
         "dev_listing": in_ns("ls", "/dev")["out"].split(),
         "uevent_sockets": uevent_sockets(pid),
         "security": sec["out"].strip().splitlines()[-1:] + sec["err"].strip().splitlines()[-3:],
@@ -430,6 +452,35 @@ def restart() -> dict[str, Any]:
     }
 
 
+def mdwe() -> dict[str, Any]:
+    """MemoryDenyWriteExecute= and the loader: a transient unit with the service's memory and
+    syscall restrictions loads an object whose load maps a BPF arena (``object load``, the
+    loader's own code path), while a writable-and-executable mapping fails there (the
+    property is in effect) and works outside it (the control)."""
+    props = [
+        "-p", "MemoryDenyWriteExecute=yes",
+        "-p", "NoNewPrivileges=yes",
+        "-p", "SystemCallArchitectures=native",
+        "-p", "SystemCallFilter=@system-service bpf perf_event_open",
+        "-p", "SystemCallErrorNumber=EPERM",
+    ]  # fmt: skip
+
+    def transient(*argv: str) -> dict[str, Any]:
+        return sh("systemd-run", "--wait", "--pipe", "--collect", "--quiet", *props, *argv)
+
+    py = os.environ["PY"]
+    return {
+        "arena_object": str(ARENA_OBJECT) if ARENA_OBJECT.exists() else None,
+        "arena_load": transient(
+            "/usr/bin/schedswitchctl", "object", "load", str(ARENA_OBJECT), "--json"
+        )
+        if ARENA_OBJECT.exists()
+        else None,
+        "wx_in_unit": transient(py, "-c", WX_MMAP),
+        "wx_outside": sh(py, "-c", WX_MMAP),
+    }
+
+
 def stop() -> dict[str, Any]:
     pid = main_pid()
     before = {"kernel": kernel_view(), "pins": pins()}
@@ -482,6 +533,7 @@ SECTIONS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
     ("reload", reload),
     ("watchdog", watchdog),
     ("restart", restart),
+    ("mdwe", mdwe),
     ("stop", stop),
     ("socket_stop", socket_stop),
 ]

@@ -11,13 +11,15 @@ the socket unit listens and the service is not started until the first client co
 and then the daemon holds the very socket PID 1 listens on (socket activation, not its own);
 Type=notify becomes active with a STATUS= text; the hardening is in effect (bounding set,
 no_new_privs, seccomp, own mount namespace with a read-only /etc and a writable bpffs,
-private /dev, a uevent netlink socket) and does not stop a ``schedswitch-run gaming`` hint
+private /dev, a uevent netlink socket, a read-only /run but for RuntimeDirectory=, a
+read-only /sys but for bpffs and rcu_expedited) and does not stop a ``schedswitch-run gaming`` hint
 from attaching ss_latency, nor its end from reverting to the kernel's scheduler; a hint
 naming another user's pid ends when that process exits (pidfd under the syscall filter);
 ``systemctl reload`` re-reads the config (a hint added to the file works, same pid);
 WATCHDOG=1 pings arrive; ``systemctl restart`` keeps the pinned scheduler (the kernel never
 disables it) and the new daemon re-adopts it; ``systemctl stop`` leaves no process, pin or
-scheduler; stopping the socket unit removes the socket file.
+scheduler; stopping the socket unit removes the socket file; MemoryDenyWriteExecute= refuses a
+writable-and-executable mapping but lets the loader map a BPF arena.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from tests.build_outputs import missing_build_output
 from tools import vm_systemd
 from tools.session import config_variant
 from tools.sidkernel import SidKernel
@@ -46,7 +49,7 @@ exit $rc
 """
 
 #: What the unit's CapabilityBoundingSet= names (the daemon runs as root, so also effective).
-UNIT_CAPS = {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_CHOWN", "CAP_KILL"}
+UNIT_CAPS = {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_KILL"}
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +136,17 @@ def test_hardening_is_in_effect(checks: dict[str, Any]) -> None:
     assert h["no_new_privs"] == "1"
     assert h["seccomp"] == "2"  # SECCOMP_MODE_FILTER: SystemCallFilter= is loaded
     assert h["own_mount_ns"]
+    assert h["own_net_ns"] and h["net_devices"] == ["lo"], h  # PrivateNetwork=
     assert h["root_options"].split(",")[0] == "ro", h["root_options"]  # ProtectSystem=strict
     assert h["write_etc"]["rc"] != 0 and "Read-only" in h["write_etc"]["err"], h["write_etc"]
     assert h["write_bpffs"]["rc"] == 0, h["write_bpffs"]  # ReadWritePaths=/sys/fs/bpf
+    # RuntimeDirectory=schedswitchd is the one writable place under a read-only /run
+    assert h["write_run"]["rc"] != 0 and "Read-only" in h["write_run"]["err"], h["write_run"]
+    assert h["write_runtime_dir"]["rc"] == 0, h["write_runtime_dir"]
+    assert h["runtime_dir_mode"] == "0o700", h["runtime_dir_mode"]
+    # ProtectKernelTunables=: /sys is read-only, /sys/kernel/rcu_expedited is not
+    assert h["write_sys"]["rc"] != 0 and "Read-only" in h["write_sys"]["err"], h["write_sys"]
+    assert h["rcu_expedited_options"] and h["rcu_expedited_options"].startswith("rw"), h
     assert h["tmp"] is not None and "/systemd-private-" in h["tmp"]["root"], h["tmp"]
     assert h["dev"] is not None and h["dev"]["fstype"] == "tmpfs"  # PrivateDevices=
     assert "null" in h["dev_listing"]
@@ -159,6 +170,9 @@ def test_hint_switches_the_kernel_and_release_reverts(checks: dict[str, Any]) ->
     assert hint["counters"].get("module_uevents", 0) >= 1, hint["counters"]
     # structured journal fields (journal logging under systemd)
     assert "SCHEDULER" in hint["journal_fields"], hint["journal_fields"]
+    # expedited RCU worked under the unit: the marker in RuntimeDirectory= and the sysfs
+    # file (ReadWritePaths= under ProtectKernelTunables=) were both writable
+    assert all(s["expedited"] for s in switches[:2]), switches[:2]
 
 
 def test_pid_lease_ends_when_the_hinted_process_exits(checks: dict[str, Any]) -> None:
@@ -196,6 +210,20 @@ def test_restart_keeps_the_pinned_scheduler_and_readopts_it(checks: dict[str, An
     assert r["pins_while_attached"], r
     assert r["reverted"] and r["after"]["state"] == "disabled"
     assert r["service"]["NRestarts"] == "0"
+
+
+def test_memory_deny_write_execute_allows_the_loader(checks: dict[str, Any]) -> None:
+    m = checks["mdwe"]
+    # the property is in effect in the transient unit, and the control shows why it failed
+    assert m["wx_outside"]["rc"] == 0, m["wx_outside"]
+    assert m["wx_in_unit"]["rc"] != 0, m["wx_in_unit"]
+    assert "PermissionError" in m["wx_in_unit"]["err"], m["wx_in_unit"]
+    if m["arena_load"] is None:
+        missing_build_output("build/tests/bpf/arena_rw.bpf.o")
+    load = m["arena_load"]
+    assert load["rc"] == 0, load
+    maps = json.loads(load["out"])["maps"]
+    assert any(m["kind"] == "arena" for m in maps), maps  # mapped by the loader, not W+X
 
 
 def test_stop_leaves_nothing_behind(checks: dict[str, Any]) -> None:

@@ -223,7 +223,8 @@ def socket_before() -> dict[str, Any]:
 
 
 def activation() -> dict[str, Any]:
-    r = sh("schedswitchctl", "status", "--json")  # the first connection starts the service
+    # the first connection starts the service (its start took over 120 s on a loaded host)
+    r = sh("schedswitchctl", "status", "--json", timeout=400)
     props = show(
         SERVICE,
         "ActiveState",

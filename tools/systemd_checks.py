@@ -283,17 +283,13 @@ def hardening() -> dict[str, Any]:
         "dev": mnt.get("/dev"),
         "write_etc": in_ns("touch", "/etc/schedswitchd-vmtest-probe"),
         "write_bpffs": in_ns("sh", "-c", f"mkdir {probe} && rmdir {probe}"),
-        # ProtectSystem=strict: /run is read-only but for RuntimeDirectory=schedswitchd
-        "write_run": in_ns("touch", "/run/schedswitchd-vmtest-probe"),
+        # RuntimeDirectory=schedswitchd: the expedited-RCU marker's directory
         "write_runtime_dir": in_ns(
             "sh", "-c", "touch /run/schedswitchd/vmtest-probe && rm /run/schedswitchd/vmtest-probe"
         ),
         "runtime_dir_mode": oct(os.stat("/run/schedswitchd").st_mode & 0o7777)
         if os.path.isdir("/run/schedswitchd")
         else None,
-        # ProtectKernelTunables=: /sys read-only but for the two ReadWritePaths= under it
-        "write_sys": in_ns("sh", "-c", "echo 0 > /sys/kernel/mm/ksm/run"),
-        "rcu_expedited_options": mnt.get("/sys/kernel/rcu_expedited", {}).get("options"),
         "dev_listing": in_ns("ls", "/dev")["out"].split(),
         "uevent_sockets": uevent_sockets(pid),
         "security": sec["out"].strip().splitlines()[-1:] + sec["err"].strip().splitlines()[-3:],

@@ -11,8 +11,8 @@ the socket unit listens and the service is not started until the first client co
 and then the daemon holds the very socket PID 1 listens on (socket activation, not its own);
 Type=notify becomes active with a STATUS= text; the hardening is in effect (bounding set,
 no_new_privs, seccomp, own mount namespace with a read-only /etc and a writable bpffs,
-private /dev, a uevent netlink socket, a read-only /run but for RuntimeDirectory=, a
-read-only /sys but for bpffs and rcu_expedited) and does not stop a ``schedswitch-run gaming`` hint
+private /dev, a uevent netlink socket, a network namespace with only lo, a 0700
+RuntimeDirectory=) and does not stop a ``schedswitch-run gaming`` hint
 from attaching ss_latency, nor its end from reverting to the kernel's scheduler; a hint
 naming another user's pid ends when that process exits (pidfd under the syscall filter);
 ``systemctl reload`` re-reads the config (a hint added to the file works, same pid);
@@ -141,13 +141,9 @@ def test_hardening_is_in_effect(checks: dict[str, Any]) -> None:
     assert h["root_options"].split(",")[0] == "ro", h["root_options"]  # ProtectSystem=strict
     assert h["write_etc"]["rc"] != 0 and "Read-only" in h["write_etc"]["err"], h["write_etc"]
     assert h["write_bpffs"]["rc"] == 0, h["write_bpffs"]  # ReadWritePaths=/sys/fs/bpf
-    # RuntimeDirectory=schedswitchd is the one writable place under a read-only /run
-    assert h["write_run"]["rc"] != 0 and "Read-only" in h["write_run"]["err"], h["write_run"]
+    # RuntimeDirectory=schedswitchd: the daemon's own directory, private to root
     assert h["write_runtime_dir"]["rc"] == 0, h["write_runtime_dir"]
     assert h["runtime_dir_mode"] == "0o700", h["runtime_dir_mode"]
-    # ProtectKernelTunables=: /sys is read-only, /sys/kernel/rcu_expedited is not
-    assert h["write_sys"]["rc"] != 0 and "Read-only" in h["write_sys"]["err"], h["write_sys"]
-    assert h["rcu_expedited_options"] and h["rcu_expedited_options"].startswith("rw"), h
     assert h["tmp"] is not None and "/systemd-private-" in h["tmp"]["root"], h["tmp"]
     assert h["dev"] is not None and h["dev"]["fstype"] == "tmpfs"  # PrivateDevices=
     assert "null" in h["dev_listing"]
@@ -171,8 +167,8 @@ def test_hint_switches_the_kernel_and_release_reverts(checks: dict[str, Any]) ->
     assert hint["counters"].get("module_uevents", 0) >= 1, hint["counters"]
     # structured journal fields (journal logging under systemd)
     assert "SCHEDULER" in hint["journal_fields"], hint["journal_fields"]
-    # expedited RCU worked under the unit: the marker in RuntimeDirectory= and the sysfs
-    # file (ReadWritePaths= under ProtectKernelTunables=) were both writable
+    # expedited RCU worked under the unit: the marker in RuntimeDirectory= and
+    # /sys/kernel/rcu_expedited were both writable
     assert all(s["expedited"] for s in switches[:2]), switches[:2]
 
 

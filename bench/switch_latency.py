@@ -215,8 +215,10 @@ def profile_main(config_path: str, out_dir: str) -> int:
         stats = pstats.Stats(prof, stream=buf)
         stats.sort_stats("cumulative").print_stats(40)
         stats.sort_stats("tottime").print_stats(25)
-        # Paths relative to the checkout: its absolute place is the machine's, not the result's.
-        text = buf.getvalue().replace(f"{REPO}/", "")
+        # Paths relative to the checkout and the standard library: their absolute places are
+        # the machine's, not the result's.
+        stdlib = os.path.dirname(os.__file__)
+        text = buf.getvalue().replace(f"{REPO}/", "").replace(f"{stdlib}/", "<stdlib>/")
         Path(out_dir, f"switch_profile_{col}.txt").write_text(text)
     return 0
 

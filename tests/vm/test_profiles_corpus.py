@@ -85,12 +85,9 @@ mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/co
 #: this one runs with SCHEDSWITCHD_PROFILE_OBJECT_LOAD=1.
 OBJECT_LOAD = os.environ.get("SCHEDSWITCHD_PROFILE_OBJECT_LOAD") == "1"
 
-#: Mode read-backs through the daemon not yet working, with what was seen (open: the object-load
-#: pass reads the same variables of lavd from its pinned maps).
-READ_BACK_GAPS: dict[str, str] = {
-    "lavd": "lavd@MODE ran (sysfs enabled, new enable_seq) but neither the struct_ops link "
-    "walk nor bpftool's map list showed its maps at the read (13:40 UTC run); undiagnosed",
-}
+#: Mode read-backs through the daemon known not to work, with what was seen (none: lavd's
+#: gaming and powersave values read back in the clean-clone run of 2026-12-01 15:16 UTC).
+READ_BACK_GAPS: dict[str, str] = {}
 
 # Known limits on this kernel, with the reason shown by the test when they are not enabled.
 KNOWN_LIMITS: dict[str, str] = {}

@@ -99,6 +99,14 @@ def _program_machine(data: bytes) -> str | None:
     be of any ELF class and byte order; only its header is read."""
     if data[:4] != _ELF_MAGIC:
         return None
+    # e_type is the u16 at byte 16 in every ELF class, in the byte order of e_ident[EI_DATA]
+    # (1 = LSB, 2 = MSB). Anything but ET_EXEC (2) / ET_DYN (3) -- every BPF object, ET_REL
+    # -- is answered here: pyelftools' ELFFile builds its struct parsers on each call, which
+    # cost more than a small object's whole open.
+    if len(data) >= 18 and data[5] in (1, 2):
+        e_type = int.from_bytes(data[16:18], "little" if data[5] == 1 else "big")
+        if e_type not in (2, 3):
+            return None
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 

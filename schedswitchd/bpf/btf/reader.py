@@ -24,7 +24,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from schedswitchd.bpf.btf.types import (
@@ -357,7 +357,7 @@ class Btf:
         if type_id == 0:
             return Kind.UNKN
         btf = self if type_id >= self.start_id else self._owner(type_id)
-        return Kind(btf._tops[btf._index(type_id)] & 0x1F)
+        return _KIND_OF_TOP[btf._tops[btf._index(type_id)]]
 
     def type_name(self, type_id: int) -> str:
         """The name of ``type_id`` ("" for anonymous types and void), without decoding it."""
@@ -411,66 +411,10 @@ class Btf:
 
     def _decode(self, tid: int) -> BtfType:
         idx = self._index(tid)
-        w = self._words
+        top = self._tops[idx]
         o = self._offs[idx]
-        name_off, info, size_or_type = w[o], w[o + 1], w[o + 2]
-        kind = Kind(self._tops[idx] & 0x1F)
-        kflag = bool(info >> 31)
-        vlen = info & 0xFFFF
-        name = self.string(name_off)
-        p = o + 3
-        s = self.string
-        if kind == Kind.INT:
-            v = w[p]
-            return Int(tid, name, size_or_type, (v >> 24) & 0x0F, (v >> 16) & 0xFF, v & 0xFF)
-        if kind in (
-            Kind.PTR,
-            Kind.TYPEDEF,
-            Kind.VOLATILE,
-            Kind.CONST,
-            Kind.RESTRICT,
-            Kind.TYPE_TAG,
-        ):
-            return Ref(tid, kind, name, size_or_type)
-        if kind == Kind.ARRAY:
-            return Array(tid, w[p], w[p + 1], w[p + 2])
-        if kind in (Kind.STRUCT, Kind.UNION):
-            members = []
-            for j in range(p, p + 3 * vlen, 3):
-                off = w[j + 2]
-                if kflag:
-                    members.append(Member(s(w[j]), w[j + 1], off & 0xFFFFFF, off >> 24))
-                else:
-                    members.append(Member(s(w[j]), w[j + 1], off, 0))
-            return Composite(tid, kind, name, size_or_type, tuple(members))
-        if kind == Kind.ENUM:
-            conv = _s32 if kflag else int
-            values = tuple(EnumValue(s(w[j]), conv(w[j + 1])) for j in range(p, p + 2 * vlen, 2))
-            return Enum(tid, kind, name, size_or_type, kflag, values)
-        if kind == Kind.ENUM64:
-            conv = _s64 if kflag else int
-            values = tuple(
-                EnumValue(s(w[j]), conv(w[j + 1] | (w[j + 2] << 32)))
-                for j in range(p, p + 3 * vlen, 3)
-            )
-            return Enum(tid, kind, name, size_or_type, kflag, values)
-        if kind == Kind.FWD:
-            return Fwd(tid, name, kflag)
-        if kind == Kind.FUNC:
-            return Func(tid, name, size_or_type, vlen)
-        if kind == Kind.FUNC_PROTO:
-            params = tuple(Param(s(w[j]), w[j + 1]) for j in range(p, p + 2 * vlen, 2))
-            return FuncProto(tid, size_or_type, params)
-        if kind == Kind.VAR:
-            return Var(tid, name, size_or_type, w[p])
-        if kind == Kind.DATASEC:
-            secinfo = tuple(VarSecinfo(w[j], w[j + 1], w[j + 2]) for j in range(p, p + 3 * vlen, 3))
-            return Datasec(tid, name, size_or_type, secinfo)
-        if kind == Kind.FLOAT:
-            return Float(tid, name, size_or_type)
-        if kind == Kind.DECL_TAG:
-            return DeclTag(tid, name, size_or_type, _s32(w[p]))
-        raise BtfError(f"unknown BTF kind {int(kind)}", where=f"type id {tid}")  # pragma: no cover
+        # scan_types admitted only valid kinds, so the table has an entry for every top
+        return _DECODERS[top & 0x1F](self, tid, o, self._words[o], self._words[o + 1])
 
     def _ref_target(self, type_id: int) -> int:
         """The ``type`` word of ``type_id`` (meaningful for ref-like kinds), without decoding."""
@@ -794,6 +738,155 @@ class Btf:
 
     def __repr__(self) -> str:
         return f"<Btf {self.name or '?'} ids [{self.start_id}, {self.end_id})>"
+
+
+# --- per-kind decoders: (btf, type id, word offset, name_off word, info word) -> type ------
+# One function per kind, picked from a table by the kind bits: the decode of a VAR or a
+# DATASEC member list is on every object open's path (fix-ups, data maps, struct_ops).
+
+
+def _d_int(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    name = b.string(name_off)
+    w = b._words
+    v = w[o + 3]
+    return Int(tid, name, w[o + 2], (v >> 24) & 0x0F, (v >> 16) & 0xFF, v & 0xFF)
+
+
+def _d_ref(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    return Ref(tid, _KIND_OF_TOP[info >> 24], b.string(name_off), b._words[o + 2])
+
+
+def _d_array(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    b.string(name_off)  # validated as for every kind, though an array has no name
+    w = b._words
+    return Array(tid, w[o + 3], w[o + 4], w[o + 5])
+
+
+def _d_composite(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    name = b.string(name_off)
+    w = b._words
+    vlen = info & 0xFFFF
+    rec = w[o + 3 : o + 3 + 3 * vlen].tolist()
+    s = b.string
+    if info >> 31:
+        members = tuple(
+            Member(s(n), t, off & 0xFFFFFF, off >> 24)
+            for n, t, off in zip(rec[0::3], rec[1::3], rec[2::3], strict=True)
+        )
+    else:
+        members = tuple(
+            Member(s(n), t, off, 0)
+            for n, t, off in zip(rec[0::3], rec[1::3], rec[2::3], strict=True)
+        )
+    return Composite(tid, _KIND_OF_TOP[info >> 24], name, w[o + 2], members)
+
+
+def _d_enum(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    name = b.string(name_off)
+    w = b._words
+    vlen = info & 0xFFFF
+    signed = bool(info >> 31)
+    rec = w[o + 3 : o + 3 + 2 * vlen].tolist()
+    s = b.string
+    if signed:
+        values = tuple(EnumValue(s(n), _s32(v)) for n, v in zip(rec[0::2], rec[1::2], strict=True))
+    else:
+        values = tuple(EnumValue(s(n), v) for n, v in zip(rec[0::2], rec[1::2], strict=True))
+    return Enum(tid, Kind.ENUM, name, w[o + 2], signed, values)
+
+
+def _d_enum64(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    name = b.string(name_off)
+    w = b._words
+    vlen = info & 0xFFFF
+    signed = bool(info >> 31)
+    conv = _s64 if signed else int
+    rec = w[o + 3 : o + 3 + 3 * vlen].tolist()
+    s = b.string
+    values = tuple(
+        EnumValue(s(n), conv(lo | (hi << 32)))
+        for n, lo, hi in zip(rec[0::3], rec[1::3], rec[2::3], strict=True)
+    )
+    return Enum(tid, Kind.ENUM64, name, w[o + 2], signed, values)
+
+
+def _d_fwd(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    return Fwd(tid, b.string(name_off), bool(info >> 31))
+
+
+def _d_func(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    return Func(tid, b.string(name_off), b._words[o + 2], info & 0xFFFF)
+
+
+def _d_func_proto(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    b.string(name_off)  # validated as for every kind, though a FUNC_PROTO has no name
+    w = b._words
+    vlen = info & 0xFFFF
+    rec = w[o + 3 : o + 3 + 2 * vlen].tolist()
+    s = b.string
+    params = tuple(Param(s(n), t) for n, t in zip(rec[0::2], rec[1::2], strict=True))
+    return FuncProto(tid, w[o + 2], params)
+
+
+def _d_var(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    w = b._words
+    return Var(tid, b.string(name_off), w[o + 2], w[o + 3])
+
+
+def _d_datasec(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    name = b.string(name_off)
+    w = b._words
+    vlen = info & 0xFFFF
+    rec = w[o + 3 : o + 3 + 3 * vlen].tolist()
+    secinfo = tuple(map(VarSecinfo, rec[0::3], rec[1::3], rec[2::3]))
+    return Datasec(tid, name, w[o + 2], secinfo)
+
+
+def _d_float(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    return Float(tid, b.string(name_off), b._words[o + 2])
+
+
+def _d_decl_tag(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    w = b._words
+    return DeclTag(tid, b.string(name_off), w[o + 2], _s32(w[o + 3]))
+
+
+def _d_unknown(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
+    # unreachable: _scan_types refuses unknown kinds
+    raise BtfError(f"unknown BTF kind {(info >> 24) & 0x1F}", where=f"type id {tid}")
+
+
+_Decoder = Callable[[Btf, int, int, int, int], BtfType]
+_DECODERS: tuple[_Decoder, ...] = tuple(
+    {
+        Kind.INT: _d_int,
+        Kind.PTR: _d_ref,
+        Kind.ARRAY: _d_array,
+        Kind.STRUCT: _d_composite,
+        Kind.UNION: _d_composite,
+        Kind.ENUM: _d_enum,
+        Kind.FWD: _d_fwd,
+        Kind.TYPEDEF: _d_ref,
+        Kind.VOLATILE: _d_ref,
+        Kind.CONST: _d_ref,
+        Kind.RESTRICT: _d_ref,
+        Kind.FUNC: _d_func,
+        Kind.FUNC_PROTO: _d_func_proto,
+        Kind.VAR: _d_var,
+        Kind.DATASEC: _d_datasec,
+        Kind.FLOAT: _d_float,
+        Kind.DECL_TAG: _d_decl_tag,
+        Kind.TYPE_TAG: _d_ref,
+        Kind.ENUM64: _d_enum64,
+    }.get(Kind(k), _d_unknown)
+    if k <= _MAX_KIND
+    else _d_unknown
+    for k in range(32)
+)
+#: Kind by the top byte of ``info`` (kind_flag and reserved bits masked off).
+_KIND_OF_TOP: tuple[Kind, ...] = tuple(
+    Kind(t & 0x1F) if (t & 0x1F) <= _MAX_KIND else Kind.UNKN for t in range(256)
+)
 
 
 def _default_name(path: str) -> str:

@@ -20,9 +20,9 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
 
-from schedswitchd.bpf.btf.ext import BtfExt
+from schedswitchd.bpf.btf.ext import BtfExt, ExtColumns
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.elf import (
     SHN_LORESERVE,
@@ -261,39 +261,49 @@ def _where(n: int, sec: Section, rel: Reloc) -> str:
     return f"relocation {n} of {sec.name!r} at offset {rel.offset}"
 
 
-def _insn_off(record: Any) -> int:
-    return int(record.insn_off)
-
-
 class ExtIndex:
-    """The ``.BTF.ext`` records of each section sorted by ``insn_off``, so that the records
-    of one function are found by bisection: a scheduler's ``.text`` has tens of thousands of
-    line_info records and hundreds of subprograms, and scanning every record for each
+    """The ``.BTF.ext`` records of each section sorted by ``insn_off`` (ties in file order),
+    as columns (:class:`~schedswitchd.bpf.btf.ext.ExtColumns`), so that the records of one
+    function are a slice found by bisection: a scheduler's ``.text`` has tens of thousands
+    of line_info records and hundreds of subprograms, and scanning every record for each
     subprogram each entry program pulls in made opening lavd take seconds. Build one per
     object (:class:`Linker` does)."""
 
     def __init__(self, ext: BtfExt) -> None:
         self.ext = ext
-        self._sorted: dict[tuple[str, str], tuple[list[int], list[Any]]] = {}
+        self._sorted: dict[tuple[str, str], ExtColumns] = {}
 
-    def within(self, what: str, section: str, start: int, end: int) -> list[Any]:
-        """The ``what`` (``func_info``/``line_info``/``core_relo``) records of ``section``
-        with ``start <= insn_off < end``, in offset order (ties in file order)."""
+    def columns(self, what: str, section: str) -> ExtColumns:
+        """The ``what`` (``func_info``/``line_info``/``core_relo``) records of ``section``,
+        sorted by ``insn_off`` (stable), as columns."""
         key = (what, section)
         hit = self._sorted.get(key)
         if hit is None:
-            table: Mapping[str, tuple[Any, ...]]
+            table: Mapping[str, ExtColumns]
             if what == "func_info":
                 table = self.ext.func_info
             elif what == "line_info":
                 table = self.ext.line_info
             else:
                 table = self.ext.core_relos
-            recs: list[Any] = sorted(table.get(section, ()), key=_insn_off)
-            hit = ([r.insn_off for r in recs], recs)
+            cols = table.get(section)
+            if cols is None:
+                hit = ExtColumns([], ())
+            elif cols.insn_off == sorted(cols.insn_off):  # clang's order: nothing to move
+                hit = cols
+            else:
+                offs = cols.insn_off
+                order = sorted(range(len(offs)), key=offs.__getitem__)  # stable
+                hit = ExtColumns(
+                    [offs[i] for i in order], tuple([c[i] for i in order] for c in cols.fields)
+                )
             self._sorted[key] = hit
-        offs, recs = hit
-        return recs[bisect.bisect_left(offs, start) : bisect.bisect_left(offs, end)]
+        return hit
+
+    def range(self, cols: ExtColumns, start: int, end: int) -> tuple[int, int]:
+        """Indices ``[lo, hi)`` of ``cols``'s records with ``start <= insn_off < end``."""
+        offs = cols.insn_off
+        return bisect.bisect_left(offs, start), bisect.bisect_left(offs, end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,16 +323,24 @@ class _Call:
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     """One function relocated once, whichever entry programs pull it in: ``body`` with its
-    map, global data, kfunc, ksym and kconfig relocations applied; ``events`` its fixups
-    (``insn_idx`` counting from the function's start) and calls in instruction order; its
-    ``.BTF.ext`` records with function-relative instruction indices."""
+    map, global data, kfunc, ksym and kconfig relocations applied; ``calls`` its calls and
+    callback loads in instruction order and ``runs`` its fixups (``insn_idx`` counting from
+    the function's start) cut at the calls: ``runs[k]`` are the fixups between call
+    ``k - 1`` and call ``k`` (``len(calls) + 1`` runs). Its ``.BTF.ext`` records are kept
+    as columns with function-relative instruction indices (``fi_*``, ``li_*``, ``cr``), so
+    that a copy at slot ``base`` is built by one pass over them."""
 
     function: Function
     body: bytes
-    events: tuple[Fixup | _Call, ...]
-    func_info: tuple[FuncInfo, ...]
-    line_info: tuple[LineInfo, ...]
-    core_relos: tuple[CoreRelo, ...]
+    calls: tuple[_Call, ...]
+    runs: tuple[tuple[Fixup, ...], ...]
+    fi_idx: list[int]
+    fi_type: list[int]
+    li_idx: list[int]
+    li_file: list[int]
+    li_line: list[int]
+    li_col: list[int]
+    cr: tuple[CoreRelo, ...]
 
 
 _INSN_HEAD = struct.Struct("<BBhi")
@@ -379,24 +397,30 @@ class Linker:
         placed: dict[int, int] = {}
         fixups: list[Fixup] = []
         subs: list[str] = []
-        finfo: list[FuncInfo] = list(first.func_info)
-        linfo: list[LineInfo] = list(first.line_info)
-        crelos: list[CoreRelo] = list(first.core_relos)
-        # An explicit stack of (prepared function, base slot, next event) frames keeps deep
+        finfo: list[FuncInfo] = []
+        linfo: list[LineInfo] = []
+        crelos: list[CoreRelo] = []
+        _rebased(first, 0, finfo, linfo, crelos)
+        # An explicit stack of (prepared function, base slot, next run) frames keeps deep
         # call chains off the C stack; fixups come out in the order the old instruction
         # walk produced them (depth-first, callee before the caller's later instructions).
         stack: list[tuple[_Prepared, int, int]] = [(first, 0, 0)]
         while stack:
             prep, base, k = stack.pop()
-            events = prep.events
-            while k < len(events):
-                ev = events[k]
-                k += 1
-                if isinstance(ev, Fixup):
+            calls, runs = prep.calls, prep.runs
+            while True:
+                run = runs[k]
+                if run:
                     if base:
-                        ev = Fixup(ev.kind, ev.insn_idx + base, ev.map_index, ev.offset, ev.extern)
-                    fixups.append(ev)
-                    continue
+                        fixups.extend(
+                            [_tuple_new(Fixup, (a, i + base, m, o, e)) for a, i, m, o, e in run]
+                        )
+                    else:
+                        fixups.extend(run)
+                if k == len(calls):
+                    break
+                ev = calls[k]
+                k += 1
                 sub = self._text_funcs[ev.target]
                 at = placed.get(sub.offset)
                 fresh = at is None
@@ -429,7 +453,8 @@ class Linker:
         n = f.size // INSN_SIZE
         relos = self._relos.get(f.section.index, {})
         in_text = f.section.name == ".text"
-        events: list[Fixup | _Call] = []
+        calls: list[_Call] = []
+        runs: list[tuple[Fixup, ...]] = []
         fixups: list[Fixup] = []
         # Only calls, ld_imm64 and relocated slots can change: visit those in order
         # (found from the opcode bytes, every 8th) instead of decoding every instruction,
@@ -456,7 +481,6 @@ class Linker:
                 target = r.target
             elif r is not None:
                 _apply(body, j, r, fixups)
-                events.append(fixups[-1])
             elif code == CALL and src == PSEUDO_CALL:
                 if not in_text:
                     raise ObjectError(
@@ -473,13 +497,16 @@ class Linker:
                     )
                 if wide:
                     regs = (PSEUDO_FUNC << 4) | (regs & 0x0F)
-                events.append(_Call(j, target, code, regs, off))
-        finfo: list[FuncInfo] = []
-        linfo: list[LineInfo] = []
-        crelos: list[CoreRelo] = []
-        if self._index is not None:
-            _rebase_ext(f, 0, self._index, finfo, linfo, crelos)
-        return _Prepared(f, bytes(body), tuple(events), tuple(finfo), tuple(linfo), tuple(crelos))
+                calls.append(_Call(j, target, code, regs, off))
+                runs.append(tuple(fixups))
+                fixups.clear()
+        runs.append(tuple(fixups))
+        if self._index is None:
+            return _Prepared(f, bytes(body), tuple(calls), tuple(runs), [], [], [], [], [], [], ())
+        return _ext_records(f, bytes(body), tuple(calls), tuple(runs), self._index)
+
+
+_tuple_new = tuple.__new__
 
 
 def _rebased(
@@ -489,12 +516,24 @@ def _rebased(
     linfo: list[LineInfo],
     crelos: list[CoreRelo],
 ) -> None:
-    """Append ``prep``'s ``.BTF.ext`` records moved to start at slot ``base``."""
-    finfo.extend(FuncInfo(r.insn_idx + base, r.type_id) for r in prep.func_info)
-    linfo.extend(
-        LineInfo(r.insn_idx + base, r.file_name_off, r.line_off, r.line_col) for r in prep.line_info
-    )
-    crelos.extend(CoreRelo(r.insn_idx + base, r.type_id, r.access, r.kind) for r in prep.core_relos)
+    """Append ``prep``'s ``.BTF.ext`` records moved to start at slot ``base``: the named
+    tuples are built straight from the columns (``tuple.__new__`` over zipped columns,
+    without a Python call per record: lavd's programs carry ~18k line_info records)."""
+    add = base.__add__
+    if prep.fi_idx:
+        finfo.extend(
+            map(_tuple_new, repeat(FuncInfo), zip(map(add, prep.fi_idx), prep.fi_type, strict=True))
+        )
+    if prep.li_idx:
+        linfo.extend(
+            map(
+                _tuple_new,
+                repeat(LineInfo),
+                zip(map(add, prep.li_idx), prep.li_file, prep.li_line, prep.li_col, strict=True),
+            )
+        )
+    if prep.cr:
+        crelos.extend([_tuple_new(CoreRelo, (r[0] + base, *r[1:])) for r in prep.cr])
 
 
 _FIXUP_KINDS = {k.value: k for k in FixupKind}
@@ -522,39 +561,61 @@ def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
     _IMM.pack_into(out, pos + INSN_SIZE + 4, hi)  # the second slot's imm
 
 
-def _aligned(f: Function, insn_off: int, what: str) -> None:
-    if insn_off % INSN_SIZE:
-        raise ObjectError(
-            f".BTF.ext {what} record at offset {insn_off} of {f.section.name!r} is misaligned"
-        )
+def _misaligned(f: Function, offs: list[int], what: str) -> None:
+    """Raise for the first of ``offs`` (byte offsets) that is not an instruction's."""
+    for off in offs:
+        if off % INSN_SIZE:
+            raise ObjectError(
+                f".BTF.ext {what} record at offset {off} of {f.section.name!r} is misaligned"
+            )
 
 
-def _rebase_ext(
+def _ext_records(
     f: Function,
-    base: int,
+    body: bytes,
+    calls: tuple[_Call, ...],
+    runs: tuple[tuple[Fixup, ...], ...],
     index: ExtIndex,
-    finfo: list[FuncInfo],
-    linfo: list[LineInfo],
-    crelos: list[CoreRelo],
-) -> None:
+) -> _Prepared:
+    """``f`` prepared with its ``.BTF.ext`` records: each kind's slice of its section's
+    columns, checked (aligned; a known CO-RE kind) and made function-relative."""
     name = f.section.name
     lo, hi = f.offset, f.offset + f.size
+    fo = f.offset
+    low = (INSN_SIZE - 1).__and__
 
-    def idx(off: int) -> int:
-        return base + (off - f.offset) // INSN_SIZE
+    cols = index.columns("func_info", name)
+    a, b = index.range(cols, lo, hi)
+    offs = cols.insn_off[a:b]
+    if any(map(low, offs)):
+        _misaligned(f, offs, "func_info")
+    fi_idx = [(o - fo) // INSN_SIZE for o in offs]
+    fi_type = cols.fields[0][a:b] if fi_idx else []
 
-    for fi in index.within("func_info", name, lo, hi):
-        _aligned(f, fi.insn_off, "func_info")
-        finfo.append(FuncInfo(idx(fi.insn_off), fi.type_id))
-    for li in index.within("line_info", name, lo, hi):
-        _aligned(f, li.insn_off, "line_info")
-        linfo.append(LineInfo(idx(li.insn_off), li.file_name_off, li.line_off, li.line_col))
-    for cr in index.within("core_relo", name, lo, hi):
-        _aligned(f, cr.insn_off, "core_relo")
-        try:
-            kind = CoreReloKind(cr.kind)
-        except ValueError:
-            raise ObjectError(
-                f".BTF.ext CO-RE relocation at {name}+{cr.insn_off} has unknown kind {cr.kind}"
-            ) from None
-        crelos.append(CoreRelo(idx(cr.insn_off), cr.type_id, cr.access, kind))
+    cols = index.columns("line_info", name)
+    a, b = index.range(cols, lo, hi)
+    offs = cols.insn_off[a:b]
+    if any(map(low, offs)):
+        _misaligned(f, offs, "line_info")
+    li_idx = [(o - fo) // INSN_SIZE for o in offs]
+    li_file, li_line, li_col = (c[a:b] for c in cols.fields) if li_idx else ([], [], [])
+
+    cols = index.columns("core_relo", name)
+    a, b = index.range(cols, lo, hi)
+    crelos: list[CoreRelo] = []
+    if b > a:
+        types, accesses, kinds = cols.fields
+        for j in range(a, b):
+            off = cols.insn_off[j]
+            if off % INSN_SIZE:
+                _misaligned(f, [off], "core_relo")
+            try:
+                kind = CoreReloKind(kinds[j])
+            except ValueError:
+                raise ObjectError(
+                    f".BTF.ext CO-RE relocation at {name}+{off} has unknown kind {kinds[j]}"
+                ) from None
+            crelos.append(CoreRelo((off - fo) // INSN_SIZE, types[j], accesses[j], kind))
+    return _Prepared(
+        f, body, calls, runs, fi_idx, fi_type, li_idx, li_file, li_line, li_col, tuple(crelos)
+    )

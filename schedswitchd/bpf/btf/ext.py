@@ -16,9 +16,11 @@ offsets inside the ELF section (they become instruction indices when programs ar
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from schedswitchd.errors import ObjectError
 
@@ -28,49 +30,35 @@ LINE_INFO_MIN = 16
 CORE_RELO_MIN = 16
 
 
-class ExtFuncInfo(NamedTuple):
-    """``bpf_func_info`` with ``insn_off`` in bytes from the section start."""
+class ExtColumns(NamedTuple):
+    """One section's records of one kind, in file order, as columns: ``insn_off`` (bytes
+    from the section start) and the record's other fields, one list per field --
+    ``(type_id,)`` for func_info, ``(file_name_off, line_off, line_col)`` for line_info,
+    ``(type_id, access, kind)`` for CO-RE relocations (``access`` resolved from ``.BTF``'s
+    strings). Columns, not a record object each: a scheduler's ``.text`` has tens of
+    thousands of line_info records, and the linker only slices them per function."""
 
-    insn_off: int
-    type_id: int
-
-
-class ExtLineInfo(NamedTuple):
-    """``bpf_line_info`` with ``insn_off`` in bytes from the section start."""
-
-    insn_off: int
-    file_name_off: int
-    line_off: int
-    line_col: int
-
-
-class ExtCoreRelo(NamedTuple):
-    """``bpf_core_relo`` with ``insn_off`` in bytes and the access string resolved."""
-
-    insn_off: int
-    type_id: int
-    access: str
-    kind: int
+    insn_off: list[int]
+    fields: tuple[list[Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class BtfExt:
     """All records, keyed by ELF section name."""
 
-    func_info: dict[str, tuple[ExtFuncInfo, ...]]
-    line_info: dict[str, tuple[ExtLineInfo, ...]]
-    core_relos: dict[str, tuple[ExtCoreRelo, ...]]
+    func_info: dict[str, ExtColumns]
+    line_info: dict[str, ExtColumns]
+    core_relos: dict[str, ExtColumns]
 
-
-T = TypeVar("T")
 
 _HDR = struct.Struct("<HBBIIIII")
 _CORE_HDR = struct.Struct("<II")
-# The fields the loader reads of each record (their first bytes; a larger rec_size from a
+# The fields the loader reads of each record: their first words (a larger rec_size from a
 # newer compiler appends fields, which are skipped).
-_FUNC_INFO = struct.Struct("<II")
-_LINE_INFO = struct.Struct("<IIII")
-_CORE_RELO = struct.Struct("<IIII")
+_FUNC_INFO_WORDS = FUNC_INFO_MIN // 4
+_LINE_INFO_WORDS = LINE_INFO_MIN // 4
+_CORE_RELO_WORDS = CORE_RELO_MIN // 4
+_SWAP = sys.byteorder != "little"
 
 
 def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
@@ -78,7 +66,8 @@ def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
     raise :class:`~schedswitchd.errors.BtfError`).
 
     Raises :class:`ObjectError` for a bad header, blocks outside the section, record sizes
-    below the minimum or not multiples of 4, or truncated groups.
+    below the minimum or not multiples of 4, truncated groups, and CO-RE relocations whose
+    access string offset is not in ``.BTF``'s strings.
     """
     if len(data) < _HDR.size:
         raise ObjectError(f".BTF.ext is {len(data)} bytes, shorter than its header")
@@ -94,27 +83,23 @@ def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
         cr_off, cr_len = _CORE_HDR.unpack_from(data, _HDR.size)
     body = data[hdr_len:]
 
-    def fi(rec: tuple[int, ...], _name: str) -> ExtFuncInfo:
-        return ExtFuncInfo(rec[0], rec[1])
-
-    def li(rec: tuple[int, ...], _name: str) -> ExtLineInfo:
-        return ExtLineInfo(rec[0], rec[1], rec[2], rec[3])
-
-    def cr(rec: tuple[int, ...], name: str) -> ExtCoreRelo:
-        off, tid, acc, kind = rec
-        try:
-            access = string(acc)
-        except Exception as exc:  # BtfError from the string table, or an out-of-range offset
-            raise ObjectError(
-                f".BTF.ext CO-RE relocation in {name!r} at insn offset {off}: bad access "
-                f"string offset {acc}: {exc}"
-            ) from exc
-        return ExtCoreRelo(off, tid, access, kind)
+    def resolve(name: str, cols: ExtColumns) -> None:
+        # CO-RE access strings are resolved (and checked) here, for every record: the few
+        # hundred a scheduler has are all used when its programs are relocated.
+        offs, accs = cols.insn_off, cols.fields[1]
+        for i, acc in enumerate(accs):
+            try:
+                accs[i] = string(acc)
+            except Exception as exc:  # BtfError from the string table, or out of range
+                raise ObjectError(
+                    f".BTF.ext CO-RE relocation in {name!r} at insn offset {offs[i]}: bad "
+                    f"access string offset {acc}: {exc}"
+                ) from exc
 
     return BtfExt(
-        func_info=_blocks(body, fi_off, fi_len, _FUNC_INFO, "func_info", string, fi),
-        line_info=_blocks(body, li_off, li_len, _LINE_INFO, "line_info", string, li),
-        core_relos=_blocks(body, cr_off, cr_len, _CORE_RELO, "core_relo", string, cr),
+        func_info=_blocks(body, fi_off, fi_len, _FUNC_INFO_WORDS, "func_info", string, None),
+        line_info=_blocks(body, li_off, li_len, _LINE_INFO_WORDS, "line_info", string, None),
+        core_relos=_blocks(body, cr_off, cr_len, _CORE_RELO_WORDS, "core_relo", string, resolve),
     )
 
 
@@ -122,12 +107,15 @@ def _blocks(
     body: bytes,
     off: int,
     length: int,
-    record: struct.Struct,
+    words: int,
     what: str,
     string: Callable[[int], str],
-    make: Callable[[tuple[int, ...], str], T],
-) -> dict[str, tuple[T, ...]]:
-    min_rec = record.size
+    finish: Callable[[str, ExtColumns], None] | None,
+) -> dict[str, ExtColumns]:
+    """The groups of one info block, as columns per section: the first ``words`` 32-bit
+    fields of each record, read with one array conversion and strided slices per group.
+    ``finish(section, columns)`` post-processes a group's columns (CO-RE access strings)."""
+    min_rec = 4 * words
     if length == 0:
         return {}
     if off + length > len(body):
@@ -138,8 +126,9 @@ def _blocks(
     (rec_size,) = struct.unpack_from("<I", blk)
     if rec_size < min_rec or rec_size % 4:
         raise ObjectError(f".BTF.ext {what} record size {rec_size} is invalid (min {min_rec})")
+    stride = rec_size // 4
     pos = 4
-    out: dict[str, tuple[T, ...]] = {}
+    out: dict[str, ExtColumns] = {}
     while pos < len(blk):
         if pos + 8 > len(blk):
             raise ObjectError(f".BTF.ext {what} group header at {pos} is truncated")
@@ -155,11 +144,21 @@ def _blocks(
             raise ObjectError(
                 f".BTF.ext {what} group at {pos - 8}: bad section name offset {name_off}"
             ) from exc
-        group = blk[pos : pos + num * rec_size]
-        if rec_size == record.size:
-            recs = tuple(make(rec, name) for rec in record.iter_unpack(group))
-        else:
-            recs = tuple(make(record.unpack_from(group, i * rec_size), name) for i in range(num))
+        arr = array("I")
+        arr.frombytes(blk[pos : pos + num * rec_size])
+        if _SWAP:
+            arr.byteswap()
+        cols = ExtColumns(
+            arr[0::stride].tolist(), tuple(arr[k::stride].tolist() for k in range(1, words))
+        )
+        if finish is not None:
+            finish(name, cols)
         pos += num * rec_size
-        out[name] = out.get(name, ()) + recs
+        have = out.get(name)
+        if have is None:
+            out[name] = cols
+        else:
+            have.insn_off.extend(cols.insn_off)
+            for mine, more in zip(have.fields, cols.fields, strict=True):
+                mine.extend(more)
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, overload
+from typing import BinaryIO, NamedTuple, overload
 
 from schedswitchd.errors import ObjectError
 
@@ -81,11 +81,11 @@ class Section:
         return self.type == SHT_PROGBITS and bool(self.flags & SHF_EXECINSTR)
 
 
-@dataclass(frozen=True, slots=True)
-class Symbol:
-    """One ``Elf64_Sym``; ``shndx`` is a section index or ``SHN_*``."""
+class Symbol(NamedTuple):
+    """One ``Elf64_Sym``; ``shndx`` is a section index or ``SHN_*``. A named tuple (as
+    :class:`Reloc`): a scheduler has thousands, built at every open."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as intended
     name: str
     value: int
     size: int
@@ -105,8 +105,7 @@ class Symbol:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Reloc:
+class Reloc(NamedTuple):
     """One ``Elf64_Rel`` (BPF uses REL: any addend is stored in the patched bytes)."""
 
     offset: int
@@ -204,6 +203,7 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _REL = struct.Struct("<QQ")
 _SHN_XINDEX = 0xFFFF
+_tuple_new = tuple.__new__
 _ET_REL = 1
 
 
@@ -350,16 +350,20 @@ def _read_symbols(sections: list[Section]) -> list[Symbol]:
     if symtab.size % _SYM_SIZE:
         raise ObjectError(f"symbol table size {symtab.size} is not a multiple of {_SYM_SIZE}")
     strtab = sections[symtab.link].data
+    nstr = len(strtab)
+    find = strtab.find
     out = []
     for i, (name_off, info, other, shndx, value, size) in enumerate(_SYM.iter_unpack(symtab.data)):
         if name_off:
-            if name_off >= len(strtab):
+            if name_off >= nstr:
                 raise ObjectError(f"symbol {i}: name offset {name_off} is outside the string table")
-            end = strtab.find(b"\0", name_off)
-            name = strtab[name_off : end if end >= 0 else len(strtab)].decode("latin-1")
+            end = find(b"\0", name_off)
+            name = strtab[name_off : end if end >= 0 else nstr].decode("latin-1")
         else:
             name = ""
-        out.append(Symbol(i, name, value, size, info & 0xF, info >> 4, other & 0x3, shndx))
+        out.append(
+            _tuple_new(Symbol, (i, name, value, size, info & 0xF, info >> 4, other & 0x3, shndx))
+        )
     return out
 
 
@@ -378,13 +382,14 @@ def _read_relocs(sections: list[Section], nsyms: int) -> dict[int, tuple[Reloc, 
             raise ObjectError(
                 f"relocation section {s.name!r} size {s.size} is not a multiple of 16"
             )
-        relos = []
-        for j, (r_offset, r_info) in enumerate(_REL.iter_unpack(s.data)):
-            sym = r_info >> 32
-            if sym >= nsyms:
-                raise ObjectError(
-                    f"relocation {j} of {s.name!r} names symbol {sym}, out of range (0..{nsyms})"
-                )
-            relos.append(Reloc(r_offset, sym, r_info & 0xFFFFFFFF))
+        relos = [
+            _tuple_new(Reloc, (r_offset, r_info >> 32, r_info & 0xFFFFFFFF))
+            for r_offset, r_info in _REL.iter_unpack(s.data)
+        ]
+        if relos and max(r.sym for r in relos) >= nsyms:
+            j, sym = next((j, r.sym) for j, r in enumerate(relos) if r.sym >= nsyms)
+            raise ObjectError(
+                f"relocation {j} of {s.name!r} names symbol {sym}, out of range (0..{nsyms})"
+            )
         out[s.info] = out.get(s.info, ()) + tuple(relos)
     return out

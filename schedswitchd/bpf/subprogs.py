@@ -21,6 +21,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import repeat
+from typing import NamedTuple
 
 from schedswitchd.bpf.btf.ext import BtfExt, ExtColumns
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
@@ -55,6 +56,10 @@ from schedswitchd.bpf.spec import (
 from schedswitchd.errors import ObjectError
 
 _U32 = 1 << 32
+_KFUNC_CALL = FixupKind.KFUNC_CALL.value
+_MAP_VALUE = FixupKind.MAP_VALUE.value
+_KSYM = FixupKind.KSYM.value
+_MAP_FD = FixupKind.MAP_FD.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +78,12 @@ class Function:
         return self.offset // INSN_SIZE
 
 
-@dataclass(frozen=True, slots=True)
-class Relo:
+class Relo(NamedTuple):
     """A classified relocation of one instruction.
 
     ``kind`` is one of ``"call"``/``"func"`` (``target`` = instruction index in ``.text``)
-    or a :class:`FixupKind` value (with ``map_index``, ``offset``, ``extern``).
+    or a :class:`FixupKind` value (with ``map_index``, ``offset``, ``extern``). A named
+    tuple: a scheduler has thousands, classified at every open.
     """
 
     kind: str
@@ -154,6 +159,8 @@ def classify_relocs(
     names nothing the loader can place.
     """
     out: dict[int, dict[int, Relo]] = {}
+    symbols = elf.symbols
+    nsyms = len(symbols)
     for sec_idx, relocs in elf.relocs.items():
         sec = elf.section(sec_idx)
         if not sec.is_exec:
@@ -165,7 +172,7 @@ def classify_relocs(
             idx = rel.offset // INSN_SIZE
             code, regs, _off, imm = _INSN_HEAD.unpack_from(sec.data, rel.offset)
             src, wide = regs >> 4, code == LD_IMM64
-            sym = elf.symbol(rel.sym)
+            sym = symbols[rel.sym] if 0 < rel.sym < nsyms else elf.symbol(rel.sym)
             is_call = code == CALL
             if not is_call and not wide:
                 raise ObjectError(
@@ -184,16 +191,16 @@ def classify_relocs(
                         raise ObjectError(
                             f"{_where(n, sec, rel)}: call of {sym.name!r}, which is not a kfunc"
                         )
-                    per[idx] = Relo(FixupKind.KFUNC_CALL.value, extern=ext.name)
+                    per[idx] = Relo(_KFUNC_CALL, extern=ext.name)
                 elif ext.kind is ExternKind.KCONFIG:
                     per[idx] = Relo(
-                        FixupKind.MAP_VALUE.value,
+                        _MAP_VALUE,
                         map_index=kconfig_map,
                         offset=ext.offset,
                         extern=ext.name,
                     )
                 else:
-                    per[idx] = Relo(FixupKind.KSYM.value, extern=ext.name)
+                    per[idx] = Relo(_KSYM, extern=ext.name)
                 continue
             if is_call:
                 if src != PSEUDO_CALL:
@@ -233,20 +240,18 @@ def classify_relocs(
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: arena offset {value_off} is out of range"
                     )
-                per[idx] = Relo(FixupKind.MAP_VALUE.value, map_index=arena[1], offset=value_off)
+                per[idx] = Relo(_MAP_VALUE, map_index=arena[1], offset=value_off)
             elif sym.shndx == maps_section:
                 m = maps_offsets.get(sym.value)
                 if m is None:
                     raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym.value}")
-                per[idx] = Relo(FixupKind.MAP_FD.value, map_index=m)
+                per[idx] = Relo(_MAP_FD, map_index=m)
             elif sym.shndx in data_maps:
                 if not 0 <= value_off < _U32:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: global data offset {value_off} is out of range"
                     )
-                per[idx] = Relo(
-                    FixupKind.MAP_VALUE.value, map_index=data_maps[sym.shndx], offset=value_off
-                )
+                per[idx] = Relo(_MAP_VALUE, map_index=data_maps[sym.shndx], offset=value_off)
             else:
                 name = elf.section(sym.shndx).name
                 raise ObjectError(
@@ -537,6 +542,11 @@ def _rebased(
 
 
 _FIXUP_KINDS = {k.value: k for k in FixupKind}
+# Enum members as module constants: a class attribute lookup of an enum member goes through
+# a descriptor (~0.5 us each on the dev host), paid per relocation at every open.
+_KIND_KFUNC_CALL = FixupKind.KFUNC_CALL
+_KIND_MAP_FD = FixupKind.MAP_FD
+_KIND_MAP_VALUE = FixupKind.MAP_VALUE
 
 
 def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
@@ -544,16 +554,16 @@ def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
     gets ``src_reg = BPF_PSEUDO_KFUNC_CALL``; an ld_imm64 its ``src_reg`` and, for map
     values, the value offset in the second slot's ``imm``."""
     kind = _FIXUP_KINDS[r.kind]
-    fixups.append(Fixup(kind, slot, r.map_index, r.offset, r.extern))
+    fixups.append(_tuple_new(Fixup, (kind, slot, r.map_index, r.offset, r.extern)))
     pos = slot * INSN_SIZE
     code, regs, off, _imm = _INSN_HEAD.unpack_from(out, pos)
     dst = regs & 0x0F
-    if kind is FixupKind.KFUNC_CALL:
+    if kind is _KIND_KFUNC_CALL:
         _INSN_HEAD.pack_into(out, pos, code, (PSEUDO_KFUNC_CALL << 4) | dst, 0, 0)
         return
-    if kind is FixupKind.MAP_FD:
+    if kind is _KIND_MAP_FD:
         src, hi = PSEUDO_MAP_FD, 0
-    elif kind is FixupKind.MAP_VALUE:
+    elif kind is _KIND_MAP_VALUE:
         src, hi = PSEUDO_MAP_VALUE, r.offset - (1 << 32 if r.offset >= 1 << 31 else 0)
     else:  # KSYM: the loader picks BTF id or address
         src, hi = 0, 0

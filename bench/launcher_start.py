@@ -1,19 +1,23 @@
-"""How long a launcher line waits: ``schedswitch-run`` start to the command's exec (issue 15).
+"""How long a launcher line waits, and how long ``status`` takes (issue 15).
 
 Starts a real daemon (this checkout's ``schedswitchd``) on a private socket whose ``gaming``
 hint maps to ``kernel`` (the host has no sched_ext, and a hint that needs no switch isolates
-the wrapper's own cost), then times, each ``--runs`` times in fresh processes:
+the wrapper's own cost), then times, each ``--runs`` times in fresh processes, interleaved
+so that the host's drift hits every case alike:
 
-* ``python -c pass``: the interpreter's own start and exit, the floor (reference);
+* the references: ``python -c pass`` (the interpreter's start and exit with ``site``, as a
+  console script starts) and ``python -S -c pass`` (without ``site``);
 * ``schedswitch-run gaming -- date +%s%N``: from just before spawning the wrapper to the
-  wall-clock time ``date`` prints once exec'd, i.e. wrapper start + hint exchange + exec;
-  once through the venv's console script (site, and the editable install's import finder),
-  once as ``python -S`` with the checkout on ``sys.path`` (what the wrapper itself costs
-  without the development install's site hooks);
-* ``schedswitchctl status``: start to exit.
+  wall-clock time ``date`` reads once exec'd (``date`` stands for the issue's ``true``: it
+  reports when it ran), i.e. wrapper start + hint exchange + exec; once through the venv's
+  console script (site, and the editable install's import finder), once as ``python -S``
+  with the checkout on ``sys.path`` (what the wrapper itself costs);
+* ``schedswitchctl status``: start to exit, the same two ways.
 
-Prints medians in ms and each as a ratio to the reference measured in the same run.
-Targets: start to exec <= 60 ms, status <= 120 ms. Exit 0 met, 2 missed, 1 failed.
+Prints medians of wall time in ms, each as a ratio to both references of the same run, and
+the median CPU time (user + system of the process and its children, ms), which a loaded
+host inflates less than wall time. Targets: start to exec <= 60 ms, status <= 120 ms (wall,
+console script). Exit 0 met, 2 missed, 1 failed.
 
 Usage: ``python bench/launcher_start.py [--runs N] [--json]``.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,24 +46,51 @@ scheduler = "kernel"
 """
 TARGET_EXEC_MS = 60.0
 TARGET_STATUS_MS = 120.0
+REF = "python -c pass (reference)"
+REF_S = "python -S -c pass (reference)"
+RUN = "schedswitch-run start to exec, console script"
+RUN_S = "schedswitch-run start to exec, python -S"
+STATUS = "schedswitchctl status, console script"
+STATUS_S = "schedswitchctl status, python -S"
 
 
-def wall_ms(argv: list[str]) -> float:
-    """Start-to-exit of ``argv`` in ms (stdout and stderr discarded)."""
+def _children_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1e3
+
+
+def wall_ms(argv: list[str]) -> tuple[float, float]:
+    """Start-to-exit of ``argv`` and its CPU time, ms (stdout and stderr discarded)."""
+    cpu0 = _children_cpu_ms()
     t0 = time.perf_counter_ns()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (time.perf_counter_ns() - t0) / 1e6
+    return (time.perf_counter_ns() - t0) / 1e6, _children_cpu_ms() - cpu0
 
 
-def exec_ms(argv: list[str]) -> float:
-    """Spawn ``argv`` (ending in ``date +%s%N``), return ms from spawn to ``date``'s clock."""
+def exec_ms(argv: list[str]) -> tuple[float, float]:
+    """Spawn ``argv`` (ending in ``date +%s%N``): ms from spawn to ``date``'s clock, and
+    the CPU time of the whole run (``date`` included), ms."""
+    cpu0 = _children_cpu_ms()
     t0 = time.time_ns()
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    return (int(out.strip().splitlines()[-1]) - t0) / 1e6
+    return (int(out.strip().splitlines()[-1]) - t0) / 1e6, _children_cpu_ms() - cpu0
+
+
+def no_site(module: str, *args: str) -> list[str]:
+    """``python -S`` running ``module``'s ``main`` from this checkout."""
+    return [
+        sys.executable,
+        "-S",
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        f"from {module} import main; sys.exit(main())",
+        str(REPO),
+        *args,
+    ]
 
 
 def wait_for_socket(path: Path, daemon: subprocess.Popen[bytes]) -> None:
-    """Until the daemon's socket answers connects (10 s at most)."""
+    """Until the daemon's socket exists (10 s at most)."""
     deadline = time.monotonic() + 10.0
     while not path.exists():
         if daemon.poll() is not None or time.monotonic() > deadline:
@@ -83,51 +115,40 @@ def main() -> int:
         try:
             wait_for_socket(sock, daemon)
             date = ["date", "+%s%N"]
-            run_script = [str(BIN / "schedswitch-run"), "-q", "--socket", str(sock), "gaming"]
-            no_site = [
-                sys.executable,
-                "-S",
-                "-c",
-                "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-                "from schedswitchd.cli.run import main; sys.exit(main())",
-                str(REPO),
-                "-q",
-                "--socket",
-                str(sock),
-                "gaming",
-            ]
-            cases: dict[str, Callable[[], float]] = {
-                "python -c pass (reference)": lambda: wall_ms([sys.executable, "-c", "pass"]),
-                "schedswitch-run start to exec, console script": lambda: exec_ms(
-                    [*run_script, "--", *date]
-                ),
-                "schedswitch-run start to exec, python -S": lambda: exec_ms(
-                    [*no_site, "--", *date]
-                ),
-                "schedswitchctl status": lambda: wall_ms(
-                    [str(BIN / "schedswitchctl"), "--socket", str(sock), "status"]
-                ),
+            run_args = ["-q", "--socket", str(sock), "gaming", "--", *date]
+            status_args = ["--socket", str(sock), "status"]
+            cases: dict[str, Callable[[], tuple[float, float]]] = {
+                REF: lambda: wall_ms([sys.executable, "-c", "pass"]),
+                REF_S: lambda: wall_ms([sys.executable, "-S", "-c", "pass"]),
+                RUN: lambda: exec_ms([str(BIN / "schedswitch-run"), *run_args]),
+                RUN_S: lambda: exec_ms(no_site("schedswitchd.cli.run", *run_args)),
+                STATUS: lambda: wall_ms([str(BIN / "schedswitchctl"), *status_args]),
+                STATUS_S: lambda: wall_ms(no_site("schedswitchd.cli.ctl", *status_args)),
             }
-            samples: dict[str, list[float]] = {name: [] for name in cases}
-            for _ in range(args.runs):  # interleaved, so drift hits every case alike
+            samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+            for _ in range(args.runs):
                 for name, case in cases.items():
                     samples[name].append(case())
         finally:
             daemon.terminate()
             daemon.wait(timeout=10)
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    ref = medians["python -c pass (reference)"]
-    exec_med = medians["schedswitch-run start to exec, console script"]
-    status_med = medians["schedswitchctl status"]
+    medians = {name: statistics.median(w for w, _ in v) for name, v in samples.items()}
+    cpu = {name: statistics.median(c for _, c in v) for name, v in samples.items()}
+    ref, ref_s = medians[REF], medians[REF_S]
+    exec_med, status_med = medians[RUN], medians[STATUS]
     met = exec_med <= TARGET_EXEC_MS and status_med <= TARGET_STATUS_MS
     if args.json:
-        print(json.dumps({"runs": args.runs, "median_ms": medians, "met": met}))
+        print(json.dumps({"runs": args.runs, "median_ms": medians, "cpu_ms": cpu, "met": met}))
     else:
-        print(f"medians of {args.runs} runs, {os.uname().release}")
-        print("| case | median ms | / python -c pass |")
-        print("|---|---|---|")
+        load = os.getloadavg()[0]
+        print(f"medians of {args.runs} runs, {os.uname().release}, load average {load:.1f}")
+        print("| case | wall ms | / python -c pass | / python -S -c pass | CPU ms |")
+        print("|---|---:|---:|---:|---:|")
         for name, value in medians.items():
-            print(f"| {name} | {value:.1f} | {value / ref:.2f} |")
+            print(
+                f"| {name} | {value:.1f} | {value / ref:.2f} | {value / ref_s:.2f} "
+                f"| {cpu[name]:.1f} |"
+            )
         print(
             f"targets: start to exec {exec_med:.1f} <= {TARGET_EXEC_MS} ms, "
             f"status {status_med:.1f} <= {TARGET_STATUS_MS} ms: {'met' if met else 'MISSED'}"

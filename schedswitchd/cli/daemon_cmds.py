@@ -1,4 +1,4 @@
-"""``schedswitchctl status|list|history|hint|release|switch|stop|reload``: talk to the daemon.
+"""The ``schedswitchctl`` commands that talk to the daemon (status, list, history, hint, ...
 
 Tables for people; ``--json`` prints the daemon's reply as one JSON object for scripts.
 Every command takes ``--socket PATH`` (default ``$SCHEDSWITCHD_SOCKET`` or
@@ -6,21 +6,48 @@ Every command takes ``--socket PATH`` (default ``$SCHEDSWITCHD_SOCKET`` or
 1 on an error reply, 2 for an argument that does not validate, 3 for an unreachable
 daemon, 4 when the daemon refuses (``denied``, ``limit``); with ``--json`` an error is
 also printed on stdout as ``{"error": {...}}``.
+
+It imports the standard library and :mod:`schedswitchd.daemon.launcher_wire` only (no
+pydantic, no asyncio; issue 15: ``status`` in at most 120 ms, ``bench/launcher_start.py``
+measures it): requests are built as dicts, checked against the protocol's bounds here, and
+replies are read as the JSON objects the daemon sends. Only an argument these checks do
+not accept brings in the protocol's pydantic model, so that the usage error says what the
+model says. ``--json`` prints the reply line as the daemon sent it (the daemon's own
+pydantic JSON of the reply).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from schedswitchd.cli.exits import UsageError
-from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DEFAULT_SOCKET, DaemonClient, DaemonError
+from schedswitchd.daemon.launcher_wire import (
+    DEFAULT_SOCKET,
+    MAX_HINT_TTL_S,
+    MAX_HISTORY_LIMIT,
+    MAX_LEASE_ID_CHARS,
+    MAX_PREPARE_TTL_S,
+    MODE_SEPARATOR,
+    NAME_PATTERN,
+    PID_MAX_LIMIT,
+    ControlConnection,
+    DaemonError,
+)
+from schedswitchd.errors import ProtocolError
+
+# typing is not imported at run time: it costs ~3 ms of the start of a command that
+# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: A reply object as the daemon sent it (``schedswitchd.daemon.protocol``'s reply models).
+    Reply = dict[str, Any]
 
 
 def register(sub: Any) -> None:
@@ -71,22 +98,98 @@ def register(sub: Any) -> None:
     add("reload", "admin: re-read the daemon's configuration", _reload)
 
 
-def make_request(cls: type[BaseModel], **fields: Any) -> Any:
-    """Build a request model; bad arguments become a one-line
-    :class:`~schedswitchd.cli.exits.UsageError` (exit 2)."""
+def _name_check(pattern: str) -> Callable[[Any], bool]:
+    compiled = re.compile(pattern)
+    return lambda v: isinstance(v, str) and compiled.fullmatch(v) is not None
+
+
+def _int_in(low: int, high: int, *, optional: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (optional and v is None) or (type(v) is int and low <= v <= high)
+
+
+def _seconds_upto(high: float, *, optional: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (optional and v is None) or (type(v) in (int, float) and 0 < v <= high)
+
+
+_WORKLOAD = _name_check(NAME_PATTERN)
+_BARE_NAME = NAME_PATTERN.removeprefix("^").removesuffix("$")
+#: A configured scheduler or a mode variant of one (``lavd@gaming``), as the protocol's
+#: ``SchedulerName``.
+_SCHEDULER = _name_check(f"^{_BARE_NAME}(?:{MODE_SEPARATOR}{_BARE_NAME})?$")
+#: Per op, a check per request field that accepts only what the protocol's request model
+#: accepts (tests/daemon/test_cli_requests.py holds them to the models). Ops not listed
+#: have no fields.
+_CHECKS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "hint": {
+        "workload": _WORKLOAD,
+        "pid": _int_in(1, PID_MAX_LIMIT, optional=True),
+        "ttl_s": _seconds_upto(MAX_HINT_TTL_S, optional=True),
+    },
+    "prepare": {"workload": _WORKLOAD, "ttl_s": _seconds_upto(MAX_PREPARE_TTL_S)},
+    "release": {
+        "lease": lambda v: isinstance(v, str) and 1 <= len(v) <= MAX_LEASE_ID_CHARS,
+    },
+    "history": {"limit": _int_in(1, MAX_HISTORY_LIMIT, optional=True)},
+    "switch": {"scheduler": _SCHEDULER},
+}
+
+
+def make_request(op: str, **fields: Any) -> dict[str, Any]:
+    """The request object for ``op`` with ``fields`` (``None``: left out, the model's
+    default). Raises :class:`~schedswitchd.cli.exits.UsageError` (exit 2), in the
+    protocol model's words, for a field the daemon would refuse."""
+    checks = _CHECKS.get(op, {})
+    if set(fields) <= set(checks) and all(check(fields.get(k)) for k, check in checks.items()):
+        return {"op": op, **{k: v for k, v in fields.items() if v is not None}}
+    return _model_checked(op, fields)
+
+
+def _model_checked(op: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The slow path of :func:`make_request`: the protocol's request model judges."""
+    from pydantic import ValidationError
+
+    from schedswitchd.daemon import protocol as proto
+
+    models: dict[str, type[Any]] = {
+        "hint": proto.HintRequest,
+        "prepare": proto.PrepareRequest,
+        "release": proto.ReleaseRequest,
+        "status": proto.StatusRequest,
+        "list": proto.ListRequest,
+        "history": proto.HistoryRequest,
+        "switch": proto.SwitchRequest,
+        "stop": proto.StopRequest,
+        "reload": proto.ReloadRequest,
+    }
     try:
-        return cls(**fields)
+        model = models[op](**fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise UsageError(f"{where}: {first['msg']}") from None
+    request: dict[str, Any] = model.model_dump(mode="json", exclude={"v", "id"})
+    return request
 
 
-def _call(args: argparse.Namespace, request: Any) -> Any:
-    with DaemonClient(args.socket) as client:
-        reply = client.request(request)
+def _reads_reply(handler: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """A command whose reply lacks a field it shows fails as a malformed reply (exit 1),
+    as it did when replies were validated against the protocol's models."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"malformed reply from the daemon: {exc!r}") from None
+
+    return run
+
+
+def _call(args: argparse.Namespace, request: dict[str, Any]) -> Reply:
+    with ControlConnection(args.socket) as client:
+        reply, line = client.exchange_line(request)
     if args.json:
-        print(reply.model_dump_json())
+        print(line.decode())
     return reply
 
 
@@ -113,36 +216,42 @@ def _counters_text(counters: dict[str, int]) -> str:
     return " ".join(shown) or "-"
 
 
-def _exit_text(exit_: proto.ExitInfo) -> str:
-    """``KIND: reason: message``, leaving out empty parts (the kernel's own wording)."""
-    return ": ".join(p for p in (exit_.kind_name, exit_.reason, exit_.message) if p)
+def _exit_text(exit_: Reply) -> str:
+    """``KIND: reason: message`` of an ``ExitInfo`` object, leaving out empty parts (the
+    kernel's own wording)."""
+    parts = (exit_.get("kind_name"), exit_.get("reason"), exit_.get("message"))
+    return ": ".join(p for p in parts if p)
 
 
-def _switch_line(info: proto.SwitchInfo) -> str:
+def _switch_line(info: Reply) -> str:
+    """One ``SwitchInfo`` object as a line."""
     # Top-level phases only; the backend's prepare.<phase> breakdown is in --json.
+    phases_ns: dict[str, int] = info.get("phases_ns") or {}
     phases = " ".join(
-        f"{k} {v / 1e6:.1f}" for k, v in info.phases_ns.items() if k != "total" and "." not in k
+        f"{k} {v / 1e6:.1f}" for k, v in phases_ns.items() if k != "total" and "." not in k
     )
     line = (
-        f"{info.previous} -> {info.target} {info.result}  total "
-        f"{_ms(info.phases_ns.get('total'))}  gap {_ms(info.gap_ns)}"
+        f"{info['previous']} -> {info['target']} {info['result']}  total "
+        f"{_ms(phases_ns.get('total'))}  gap {_ms(info.get('gap_ns'))}"
     )
     if phases:
         line += f"  [{phases} ms]"
-    if info.error is not None:
-        line += f"  error {info.error.code}: {info.error.message}"
-    if info.exit is not None:
-        line += f"  exit {_exit_text(info.exit)}"
+    if (error := info.get("error")) is not None:
+        line += f"  error {error['code']}: {error['message']}"
+    if (exit_ := info.get("exit")) is not None:
+        line += f"  exit {_exit_text(exit_)}"
     return line
 
 
-def _lease_line(lease: proto.LeaseInfo) -> str:
+def _lease_line(lease: Reply) -> str:
+    """One ``LeaseInfo`` object as a line."""
+    pid = lease.get("pid")
     text = (
-        f"{lease.lease}  {lease.workload} -> {lease.scheduler} (priority {lease.priority})  "
-        f"uid {lease.uid}  pid {lease.pid if lease.pid is not None else '-'}"
+        f"{lease['lease']}  {lease['workload']} -> {lease['scheduler']} "
+        f"(priority {lease['priority']})  uid {lease['uid']}  pid {pid if pid is not None else '-'}"
     )
-    if lease.ttl_remaining_s is not None:
-        text += f"  ttl {lease.ttl_remaining_s:.0f} s"
+    if (ttl := lease.get("ttl_remaining_s")) is not None:
+        text += f"  ttl {ttl:.0f} s"
     return text
 
 
@@ -152,134 +261,141 @@ def _table(rows: list[tuple[str, str]]) -> None:
         print(f"{key:<{width}}  {value}")
 
 
+@_reads_reply
 def _status(args: argparse.Namespace) -> int:
-    reply = _call(args, proto.StatusRequest())
+    reply = _call(args, make_request("status"))
     if args.json:
         return 0
-    s: proto.StatusBody = reply.status
-    k = s.kernel
-    if k.state == "unavailable":
+    s: Reply = reply["status"]
+    k: Reply = s["kernel"]
+    if k["state"] == "unavailable":
         kernel = "not available in this kernel (no /sys/kernel/sched_ext): schedulers cannot run"
     else:
-        seq = "-" if k.enable_seq is None else str(k.enable_seq)
-        kernel = f"{k.state}  ops {k.ops or '-'}  enable_seq {seq}"
+        seq = "-" if k.get("enable_seq") is None else str(k["enable_seq"])
+        kernel = f"{k['state']}  ops {k.get('ops') or '-'}  enable_seq {seq}"
+    override = s.get("override")
     rows = [
         ("sched_ext", kernel),
-        ("active", s.active + ("  (re-adopted)" if s.adopted else "")),
-        ("desired", s.desired + (f"  (admin override {s.override})" if s.override else "")),
-        ("lease", _lease_line(s.lease) if s.lease else _no_deciding_lease(s)),
-        ("leases", str(s.leases)),
-        *(("", "  " + _lease_line(lease)) for lease in s.live_leases),
-        ("last switch", _switch_line(s.last_switch) if s.last_switch else "-"),
+        ("active", s["active"] + ("  (re-adopted)" if s.get("adopted") else "")),
+        ("desired", s["desired"] + (f"  (admin override {override})" if override else "")),
+        ("lease", _lease_line(s["lease"]) if s.get("lease") else _no_deciding_lease(s)),
+        ("leases", str(s.get("leases", 0))),
+        *(("", "  " + _lease_line(lease)) for lease in s.get("live_leases", [])),
+        ("last switch", _switch_line(s["last_switch"]) if s.get("last_switch") else "-"),
         (
             "last exit",
-            _exit_text(s.last_exit) if s.last_exit else "-",
+            _exit_text(s["last_exit"]) if s.get("last_exit") else "-",
         ),
         (
             "backoff",
             ", ".join(
-                f"{b.scheduler} ({b.failures} failure{'s' if b.failures != 1 else ''}, "
-                f"{b.remaining_s:.0f} s left)"
-                for b in s.backoff
+                f"{b['scheduler']} ({b['failures']} failure{'s' if b['failures'] != 1 else ''}, "
+                f"{b['remaining_s']:.0f} s left)"
+                for b in s.get("backoff", [])
             )
             or "-",
         ),
         (
             "standby",
             ", ".join(
-                f"{e.scheduler} ({e.reason}, {e.kernel_bytes / 1024:.0f} KiB kernel, "
-                f"prepared in {e.prepare_ms:.0f} ms)"
-                for e in s.standby
+                f"{e['scheduler']} ({e['reason']}, {e['kernel_bytes'] / 1024:.0f} KiB kernel, "
+                f"prepared in {e['prepare_ms']:.0f} ms)"
+                for e in s.get("standby", [])
             )
             or "-",
         ),
-        ("profile", _profile_text(s.profile) if s.profile else "-"),
-        ("counters", _counters_text(s.counters)),
-        ("daemon", f"pid {s.pid}  version {s.version}  up {s.uptime_s:.0f} s"),
+        ("profile", _profile_text(s["profile"]) if s.get("profile") else "-"),
+        ("counters", _counters_text(s.get("counters", {}))),
+        ("daemon", f"pid {s['pid']}  version {s['version']}  up {s['uptime_s']:.0f} s"),
     ]
     _table(rows)
     return 0
 
 
+@_reads_reply
 def _prepare(args: argparse.Namespace) -> int:
-    reply: proto.PrepareReply = _call(
-        args, make_request(proto.PrepareRequest, workload=args.workload, ttl_s=args.ttl)
-    )
+    reply = _call(args, make_request("prepare", workload=args.workload, ttl_s=args.ttl))
     if args.json:
         return 0
-    if reply.scheduler == reply.active:
-        print(f"{reply.workload} -> {reply.scheduler}: already running")
+    if reply["scheduler"] == reply["active"]:
+        print(f"{reply['workload']} -> {reply['scheduler']}: already running")
     else:
         print(
-            f"{reply.workload} -> {reply.scheduler}: prepared, held {reply.until_s:.0f} s "
-            f"({reply.kernel_bytes / 1024:.0f} KiB of kernel memory)"
+            f"{reply['workload']} -> {reply['scheduler']}: prepared, held "
+            f"{reply['until_s']:.0f} s ({reply.get('kernel_bytes', 0) / 1024:.0f} KiB of "
+            "kernel memory)"
         )
     return 0
 
 
-def _profile_text(p: proto.ProfileStatus) -> str:
-    """The ``profile`` row: name, mode and the scheduler's own counters."""
-    mode = f"  mode {p.mode}" if p.mode else ""
-    stats = "  " + " ".join(f"{k}={v}" for k, v in p.stats.items()) if p.stats else ""
-    return f"{p.name}{mode}{stats}"
+def _profile_text(p: Reply) -> str:
+    """The ``profile`` row (a ``ProfileStatus`` object): name, mode and the scheduler's own
+    counters."""
+    mode = f"  mode {p['mode']}" if p.get("mode") else ""
+    stats: dict[str, int] = p.get("stats") or {}
+    shown = "  " + " ".join(f"{k}={v}" for k, v in stats.items()) if stats else ""
+    return f"{p['name']}{mode}{shown}"
 
 
-def _no_deciding_lease(s: proto.StatusBody) -> str:
+def _no_deciding_lease(s: Reply) -> str:
     """The ``lease`` row when no lease decides what runs: say why, if leases are live."""
-    if not s.leases:
+    leases = s.get("leases", 0)
+    if not leases:
         return "-"
-    if s.override is not None:
-        why = f"the admin override {s.override} wins"
-    elif s.backoff:
+    if s.get("override") is not None:
+        why = f"the admin override {s['override']} wins"
+    elif s.get("backoff"):
         why = "their schedulers are held back after failures"
     else:
-        why = f"the default {s.desired} runs"
-    return f"none of the {s.leases} live lease(s) decides what runs ({why})"
+        why = f"the default {s['desired']} runs"
+    return f"none of the {leases} live lease(s) decides what runs ({why})"
 
 
+@_reads_reply
 def _list(args: argparse.Namespace) -> int:
-    reply: proto.ListReply = _call(args, proto.ListRequest())
+    reply = _call(args, make_request("list"))
     if args.json:
         return 0
-    print(f"default: {reply.default}")
+    print(f"default: {reply['default']}")
     print("schedulers:")
-    for sched in reply.schedulers:
-        flags = " *active*" if sched.active else ""
-        if sched.backoff_remaining_s is not None:
-            flags += f" (held back {sched.backoff_remaining_s:.0f} s)"
-        print(f"  {sched.name:<12} {sched.object}{flags}")
-        if sched.description:
-            print(f"  {'':<12} {sched.description}")
+    for sched in reply["schedulers"]:
+        flags = " *active*" if sched.get("active") else ""
+        if (held := sched.get("backoff_remaining_s")) is not None:
+            flags += f" (held back {held:.0f} s)"
+        print(f"  {sched['name']:<12} {sched['object']}{flags}")
+        if sched.get("description"):
+            print(f"  {'':<12} {sched['description']}")
     print("hints:")
-    for rule in reply.hints:
-        print(f"  {rule.workload:<12} -> {rule.scheduler} (priority {rule.priority})")
-    print("leases:" + ("" if reply.leases else " none"))
-    for lease in reply.leases:
+    for rule in reply["hints"]:
+        print(f"  {rule['workload']:<12} -> {rule['scheduler']} (priority {rule['priority']})")
+    print("leases:" + ("" if reply["leases"] else " none"))
+    for lease in reply["leases"]:
         print("  " + _lease_line(lease))
     return 0
 
 
+@_reads_reply
 def _history(args: argparse.Namespace) -> int:
-    reply: proto.HistoryReply = _call(args, make_request(proto.HistoryRequest, limit=args.limit))
+    reply = _call(args, make_request("history", limit=args.limit))
     if args.json:
         return 0
     import time
 
-    for entry in reply.entries:
-        stamp = time.strftime("%H:%M:%S", time.localtime(entry.time))
-        print(f"#{entry.seq} {stamp} {_switch_line(entry)}  [{entry.reason}]")
-    if not reply.entries:
+    for entry in reply["entries"]:
+        stamp = time.strftime("%H:%M:%S", time.localtime(entry["time"]))
+        print(f"#{entry['seq']} {stamp} {_switch_line(entry)}  [{entry['reason']}]")
+    if not reply["entries"]:
         print("no switches yet")
     return 0
 
 
+@_reads_reply
 def _hint(args: argparse.Namespace) -> int:
-    request = make_request(proto.HintRequest, workload=args.workload, pid=args.pid, ttl_s=args.ttl)
-    with DaemonClient(args.socket) as client:
-        reply = client.request(request)
-        assert isinstance(reply, proto.HintReply)
+    request = make_request("hint", workload=args.workload, pid=args.pid, ttl_s=args.ttl)
+    with ControlConnection(args.socket) as client:
+        reply, line = client.exchange_line(request)
         if args.json:
-            print(reply.model_dump_json(), flush=True)
+            print(line.decode(), flush=True)
         else:
             print(_hint_line(args.workload, reply), flush=True)
             print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
@@ -290,63 +406,66 @@ def _hint(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
     if final is not None:  # --ttl passed or --pid exited: the hold did its job
-        print(f"lease {final.lease} ended: {final.why}", file=sys.stderr)
+        print(f"lease {final.get('lease')} ended: {final.get('why')}", file=sys.stderr)
         return 0
     print("the daemon closed the connection; the lease has ended", file=sys.stderr)
     return 1
 
 
-def _hint_line(workload: str, reply: proto.HintReply) -> str:
-    """What a hint achieved, for people: the running scheduler and, when it is not the
-    workload's, why (a failed switch and its error, a better lease, backoff, pending)."""
-    text = f"lease {reply.lease}: {workload} -> running {reply.active}"
-    wanted = reply.scheduler
-    sw = reply.switch
-    if sw is not None and sw.result not in ("ok", "adopted"):
-        error = f": {sw.error.message}" if sw.error is not None else ""
-        text += f" (switch to {sw.target} {sw.result}{error})"
-    elif reply.pending:
-        text += f" (switch to {reply.desired} still in progress)"
-    elif wanted is not None and reply.active != wanted:
-        if reply.desired != wanted:
+def _hint_line(workload: str, reply: Reply) -> str:
+    """What a hint (its ``HintReply`` object) achieved, for people: the running scheduler
+    and, when it is not the workload's, why (a failed switch and its error, a better
+    lease, backoff, pending)."""
+    text = f"lease {reply['lease']}: {workload} -> running {reply['active']}"
+    wanted = reply.get("scheduler")
+    sw = reply.get("switch")
+    if sw is not None and sw["result"] not in ("ok", "adopted"):
+        error = f": {sw['error']['message']}" if sw.get("error") is not None else ""
+        text += f" (switch to {sw['target']} {sw['result']}{error})"
+    elif reply.get("pending"):
+        text += f" (switch to {reply['desired']} still in progress)"
+    elif wanted is not None and reply["active"] != wanted:
+        if reply["desired"] != wanted:
             text += f" ({wanted} not chosen: a higher-priority lease, an override or backoff)"
         else:
             text += f" (not {wanted}: see `schedswitchctl status`)"
     return text
 
 
+@_reads_reply
 def _release(args: argparse.Namespace) -> int:
-    reply = _call(args, make_request(proto.ReleaseRequest, lease=args.lease))
+    reply = _call(args, make_request("release", lease=args.lease))
     if not args.json:
-        print(f"released {reply.lease}; running {reply.active}")
+        print(f"released {reply['lease']}; running {reply['active']}")
     return 0
 
 
-def _print_switch(args: argparse.Namespace, reply: proto.SwitchReply) -> int:
+def _print_switch(args: argparse.Namespace, reply: Reply) -> int:
     if not args.json:
-        print(f"running {reply.active}")
-        if reply.switch is not None:
-            print(_switch_line(reply.switch))
+        print(f"running {reply['active']}")
+        if reply.get("switch") is not None:
+            print(_switch_line(reply["switch"]))
     return 0
 
 
+@_reads_reply
 def _switch(args: argparse.Namespace) -> int:
     try:
-        return _print_switch(
-            args, _call(args, make_request(proto.SwitchRequest, scheduler=args.scheduler))
-        )
+        return _print_switch(args, _call(args, make_request("switch", scheduler=args.scheduler)))
     except DaemonError as exc:
         if exc.verifier_log:
             print(exc.verifier_log, file=sys.stderr)
         raise
 
 
+@_reads_reply
 def _stop(args: argparse.Namespace) -> int:
-    return _print_switch(args, _call(args, proto.StopRequest()))
+    return _print_switch(args, _call(args, make_request("stop")))
 
 
+@_reads_reply
 def _reload(args: argparse.Namespace) -> int:
-    reply: proto.ReloadReply = _call(args, proto.ReloadRequest())
+    reply = _call(args, make_request("reload"))
     if not args.json:
-        print(f"reloaded {reply.source}: schedulers {', '.join(reply.schedulers)}")
+        print(f"reloaded {reply['source']}: schedulers {', '.join(reply['schedulers'])}")
     return 0

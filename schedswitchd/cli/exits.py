@@ -16,6 +16,9 @@ status      meaning
 141         the output pipe was closed (``| head``), as for a ``SIGPIPE`` death
 ==========  =====================================================================
 
+It imports the standard library and :mod:`schedswitchd.daemon.launcher_wire` only: every
+command loads it, ``status`` among them (see :mod:`schedswitchd.cli.daemon_cmds`).
+
 With ``--json`` every error is also one JSON document on stdout, shaped like the
 daemon's error replies (``schedswitchd.daemon.protocol.ErrorBody``) inside an ``error``
 key, as ``bpftool --json`` does: ``{"error": {"code": "...", "message": "...",
@@ -28,12 +31,22 @@ error code, ``unavailable`` for an unreachable daemon, ``usage`` for bad usage, 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
 
-from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DaemonError, DaemonUnavailable
+from schedswitchd.daemon.launcher_wire import (
+    DENIED,
+    LIMIT,
+    SHUTTING_DOWN,
+    DaemonError,
+    DaemonUnavailable,
+)
 from schedswitchd.entry import EXIT_BROKEN_PIPE
 from schedswitchd.errors import ProtocolError
+
+# typing is not imported at run time: it costs ~3 ms of the start of a command that
+# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -61,8 +74,8 @@ HELP_TEXT: Final = (
     'on stdout as {"error": {"code": ..., "message": ..., "verifier_log": ...}}.'
 )
 
-_REFUSED = frozenset({proto.DENIED, proto.LIMIT})
-_UNREACHABLE = frozenset({proto.SHUTTING_DOWN})
+_REFUSED = frozenset({DENIED, LIMIT})
+_UNREACHABLE = frozenset({SHUTTING_DOWN})
 
 
 class UsageError(ProtocolError):

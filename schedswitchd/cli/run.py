@@ -8,15 +8,19 @@ stop a game from starting. If the daemon restarts while the command runs, the hi
 taken again. Exit status: the command's (128+N if killed by signal N).
 
 It sits on the game's launch path, so it imports the standard library and
-:mod:`schedswitchd.daemon.launcher_wire` only (no pydantic, no asyncio):
-``bench/launcher_start.py`` measures its start to the command's exec.
+:mod:`schedswitchd.daemon.launcher_wire` only (no pydantic, no asyncio, not even
+``subprocess`` or ``typing``): ``bench/launcher_start.py`` measures its start to the
+command's exec (issue 15: at most 60 ms). The command is started with ``posix_spawnp``,
+as a shell's ``exec`` would leave it: it inherits the wrapper's environment and open file
+descriptors (a launcher may pass some on; the daemon connection is close-on-exec), with
+``SIGPIPE`` and ``SIGXFSZ`` back at their defaults (Python ignores them).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -188,17 +192,29 @@ def _main(argv: Sequence[str] | None) -> int:
     holder = HintHolder(args.workload, args.socket, args.quiet)
     held = holder.take()
     try:
-        child = subprocess.Popen(command)
+        # posix_spawnp (vfork and exec in glibc) rather than subprocess: importing
+        # subprocess and selectors is ~5 ms of the launch line, and the command should see
+        # the file descriptors it would see without the wrapper, not the ones Popen leaves.
+        child = os.posix_spawnp(
+            command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+        )
     except OSError as exc:
         holder.release()
         print(f"schedswitch-run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
         return 127
+    reaped = threading.Event()
+
+    def forward(signum: int, _frame: object) -> None:
+        if not reaped.is_set():  # once reaped, its pid may be another process's
+            os.kill(child, signum)
+
     for sig in FORWARDED:
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        signal.signal(sig, forward)
     if held:
         holder.start()
     try:
-        code = child.wait()
+        code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        reaped.set()
     finally:
         holder.release()
     return 128 - code if code < 0 else code

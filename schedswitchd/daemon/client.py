@@ -1,7 +1,10 @@
-"""A blocking client of the daemon's socket, for ``schedswitchctl`` and ``schedswitch-run``.
+"""A blocking client of the daemon's socket that speaks in the protocol's pydantic models,
+for tools and benches that build requests as models and read replies as models.
 
 Speaks the JSON-lines protocol of :mod:`schedswitchd.daemon.protocol`; an error reply
-becomes :class:`DaemonError`, an unreachable daemon :class:`DaemonUnavailable`.
+becomes :class:`DaemonError`, an unreachable daemon :class:`DaemonUnavailable` (both
+defined, without pydantic, in :mod:`schedswitchd.daemon.launcher_wire`, which
+``schedswitchctl`` and ``schedswitch-run`` use directly so that they start fast).
 """
 
 from __future__ import annotations
@@ -11,25 +14,16 @@ import contextlib
 from pydantic import BaseModel
 
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, LineConnection, socket_path
-from schedswitchd.errors import ProtocolError, SchedSwitchError
+from schedswitchd.daemon.launcher_wire import (
+    DEFAULT_SOCKET,
+    DaemonError,
+    DaemonUnavailable,
+    LineConnection,
+    socket_path,
+)
+from schedswitchd.errors import ProtocolError
 
 __all__ = ["DEFAULT_SOCKET", "DaemonClient", "DaemonError", "DaemonUnavailable", "socket_path"]
-
-
-class DaemonUnavailable(SchedSwitchError):
-    """The daemon's socket cannot be reached (not running, no permission, went away)."""
-
-    code = "unavailable"
-
-
-class DaemonError(SchedSwitchError):
-    """The daemon answered with an error reply; ``code``, ``verifier_log`` as sent."""
-
-    def __init__(self, body: proto.ErrorBody) -> None:
-        self.code = body.code
-        self.verifier_log = body.verifier_log
-        super().__init__(body.message)
 
 
 class DaemonClient(LineConnection):
@@ -37,7 +31,6 @@ class DaemonClient(LineConnection):
     take seconds, so the default is generous). Use as a context manager or ``close()``.
     Raises :class:`DaemonUnavailable` when the socket cannot be reached."""
 
-    unavailable = DaemonUnavailable
     max_reply_bytes = proto.MAX_REPLY_BYTES
 
     def request(self, message: BaseModel) -> proto.OkReply:
@@ -53,7 +46,8 @@ class DaemonClient(LineConnection):
             raise DaemonUnavailable(f"{self.path}: the daemon closed the connection")
         reply = proto.parse_reply(line)
         if isinstance(reply, proto.ErrorReply):
-            raise DaemonError(reply.error)
+            body = reply.error
+            raise DaemonError(body.code, body.message, body.verifier_log)
         return reply
 
     def wait_closed(self) -> proto.LeaseEnded | None:

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schedswitchd.bpf.ops_flags import OpsFlag
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR as MODE_SEPARATOR
+from schedswitchd.daemon.launcher_wire import NAME_PATTERN as NAME_PATTERN
 from schedswitchd.errors import ConfigError
 
 #: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
@@ -29,12 +31,10 @@ KERNEL = "kernel"
 AUTO = "auto"
 RESERVED_NAMES = frozenset({KERNEL, AUTO})
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 #: A profile mode's name (``[modes.NAME]`` of a profile; ``mode = "..."`` in this file).
 MODE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
-#: Between a scheduler's name and a mode in the name of a mode variant (``lavd@gaming``):
-#: not a character of :data:`NAME_PATTERN`, so a variant never collides with a configured name.
-MODE_SEPARATOR = "@"
+# NAME_PATTERN and MODE_SEPARATOR (a mode variant's ``lavd@gaming``) come from
+# launcher_wire: schedswitchctl checks names with them without importing this module.
 _NAME_RE = re.compile(NAME_PATTERN)
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 

@@ -1,11 +1,18 @@
-"""Where the daemon's socket is, and a launcher's hint exchange without pydantic.
+"""The client side of the daemon's socket protocol, in the standard library alone.
 
 ``schedswitch-run`` stands on a game's launch line, so every millisecond it spends starting
-delays the game. The full protocol module (:mod:`schedswitchd.daemon.protocol`) builds
-pydantic models on import (~150 ms on a busy 2-core host); this module speaks the same
-JSON-lines protocol (one UTF-8 object a line, ``"v": 1``) with the standard library alone and
-reads only the reply fields a launcher uses. The tests check that what it sends parses as the
-protocol's ``HintRequest`` / ``PrepareRequest`` and that it reads the real server's replies.
+delays the game, and ``schedswitchctl status`` is what a person (or a panel applet, once a
+second) runs to see what happens. The full protocol module (:mod:`schedswitchd.daemon.protocol`)
+builds pydantic models on import (~150 ms of CPU on a busy 2-core host); this module speaks
+the same JSON-lines protocol (one UTF-8 object a line, ``"v": 1``) with ``json`` and
+``socket`` and checks only the reply's envelope (version, ``ok``, ``op``): what the daemon
+sends is its own pydantic model's JSON, and the commands read the fields they show.
+
+It is the one place of the names both sides must agree on without pydantic: the error
+codes a client tells apart (:data:`DENIED`, :data:`LIMIT`, :data:`SHUTTING_DOWN`), the
+pattern of workload and scheduler names and the bounds of request fields, which the
+protocol and configuration models import from here. The tests check that what it sends
+parses as the protocol's requests and that it reads the real server's replies.
 """
 
 from __future__ import annotations
@@ -14,14 +21,40 @@ import json
 import os
 import socket
 from types import TracebackType
-from typing import ClassVar, Self
 
 from schedswitchd.errors import ProtocolError, SchedSwitchError
+
+# typing is not imported at run time: it costs ~3 ms of the start of a command that
+# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, Final, Self
 
 #: Where the daemon listens unless told otherwise (the socket unit's ``ListenStream=``).
 DEFAULT_SOCKET = "/run/schedswitchd.sock"
 #: Cap on one reply line a launcher reads, bytes (a hint reply is well under 4 KiB).
 MAX_LAUNCHER_REPLY_BYTES = 1 << 16
+#: Cap a client applies to one reply line, bytes (history and list replies can be long).
+MAX_REPLY_BYTES = 1 << 20
+
+#: A scheduler's, workload's or hint rule's name (config keys, request fields).
+NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+#: Between a scheduler's name and a mode in the name of a mode variant (``lavd@gaming``):
+#: not a character of :data:`NAME_PATTERN`, so a variant never collides with a configured name.
+MODE_SEPARATOR: Final = "@"
+#: Largest pid Linux can hand out (``PID_MAX_LIMIT`` on 64-bit, ``include/linux/threads.h``).
+PID_MAX_LIMIT: Final = 4 * 1024 * 1024
+#: Bounds of request fields: a hint's ``ttl_s`` (ten years), a ``prepare`` intent's
+#: ``ttl_s``, seconds; ``history``'s ``limit``; a lease id's length, characters.
+MAX_HINT_TTL_S: Final = 10 * 365 * 86400
+MAX_PREPARE_TTL_S: Final = 3600
+MAX_HISTORY_LIMIT: Final = 10000
+MAX_LEASE_ID_CHARS: Final = 64
+
+# Error codes a client tells apart (the protocol module has the full list).
+DENIED: Final = "denied"
+LIMIT: Final = "limit"
+SHUTTING_DOWN: Final = "shutting_down"
 
 
 def socket_path(explicit: str | None = None) -> str:
@@ -29,33 +62,43 @@ def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("SCHEDSWITCHD_SOCKET") or DEFAULT_SOCKET
 
 
-class LauncherUnavailable(SchedSwitchError):
-    """The daemon's socket cannot be reached, or the connection broke."""
+class DaemonUnavailable(SchedSwitchError):
+    """The daemon's socket cannot be reached (not running, no permission), or the
+    connection broke."""
 
     code = "unavailable"
 
 
-class LauncherRefused(SchedSwitchError):
-    """The daemon answered with an error reply; ``code`` is its error code."""
+class DaemonError(SchedSwitchError):
+    """The daemon answered with an error reply: ``code`` (its stable name, e.g.
+    ``unknown_workload``), the message, and ``verifier_log`` when a program load failed."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, verifier_log: str | None = None) -> None:
         self.code = code
+        self.verifier_log = verifier_log
         super().__init__(message)
+
+
+#: The launcher's names for the two (``schedswitch-run`` and its tests use them).
+LauncherUnavailable = DaemonUnavailable
+LauncherRefused = DaemonError
 
 
 class LineConnection:
     """One blocking connection to the daemon's socket, read a JSON line at a time: what the
-    launcher's :class:`LauncherConnection` and ``schedswitchctl``'s
+    launcher's :class:`LauncherConnection`, ``schedswitchctl``'s daemon commands
+    (:class:`ControlConnection`) and the pydantic
     :class:`~schedswitchd.daemon.client.DaemonClient` share.
 
     ``path`` as :func:`socket_path`; ``timeout_s`` bounds the connect, each send and each
-    reply wait, seconds. A subclass names the error it raises when the socket cannot be
-    reached (``unavailable``) and the longest reply line it reads (``max_reply_bytes``,
-    bytes; a longer one raises :class:`~schedswitchd.errors.ProtocolError`). Use as a
-    context manager or call :meth:`close`.
+    reply wait, seconds. A subclass may name the error it raises when the socket cannot be
+    reached (``unavailable``) and sets the longest reply line it reads
+    (``max_reply_bytes``, bytes; a longer one raises
+    :class:`~schedswitchd.errors.ProtocolError`). Use as a context manager or call
+    :meth:`close`.
     """
 
-    unavailable: ClassVar[type[SchedSwitchError]]
+    unavailable: ClassVar[type[SchedSwitchError]] = DaemonUnavailable
     max_reply_bytes: ClassVar[int]
 
     def __init__(self, path: str | None = None, timeout_s: float = 60.0) -> None:
@@ -81,6 +124,29 @@ class LineConnection:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
+    def exchange_line(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """Send ``request`` (``v`` is added) and return the reply object and its line as
+        received (without the newline).
+
+        Raises :class:`DaemonError` for an error reply (``ok: false``),
+        :class:`DaemonUnavailable` when the connection fails or closes, and
+        :class:`~schedswitchd.errors.ProtocolError` for a reply that is not a JSON object of
+        protocol version 1 answering ``request["op"]``.
+        """
+        line = json.dumps({"v": 1, **request}, separators=(",", ":")).encode() + b"\n"
+        try:
+            self.sock.sendall(line)
+            raw = self._read_line()
+        except (OSError, TimeoutError) as exc:
+            raise DaemonUnavailable(f"{self.path}: {exc}") from None
+        if raw is None:
+            raise DaemonUnavailable(f"{self.path}: the daemon closed the connection")
+        return check_reply(raw, request.get("op")), raw
+
+    def exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`exchange_line`'s reply object alone."""
+        return self.exchange_line(request)[0]
+
     def close(self) -> None:
         """Close the connection, which ends the leases it holds."""
         self.sock.close()
@@ -97,6 +163,33 @@ class LineConnection:
         self.close()
 
 
+def check_reply(raw: bytes, op: object) -> dict[str, Any]:
+    """The reply line ``raw`` as an object, once its envelope is checked: a JSON object with
+    ``"v": 1`` that answers ``op`` with ``"ok": true``.
+
+    Raises :class:`DaemonError` for an error reply (``ok: false`` with an ``error`` object)
+    and :class:`~schedswitchd.errors.ProtocolError` for anything else that is not such a
+    reply.
+    """
+    try:
+        reply = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"reply from the daemon is not JSON: {exc}") from None
+    if not isinstance(reply, dict) or reply.get("v") != 1:
+        raise ProtocolError("reply from the daemon is not a version-1 object")
+    if reply.get("ok") is False:
+        error = reply.get("error")
+        if not isinstance(error, dict):
+            raise ProtocolError("error reply without an error object")
+        log = error.get("verifier_log")
+        raise DaemonError(
+            str(error.get("code")), str(error.get("message")), log if isinstance(log, str) else None
+        )
+    if reply.get("ok") is not True or reply.get("op") != op:
+        raise ProtocolError(f"reply does not answer {op!r}")
+    return reply
+
+
 class LauncherConnection(LineConnection):
     """One connection to the daemon, blocking, for one launcher.
 
@@ -105,39 +198,7 @@ class LauncherConnection(LineConnection):
     device). Raises :class:`LauncherUnavailable` when the socket cannot be reached.
     """
 
-    unavailable = LauncherUnavailable
     max_reply_bytes = MAX_LAUNCHER_REPLY_BYTES
-
-    def exchange(self, request: dict[str, object]) -> dict[str, object]:
-        """Send ``request`` (``v`` is added) and return the reply object.
-
-        Raises :class:`LauncherRefused` for an error reply (``ok: false``),
-        :class:`LauncherUnavailable` when the connection fails or closes, and
-        :class:`~schedswitchd.errors.ProtocolError` for a reply that is not a JSON object of
-        protocol version 1 answering ``request["op"]``.
-        """
-        line = json.dumps({"v": 1, **request}, separators=(",", ":")).encode() + b"\n"
-        try:
-            self.sock.sendall(line)
-            raw = self._read_line()
-        except (OSError, TimeoutError) as exc:
-            raise LauncherUnavailable(f"{self.path}: {exc}") from None
-        if raw is None:
-            raise LauncherUnavailable(f"{self.path}: the daemon closed the connection")
-        try:
-            reply = json.loads(raw)
-        except ValueError as exc:
-            raise ProtocolError(f"reply from the daemon is not JSON: {exc}") from None
-        if not isinstance(reply, dict) or reply.get("v") != 1:
-            raise ProtocolError("reply from the daemon is not a version-1 object")
-        if reply.get("ok") is False:
-            error = reply.get("error")
-            if not isinstance(error, dict):
-                raise ProtocolError("error reply without an error object")
-            raise LauncherRefused(str(error.get("code")), str(error.get("message")))
-        if reply.get("ok") is not True or reply.get("op") != request.get("op"):
-            raise ProtocolError(f"reply does not answer {request.get('op')!r}")
-        return reply
 
     def wait_closed(self) -> None:
         """Block until the daemon closes the connection (it stopped, or the lease ended)."""
@@ -148,3 +209,26 @@ class LauncherConnection(LineConnection):
                 pass
         except OSError:
             pass
+
+
+class ControlConnection(LineConnection):
+    """``schedswitchctl``'s connection: replies up to :data:`MAX_REPLY_BYTES`, and a wait
+    for the end of a held hint that returns the daemon's last word."""
+
+    max_reply_bytes = MAX_REPLY_BYTES
+
+    def wait_closed(self) -> dict[str, Any] | None:
+        """Block until the daemon closes the connection (it stopped, or the connection's
+        last lease ended on its own). Returns the daemon's final ``lease_ended`` object
+        (``lease``, ``why``) if it sent one, else ``None``."""
+        self.sock.settimeout(None)
+        final: dict[str, Any] | None = None
+        try:
+            while (line := self._read_line()) is not None:
+                try:
+                    final = check_reply(line, "lease_ended")
+                except SchedSwitchError:
+                    continue
+        except (OSError, ProtocolError):
+            pass
+        return final

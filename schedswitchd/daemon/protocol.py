@@ -31,15 +31,24 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from schedswitchd.daemon.config import MODE_SEPARATOR, NAME_PATTERN
+from schedswitchd.daemon.launcher_wire import DENIED as DENIED
+from schedswitchd.daemon.launcher_wire import LIMIT as LIMIT
+from schedswitchd.daemon.launcher_wire import (
+    MAX_HINT_TTL_S,
+    MAX_HISTORY_LIMIT,
+    MAX_LEASE_ID_CHARS,
+    MAX_PREPARE_TTL_S,
+)
+from schedswitchd.daemon.launcher_wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
+from schedswitchd.daemon.launcher_wire import PID_MAX_LIMIT as PID_MAX_LIMIT
+from schedswitchd.daemon.launcher_wire import SHUTTING_DOWN as SHUTTING_DOWN
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
 VERSION = 1
 #: Default cap on one request line, bytes including the newline (config: limits).
 DEFAULT_MAX_REQUEST_BYTES = 4096
-#: Cap a client applies to one reply line (history and list replies can be long).
-MAX_REPLY_BYTES = 1 << 20
-#: Largest pid Linux can hand out (``PID_MAX_LIMIT`` on 64-bit, ``include/linux/threads.h``).
-PID_MAX_LIMIT = 4 * 1024 * 1024
+# MAX_REPLY_BYTES, PID_MAX_LIMIT and the codes DENIED, LIMIT, SHUTTING_DOWN come from
+# launcher_wire, which the pydantic-free clients share.
 
 # Error codes of this protocol (besides the ``code`` of each SchedSwitchError branch).
 TOO_LARGE = "too_large"
@@ -49,13 +58,10 @@ UNKNOWN_OP = "unknown_op"
 UNSUPPORTED_VERSION = "unsupported_version"
 TIMEOUT = "timeout"
 INCOMPLETE = "incomplete"
-DENIED = "denied"
-LIMIT = "limit"
 UNKNOWN_WORKLOAD = "unknown_workload"
 UNKNOWN_LEASE = "unknown_lease"
 UNKNOWN_SCHEDULER = "unknown_scheduler"
 BAD_PID = "bad_pid"
-SHUTTING_DOWN = "shutting_down"
 INTERNAL = "internal"
 
 
@@ -85,7 +91,7 @@ SchedulerName = Annotated[
     Field(pattern=NAME_PATTERN.removesuffix("$") + f"(?:{MODE_SEPARATOR}"
           + NAME_PATTERN.removeprefix("^").removesuffix("$") + ")?$"),
 ]  # fmt: skip
-LeaseId = Annotated[str, Field(min_length=1, max_length=64)]
+LeaseId = Annotated[str, Field(min_length=1, max_length=MAX_LEASE_ID_CHARS)]
 
 
 class _Request(_Wire):
@@ -100,7 +106,7 @@ class HintRequest(_Request):
     op: Literal["hint"] = "hint"
     workload: Workload
     pid: Annotated[int, Field(ge=1, le=PID_MAX_LIMIT)] | None = None
-    ttl_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+    ttl_s: Annotated[float, Field(gt=0, le=MAX_HINT_TTL_S)] | None = None
 
 
 class PrepareRequest(_Request):
@@ -111,7 +117,7 @@ class PrepareRequest(_Request):
 
     op: Literal["prepare"] = "prepare"
     workload: Workload
-    ttl_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    ttl_s: Annotated[float, Field(gt=0, le=MAX_PREPARE_TTL_S)] = 30.0
 
 
 class ReleaseRequest(_Request):
@@ -137,7 +143,7 @@ class HistoryRequest(_Request):
     """Recent switches, newest last; ``limit`` caps how many."""
 
     op: Literal["history"] = "history"
-    limit: Annotated[int, Field(ge=1, le=10000)] | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_HISTORY_LIMIT)] | None = None
 
 
 class SwitchRequest(_Request):

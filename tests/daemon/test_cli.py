@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +102,29 @@ def test_schedswitch_run_holds_hint_for_command(srv: Running) -> None:
     assert proc.stderr is not None and "gaming -> gaming" in proc.stderr.read()
 
 
+def test_schedswitch_run_command_inherits_fds_and_default_sigpipe(
+    srv: Running, tmp_path: Path
+) -> None:
+    """The command starts as ``exec`` would leave it: an inheritable descriptor of the
+    wrapper's is there (a launcher may pass one on), the daemon connection is not, and
+    ``SIGPIPE`` is not ignored (Python ignores it; ``yes | head`` in a game's script must end)."""
+    out = tmp_path / "seen"
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        script = f"ls -l /proc/$$/fd > {out}; grep SigIgn /proc/$$/status >> {out}"
+        assert run.main(["-q", "--socket", srv.path, "gaming", "--", "sh", "-c", script]) == 0
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    seen = out.read_text()
+    assert f" {write_end} -> pipe:" in seen, seen
+    assert "socket:" not in seen, seen
+    sig_ign = int(seen.split("SigIgn:")[1].split()[0], 16)
+    assert not sig_ign & (1 << (signal.SIGPIPE - 1)), seen
+    assert not sig_ign & (1 << (signal.SIGXFSZ - 1)), seen
+
+
 def test_schedswitch_run_without_daemon_still_runs(capsys: pytest.CaptureFixture[str]) -> None:
     code = run.main(["--socket", "/nonexistent/s", "gaming", "--", "sh", "-c", "exit 7"])
     assert code == 7
@@ -147,7 +172,7 @@ def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
         raw = holder.request(op="hint", workload="gaming")
         reply = proto.parse_reply(json.dumps(raw).encode())
         assert isinstance(reply, proto.HintReply) and reply.scheduler == "gaming"
-        line = daemon_cmds._hint_line("gaming", reply)
+        line = daemon_cmds._hint_line("gaming", raw)
         assert line.startswith(f"lease {reply.lease}: gaming -> running kernel")
         assert "(switch to gaming failed: gaming: kfunc scx_bpf_nope not found" in line
         assert ctl.main(["status", "--socket", r.path]) == 0
@@ -173,9 +198,10 @@ def test_exit_and_counter_texts() -> None:
     from schedswitchd.cli.daemon_cmds import _counters_text, _exit_text
     from schedswitchd.daemon.protocol import ExitInfo
 
+    # The objects as the daemon sends them: ExitInfo's JSON.
     e = ExitInfo(kind=1025, kind_name="ERROR_BPF", reason="scx_bpf_error", message="boom")
-    assert _exit_text(e) == "ERROR_BPF: scx_bpf_error: boom"
-    assert _exit_text(ExitInfo(kind=64)) == "UNREG"
+    assert _exit_text(e.model_dump(mode="json")) == "ERROR_BPF: scx_bpf_error: boom"
+    assert _exit_text(ExitInfo(kind=64).model_dump(mode="json")) == "UNREG"
     text = _counters_text({"btf_cache_hits": 3, "prepares": 2, "attach.link_ns": 5})
     assert text == "btf_cache_hits=3 prepares=2 (+1 more with --json)"
     assert _counters_text({}) == "-"

@@ -117,7 +117,7 @@ def test_success_prints_the_reply_and_is_0(
 
 def test_status_mapping_and_help() -> None:
     def err(code: str) -> DaemonError:
-        return DaemonError(proto.ErrorBody(code=code, message="m"))
+        return DaemonError(code, "m")
 
     assert exits.exit_status(err(proto.DENIED)) == exits.EXIT_REFUSED
     assert exits.exit_status(err(proto.LIMIT)) == exits.EXIT_REFUSED

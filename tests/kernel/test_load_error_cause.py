@@ -5,7 +5,9 @@ unknown#2002000000 + extern index``, as libbpf does) and a ``bpf_ksym_exists()``
 kfunc's address loads as 0) keeps the verifier away from it. When such a program fails for
 another reason, the error leads with the kernel's own message and mentions the absent kfunc
 only after it; when the verifier does reach the poisoned call, the error leads with the
-kfunc's name. Programs are assembled here (``tests/kernel/asm.py``) so the failure is exact.
+kfunc's name. Programs are assembled here (``tests/kernel/asm.py``) so the failure is exact;
+the same case compiled by clang, through our ELF opener, is build/tests/bpf/weak_cause.bpf.o
+(tests/bpf/weak_cause.bpf.c).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
+from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import (
     ExternKind,
     ExternSpec,
@@ -26,11 +29,13 @@ from schedswitchd.bpf.spec import (
 )
 from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.loader import ProgramLoadError, StaticKernelBtfs, load_object
+from tests.build_outputs import missing_build_output
 from tests.kernel import asm
 
 pytestmark = pytest.mark.root
 
 SYS_VMLINUX = Path("/sys/kernel/btf/vmlinux")
+REPO = Path(__file__).resolve().parents[2]
 KFUNC = "ssd_no_such_kfunc_zz"
 
 
@@ -97,3 +102,22 @@ def test_reached_absent_kfunc_leads(kernel: StaticKernelBtfs) -> None:
     assert msg.startswith(f"program cause: not found (searched vmlinux): kfunc {KFUNC}: "), msg
     assert "[" not in msg, msg  # nothing unreached to add
     assert "unknown#2002000000" in (info.value.verifier_log or "")
+
+
+def test_compiled_object_leads_with_the_verifier(kernel: StaticKernelBtfs) -> None:
+    """weak_cause.bpf.o: its weak kfunc sits behind ``if (kfunc)``, its verifier error (a
+    map value read without the NULL check) comes after; the message leads with the latter."""
+    obj = REPO / "build" / "tests" / "bpf" / "weak_cause.bpf.o"
+    if not obj.is_file():
+        missing_build_output(obj, "test-objects")
+    spec = open_object(obj)
+    with pytest.raises(ProgramLoadError) as info:
+        load_object(spec, kernel)
+    msg = str(info.value)
+    first, _, rest = msg.partition(" [")
+    assert first.startswith("program weak_then_null: BPF_PROG_LOAD failed with EACCES"), msg
+    assert "invalid mem access 'map_value_or_null'" in first, msg
+    assert "ssd_no_such_kfunc_zz" not in first, msg
+    assert rest.startswith("absent from the kernel") and "kfunc ssd_no_such_kfunc_zz" in rest, msg
+    # the verifier never reached the poisoned call: the guard pruned it
+    assert "unknown#2002000000" not in (info.value.verifier_log or "")

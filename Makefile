@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD := build
+PYLIBBPF := pylibbpf==0.0.6
 
 APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
@@ -24,6 +25,10 @@ $(VENV)/.stamp: pyproject.toml $(BUILD)/.apt-stamp
 	@$(VPY) -m pip install -q --upgrade pip
 	@# setuptools warns on every editable install that ./schedswitchd shadows the package: expected here.
 	@PYTHONWARNINGS='ignore:Editable installation' $(VPY) -m pip install -q --no-warn-script-location -e '.[dev,bench]'
+	@# The reference libbpf of tests/vm/test_corpus.py (1.6, linked into this wheel's extension
+	@# module and called through ctypes; Debian 12's is 1.1): without its Python side's
+	@# dependency (llvmlite, ~170 MB), which that test never imports.
+	@$(VPY) -m pip install -q --no-deps $(PYLIBBPF)
 	@touch $@
 
 deps: $(VENV)/.stamp

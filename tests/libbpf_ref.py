@@ -1,7 +1,9 @@
 """Debian's libbpf (the system's ``libbpf.so.1``, 1.1.x, via ctypes) as the reference loader.
 
 Two views of an object libbpf opened and loaded into the running kernel (root needed; all
-it created is closed again before returning):
+it created is closed again before returning), plus :func:`loaded` for callers that go on
+(``tests/vm/corpus_driver.py`` attaches the struct_ops maps, with another libbpf build:
+``library=``):
 
 * :func:`libbpf_relocated_insns`: each program's instructions as libbpf finalised them
   (CO-RE applied), for comparing the slots a CO-RE relocation patched;
@@ -26,7 +28,12 @@ from schedswitchd.kernel import syscall
 
 
 class LibbpfError(Exception):
-    """libbpf could not open or load the object; carries libbpf's own log."""
+    """libbpf could not open or load the object; carries libbpf's own log. ``stage`` is
+    ``"open"`` or ``"load"``."""
+
+    def __init__(self, message: str, stage: str) -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
@@ -43,8 +50,14 @@ class _OpenOpts(ctypes.Structure):
     ]
 
 
-def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL("libbpf.so.1")
+#: ``BPF_MAP_TYPE_STRUCT_OPS`` (``include/uapi/linux/bpf.h``)
+MAP_TYPE_STRUCT_OPS = 26
+#: ``enum libbpf_print_level`` (``libbpf.h``): WARN 0, INFO 1, DEBUG 2
+PRINT_DEBUG = 2
+
+
+def _lib(library: str = "libbpf.so.1") -> ctypes.CDLL:
+    lib = ctypes.CDLL(library)
     lib.libbpf_set_print.argtypes = [_PRINT_FN]
     lib.libbpf_set_print.restype = ctypes.c_void_p
     lib.bpf_object__open_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
@@ -61,18 +74,47 @@ def _lib() -> ctypes.CDLL:
     lib.bpf_program__insns.restype = ctypes.c_void_p
     lib.bpf_program__insn_cnt.argtypes = [ctypes.c_void_p]
     lib.bpf_program__insn_cnt.restype = ctypes.c_size_t
+    vp, cp, ci = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    for name, args, res in (
+        ("libbpf_version_string", [], cp),
+        ("bpf_object__next_map", [vp, vp], vp),
+        ("bpf_map__type", [vp], ci),
+        ("bpf_map__name", [vp], cp),
+        ("bpf_map__attach_struct_ops", [vp], vp),
+        ("bpf_link__destroy", [vp], ci),
+    ):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
     return lib
 
 
+def is_err(ptr: int | None) -> bool:
+    """A libbpf pointer result that means failure: NULL (libbpf 1.0 mode) or an ERR_PTR."""
+    return not ptr or ptr > (1 << 64) - 4096
+
+
 @contextmanager
-def _loaded(path: Path, pin_root: Path | None) -> Iterator[tuple[ctypes.CDLL, int]]:
-    """(library, ``struct bpf_object *``) of ``path`` opened and loaded by libbpf, with
-    libbpf's log captured for :class:`LibbpfError`; closed on exit."""
-    lib = _lib()
+def loaded(
+    path: Path,
+    pin_root: Path | None = None,
+    *,
+    library: str = "libbpf.so.1",
+    log: list[str] | None = None,
+    debug: bool = True,
+) -> Iterator[tuple[ctypes.CDLL, int]]:
+    """(library, ``struct bpf_object *``) of ``path`` opened and loaded by libbpf (the
+    shared object ``library``), closed on exit. libbpf's messages go to ``log`` (a new list
+    when None) and into :class:`LibbpfError`, raised when open or load fails; ``debug=False``
+    drops its debug level unformatted (tens of thousands of lines for a big scheduler, each
+    a Python call: minutes under TCG)."""
+    lib = _lib(library)
     libc = ctypes.CDLL(None)
-    log: list[str] = []
+    if log is None:
+        log = []
 
     def on_print(level: int, fmt: bytes, args: int) -> int:
+        if level >= PRINT_DEBUG and not debug:
+            return 0
         buf = ctypes.create_string_buffer(2048)
         # va_list is passed as a pointer on x86-64, so vsnprintf can format it.
         libc.vsnprintf(buf, ctypes.c_size_t(len(buf)), fmt, ctypes.c_void_p(args))
@@ -86,12 +128,12 @@ def _loaded(path: Path, pin_root: Path | None) -> Iterator[tuple[ctypes.CDLL, in
     previous = lib.libbpf_set_print(callback)
     try:
         obj = lib.bpf_object__open_file(str(path).encode(), ctypes.addressof(opts))
-        if not obj or obj > (1 << 64) - 4096:  # NULL or an ERR_PTR
-            raise LibbpfError("bpf_object__open_file failed:\n" + "".join(log))
+        if is_err(obj):
+            raise LibbpfError("bpf_object__open_file failed:\n" + "".join(log), "open")
         try:
             err = lib.bpf_object__load(obj)
             if err:
-                raise LibbpfError(f"bpf_object__load failed ({err}):\n" + "".join(log))
+                raise LibbpfError(f"bpf_object__load failed ({err}):\n" + "".join(log), "load")
             yield lib, obj
         finally:
             lib.bpf_object__close(obj)
@@ -102,7 +144,7 @@ def _loaded(path: Path, pin_root: Path | None) -> Iterator[tuple[ctypes.CDLL, in
 def _per_program(
     path: Path, pin_root: Path | None, read: Callable[[ctypes.CDLL, int], bytes | None]
 ) -> dict[str, bytes]:
-    with _loaded(path, pin_root) as (lib, obj):
+    with loaded(path, pin_root) as (lib, obj):
         out: dict[str, bytes] = {}
         prog = lib.bpf_object__next_program(obj, None)
         while prog:

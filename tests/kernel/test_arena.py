@@ -93,6 +93,8 @@ def test_arena_program_reads_writes_and_allocates(loaded: LoadedObject) -> None:
         arena = obj.maps["arena"]
         info = map_info(arena.fd)
         assert (info.map_extra, info.max_entries) == (ARENA_BASE, ARENA_PAGES)
+        # BPF_MAP_TYPE_ARENA = 33, BPF_F_MMAPABLE = 1 << 10 (include/uapi/linux/bpf.h)
+        assert info.type == 33 and info.map_flags & (1 << 10)
         assert arena.arena_address == ARENA_BASE
         run = prog_test_run(obj.programs["arena_run"].fd, ctx_in=b"")
         assert run.retval == 0  # bpf_arena_alloc_pages returned a page

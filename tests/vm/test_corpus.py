@@ -15,8 +15,8 @@ workload), ``ejected`` (enabled, then disabled by the kernel), ``init_error`` (n
 ``enable_seq`` unchanged), ``load_error`` (stopped before attach). The reference libbpf is
 the one the ``pylibbpf`` wheel links into its extension module (1.6; Debian 12's 1.1 cannot
 open the arena schedulers), called through ctypes; ``SCHEDSWITCHD_LIBBPF`` names another
-build. Without either, the comparison skips and the rest still runs. Skipped with a reason
-when the corpus is absent.
+build. Without either, the comparison skips and the rest still runs (under ``make test``,
+which installs the wheel, it fails). Skipped with a reason when the corpus is absent.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from tests.build_outputs import missing_build_output
 from tests.corpus import OBJECTS, corpus_dir
 from tools import vm
 
@@ -107,7 +108,9 @@ def _cell(r: dict[str, Any] | None) -> str:
         out += f" [{(r.get('error') or {}).get('message', '')[:200]}]"
     elif out != "runs":  # a scheduler that ran was unregistered by the driver: no reason
         out += f" [{kind}: {msg}]"
-    return f"{out}, load {r.get('load_s')} s"
+    # libbpf's load_s counts its open too (bpf_object__open_file + __load); ours has open_s
+    secs = (r.get("open_s") or 0) + (r.get("load_s") or 0)
+    return f"{out}, open+load {secs:.1f} s"
 
 
 def table(observed: dict[str, dict[str, Any]]) -> str:
@@ -158,7 +161,10 @@ def _corpus() -> None:
 
 def _record(observed: dict[str, dict[str, Any]], name: str, who: str) -> dict[str, Any]:
     if who == "libbpf" and libbpf_library() is None:
-        pytest.skip("no reference libbpf: the pylibbpf wheel (make deps) or $SCHEDSWITCHD_LIBBPF")
+        # make deps installs it: under make test (CI) its absence is a failure
+        missing_build_output(
+            "the pylibbpf wheel (the reference libbpf) or $SCHEDSWITCHD_LIBBPF", "deps"
+        )
     if name not in _present():
         pytest.skip(f"{name}.bpf.o absent from {corpus_dir()}")
     r = observed.get(f"{name}.{who}")
@@ -194,11 +200,16 @@ def test_kernel_reason_recorded(observed: dict[str, dict[str, Any]], name: str, 
     if outcome not in ("ejected", "init_error"):
         return
     kind, msg = kernel_reason(r)
-    assert kind and msg, f"{outcome} without the kernel's reason\n{_why(r)}"
+    assert kind, f"{outcome} without the kernel's reason\n{_why(r)}"
     uei = r.get("uei") or {}
-    if who == "ours" and uei.get("recorded"):
-        assert uei["reason"] == kind, _why(r)
-        assert str(uei["message"]).splitlines()[0].strip() == msg, _why(r)
+    if who == "ours":
+        # ops.exit ran for every disable it was registered for: an exit record is expected
+        assert uei.get("recorded") or r.get("uei") is None, _why(r)
+        if uei.get("recorded"):
+            assert uei["reason"] == kind, _why(r)
+            # the kernel logs the message line for error exits only (SCX_EXIT_ERROR and up)
+            if msg:
+                assert str(uei["message"]).splitlines()[0].strip() == msg, _why(r)
 
 
 #: ``SCX_DSQ_FLAG_BUILTIN | SCX_DSQ_LOCAL`` and ``SCX_SLICE_DFL`` (``include/linux/sched/ext.h``)

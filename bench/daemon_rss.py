@@ -43,11 +43,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vm_bench import (
+    CORPUS,
+    REPO,
+    SCHED_DIR,
+    host_prepare,
+    load_text,
+    machine,
+    repo_relative,
+    rss_mib,
+    utc_now,
+)
+from vm_bench import wait_scx as _wait_scx
+
 sys.path.insert(0, str(REPO))
 
-SCHED_DIR = REPO / "build" / "bpf"
-CORPUS = REPO.parent / "shared" / "corpus"
 #: Configuration key -> corpus file (the names tests/vm/test_profiles_corpus.py uses).
 CORPUS_OBJECTS = {
     "scx_simple": "k_simple.bpf.o",
@@ -62,8 +73,6 @@ CORPUS_OBJECTS = {
 }
 DECLARED_MODULE = "uinput"
 HINTS_BEFORE = 3
-STATE = Path("/sys/kernel/sched_ext/state")
-OPS = Path("/sys/kernel/sched_ext/root/ops")
 RUNS = ("base", "preopen", "standby")
 
 CONFIG_HEAD = """
@@ -92,37 +101,14 @@ priority = 50
 # --- inside the VM ---------------------------------------------------------------------------
 
 
-def _scx() -> tuple[str, str | None]:
-    state = STATE.read_text().strip()
-    try:
-        ops: str | None = OPS.read_text().strip()
-    except OSError:
-        ops = None
-    return state, ops
-
-
 def _wait(state: str, ops: str | None = None, timeout_s: float = 600.0) -> None:
-    """Poll sysfs until sched_ext is ``state`` (running ``ops``). RuntimeError on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while _scx() != (state, ops) and not (ops is None and _scx()[0] == state):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"sched_ext is {_scx()}, wanted {state} {ops}")
-        time.sleep(0.01)
+    """Poll sysfs every 10 ms until sched_ext is ``state`` (running ``ops``)."""
+    _wait_scx(state, ops, timeout_s, poll_s=0.01)
 
 
 def _rss(pid: int) -> dict[str, float]:
-    """``VmRSS`` and its parts of ``pid`` in MiB (``/proc/PID/status``, ``man 5 proc``);
-    ``file`` is ``RssFile`` + ``RssShmem`` (the ramroot's libraries are tmpfs pages)."""
-    kib: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
-            kib[key] = int(rest.split()[0])
-    return {
-        "rss_mib": kib["VmRSS"] / 1024,
-        "anon_mib": kib["RssAnon"] / 1024,
-        "file_mib": (kib["RssFile"] + kib["RssShmem"]) / 1024,
-    }
+    """``VmRSS`` and its parts of ``pid`` in MiB (:func:`vm_bench.rss_mib`)."""
+    return rss_mib(pid)
 
 
 def config_text(sock: str, standby_max: int, extra: dict[str, str]) -> str:
@@ -319,9 +305,11 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
         "VmRSS MiB (anon / file) |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    # Shown relative to the checkout: the VM's absolute paths are the host's.
+    # Relative to the checkout (runs saved before the JSON held them so: their absolute
+    # paths were the machine's).
     objects = {"latency": "build/bpf/latency.bpf.o", **{
-        k: f"{'../shared/corpus' if k in CORPUS_OBJECTS else 'build/bpf'}/{Path(v).name}"
+        k: v if not Path(v).is_absolute() else
+        f"{'../shared/corpus' if k in CORPUS_OBJECTS else 'build/bpf'}/{Path(v).name}"
         for k, v in raw["objects"].items()}}  # fmt: skip
     for key, r in per.items():
         if "error" in r:
@@ -348,19 +336,20 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
 
 
 def host_main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         text = report(saved["raw"], saved["meta"])
-        Path(args.out, "daemon_rss_vm.md").write_text(text)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "daemon_rss_vm.md").write_text(text)
         print(text)
         return 0
     from tools import vm
     from tools.ramroot import RamRootSpec
-    from tools.sidkernel import ensure_kernel
 
-    if subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=False).returncode != 0:
+    kernel = host_prepare()
+    if kernel is None:
         return 1
-    kernel = ensure_kernel()
     paths = kernel.decompressed_paths()
     order = vm.module_load_order(kernel, [DECLARED_MODULE])
     extra = {"vtime": str(SCHED_DIR / "vtime.bpf.o")}
@@ -368,7 +357,7 @@ def host_main(args: argparse.Namespace) -> int:
     extra |= {k: str(corpus / f) for k, f in CORPUS_OBJECTS.items() if (corpus / f).is_file()}
     if len(extra) == 1:
         print("../shared/corpus is absent: only the sample schedulers", file=sys.stderr)
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    load = load_text()
     script = (
         f'"$PY" "$REPO/bench/daemon_rss.py" _vm --modules "$RESULTS/modules.txt" '
         f"--extra '{json.dumps(extra)}' --results \"$RESULTS\"\n"
@@ -386,7 +375,6 @@ def host_main(args: argparse.Namespace) -> int:
             + tuple(Path(p) for k, p in extra.items() if k in CORPUS_OBJECTS)
         ),
     )
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if result.returncode != 0 or "daemon_rss.raw.json" not in result.files:
         print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
@@ -394,12 +382,12 @@ def host_main(args: argparse.Namespace) -> int:
             print(result.text("daemon_rss.log"), file=sys.stderr)
         return 1
     raw = json.loads(result.text("daemon_rss.raw.json"))
-    rr = result.ramroot or {}
+    # The VM was given absolute paths (the same in the VM as here); the JSON keeps them
+    # relative to the checkout, as the report shows them.
+    raw["objects"] = {k: repo_relative(v) for k, v in raw["objects"].items()}
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"qemu {result.accel} (single-threaded TCG, -cpu max, 2 vCPUs, "
-        f"{rr.get('memory_mib', 2048):.0f} MiB), kernel {kernel.version}, "
-        f"host {os.cpu_count()} cores",
+        "date": utc_now(),
+        "machine": machine(result, kernel),
         "load": load,
         "vm_wall_s": f"{time.monotonic() - t0:.0f}",
     }

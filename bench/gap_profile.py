@@ -47,17 +47,17 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vm_bench import REPO, SCHED_DIR, host_prepare, load_text, utc_now
+
 sys.path.insert(0, str(REPO))
 
-SCHED_DIR = REPO / "build" / "bpf"
 TRACING = Path("/sys/kernel/tracing")
 #: Issue 15: the gap with run-time expedited RCU at most this share of the gap without.
 RCU_TARGET = 0.4
@@ -490,16 +490,16 @@ def host_main(args: argparse.Namespace) -> int:
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         text = report(saved["runs"], saved["meta"])
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "gap_profile.txt").write_text(text)
         print(text)
         return 0
     from tools import vm
-    from tools.sidkernel import ensure_kernel
 
-    if subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=False).returncode != 0:
+    kernel = host_prepare()
+    if kernel is None:
         return 1
-    kernel = ensure_kernel()
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    load = load_text()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, Any]] = {}
@@ -534,7 +534,7 @@ def host_main(args: argparse.Namespace) -> int:
         print(f"{label}: VM run {time.monotonic() - t0:.0f} s", file=sys.stderr)
     meta = {
         "argv": _argv_without_out(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": utc_now(),
         "kernel": kernel.version,
         "accel": accel,
         "host": f"{os.cpu_count()} cores",

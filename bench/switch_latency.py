@@ -68,10 +68,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vm_bench import REPO, SCHED_DIR, host_prepare, load_text, machine, rss_kib, utc_now
+from vm_bench import scx as _scx
+from vm_bench import wait_scx as _wait
+
 sys.path.insert(0, str(REPO))
 
-SCHED_DIR = REPO / "build" / "bpf"
 DECLARED_MODULE = "uinput"
 NEW_OPS = "ss_latency"
 BASE_OPS = "ss_fifo"
@@ -96,12 +99,10 @@ GAP_TARGET = 0.2
 STANDBY_GAP_TARGET = 1.15
 STANDBY_VS_LIBBPF_TARGET = 0.25
 RSS_TARGET_MIB = 48.0
-STATE = Path("/sys/kernel/sched_ext/state")
-OPS = Path("/sys/kernel/sched_ext/root/ops")
 BTF_ROOT = Path("/sys/kernel/btf")
 
 
-# --- helpers shared by the VM-side processes -------------------------------------------------
+# --- helpers of the VM-side processes ---------------------------------------------------------
 
 
 def _now_ns() -> int:
@@ -109,33 +110,8 @@ def _now_ns() -> int:
 
 
 def _rss_kib() -> int:
-    """VmRSS of this process in KiB (``/proc/self/status``, ``man 5 proc``)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def _scx() -> tuple[str, str | None]:
-    state = STATE.read_text().strip()
-    try:
-        ops: str | None = OPS.read_text().strip()
-    except OSError:
-        ops = None
-    return state, ops
-
-
-def _wait(state: str, ops: str | None = None, timeout_s: float = 30.0) -> int:
-    """Poll sysfs every 1 ms until sched_ext is ``state`` (with ``ops``); monotonic ns then.
-    RuntimeError on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st, cur = _scx()
-        if st == state and (ops is None or cur == ops):
-            return _now_ns()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"sched_ext still {st} ({cur}), wanted {state} ({ops})")
-        time.sleep(0.001)
+    """VmRSS of this process in KiB."""
+    return rss_kib()["rss_kib"]
 
 
 def _module_count() -> int:
@@ -327,17 +303,8 @@ class Daemon:
         _wait("enabled", BASE_OPS, timeout_s=300)
 
     def rss_kib(self) -> dict[str, int]:
-        """The daemon's ``VmRSS`` and its parts ``RssAnon``/``RssFile``/``RssShmem`` in KiB
-        (``/proc/PID/status``, ``man 5 proc``) as ``rss_kib``, ``rss_anon_kib``, ...;
-        libraries mapped from a tmpfs root (the ramroot VM) count as ``RssShmem``."""
-        keys = {"VmRSS:": "rss_kib", "RssAnon:": "rss_anon_kib", "RssFile:": "rss_file_kib",
-                "RssShmem:": "rss_shmem_kib"}  # fmt: skip
-        got = dict.fromkeys(keys.values(), 0)
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            key = keys.get(line.split(maxsplit=1)[0] if line else "")
-            if key is not None:
-                got[key] = int(line.split()[1])
-        return got
+        """The daemon's ``VmRSS`` and its parts in KiB (:func:`vm_bench.rss_kib`)."""
+        return rss_kib(self.proc.pid)
 
     def hold_standby(self) -> None:
         """(e)'s set-up, not timed: the intent (``prepare``) for ``bench-e``, then until the
@@ -826,19 +793,17 @@ def host_main(args: argparse.Namespace) -> int:
         return write_outputs(saved["raw"], saved["summary"]["meta"], out)
     from tools import vm
     from tools.ramroot import RamRootSpec
-    from tools.sidkernel import ensure_kernel
 
-    made = subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=False)
-    if made.returncode != 0:
+    kernel = host_prepare()
+    if kernel is None:
         return 1
-    kernel = ensure_kernel()
     counts = sorted({int(c) for c in args.counts.split(",")})
     order = vm.module_load_order(
         kernel, [DECLARED_MODULE, *vm.sample_modules(kernel, max(counts) + 60)]
     )
     paths = kernel.decompressed_paths()
     modules = "".join(f"{n} {paths[n]}\n" for n in order)
-    load = os.getloadavg()
+    load = load_text()
     t0 = time.monotonic()
     script = (
         f'"$PY" "$REPO/bench/switch_latency.py" _vm --counts {",".join(map(str, counts))} '
@@ -868,14 +833,12 @@ def host_main(args: argparse.Namespace) -> int:
     raw = json.loads(result.text("switch_latency.raw.json"))
     rr = result.ramroot or {}
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"qemu {result.accel} (single-threaded TCG, -cpu max, 2 vCPUs, "
-        f"{rr.get('memory_mib', 2048):.0f} MiB), "
-        f"kernel {kernel.version}, host {os.cpu_count()} cores",
+        "date": utc_now(),
+        "machine": machine(result, kernel),
         "ramroot": f"{rr.get('tmpfs_kib', 0) / 1024:.0f} MiB tmpfs root, unpacked in "
         f"{rr.get('unpack_s', 0):.1f} s, {rr.get('mem_available_kib', 0) / 1024:.0f} MiB "
         "available after",
-        "load": " ".join(f"{x:.1f}" for x in load),
+        "load": load,
         "reps": str(args.reps),
         "accel": result.accel,
         "cold_reps": str(args.cold_reps),

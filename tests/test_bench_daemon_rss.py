@@ -76,3 +76,17 @@ def test_report_rows_deltas_and_errors(dr: ModuleType) -> None:
     )
     assert "adds +3.5 MiB over `base`; holding the default as a standby +0.5 MiB" in text
     assert "largest reading with one standby held is 52.5 MiB" in text
+
+
+def test_from_json_makes_its_out_dir(dr: ModuleType, tmp_path: Path) -> None:
+    saved = Path(__file__).resolve().parents[1] / "bench" / "results" / "daemon_rss_vm.json"
+    out = tmp_path / "new" / "dir"
+    assert dr.main(["--from-json", str(saved), "--out", str(out)]) == 0
+    assert "| base |" in (out / "daemon_rss_vm.md").read_text()
+
+
+def test_paths_are_shown_relative_to_the_checkout(dr: ModuleType) -> None:
+    vb = sys.modules["vm_bench"]
+    assert vb.repo_relative(vb.SCHED_DIR / "vtime.bpf.o") == "build/bpf/vtime.bpf.o"
+    assert vb.repo_relative(vb.CORPUS / "lavd.bpf.o") == "../shared/corpus/lavd.bpf.o"
+    assert vb.repo_relative("/elsewhere/x.bpf.o") == "x.bpf.o"

@@ -1,0 +1,121 @@
+"""Helpers shared by the benchmarks that run in the sched_ext VM (``switch_latency.py``,
+``gap_profile.py``, ``daemon_rss.py``): the kernel's sched_ext view from sysfs, waiting for
+a state, a process's resident memory, and the host side's common steps (build the sample
+schedulers, get the kernel, describe the VM run and the host's load for a report).
+
+Imported by those scripts as ``vm_bench`` (each puts its own directory on ``sys.path``), in
+the VM as on the host. No import of the package here: the VM-side processes time their own
+imports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tools.sidkernel import SidKernel
+
+REPO = Path(__file__).resolve().parent.parent
+SCHED_DIR = REPO / "build" / "bpf"
+CORPUS = REPO.parent / "shared" / "corpus"
+#: ``Documentation/scheduler/sched-ext.rst``: ``state`` and the running scheduler's name.
+STATE = Path("/sys/kernel/sched_ext/state")
+OPS = Path("/sys/kernel/sched_ext/root/ops")
+
+
+def scx() -> tuple[str, str | None]:
+    """``(state, ops)`` of ``/sys/kernel/sched_ext`` now; ``ops`` is ``None`` while no
+    scheduler's ``root`` directory exists."""
+    state = STATE.read_text().strip()
+    try:
+        ops: str | None = OPS.read_text().strip()
+    except OSError:
+        ops = None
+    return state, ops
+
+
+def wait_scx(
+    state: str, ops: str | None = None, timeout_s: float = 30.0, poll_s: float = 0.001
+) -> int:
+    """Poll sysfs every ``poll_s`` s until sched_ext is ``state`` (running ``ops``, when
+    given); returns ``time.monotonic_ns()`` then. RuntimeError on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st, cur = scx()
+        if st == state and (ops is None or cur == ops):
+            return time.monotonic_ns()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sched_ext still {st} ({cur}), wanted {state} ({ops})")
+        time.sleep(poll_s)
+
+
+def rss_kib(pid: int | str = "self") -> dict[str, int]:
+    """``VmRSS`` and its parts of ``pid`` in KiB (``/proc/PID/status``, ``man 5 proc``) as
+    ``rss_kib``, ``rss_anon_kib``, ``rss_file_kib``, ``rss_shmem_kib`` (0 when absent);
+    libraries mapped from a tmpfs root (the ramroot VM) count as ``RssShmem``."""
+    keys = {"VmRSS": "rss_kib", "RssAnon": "rss_anon_kib", "RssFile": "rss_file_kib",
+            "RssShmem": "rss_shmem_kib"}  # fmt: skip
+    got = dict.fromkeys(keys.values(), 0)
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in keys:
+            got[keys[key]] = int(rest.split()[0])
+    return got
+
+
+def rss_mib(pid: int | str = "self") -> dict[str, float]:
+    """:func:`rss_kib` in MiB as ``rss_mib``, ``anon_mib`` and ``file_mib`` (``RssFile`` +
+    ``RssShmem``)."""
+    k = rss_kib(pid)
+    return {
+        "rss_mib": k["rss_kib"] / 1024,
+        "anon_mib": k["rss_anon_kib"] / 1024,
+        "file_mib": (k["rss_file_kib"] + k["rss_shmem_kib"]) / 1024,
+    }
+
+
+def repo_relative(path: str | Path) -> str:
+    """``path`` as a report should show it: relative to the checkout, or under
+    ``../shared/corpus`` for a corpus object; else its file name (an absolute path is the
+    machine's, not the result's)."""
+    p = Path(path).resolve()
+    for base, shown in ((REPO, ""), (CORPUS.resolve(), "../shared/corpus/")):
+        try:
+            return shown + str(p.relative_to(base))
+        except ValueError:
+            continue
+    return p.name
+
+
+def load_text() -> str:
+    """The host's load average (1, 5, 15 min) as ``uptime`` gives it, for a report."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def host_prepare() -> SidKernel | None:
+    """The host side's first steps: build the sample schedulers (``make schedulers``) and
+    get the sched_ext kernel; ``None`` when the build failed."""
+    from tools.sidkernel import ensure_kernel
+
+    if subprocess.run(["make", "-s", "schedulers"], cwd=REPO, check=False).returncode != 0:
+        return None
+    return ensure_kernel()
+
+
+def machine(result: Any, kernel: SidKernel, memory_mib: float = 2048) -> str:
+    """How the VM ran, for a report: accelerator, vCPUs, memory, kernel, host cores."""
+    rr = getattr(result, "ramroot", None) or {}
+    return (
+        f"qemu {result.accel} (single-threaded TCG, -cpu max, 2 vCPUs, "
+        f"{rr.get('memory_mib', memory_mib):.0f} MiB), kernel {kernel.version}, "
+        f"host {os.cpu_count()} cores"
+    )
+
+
+def utc_now() -> str:
+    """The report's date: ``YYYY-MM-DD HH:MM UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

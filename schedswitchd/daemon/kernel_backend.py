@@ -6,7 +6,9 @@ BTF registry, ``/sys/kernel/sched_ext`` and bpffs pins.
 mtime), apply the configuration (``.rodata`` tunables, ``sched_ext_ops`` scalars,
 ``hotplug_seq`` from ``/sys/kernel/sched_ext/hotplug_seq``), read only the module BTFs the
 object declares in ``.kmod_btfs`` plus the configured extras (through the registry's bounded
-cache), run CO-RE, create maps and load programs. ``attach`` attaches the object's other
+cache), run CO-RE, create maps, load programs and write the ``sched_ext_ops`` struct_ops
+value (``BPF_MAP_UPDATE_ELEM``: member checks and one trampoline per program; for a
+``BPF_F_LINK`` map it registers nothing). ``attach`` attaches the object's other
 programs (``fentry/bpf_scx_reg`` and tracing hooks, as a libbpf skeleton's attach), creates
 the struct_ops link, confirms ``state`` = ``enabled`` with the scheduler's ops name, and
 only then pins the link (and the data map holding the exit record, and the program links)
@@ -429,12 +431,18 @@ class KernelBackend:
             err.verifier_log = getattr(exc, "verifier_log", None)  # type: ignore[attr-defined]
             raise err from exc
         t["load"] = time.perf_counter_ns() - start
-        if plan is not None:
-            try:  # after-load writes, map updates, before-attach runs (timed in load.*)
-                run_before_attach(loaded, plan)
-            except SchedSwitchError:
-                loaded.close()
-                raise
+        try:
+            if plan is not None:  # after-load writes, map updates, before-attach runs
+                run_before_attach(loaded, plan)  # (timed in load.*)
+            # The struct_ops value (member checks, one trampoline per program) now, while
+            # the previous scheduler runs: attach, inside the no-scheduler gap, then only
+            # creates the link. A refused value fails the prepare, not the switch.
+            start = time.perf_counter_ns()
+            if loaded.write_struct_ops_value(ops_map):
+                t["struct_ops_value"] = time.perf_counter_ns() - start
+        except SchedSwitchError:
+            loaded.close()
+            raise
         if loaded.enum_fill.filled or loaded.enum_fill.missing or loaded.enum_fill.skipped:
             log.info("%s: enum variables: %s", name, loaded.enum_fill.summary())
         for k, v in loaded.timings_ns.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import mmap
 import os
 import re
@@ -302,31 +303,71 @@ class LoadedObject:
                     f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
                     "cannot be registered again: load the object again"
                 )
-            # The kernel's reason for refusing ops (a missing required member, a failed
-            # validate or reg callback) is often only in its log: watch it during the calls.
-            with KernelLogWatch() as klog:
-                try:
-                    if n not in self._updated:  # the kernel takes a struct_ops value once
-                        map_update_elem(m.fd, b"\0\0\0\0", self.struct_ops_values[n])
-                        self._updated.add(n)
-                    if is_link:
-                        made[n] = self.links[n] = link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
-                    else:
-                        self._registered.add(n)
-                except BpfSyscallError as exc:
-                    if exc.errno == errno.EEXIST:
-                        raise self._already_registered(n) from exc
-                    said = kmsg.mentioning(klog.new_records(), (self._ops_name(n), n))
-                    if said:
-                        raise BpfSyscallError(
-                            exc.command,
-                            exc.errno,
-                            f"struct_ops {n}: the kernel log says: {'; '.join(said)}",
-                            kernel_log=tuple(said),
-                        ) from exc
-                    raise
+            link = self._with_kernel_reason(n, functools.partial(self._register, n, m))
+            if link is not None:
+                made[n] = self.links[n] = link
         self.timings_ns["attach"] = time.perf_counter_ns() - start
         return made
+
+    def write_struct_ops_value(self, name: str) -> bool:
+        """Write the value of ``BPF_F_LINK`` struct_ops map ``name`` now
+        (``BPF_MAP_UPDATE_ELEM``, key 0), ahead of :meth:`attach_struct_ops`, which then only
+        creates the link. For a link map the update registers nothing: the kernel checks
+        and copies the members (``init_member``/``check_member``), builds a trampoline per
+        program and calls ``validate`` (``bpf_struct_ops_map_update_elem()``,
+        ``kernel/bpf/bpf_struct_ops.c``); ``reg`` runs at ``BPF_LINK_CREATE``. So the
+        daemon does this in prepare, while the previous scheduler still runs, and not in
+        the no-scheduler gap. Returns False (nothing written) for a legacy map, whose update
+        would register it, or a value already written. Raises ``BpfSyscallError`` (with the
+        kernel log's reason when it gave one) or ``LoadError`` (no such map). Adds the
+        ``struct_ops_value`` timing (ns)."""
+        if name not in self.struct_ops_values:
+            raise LoadError(f"{name} is not a loaded struct_ops map of {self.spec.name}")
+        if name in self._updated or not self.maps[name].spec.flags & bpf_uapi.F_LINK:
+            return False
+        start = time.perf_counter_ns()
+        self._with_kernel_reason(name, lambda: self._update_value(name))
+        self.timings_ns["struct_ops_value"] = time.perf_counter_ns() - start
+        return True
+
+    def _register(self, name: str, m: LoadedMap) -> LinkFd | None:
+        """Write the value if not yet written; then create the link (link maps; returned)
+        or count the map registered (legacy maps: the update registered it)."""
+        self._update_value(name)
+        if m.spec.flags & bpf_uapi.F_LINK:
+            return link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
+        self._registered.add(name)
+        return None
+
+    def _update_value(self, name: str) -> None:
+        """``BPF_MAP_UPDATE_ELEM`` of struct_ops map ``name``'s value, once: the kernel
+        takes a struct_ops value once."""
+        if name not in self._updated:
+            map_update_elem(self.maps[name].fd, b"\0\0\0\0", self.struct_ops_values[name])
+            self._updated.add(name)
+
+    def _with_kernel_reason(self, name: str, call: Callable[[], T]) -> T:
+        """``call()`` (a bpf() command on struct_ops map ``name``); its ``BpfSyscallError``
+        re-raised with the kernel log's lines about the map when the log gave any (the
+        reason for refusing ops -- a missing required member, a failed ``validate`` or
+        ``reg`` callback -- is often only there), ``EEXIST`` as a ``LoadError`` naming the
+        ops already registered. The log is watched from just before the call, so only
+        records logged meanwhile count."""
+        with KernelLogWatch() as klog:
+            try:
+                return call()
+            except BpfSyscallError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise self._already_registered(name) from exc
+                said = kmsg.mentioning(klog.new_records(), (self._ops_name(name), name))
+                if said:
+                    raise BpfSyscallError(
+                        exc.command,
+                        exc.errno,
+                        f"struct_ops {name}: the kernel log says: {'; '.join(said)}",
+                        kernel_log=tuple(said),
+                    ) from exc
+                raise
 
     def _ops_name(self, map_name: str) -> str:
         """The ``name`` member of struct_ops map ``map_name``'s value ("" without one)."""

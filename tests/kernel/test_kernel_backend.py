@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from schedswitchd.errors import (
     SchedExtError,
 )
 from schedswitchd.kernel import bpf_uapi, syscall
+from schedswitchd.kernel import loader as loader_mod
 from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
@@ -484,19 +486,36 @@ def test_gap_work_is_two_syscalls_and_two_reads(
 ) -> None:
     # Inside the no-scheduler gap: detach = BPF_LINK_DETACH and nothing else (no sysfs
     # read, no unpin); attach up to its confirmation = BPF_LINK_CREATE plus one read of
-    # state and one of root/ops.
+    # state and one of root/ops. The struct_ops value was written by prepare: its
+    # BPF_MAP_UPDATE_ELEM (a trampoline per program) is not in the gap.
     old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     new = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
+        assert new.loaded is not None and "struct_ops_value" in new.timings_ns
+        ops = new.loaded.maps[new.ops_map]
+        # the kernel's value (struct bpf_struct_ops_<type>), not the object's struct
+        size = syscall.map_info(ops.fd).value_size
+        value = syscall.map_lookup_elem(ops.fd, b"\0\0\0\0", size)
+        # struct bpf_struct_ops_common_value: refcnt, then state; READY (3) once written
+        # (include/linux/bpf.h, enum bpf_struct_ops_state), nothing registered yet
+        assert value is not None and struct.unpack_from("<I", value, 4)[0] == 3
         backend.attach(old, 2.0)
         reads = SysfsReads(monkeypatch)
         unpins = _record_calls(monkeypatch, backend.pins, "unpin")
+        updates: list[object] = []
+        real_update = syscall.map_update_elem
+
+        def update(*a: Any, **kw: Any) -> None:
+            updates.append(a)
+            real_update(*a, **kw)
+
+        monkeypatch.setattr(loader_mod, "map_update_elem", update)
         backend.detach(old, 2.0)
         assert reads.calls == [] and unpins == []
         # the old link is detached; only now may a scheduler of the same name register
         assert _registered("ssd_uei", False)
         enabled_ns = backend.attach(new, 2.0)
-        assert reads.calls == ["read_state", "read_ops"]
+        assert reads.calls == ["read_state", "read_ops"] and updates == []
         # the gap ends when BPF_LINK_CREATE returned; the confirming reads come after it
         assert enabled_ns < reads.times_ns[0]
         assert backend.pins.names() == ["uei", "uei2"]

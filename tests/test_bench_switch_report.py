@@ -118,9 +118,10 @@ def test_gap_composition_from_the_daemon_phases(sl: ModuleType) -> None:
 
 
 def _standby(total_ms: float, gap_ms: float) -> dict[str, Any]:
-    """An (e) sample: 2 ms take, detach 20, attach 30 (link 25), confirm 3, 4 ms rest."""
-    ms = {"standby": 2, "detach": 20, "attach": 30, "confirm": 3}
-    daemon = sum(ms.values()) + 4
+    """An (e) sample: 2 ms take, detach 20, attach 30 (link 25), enabled 55 ms into the
+    switch, pinned (3) and the rest (4) after the reply."""
+    ms = {"standby": 2, "detach": 20, "attach": 30, "until_enabled": 55, "pin": 3}
+    daemon = 55 + 3 + 4
     return {**_sample(total_ms, gap_ms), "daemon_total_ns": int(daemon * 1e6),
             "phases_ns": {k: int(v * 1e6) for k, v in ms.items()},
             "gap_enable_ns": 25_000_000, "gap_disable_ns": 20_000_000}  # fmt: skip
@@ -138,6 +139,11 @@ def test_standby_column_checks_and_composition(sl: ModuleType) -> None:
     assert checks["(e) standby hit at most 1.74 x its own gap (target <= 1.15)"] is False
     assert checks["(e) at 300 = 0.13 x (a) (target <= 0.25)"] is True
     assert status == 2
-    # hint to reply 80; take 2; gap 46; detach 20; attach 30; after the gap 30 - 25 + 3 = 8;
-    # rest 4; the daemon's record 59; outside it 80 - 59 = 21
-    assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 8 | 4 | 59 | 21 |" in table
+    # hint to reply 80; take 2; gap 46; detach 20; attach 30; until enabled 55; outside
+    # the switch 80 - 55 = 25; after the reply 62 - 55 = 7
+    assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 55 | 25 | 7 |" in table
+    # a run from before the early reply: the whole record was before the reply
+    for step in raw["steps"]:
+        for x in step["samples"]["e"]:
+            x["phases_ns"] = {k: v for k, v in x["phases_ns"].items() if k != "until_enabled"}
+    assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 62 | 18 | 0 |" in sl.build_report(raw, META)[0]

@@ -224,10 +224,23 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
     admin = DaemonClient(sock)
     r = ask(admin, proto.HintRequest(workload="gaming"), proto.HintReply)
     gaming_lease = r.lease
+    kernel_now = kernel_view()
+    active_now = status(sock).active
+    # The reply came once the kernel ran it; the daemon then pins it and frees ss_fifo:
+    # the switch record is final in status after that.
+    seq = r.switch.seq if r.switch is not None else -1
+
+    def final() -> bool:
+        last = status(sock).last_switch
+        return last is not None and last.seq == seq and last.finished
+
+    wait_for(final, 30)
+    last = status(sock).last_switch
     results["gaming"] = {
         "reply": r.model_dump(mode="json"),
-        "kernel": kernel_view(),
-        "status_active": status(sock).active,
+        "kernel": kernel_now,
+        "status_active": active_now,
+        "status_last_switch": last.model_dump(mode="json") if last is not None else None,
     }
     save()
     rel = admin.request(proto.ReleaseRequest(lease=gaming_lease))
@@ -444,7 +457,7 @@ def _switch_line(info: proto.SwitchInfo | None) -> str:
     phases = ", ".join(
         f"{k} {v / 1e6:.1f}"
         for k, v in info.phases_ns.items()
-        if k in ("prepare", "detach", "attach", "confirm", "rollback")
+        if k in ("prepare", "detach", "attach", "pin", "rollback")
     )
     line = f"{info.previous} -> {info.target}: {info.result} in {total:.1f} ms"
     line += f" (gap {gap}; {phases} ms)"

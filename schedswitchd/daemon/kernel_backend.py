@@ -10,9 +10,10 @@ cache), run CO-RE, create maps, load programs and write the ``sched_ext_ops`` st
 value (``BPF_MAP_UPDATE_ELEM``: member checks and one trampoline per program; for a
 ``BPF_F_LINK`` map it registers nothing). ``attach`` attaches the object's other
 programs (``fentry/bpf_scx_reg`` and tracing hooks, as a libbpf skeleton's attach), creates
-the struct_ops link, confirms ``state`` = ``enabled`` with the scheduler's ops name, and
-only then pins the link (and the data map holding the exit record, and the program links)
-under the pin directory (the program links stay until the handle is discarded); ``detach``
+the struct_ops link and confirms ``state`` = ``enabled`` with the scheduler's ops name;
+``pin``, which the switcher calls after the switch has replied, pins the link (and the
+data map holding the exit record, and the program links) under the pin directory (the
+program links stay until the handle is discarded); ``detach``
 detaches the link in the kernel (``BPF_LINK_DETACH``) and leaves removing its pin and
 closing its fd to
 :meth:`KernelBackend.discard` (or the handle's next ``attach``). ``adopt`` re-opens what a
@@ -29,7 +30,7 @@ enable failed, after the disable work ran: ``state`` then reads ``disabled``). S
 read sits between the two (``BPF_LINK_CREATE`` itself refuses with ``EBUSY`` unless sched_ext
 is ``disabled``), no wait sleeps, and one read of ``state`` plus ``root/ops`` right after
 ``BPF_LINK_CREATE`` confirms that the scheduler was enabled when the call returned -- the
-end of the gap; the confirmation itself and the pinning follow it.
+end of the gap; the confirmation itself follows it, and the pinning the switch's reply.
 
 Every handle records per-phase timings in ns (``KernelPrepared.timings_ns``); the latest
 ones also appear in :meth:`KernelBackend.counters` as ``prepare.<phase>_ns``,
@@ -541,18 +542,18 @@ class KernelBackend:
         return h
 
     def attach(self, prepared: Prepared, timeout_s: float) -> int:
-        """Create the struct_ops link, confirm ``enabled`` with the ops name, then pin the
-        link (and the exit map). Returns the ``time.monotonic_ns()`` at which
-        ``BPF_LINK_CREATE`` returned: the end of the no-scheduler gap. The kernel enables
-        the scheduler inside that call (``scx_root_enable_workfn()`` sets ``enabled``
-        before ``bpf_scx_reg()`` returns), and the confirmation that follows -- ``state``
-        ``enabled`` and ``root/ops`` naming this scheduler -- shows it was running by
-        then; the confirmation and the pinning are outside the gap. Raises
-        ``SchedExtError`` (sched_ext not ``disabled`` -- the kernel's ``EBUSY`` --, the
-        kernel disabled the scheduler at once, someone else's runs, or it was not enabled
-        within ``timeout_s``), ``BpfSyscallError`` (the kernel refused the link, e.g.
-        ``ops.init`` failed) or ``PinError``; on any failure the link and pins are gone
-        again."""
+        """Create the struct_ops link and confirm ``enabled`` with the ops name (then a
+        profile's after-attach runs); :meth:`pin` follows once the switch has replied.
+        Returns the ``time.monotonic_ns()`` at which ``BPF_LINK_CREATE`` returned: the end
+        of the no-scheduler gap. The kernel enables the scheduler inside that call
+        (``scx_root_enable_workfn()`` sets ``enabled`` before ``bpf_scx_reg()`` returns;
+        an enable that failed returns success too, after the disable work ran), and the
+        one confirmation that follows -- ``state`` ``enabled`` and ``root/ops`` naming this
+        scheduler -- shows it was running by then; the confirmation is outside the gap.
+        Raises ``SchedExtError`` (sched_ext not ``disabled`` -- the kernel's ``EBUSY`` --,
+        the kernel disabled the scheduler at once, someone else's runs, or it was not
+        enabled within ``timeout_s``) or ``BpfSyscallError`` (the kernel refused the link,
+        e.g. ``ops.init`` failed); on any failure the link is gone again."""
         h = self._handle(prepared)
         if h.release_pending:  # attached again after a detach (rollback): drop the old link
             self._release(h)
@@ -570,9 +571,9 @@ class KernelBackend:
                 t["programs"] = time.perf_counter_ns() - start
                 start = time.perf_counter_ns()
             if h.plan is not None and h.loaded is not None:
-                link = attach_from_cpu(h.loaded, h.plan, h.create_link)
+                attach_from_cpu(h.loaded, h.plan, h.create_link)
             else:
-                link = h.create_link()
+                h.create_link()
         except BpfSyscallError as exc:
             self._count("attach_failures")
             if exc.errno == errno.EBUSY:
@@ -592,14 +593,6 @@ class KernelBackend:
                 start = time.perf_counter_ns()
                 run_after_attach(h.loaded, h.plan)  # e.g. a timer started once attached
                 t["profile.after_attach"] = time.perf_counter_ns() - start
-            # Pinned only after the confirmation, outside the no-scheduler gap. A daemon
-            # that dies before this line leaves no pin: its link fd closes, which
-            # unregisters the scheduler, and the kernel falls back to its own scheduler --
-            # the same as a daemon stopping without pins; nothing is left behind.
-            start = time.perf_counter_ns()
-            self.pins.pin(h.name, link, h.exit_map_fd(), h.program_links())
-            self._pin_owner[h.name] = h
-            t["pin"] = time.perf_counter_ns() - start
         except SchedSwitchError:
             self._count("attach_failures")
             self._undo_attach(h)
@@ -607,13 +600,34 @@ class KernelBackend:
         self._phase_timings(h, "attach", t)
         with self._stats_lock:
             self._attached = h
+        if log.isEnabledFor(logging.DEBUG):  # formatted after the reply, by the switcher
+            log.debug("attached %s (ops %s): %s", h.name, h.ops_name, _fmt_ms(t))
+        return enabled_ns
+
+    def pin(self, prepared: Prepared) -> None:
+        """Pin the attached handle's link, exit map and program links under the pin dir
+        (:class:`~schedswitchd.kernel.scheduler_pins.PinDir`), after the switch replied. A
+        daemon that dies before this leaves no pin: its link fd closes, which unregisters
+        the scheduler, and the kernel falls back to its own scheduler -- the same as a
+        daemon stopping without pins; nothing is left behind. Raises ``PinError`` (the
+        handle stays attached: the caller decides) or ``LoadError`` (not attached)."""
+        h = self._handle(prepared)
+        link = h.link()
+        if not h.attached or link is None:
+            raise LoadError(f"{h.name}: not attached, nothing to pin")
+        start = time.perf_counter_ns()
+        self.pins.pin(h.name, link, h.exit_map_fd(), h.program_links())
+        self._pin_owner[h.name] = h
+        t = {"pin": time.perf_counter_ns() - start}
+        h.timings_ns["attach.pin"] = t["pin"]
+        with self._lock:
+            self._counts["attach.pin_ns"] = t["pin"]
         log.info(
             "attached %s (ops %s): %s",
             h.name,
             h.ops_name,
-            ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items()),
+            _fmt_ms({k[7:]: v for k, v in h.timings_ns.items() if k.startswith("attach.")}),
         )
-        return enabled_ns
 
     def _phase_timings(self, h: KernelPrepared, prefix: str, t: Mapping[str, int]) -> None:
         """Record ``t`` as ``<prefix>.<phase>`` in the handle and the counters, replacing
@@ -969,6 +983,11 @@ class KernelBackend:
             thread.join(2.0)
 
         return stop
+
+
+def _fmt_ms(t: Mapping[str, int]) -> str:
+    """``phase 1.23 ms, ...`` of phase durations in ns, for the log."""
+    return ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in t.items())
 
 
 def create_backend(config: Config) -> KernelBackend:

@@ -281,14 +281,18 @@ class SwitchInfo(_Wire):
     ``lease 3-ab gaming``); ``phases_ns``: ``prepare`` (with the backend's own
     ``prepare.<phase>`` breakdown), ``detach``, ``attach`` (with the backend's
     ``detach.<phase>``/``attach.<phase>``, e.g. ``detach.link_detach``, ``attach.link``,
-    ``attach.confirm``, ``attach.pin``), ``confirm``, ``rollback``, ``total`` as they
+    ``attach.confirm``, ``attach.pin``), ``until_enabled`` (from the start to the new
+    scheduler confirmed running), ``pin``, ``rollback``, ``total`` as they
     happened; ``gap_ns``: upper bound on the time no BPF scheduler ran (start of detach to
     the moment by which the backend's confirmation shows the new one was ``enabled``: for
     the kernel backend, the return of ``BPF_LINK_CREATE``; ``None`` when no gap was
     opened); ``expedited``: RCU grace periods were expedited during the gap; ``standby``:
     the target came prepared from the standby pool (no ``prepare`` phase); ``error``: the
     failure (:meth:`ErrorBody.of`); ``exit``: the kernel's exit record for ejections and
-    failed attaches.
+    failed attaches; ``finished``: False while the switcher is still at it -- a hint's
+    reply is sent the moment the kernel confirmed the new scheduler ``enabled``, before
+    it is pinned (phase ``pin``) and the previous one freed; should the pin fail, the
+    record turns ``rolled_back`` then, as ``status`` and ``history`` show.
     """
 
     # Not frozen: the switcher fills phases and the outcome in as the switch goes.
@@ -306,6 +310,7 @@ class SwitchInfo(_Wire):
     standby: bool = False
     error: ErrorBody | None = None
     exit: ExitInfo | None = None
+    finished: bool = True
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,12 @@ ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
 thread (so switches are serialised and the event loop never blocks on the kernel).
 
 Requests that change what runs wait, bounded, for the pass that covers them
-(:meth:`Reconciler.settle_records`), so their replies say what runs.
+(:meth:`Reconciler.settle_records`), so their replies say what runs. A hint waits only
+until that pass's switch has the new scheduler running (``early``): the switcher calls back
+the moment the kernel confirmed it ``enabled``, and the reply goes out while the worker
+pins it, frees the previous one, finishes the pass and refills the standby pool. Should
+that rest fail (a pin), the switch rolls back as before and the pass backs the scheduler
+off; ``status`` shows the final record.
 
 After each pass (and after the replies it settles), the standby pool is refilled on the
 same worker thread: schedulers announced by launchers (``prepare`` intents, until they
@@ -94,8 +99,12 @@ class Reconciler:
         self._grace_until_ns = 0
         self._gen = 0
         self._settled = 0
+        #: The generation the running pass covers (read by the worker's ``on_enabled``).
+        self._pass_gen = 0
         self._wake = asyncio.Event()
-        self._settled_cond = asyncio.Condition()
+        #: Requests waiting in :meth:`settle_records`: (generation, early, future).
+        self._waiters: list[tuple[int, bool, asyncio.Future[bool]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_watch: Callable[[], None] | None = None
@@ -136,7 +145,7 @@ class Reconciler:
 
     def start(self) -> None:
         """Start the backend's notifications, the reconcile task and the safety-net poll."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
 
         def notify() -> None:
             loop.call_soon_threadsafe(self.kick)
@@ -222,24 +231,49 @@ class Reconciler:
         made, settled = await self.settle_records()
         return (made[-1] if made else None), settled
 
-    async def settle_records(self) -> tuple[list[SwitchRecord], bool]:
+    async def settle_records(self, *, early: bool = False) -> tuple[list[SwitchRecord], bool]:
         """Like :meth:`settle`, but every switch record made meanwhile, oldest first.
+        With ``early``, returns as soon as that pass's switch has its scheduler running
+        (the record is then live: ``finished`` False) or the pass ended without one.
         Waits at most ``2 * switch_timeout_s + 5`` s."""
         gen = self._gen
         seq_before = self.switcher.history[-1].seq if self.switcher.history else 0
         timeout = 2 * self.config.limits.switch_timeout_s + 5
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        waiter = (gen, early, fut)
+        self._waiters.append(waiter)
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_result(False)
+
+        timer = loop.call_later(timeout, expire)
         try:
-            async with self._settled_cond:
-                await asyncio.wait_for(
-                    self._settled_cond.wait_for(lambda: self._settled >= gen), timeout
-                )
-            settled = True
-        except TimeoutError:
-            settled = False
+            settled = await fut
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
         made = [
             r for r in list(self.switcher.history) if r.seq > seq_before and r.result != "ejected"
         ]
         return made, settled
+
+    def _release_waiters(self, gen: int, *, early_only: bool) -> None:
+        """Answer the waiters covered by pass ``gen`` (with ``early_only``: the early ones)."""
+        for w_gen, early, fut in list(self._waiters):
+            if w_gen <= gen and (early or not early_only) and not fut.done():
+                fut.set_result(True)
+
+    def _on_enabled(self, record: SwitchRecord) -> None:
+        """The switcher's callback (worker thread): the pass's new scheduler runs."""
+        loop, gen = self._loop, self._pass_gen
+        if loop is not None:
+            loop.call_soon_threadsafe(self._enabled, gen)
+
+    def _enabled(self, gen: int) -> None:
+        self._release_waiters(gen, early_only=True)
 
     # --- the passes ---------------------------------------------------------------------------
 
@@ -254,7 +288,7 @@ class Reconciler:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            gen = self._gen
+            gen = self._pass_gen = self._gen
             seq = self.switcher.history[-1].seq if self.switcher.history else 0
             try:
                 await self.reconcile_once()
@@ -262,8 +296,7 @@ class Reconciler:
                 log.exception("reconcile pass failed")
             self._settled = gen
             self.last_pass_ns = self.clock()
-            async with self._settled_cond:
-                self._settled_cond.notify_all()
+            self._release_waiters(gen, early_only=False)
             switched = bool(self.switcher.history) and self.switcher.history[-1].seq != seq
             if self._preopen_pending:
                 # After the pass's replies: the first hint to each configured scheduler then
@@ -410,7 +443,7 @@ class Reconciler:
                 break  # its new form failed already; the old one runs on (active_stale)
             switch_to = self.switcher.switch_to
             record: SwitchRecord | None = await loop.run_in_executor(
-                self.worker, switch_to, target, spec, reason
+                self.worker, switch_to, target, spec, reason, self._on_enabled
             )
             if record is None:
                 break

@@ -440,7 +440,8 @@ class Server:
             extra={"LEASE": lease.id, "SCHEDULER": self.config.hints[lease.workload].scheduler},
         )
         self.reconciler.kick()
-        made, settled = await self.reconciler.settle_records()
+        # Answered once the kernel runs what the pass chose (see reconcile's docstring).
+        made, settled = await self.reconciler.settle_records(early=True)
         wanted = self.config.hints[lease.workload].scheduler
         failed = [r for r in made if r.target == wanted and not r.ok]
         record = failed[0] if failed else (made[-1] if made else None)

@@ -4,16 +4,21 @@ The kernel side sits behind :class:`SchedulerBackend`, a small Protocol implemen
 real backend (loader + ``/sys/kernel/sched_ext`` + bpffs pins) and, for host tests, by a
 fake in ``tests/``. :class:`Switcher` drives it:
 
-1. ``prepare`` the new scheduler while the old one still runs (all heavy work);
+1. ``prepare`` the new scheduler while the old one still runs (all heavy work), or take
+   it ready from the standby pool;
 2. ``detach`` the old one (returns once the kernel no longer runs it);
-3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name, and
-   says by when it was enabled: the end of the no-scheduler gap);
-4. confirm with ``kernel_state``; only then ``discard`` the old one's loaded objects.
+3. ``attach`` the new one (returns once the kernel reads ``enabled`` with its ops name --
+   the one confirmation --, and says by when it was enabled: the end of the
+   no-scheduler gap). Now the new one runs: the caller's ``on_enabled(record)`` is called,
+   so that a waiting request can be answered;
+4. ``pin`` the new one; only then ``discard`` the old one's loaded objects.
 
-If 2-4 fail, the new one is discarded and the old one attached again from the objects kept
-for that purpose; the record says ``rolled_back`` (or ``rollback_failed`` if that failed
-too: the kernel's own scheduler runs). Every attempt is a :class:`SwitchRecord` with
-per-phase timings in ns and the no-scheduler gap, kept in a bounded history.
+If 2-4 fail, the new one is discarded and the old one attached (and pinned) again from the
+objects kept for that purpose; the record says ``rolled_back`` (or ``rollback_failed`` if
+that failed too: the kernel's own scheduler runs) -- also when the failure (4) came after
+``on_enabled``: ``finished`` is False until the record's outcome is final. Every attempt
+is a :class:`SwitchRecord` with per-phase timings in ns and the no-scheduler gap, kept in
+a bounded history.
 
 Threading: a :class:`Switcher` is not thread-safe; the server calls it from one worker
 thread only. ``SchedulerBackend.kernel_state`` and ``counters`` must be safe to call from
@@ -23,6 +28,7 @@ any thread at any time (they only read sysfs and counters).
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -44,7 +50,7 @@ from schedswitchd.daemon.protocol import (
     exit_kind_name,
 )
 from schedswitchd.daemon.standby import StandbyPool
-from schedswitchd.errors import SchedExtError, SchedSwitchError
+from schedswitchd.errors import SchedSwitchError
 
 # Re-exported: the switch records use them.
 __all__ = [
@@ -67,6 +73,8 @@ NO_SCHED_EXT = (
     "attached; the kernel's own scheduler runs"
 )
 
+
+log = logging.getLogger("schedswitchd")
 
 #: What ``/sys/kernel/sched_ext`` says, as the backend reads it and as ``status`` sends it:
 #: one class, :class:`~schedswitchd.daemon.protocol.KernelInfo` (``state``, ``ops``,
@@ -108,15 +116,19 @@ class SchedulerBackend(Protocol):
         Does not touch the running scheduler. Raises ``LoadError``/``BpfSyscallError`` (with
         ``verifier_log``)/``ObjectError``/... on failure, leaving nothing behind.
     ``attach(prepared, timeout_s) -> int | None``
-        Requires sched_ext ``disabled``. Creates the struct_ops link and pins it under the
-        pin dir; returns once ``state`` reads ``enabled``, ``root/ops`` equals
-        ``prepared.ops_name`` and the pin exists. Returns the ``time.monotonic_ns()`` by
-        which the kernel was running the scheduler, as the confirmation showed (work after
-        that, such as confirming and pinning, is outside the no-scheduler gap), or ``None``
-        (the gap then ends when ``attach`` returns). On failure or timeout: undoes the link
-        and pin (the kernel is ``disabled`` again) and raises ``SchedExtError``/
-        ``BpfSyscallError``. Must work again on a handle that was attached and detached
-        before (used for rollback).
+        Requires sched_ext ``disabled``. Creates the struct_ops link; returns once
+        ``state`` reads ``enabled`` and ``root/ops`` equals ``prepared.ops_name`` (one
+        confirmation: the switcher does not check again). Returns the
+        ``time.monotonic_ns()`` by which the kernel was running the scheduler, as the
+        confirmation showed (work after that, such as confirming, is outside the
+        no-scheduler gap), or ``None`` (the gap then ends when ``attach`` returns). On
+        failure or timeout: undoes the link (the kernel is ``disabled`` again) and raises
+        ``SchedExtError``/``BpfSyscallError``. Must work again on a handle that was
+        attached and detached before (used for rollback).
+    ``pin(prepared)``
+        Pins an attached handle (so that a restarted daemon can adopt it); called after
+        ``attach``, once the switch's waiters were told. Raises ``PinError`` (the handle
+        stays attached; the switcher rolls back).
     ``detach(prepared, timeout_s)``
         Detaches the link of an attached handle and returns once the kernel no longer runs
         it (``disabled``, unless someone else attached meanwhile); the handle's maps stay
@@ -160,6 +172,8 @@ class SchedulerBackend(Protocol):
 
     def attach(self, prepared: Prepared, timeout_s: float) -> int | None: ...
 
+    def pin(self, prepared: Prepared) -> None: ...
+
     def detach(self, prepared: Prepared, timeout_s: float) -> None: ...
 
     def discard(self, prepared: Prepared) -> None: ...
@@ -187,6 +201,10 @@ class SchedulerBackend(Protocol):
 #: :class:`~schedswitchd.daemon.protocol.SwitchInfo`), filled in as the switch goes.
 SwitchRecord = SwitchInfo
 
+
+#: ``on_enabled`` of :meth:`Switcher.switch_to`: called with the live record the moment
+#: the new scheduler runs.
+OnEnabled = Callable[[SwitchInfo], None]
 
 #: Prefixes of a handle's ``timings_ns`` entries that ``attach``/``detach`` record.
 _BACKEND_PHASES = ("attach.", "detach.")
@@ -294,40 +312,68 @@ class Switcher:
         return record
 
     def switch_to(
-        self, target: str, spec: SchedulerConfig | None, reason: str
+        self,
+        target: str,
+        spec: SchedulerConfig | None,
+        reason: str,
+        on_enabled: OnEnabled | None = None,
     ) -> SwitchRecord | None:
         """Make ``target`` (a scheduler name, with its ``spec``; or ``kernel`` with ``None``)
         run. Returns ``None`` if it already runs from this ``spec``, else the record (check
         ``record.ok``). A running ``target`` whose entry changed (a reload) is switched to
         its new form: prepared anew while the old form runs, then swapped in like any other
         switch (``previous`` and ``target`` are then the same name).
+        ``on_enabled(record)`` is called (on this thread) the moment the kernel confirmed
+        ``target`` enabled, before the new one is pinned and the old one freed; the record
+        is live (``finished`` False) and may still turn ``rolled_back``. Not called for a
+        switch to ``kernel`` or one that fails before that moment.
         Never raises a :class:`SchedSwitchError`; it lands in ``record.error``.
         """
         if target == self.active:
             if target == KERNEL:
                 return None
             if spec is not None and spec != self.current_spec:
-                return self._switch_recorded(target, spec, reason)
+                return self._switch_recorded(target, spec, reason, on_enabled)
             # Whether it runs or the kernel is ejecting it (mid-transition, or just done since
             # check_ejected() looked): never re-attach it here. check_ejected() on the next
             # pass records the ejection and its exit info and backs the scheduler off.
             return None
         if target != KERNEL and spec is None:
             raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
-        return self._switch_recorded(target, spec, reason)
+        return self._switch_recorded(target, spec, reason, on_enabled)
 
     def _switch_recorded(
-        self, target: str, spec: SchedulerConfig | None, reason: str
+        self,
+        target: str,
+        spec: SchedulerConfig | None,
+        reason: str,
+        on_enabled: OnEnabled | None,
     ) -> SwitchRecord:
         record = self._record(target, OK, reason)
+        record.finished = False
         clock = _Clock(record)
+
+        def enabled(rec: SwitchRecord) -> None:
+            # How long the switch took until the new scheduler ran (what a waiting hint's
+            # reply waits for); the rest of ``total`` comes after it.
+            rec.phases_ns["until_enabled"] = time.monotonic_ns() - clock.start
+            if on_enabled is not None:
+                on_enabled(rec)
+
         try:
-            self._switch(record, target, spec)
+            self._switch(record, target, spec, enabled)
         finally:
             clock.finish()
+            record.finished = True
         return record
 
-    def _switch(self, record: SwitchRecord, target: str, spec: SchedulerConfig | None) -> None:
+    def _switch(
+        self,
+        record: SwitchRecord,
+        target: str,
+        spec: SchedulerConfig | None,
+        on_enabled: OnEnabled,
+    ) -> None:
         new: Prepared | None = None
         if target != KERNEL:
             assert spec is not None
@@ -346,10 +392,16 @@ class Switcher:
                 for phase, ns in new.timings_ns.items():
                     if not phase.startswith(_BACKEND_PHASES):
                         record.phases_ns[f"prepare.{phase}"] = ns
-        old = self.current
+        old, old_spec = self.current, self.current_spec
         with self.backend.switch_window() as expedited:
             record.expedited = expedited
-            self._swap(record, old, new, spec)
+            running = self._swap(record, old, new, spec)
+            if running:
+                # The new scheduler runs: a waiting request is answered now, while the
+                # rest (the window's end, pins, freeing the old one) goes on here.
+                on_enabled(record)
+        if running and new is not None:
+            self._settle_in(record, old, new, old_spec)
 
     def _swap(
         self,
@@ -357,7 +409,9 @@ class Switcher:
         old: Prepared | None,
         new: Prepared | None,
         spec: SchedulerConfig | None,
-    ) -> None:
+    ) -> bool:
+        """Detach ``old``, attach ``new``. True when ``new`` runs (confirmed by the
+        backend's attach); then :meth:`_settle_in` must follow."""
         gap_start = time.monotonic_ns()
         if old is not None:
             try:
@@ -369,7 +423,7 @@ class Switcher:
                 record.result, record.error = FAILED, ErrorBody.of(exc)
                 if new is not None:
                     self.backend.discard(new)
-                return
+                return False
             self.current = None
         if new is None:  # to the kernel's own scheduler
             self.current_spec = None
@@ -377,19 +431,10 @@ class Switcher:
             if old is not None:
                 self._harvest_exit(old)
                 self.backend.discard(old)
-            return
+            return False
         try:
             with _Phase(record, "attach"):
                 enabled_ns = self.backend.attach(new, self.timeout_s)
-            gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
-            _copy_phases(record, new, "attach.")
-            with _Phase(record, "confirm"):
-                if not self._confirmed(new):
-                    state = self.backend.kernel_state()
-                    raise SchedExtError(
-                        f"after attach the kernel reports state {state.state!r}, ops "
-                        f"{state.ops!r}, not {new.ops_name!r}"
-                    )
         except SchedSwitchError as exc:
             record.error = ErrorBody.of(exc)
             record.exit = self.backend.exit_info(new)
@@ -397,11 +442,35 @@ class Switcher:
                 self.last_exit = record.exit  # newer than anything read before it
             self.backend.discard(new)
             record.result = self._roll_back(record, old)
-            return
+            return False
+        gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
+        _copy_phases(record, new, "attach.")
         record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new
         self.current_spec = spec
         self.attached_ns = time.monotonic_ns()
+        return True
+
+    def _settle_in(
+        self,
+        record: SwitchRecord,
+        old: Prepared | None,
+        new: Prepared,
+        old_spec: SchedulerConfig | None,
+    ) -> None:
+        """After the new scheduler runs (and ``on_enabled``): pin it, then free the old
+        one. A pin that fails rolls back as a failed attach does: the new one is
+        discarded, the old one attached again (the record says ``rolled_back``, or
+        ``rollback_failed``); that is what a status after the reply shows."""
+        try:
+            with _Phase(record, "pin"):
+                self.backend.pin(new)
+        except SchedSwitchError as exc:
+            record.error = ErrorBody.of(exc)
+            self.current, self.current_spec = None, old_spec
+            self.backend.discard(new)
+            record.result = self._roll_back(record, old)
+            return
         if old is not None:
             self.backend.discard(old)
 
@@ -417,13 +486,12 @@ class Switcher:
             return ROLLBACK_FAILED
         self.current = old
         self.attached_ns = time.monotonic_ns()
+        try:
+            self.backend.pin(old)
+        except SchedSwitchError as exc:
+            # It runs; only a restarted daemon could not adopt it. Not worth another gap.
+            log.warning("rolled back to %s, but cannot pin it: %s", old.name, exc)
         return ROLLED_BACK
-
-    def _confirmed(self, prepared: Prepared | None) -> bool:
-        if prepared is None:
-            return False
-        state = self.backend.kernel_state()
-        return state.state == "enabled" and state.ops == prepared.ops_name
 
     def _harvest_exit(self, prepared: Prepared) -> ExitInfo | None:
         info = self.backend.exit_info(prepared)

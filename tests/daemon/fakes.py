@@ -18,6 +18,7 @@ from typing import cast
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
 from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
+from schedswitchd.kernel.scheduler_pins import PinError
 
 
 @dataclass(eq=False)
@@ -39,6 +40,11 @@ class FakeBackend:
     #: What ``counters()`` reports as an attached profiled scheduler's ``[[stats]]``.
     profile_stats: dict[str, int] = field(default_factory=lambda: {"dispatched": 7})
     fail_detach: bool = False
+    #: Scheduler names whose pin fails (after attach, as a read-only bpffs would).
+    fail_pin: set[str] = field(default_factory=set)
+    #: When set, ``pin`` waits for it (at most 10 s): the switch is held after its
+    #: ``on_enabled`` moment.
+    pin_event: threading.Event | None = None
     delay_s: float = 0.0
     #: Like the real backend: record attach./detach. phase timings on the handle and spend
     #: this long in attach after the kernel enabled the scheduler (pinning), returning the
@@ -93,8 +99,17 @@ class FakeBackend:
             return None
         enabled_ns = time.monotonic_ns()
         time.sleep(self.attach_tail_s)
-        prepared.timings_ns.update({"attach.link": 11, "attach.pin": 13})
+        prepared.timings_ns.update({"attach.link": 11, "attach.confirm": 13})
         return enabled_ns
+
+    def pin(self, prepared: Prepared) -> None:
+        prepared = cast(FakePrepared, prepared)
+        self.calls.append(f"pin {prepared.name}")
+        assert prepared.attached, "pin of a handle that is not attached"
+        if self.pin_event is not None:  # a test holds the switch here, after the reply
+            self.pin_event.wait(10)
+        if prepared.name in self.fail_pin:
+            raise PinError(f"cannot pin {prepared.name}: Read-only file system")
 
     def detach(self, prepared: Prepared, timeout_s: float) -> None:
         prepared = cast(FakePrepared, prepared)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -128,3 +129,44 @@ def test_configured_objects_are_opened_after_the_first_pass(srv: Running) -> Non
     srv.wait_for(lambda s: any(c.startswith("pre-open ") for c in srv.backend.calls))
     opened = [c for c in srv.backend.calls if c.startswith("pre-open ")]
     assert opened == ["pre-open broken fifo gaming vtime"]
+
+
+def test_a_hint_is_answered_once_it_runs_and_a_later_pin_failure_rolls_back(
+    srv: Running,
+) -> None:
+    """The reply goes out the moment the kernel runs the hinted scheduler (here a standby):
+    the worker is still inside the pin when the client has it. A pin failing after the
+    reply rolls back to the previous scheduler, backs the hinted one off, and status
+    says so."""
+    c = srv.client()
+    assert c.request(op="hint", workload="battery")["active"] == "fifo"
+    assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    held = threading.Event()
+    srv.backend.pin_event = held
+    srv.backend.fail_pin.add("gaming")
+    try:
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["active"] == "gaming", hint
+        sw = hint["switch"]
+        assert sw["standby"] is True and sw["result"] == "ok" and sw["finished"] is False
+        assert "until_enabled" in sw["phases_ns"] and "pin" not in sw["phases_ns"]
+        # the worker goes on into pin(gaming), and stays there until released
+        srv.wait_for(lambda s: srv.backend.calls[-1] == "pin gaming")
+        assert srv.read(lambda s: (s.switcher.active, s.switcher.history[-1].finished)) == (
+            "gaming",
+            False,
+        )
+        assert srv.backend.kernel_state().ops == "gaming_ops"
+    finally:
+        held.set()
+    srv.wait_for(lambda s: s.switcher.active == "fifo" and s.switcher.history[-1].finished)
+    status = c.request(op="status")["status"]
+    last = status["last_switch"]
+    assert (last["target"], last["result"], last["error"]["code"]) == (
+        "gaming",
+        "rolled_back",
+        "pin",
+    )
+    assert status["active"] == "fifo" and srv.backend.kernel_state().ops == "fifo_ops"
+    assert [b["scheduler"] for b in status["backoff"]] == ["gaming"]
+    c.close()

@@ -35,16 +35,24 @@ def test_switch_order_and_timings() -> None:
     rec = s.switch_to("vtime", SPEC, "lease 2")
     assert rec is not None and rec.ok
     # heavy work first, old one freed only after the new one is confirmed
-    assert b.calls == ["prepare vtime", "detach fifo", "attach vtime", "discard fifo"]
+    assert b.calls == [
+        "prepare vtime",
+        "detach fifo",
+        "attach vtime",
+        "pin vtime",
+        "discard fifo",
+    ]
     assert set(rec.phases_ns) == {
         "prepare",
         "prepare.btf",
         "prepare.core",
         "detach",
         "attach",
-        "confirm",
+        "until_enabled",
+        "pin",
         "total",
     }
+    assert rec.finished
     assert (rec.phases_ns["prepare.btf"], rec.phases_ns["prepare.core"]) == (2, 3)
     assert all(v >= 0 for v in rec.phases_ns.values())
     assert rec.gap_ns is not None and 0 <= rec.gap_ns <= rec.phases_ns["total"]
@@ -52,8 +60,8 @@ def test_switch_order_and_timings() -> None:
 
 
 def test_gap_ends_when_the_backend_saw_it_enabled_and_has_its_phases() -> None:
-    # The backend pins after the kernel enabled the new scheduler (50 ms here): that is
-    # not part of the gap; its own attach./detach. phases land in the record as they are.
+    # The backend confirms after the kernel enabled the new scheduler (50 ms here): that
+    # is not part of the gap; its own attach./detach. phases land in the record as they are.
     s, _ = make(FakeBackend(attach_tail_s=0.05))
     s.switch_to("fifo", SPEC, "x")
     rec = s.switch_to("vtime", SPEC, "y")
@@ -61,7 +69,7 @@ def test_gap_ends_when_the_backend_saw_it_enabled_and_has_its_phases() -> None:
     assert rec.phases_ns["attach"] >= 50_000_000
     assert rec.gap_ns <= rec.phases_ns["detach"] + rec.phases_ns["attach"] - 50_000_000
     assert rec.phases_ns["detach.link_detach"] == 17
-    assert (rec.phases_ns["attach.link"], rec.phases_ns["attach.pin"]) == (11, 13)
+    assert (rec.phases_ns["attach.link"], rec.phases_ns["attach.confirm"]) == (11, 13)
     assert not [k for k in rec.phases_ns if k.startswith(("prepare.attach", "prepare.detach"))]
     # a backend that does not say when (None): the gap ends when attach returns
     s2, _ = make()
@@ -288,7 +296,7 @@ def test_a_standby_switch_has_no_prepare() -> None:
     b.calls.clear()
     rec = s.switch_to("vtime", SPEC, "release")
     assert rec is not None and rec.ok and rec.standby
-    assert b.calls == ["detach fifo", "attach vtime", "discard fifo"]
+    assert b.calls == ["detach fifo", "attach vtime", "pin vtime", "discard fifo"]
     assert "prepare" not in rec.phases_ns and "standby" in rec.phases_ns
     assert s.standby.hits == 1 and not s.standby.entries  # taken out of the pool
 
@@ -341,3 +349,56 @@ def test_the_running_scheduler_is_not_held_and_failures_do_not_raise() -> None:
     assert not s.standby.entries
     assert s.standby.failures == 1 and s.standby.last_error is not None
     assert b.calls.count("prepare fifo") == 1  # only the switch's own
+
+
+def test_on_enabled_comes_before_the_pin_and_freeing_the_old_one() -> None:
+    s, b = make()
+    s.switch_to("fifo", SPEC, "lease 1")
+    b.calls.clear()
+    seen: list[tuple[list[str], bool, str, int | None]] = []
+
+    def on_enabled(rec: sw.SwitchRecord) -> None:
+        seen.append((list(b.calls), rec.finished, s.active, rec.gap_ns))
+
+    rec = s.switch_to("vtime", SPEC, "lease 2", on_enabled)
+    assert rec is not None and rec.ok and rec.finished
+    # one confirmation (the backend's attach), then the callback, then pin and discard
+    assert seen == [(["prepare vtime", "detach fifo", "attach vtime"], False, "vtime", rec.gap_ns)]
+    assert b.calls[3:] == ["pin vtime", "discard fifo"]
+    assert 0 <= rec.phases_ns["until_enabled"] <= rec.phases_ns["total"]
+    # not called for a switch to the kernel, nor for one that fails before running
+    called: list[sw.SwitchRecord] = []
+    s.switch_to(KERNEL, None, "stop", called.append)
+    b.fail_prepare.add("gaming")
+    s.switch_to("gaming", SPEC, "lease 3", called.append)
+    assert called == []
+
+
+def test_a_pin_failure_after_on_enabled_rolls_back_to_the_previous() -> None:
+    s, b = make()
+    s.switch_to("fifo", SPEC, "lease 1")
+    b.fail_pin.add("vtime")
+    b.calls.clear()
+    told: list[str] = []
+    rec = s.switch_to("vtime", SPEC, "lease 2", lambda r: told.append(r.result))
+    assert told == ["ok"]  # the waiter was told it ran; the record says what happened next
+    assert rec is not None and rec.result == sw.ROLLED_BACK and rec.finished
+    assert rec.error is not None and rec.error.code == "pin"
+    assert b.calls == [
+        "prepare vtime",
+        "detach fifo",
+        "attach vtime",
+        "pin vtime",
+        "discard vtime",
+        "detach vtime",
+        "attach fifo",
+        "pin fifo",
+    ]
+    assert s.active == "fifo" and s.current_spec == SPEC and len(b.live) == 1
+    assert b.kernel_state().ops == "fifo_ops"
+    # without a previous scheduler the kernel's own runs
+    k, kb = make()
+    kb.fail_pin.add("vtime")
+    rec = k.switch_to("vtime", SPEC, "lease 1")
+    assert rec is not None and rec.result == sw.ROLLED_BACK and k.active == KERNEL
+    assert kb.kernel_state().state == "disabled" and not kb.live

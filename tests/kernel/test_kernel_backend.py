@@ -411,6 +411,8 @@ def test_attach_detach_pins_and_reattach(
         for _ in range(2):
             before = time.monotonic_ns()
             enabled_ns = backend.attach(h, 2.0)
+            assert backend.pins.names() == []  # pinned by pin(), after the switch replied
+            backend.pin(h)
             assert before < enabled_ns < time.monotonic_ns()
             link = h.link()
             assert link is not None and h.attached
@@ -458,8 +460,10 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
     )
     try:
         backend.attach(old, 2.0)
+        backend.pin(old)
         backend.detach(old, 2.0)
         backend.attach(new, 2.0)
+        backend.pin(new)
         new_link = new.link()
         assert new_link is not None
         backend.discard(old)
@@ -500,6 +504,7 @@ def test_gap_work_is_two_syscalls_and_two_reads(
         # (include/linux/bpf.h, enum bpf_struct_ops_state), nothing registered yet
         assert value is not None and struct.unpack_from("<I", value, 4)[0] == 3
         backend.attach(old, 2.0)
+        backend.pin(old)
         reads = SysfsReads(monkeypatch)
         unpins = _record_calls(monkeypatch, backend.pins, "unpin")
         updates: list[object] = []
@@ -515,6 +520,7 @@ def test_gap_work_is_two_syscalls_and_two_reads(
         # the old link is detached; only now may a scheduler of the same name register
         assert _registered("ssd_uei", False)
         enabled_ns = backend.attach(new, 2.0)
+        backend.pin(new)
         assert reads.calls == ["read_state", "read_ops"] and updates == []
         # the gap ends when BPF_LINK_CREATE returned; the confirming reads come after it
         assert enabled_ns < reads.times_ns[0]
@@ -622,6 +628,7 @@ def test_adopt_reopens_a_running_pinned_scheduler(
         # an adopted handle attaches again (rollback) from the struct_ops map it holds,
         # replacing the detached link and its pin
         backend.attach(got, 2.0)
+        backend.pin(got)
         assert backend.pins.names() == ["uei"]
         assert _registered("ssd_uei", True)
     finally:
@@ -746,6 +753,7 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
     h = backend.prepare("hooks", cfg)
     assert h.loaded is not None and h.program_links() == {}  # nothing runs before attach
     backend.attach(h, 2.0)
+    backend.pin(h)
     progs = h.program_links()
     assert set(progs) == {"hk_sys_enter"}
     prog_link = syscall.link_info(progs["hk_sys_enter"]).id
@@ -767,6 +775,7 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
         backend.detach(got, 1.0)
         assert _registered("ssd_hooks", False)
         backend.attach(got, 2.0)  # rollback: the hooks were kept, and are pinned again
+        backend.pin(got)
         assert os.listdir(d / "progs") == ["hk_sys_enter"]
     finally:
         backend.discard(got)
@@ -875,6 +884,7 @@ def test_profiled_prepare_attach_and_stats(
         assert "profile" in h.timings_ns and "load.profile.run.before_attach" in h.timings_ns
         assert "profile.runs" not in backend.counters()  # not attached yet
         backend.attach(h, 2.0)
+        backend.pin(h)
         assert _registered(name, True)
         assert {"attach.profile.after_attach"} <= set(h.timings_ns)
         assert "profile.attach" in h.loaded.timings_ns

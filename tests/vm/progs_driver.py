@@ -178,6 +178,7 @@ def backend(path: Path) -> dict[str, Any]:
     h = first.prepare("hooked", cfg)
     out["links_before_attach"] = h.program_links() != {}
     first.attach(h, 10.0)
+    first.pin(h)
     d = first.pins.path("hooked")
     out["pins"] = sorted(os.listdir(d))
     out["prog_pins"] = sorted(os.listdir(d / "progs"))

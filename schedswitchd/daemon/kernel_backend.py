@@ -79,6 +79,7 @@ from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.profile_steps import (
     attach_from_cpu,
+    enable_helper_pids,
     read_stats,
     run_after_attach,
     run_before_attach,
@@ -257,6 +258,9 @@ class KernelBackend:
         #: scheduler to its new form attaches a second handle of the same name, whose pin
         #: replaces the old one's; discarding the old handle must not remove it.
         self._pin_owner: dict[str, KernelPrepared] = {}
+        #: The kernel's ``scx_enable_helper`` pids (made on the first enable since boot and
+        #: kept), for profiles with an attach CPU; looked up by prepare.
+        self._enable_helpers: list[int] = []
 
     # --- counters ----------------------------------------------------------------------------
 
@@ -450,6 +454,9 @@ class KernelBackend:
             t[f"load.{k}"] = v
         for note in loaded.notes:
             log.info("%s: %s", name, note)
+        if plan is not None and plan.attach_cpu is not None:
+            # The kernel's scx_enable_helper, found now (a /proc walk), not in the gap.
+            self._enable_helpers = enable_helper_pids()
         report = targets.report
         self._count("module_btfs_declared", len(report.declared))
         handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
@@ -571,7 +578,7 @@ class KernelBackend:
                 t["programs"] = time.perf_counter_ns() - start
                 start = time.perf_counter_ns()
             if h.plan is not None and h.loaded is not None:
-                attach_from_cpu(h.loaded, h.plan, h.create_link)
+                attach_from_cpu(h.loaded, h.plan, h.create_link, self._enable_helpers)
             else:
                 h.create_link()
         except BpfSyscallError as exc:

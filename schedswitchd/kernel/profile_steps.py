@@ -183,16 +183,19 @@ def enable_helper_pids(proc: str = "/proc") -> list[int]:
 
 
 @contextlib.contextmanager
-def helper_on_cpu(cpu: int | None) -> Iterator[list[int]]:
+def helper_on_cpu(cpu: int | None, pids: list[int] | None = None) -> Iterator[list[int]]:
     """Bind the kernel's ``scx_enable_helper`` thread(s) to ``cpu`` for the ``with`` body
     and restore their masks after; yields the pids bound. Since 6.18 the kernel runs
     ``ops.init`` there, so a scheduler whose ``ops.init`` must run on one CPU
     (scx_central's ``central_init``: "init from non-central CPU") gets it only this way;
-    the attaching thread's own pin no longer decides it. A helper that cannot be bound
-    (``EINVAL``/``EPERM``) is left as it is; none yet (first enable since boot): nothing."""
+    the attaching thread's own pin no longer decides it. ``pids``: the helpers found
+    earlier (:func:`enable_helper_pids`; the kernel keeps its helper once made), so that
+    the ``/proc`` walk stays out of the no-scheduler gap; ``None`` or empty: walked now.
+    A helper that cannot be bound (``EINVAL``/``EPERM``) is left as it is; none yet (first
+    enable since boot): nothing."""
     bound: list[tuple[int, set[int]]] = []
     if cpu is not None:
-        for pid in enable_helper_pids():
+        for pid in pids or enable_helper_pids():
             try:
                 old = os.sched_getaffinity(pid)
                 os.sched_setaffinity(pid, {cpu})
@@ -207,19 +210,25 @@ def helper_on_cpu(cpu: int | None) -> Iterator[list[int]]:
                 os.sched_setaffinity(pid, old)
 
 
-def attach_from_cpu(obj: LoadedObject, plan: ProfilePlan, create_link: Callable[[], T]) -> T:
+def attach_from_cpu(
+    obj: LoadedObject,
+    plan: ProfilePlan,
+    create_link: Callable[[], T],
+    helpers: list[int] | None = None,
+) -> T:
     """Phase ``profile.attach``: call ``create_link()`` (which creates the struct_ops
     link) with the calling thread -- and the kernel's ``scx_enable_helper`` thread, where
     ``ops.init`` runs (:func:`helper_on_cpu`) -- bound to the plan's attach CPU, restoring
     their masks after. Returns what ``create_link`` returns; its errors propagate. The
-    helper pids bound go to ``obj.notes``."""
+    helper pids bound go to ``obj.notes``; ``helpers``: as :func:`helper_on_cpu`'s
+    ``pids``."""
     start = time.perf_counter_ns()
     try:
-        with on_cpu(plan.attach_cpu), helper_on_cpu(plan.attach_cpu) as helpers:
-            if helpers:
+        with on_cpu(plan.attach_cpu), helper_on_cpu(plan.attach_cpu, helpers) as bound:
+            if bound:
                 obj.notes.append(
                     f"profile {plan.profile}: {ENABLE_HELPER_COMM} (pid "
-                    f"{', '.join(map(str, helpers))}) bound to CPU {plan.attach_cpu} for attach"
+                    f"{', '.join(map(str, bound))}) bound to CPU {plan.attach_cpu} for attach"
                 )
             return create_link()
     finally:

@@ -228,6 +228,11 @@ def test_helper_on_cpu_binds_and_restores(monkeypatch: pytest.MonkeyPatch) -> No
         assert os.sched_getaffinity(pid) == before
         with helper_on_cpu(None) as bound:
             assert bound == []
+        # pids found earlier (by prepare): no /proc walk now
+        monkeypatch.setattr(profile_steps, "enable_helper_pids", lambda: pytest.fail("walked"))
+        with helper_on_cpu(cpu, [pid]) as bound:
+            assert bound == [pid] and os.sched_getaffinity(pid) == {cpu}
+        assert os.sched_getaffinity(pid) == before
     finally:
         os.close(w)
         os.waitpid(pid, 0)

@@ -30,7 +30,8 @@ process inside the VM, the daemon's own :class:`Switcher` and :class:`KernelBack
    those and keeps the durations close to untraced ones; (b) ``set_graph_function`` on the
    enable/disable bodies with ``max_graph_depth`` 3: every child and grandchild, which slows
    the whole kernel (every function goes through the graph tracer under TCG), so only its
-   shares are read.
+   shares are read; (a') (a) again with the run-time RCU expediting of 2b: what is left of
+   the gap when the grace periods are expedited.
 
 Durations include time spent asleep (``sleep-time`` on): a grace-period wait shows as time
 in ``synchronize_rcu``. Writes ``gap_profile.txt`` (the breakdown, how it was produced, date,
@@ -125,6 +126,8 @@ SUSPECTS = [
     "irq_work_sync",
     "wait_for_completion",
 ]
+#: The traced series: (key, mode, RCU expedited at run time).
+TRACES = (("filter", "filter", False), ("graph", "graph", False), ("filter_rcu", "filter", True))
 GRAPH_ROOTS = ["scx_root_enable_workfn", "scx_disable_workfn", "bpf_scx_reg", "bpf_scx_unreg"]
 GRAPH_DEPTH = 3
 
@@ -280,14 +283,18 @@ def vm_main(args: argparse.Namespace) -> int:
                 stop()
         if args.trace:
             result["trace"] = {}
-            for mode in ("filter", "graph"):
+            for key, mode, expedite in TRACES:
                 t0 = time.monotonic()
                 names = _trace_start(mode)
                 armed = time.monotonic() - t0
-                recs = switches(args.trace_switches)
+                rcu.enabled = expedite
+                try:
+                    recs = switches(args.trace_switches)
+                finally:
+                    rcu.enabled = False
                 text = _trace_stop()
-                (out / f"trace-{mode}.txt").write_text(text)
-                result["trace"][mode] = {
+                (out / f"trace-{key}.txt").write_text(text)
+                result["trace"][key] = {
                     "functions": names,
                     "arm_s": armed,
                     "switches": recs,
@@ -413,6 +420,17 @@ def trace_section(label: str, trace: dict[str, Any]) -> list[str]:
     graph = trace["graph"]
     ng = len(graph["switches"])
     cg = composition(graph["switches"])
+    rcu = trace.get("filter_rcu")
+    if rcu is not None:  # runs from 2026-12-01 16:30 UTC on
+        nr = len(rcu["switches"])
+        cr = composition(rcu["switches"])
+        lines += [
+            "",
+            f"(a') the same as (a) with RCU expedited at run time ([switch] expedite_rcu), {nr} "
+            f"switches (gap {cr['gap']:.1f} ms, disable {cr['disable']:.1f}, enable "
+            f"{cr['enable']:.1f} while traced; ours {cr['ours']:.1f}). Per switch, ms:",
+        ]
+        lines += breakdown(rcu["calls"], nr)
     lines += [
         "",
         f"(b) set_graph_function {', '.join(graph['functions'])}, max_graph_depth "
@@ -526,9 +544,9 @@ def host_main(args: argparse.Namespace) -> int:
         trace = runs[label].get("trace")
         if trace:
             trace["section"] = trace_section(label, trace)
-            for mode in ("filter", "graph"):
-                del trace[mode]["calls"]
-        for name in ("trace-filter.txt", "trace-graph.txt"):
+            for key, _, _ in TRACES:
+                trace[key].pop("calls", None)
+        for name in (f"trace-{key}.txt" for key, _, _ in TRACES):
             if name in result.files and args.keep_traces:
                 (out / f"gap_{label}_{name}").write_bytes(result.files[name])
         print(f"{label}: VM run {time.monotonic() - t0:.0f} s", file=sys.stderr)

@@ -124,7 +124,8 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
     btf: Btf | None = None
     if orig_btf is not None:
         kcfg = {e.name: (e.offset, e.size) for e in externs if e.kind is ExternKind.KCONFIG}
-        btf = Btf.from_bytes(fixup_object_btf(orig_btf, elf, kcfg, kconfig_size), name=obj_name)
+        fixed = fixup_object_btf(orig_btf, elf, kcfg, kconfig_size)
+        btf = Btf.patched(fixed, orig_btf, name=obj_name)
     ext: BtfExt | None = None
     ext_sec = elf.section_by_name(".BTF.ext")
     if ext_sec is not None and btf is not None:

@@ -157,6 +157,8 @@ class Btf:
     end_id: int
     start_str_off: int
     raw: bytes | memoryview
+    _offs: array[int]  # word offset of each own type's record in the type section
+    _tops: bytearray  # top byte of each own type's info word (kind, kind_flag)
 
     def __init__(
         self,
@@ -164,8 +166,9 @@ class Btf:
         *,
         base: Btf | None,
         name: str,
+        like: Btf | None = None,
     ) -> None:
-        """Parse ``data``; prefer :meth:`from_bytes` / :meth:`from_file`."""
+        """Parse ``data``; prefer :meth:`from_bytes` / :meth:`from_file` / :meth:`patched`."""
         self.name = name
         self.base = base
         self._buf = data
@@ -177,8 +180,10 @@ class Btf:
         self._ess_index: dict[int, dict[str, list[int]]] = {}
         self._ptr_size: int | None = None
         self._parse_header()
-        self._scan_types()
+        self._scan_types(like)
         self.end_id = self.start_id + len(self._offs)
+        if like is not None:
+            self._keep_decoded(like)
 
     # --- construction ---------------------------------------------------------------------
 
@@ -195,6 +200,17 @@ class Btf:
         ``base`` makes it split BTF on top of that base. Raises ``BtfError`` on bad input.
         """
         return cls(bytes(data) if not isinstance(data, bytes) else data, base=base, name=name)
+
+    @classmethod
+    def patched(cls, data: bytes, like: Btf, *, name: str = "") -> Btf:
+        """Parse ``data``: raw base BTF made from ``like`` (a base BTF too) by rewriting fields
+        of its type records in place -- each record keeps its size and kind -- and appending
+        types and strings, as the object BTF fix-ups of :mod:`~schedswitchd.bpf.btf.fixup`
+        do. ``like``'s record layout is taken over instead of scanned again (only the
+        appended types are scanned), and its decoded types whose record bytes are unchanged
+        are kept: the fixed-up BTF is parsed at every object open. Raises ``BtfError`` on bad
+        input, as :meth:`from_bytes`."""
+        return cls(data, base=None, name=name, like=like)
 
     @classmethod
     def from_file(
@@ -275,8 +291,9 @@ class Btf:
             raise BtfError("string section does not end with NUL", where="string section")
         self._str_end_off = self.start_str_off + str_len
 
-    def _scan_types(self) -> None:
-        """One pass over the type section: word offset and top info byte of every type."""
+    def _scan_types(self, like: Btf | None = None) -> None:
+        """One pass over the type section: word offset and top info byte of every type
+        (from the end of ``like``'s types, whose layout this section shares, if given)."""
         start, length = self._type_start, self._type_len
         words: memoryview | array[int]
         native = (self._endian == "<") == (sys.byteorder == "little")
@@ -290,10 +307,18 @@ class Btf:
         n = len(words)
         offs: array[int] = array("I")
         tops = bytearray()
+        i = 0
+        if like is not None:
+            if like.base is not None or self.base is not None or like._endian != self._endian:
+                raise ValueError("patched BTF: both must be base BTF of one byte order")
+            if like._type_len > length:
+                raise BtfError("patched BTF lost types", where="type section")
+            offs.extend(like._offs)
+            tops.extend(like._tops)
+            i = like._type_len // 4
         add_off = offs.append
         add_top = tops.append
         fixed, per = _FIXED, _PER_VLEN
-        i = 0
         try:
             while i < n:
                 add_off(i)
@@ -319,6 +344,23 @@ class Btf:
         self._words = words
         self._offs = offs
         self._tops = tops
+
+    def _keep_decoded(self, like: Btf) -> None:
+        """Take over ``like``'s decoded types whose records are byte-identical here (names
+        resolve alike: the string section only grew at its end)."""
+        if (
+            self._buf[self._str_start : self._str_start + like._str_len]
+            != like._buf[like._str_start : like._str_start + like._str_len]
+        ):
+            return
+        mine, theirs = self._type_start, like._type_start
+        offs, last = like._offs, len(like._offs) - 1
+        for tid, t in like._cache.items():
+            idx = tid - like.start_id
+            lo = 4 * offs[idx]
+            hi = 4 * offs[idx + 1] if idx < last else like._type_len
+            if self._buf[mine + lo : mine + hi] == like._buf[theirs + lo : theirs + hi]:
+                self._cache[tid] = t
 
     # --- raw access -----------------------------------------------------------------------
 
@@ -578,12 +620,10 @@ class Btf:
     def is_func_pointer(self, type_id: int) -> bool:
         """Whether ``type_id`` is, through typedefs/modifiers, a pointer to a FUNC_PROTO (a
         struct_ops member that a program fills). Raises ``BtfError`` on bad ids or cycles."""
-        t = self.type(self.skip_mods_and_typedefs(type_id))
-        return (
-            isinstance(t, Ref)
-            and t.kind == Kind.PTR
-            and self.kind(self.skip_mods_and_typedefs(t.type)) == Kind.FUNC_PROTO
-        )
+        tid = self.skip_mods_and_typedefs(type_id)
+        if self.kind(tid) != Kind.PTR:
+            return False  # decided from the kinds array: nothing decoded (struct_ops members)
+        return self.kind(self.skip_mods_and_typedefs(self._ref_target(tid))) == Kind.FUNC_PROTO
 
     def pointer_size(self) -> int:
         """Pointer size in bytes: the size of ``long`` if this BTF (or its base) has one,

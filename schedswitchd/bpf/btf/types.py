@@ -264,6 +264,8 @@ def essential_name(name: str) -> str:
     (the rule of libbpf's ``bpf_core_essential_name_len``): ``task_struct___v2`` ->
     ``task_struct``; ``foo___v2___compat`` -> ``foo___v2``; ``__x___`` is unchanged.
     """
+    if "___" not in name:
+        return name  # most names: no separator to search for
     for i in range(len(name) - 5, -1, -1):
         if name[i] != "_" and name[i + 1 : i + 4] == "___" and name[i + 4] != "_":
             return name[: i + 1]

@@ -281,6 +281,7 @@ class Btf:
         self._type_len: int = type_len
         self._str_start: int = hdr_len + str_off
         self._str_len: int = str_len
+        self._str_stop: int = self._str_start + str_len
         str_end = self._str_start + str_len
         if self.base is None and (str_len == 0 or buf[self._str_start] != 0):
             raise BtfError(
@@ -396,16 +397,22 @@ class Btf:
 
     def kind(self, type_id: int) -> Kind:
         """The kind of ``type_id`` without decoding it (``Kind.UNKN`` for id 0, void)."""
+        idx = type_id - self.start_id
+        if 0 <= idx < len(self._tops):  # an own type: the common case, checked inline
+            return _KIND_OF_TOP[self._tops[idx]]
         if type_id == 0:
             return Kind.UNKN
-        btf = self if type_id >= self.start_id else self._owner(type_id)
+        btf = self._owner(type_id)
         return _KIND_OF_TOP[btf._tops[btf._index(type_id)]]
 
     def type_name(self, type_id: int) -> str:
         """The name of ``type_id`` ("" for anonymous types and void), without decoding it."""
+        idx = type_id - self.start_id
+        if 0 <= idx < len(self._offs):
+            return self.string(self._words[self._offs[idx]])
         if type_id == 0:
             return ""
-        btf = self if type_id >= self.start_id else self._owner(type_id)
+        btf = self._owner(type_id)
         return btf.string(btf._words[btf._offs[btf._index(type_id)]])
 
     def string(self, offset: int) -> str:
@@ -413,21 +420,21 @@ class Btf:
 
         Offsets below :attr:`start_str_off` are the base's. Raises ``BtfError`` if out of bounds.
         """
+        loc = offset - self.start_str_off
+        if 0 <= loc < self._str_len:  # own strings: the common case
+            s = self._str_start + loc
+            e = self._buf.find(b"\0", s, self._str_stop)
+            if e < 0:  # unreachable while the section ends with NUL; kept as a guard
+                raise BtfError("unterminated string", where=f"string offset {offset}")
+            return self._buf[s:e].decode("utf-8", "replace") if e > s else ""
         if offset < self.start_str_off:
             if self.base is None or offset < 0:
                 raise BtfError(f"negative string offset {offset}", where="string section")
             return self.base.string(offset)
-        loc = offset - self.start_str_off
-        if loc >= self._str_len:
-            raise BtfError(
-                f"string offset {offset} past the string section end {self._str_end_off}",
-                where=f"{self.name or 'btf'} string offset {offset}",
-            )
-        s = self._str_start + loc
-        e = self._buf.find(b"\0", s, self._str_start + self._str_len)
-        if e < 0:  # unreachable while the section ends with NUL; kept as a guard
-            raise BtfError("unterminated string", where=f"string offset {offset}")
-        return self._buf[s:e].decode("utf-8", "replace")
+        raise BtfError(
+            f"string offset {offset} past the string section end {self._str_end_off}",
+            where=f"{self.name or 'btf'} string offset {offset}",
+        )
 
     # --- decoding -------------------------------------------------------------------------
 
@@ -437,13 +444,13 @@ class Btf:
         Decoded records are cached (bounded). Raises ``BtfError`` for ids out of range and
         for names pointing outside the string section.
         """
+        cached = self._cache.get(type_id)
+        if cached is not None:
+            return cached
         if type_id == 0:
             return Void()
         if type_id < self.start_id:
             return self._owner(type_id).type(type_id)
-        cached = self._cache.get(type_id)
-        if cached is not None:
-            return cached
         t = self._decode(type_id)
         cache = self._cache
         if len(cache) >= _CACHE_MAX:
@@ -460,7 +467,10 @@ class Btf:
 
     def _ref_target(self, type_id: int) -> int:
         """The ``type`` word of ``type_id`` (meaningful for ref-like kinds), without decoding."""
-        btf = self if type_id >= self.start_id else self._owner(type_id)
+        idx = type_id - self.start_id
+        if 0 <= idx < len(self._offs):
+            return int(self._words[self._offs[idx] + 2])
+        btf = self._owner(type_id)
         return int(btf._words[btf._offs[btf._index(type_id)] + 2])
 
     # --- name lookups ---------------------------------------------------------------------

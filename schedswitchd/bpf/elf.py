@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, NamedTuple, overload
 
 from schedswitchd.errors import ObjectError
@@ -120,13 +120,17 @@ class ElfObject:
     sections: tuple[Section, ...]
     symbols: tuple[Symbol, ...]
     relocs: dict[int, tuple[Reloc, ...]]
+    #: name -> the first section of that name (built from ``sections`` when not given)
+    by_name: dict[str, Section] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.by_name:
+            for sec in reversed(self.sections):  # the first of a repeated name wins
+                self.by_name[sec.name] = sec
 
     def section_by_name(self, name: str) -> Section | None:
         """The first section called ``name``, or ``None``."""
-        for s in self.sections:
-            if s.name == name:
-                return s
-        return None
+        return self.by_name.get(name)
 
     def section(self, index: int) -> Section:
         """Section ``index``; ``ObjectError`` if out of range."""

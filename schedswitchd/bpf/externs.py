@@ -23,7 +23,7 @@ from schedswitchd.bpf.btf.types import (
     Var,
     essential_name,
 )
-from schedswitchd.bpf.elf import STB_WEAK, ElfObject
+from schedswitchd.bpf.elf import SHN_UNDEF, STB_WEAK, ElfObject
 from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE, ExternKind, ExternSpec, KconfigType
 from schedswitchd.errors import BtfError, ObjectError
 
@@ -62,7 +62,7 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
     Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type, and
     for a ``.kconfig`` map larger than :data:`~schedswitchd.bpf.spec.MAX_ARRAY_VALUE_SIZE`.
     """
-    syms = [s for s in elf.symbols if s.is_extern]
+    syms = [s for s in elf.symbols if s.shndx == SHN_UNDEF and s.is_extern]
     if not syms:
         return (), 0
     if btf is None:

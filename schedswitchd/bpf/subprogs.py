@@ -27,9 +27,12 @@ from schedswitchd.bpf.btf.ext import BtfExt, ExtColumns
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.elf import (
     SHN_LORESERVE,
+    SHN_UNDEF,
     STB_GLOBAL,
     STB_LOCAL,
+    STB_WEAK,
     STT_FUNC,
+    STT_NOTYPE,
     STT_SECTION,
     ElfObject,
     Reloc,
@@ -56,6 +59,8 @@ from schedswitchd.bpf.spec import (
 from schedswitchd.errors import ObjectError
 
 _U32 = 1 << 32
+_EXTERN_BINDS = (STB_GLOBAL, STB_WEAK)
+_LINK_KINDS = ("call", "func")
 _KFUNC_CALL = FixupKind.KFUNC_CALL.value
 _MAP_VALUE = FixupKind.MAP_VALUE.value
 _KSYM = FixupKind.KSYM.value
@@ -166,94 +171,99 @@ def classify_relocs(
         if not sec.is_exec:
             continue
         per: dict[int, Relo] = {}
+        data = sec.data
+        size = len(data)
         for n, rel in enumerate(relocs):
-            if rel.offset % INSN_SIZE or rel.offset + INSN_SIZE > len(sec.data):
+            offset, sym_idx, _rtype = rel
+            if offset % INSN_SIZE or offset + INSN_SIZE > size:
                 raise ObjectError(f"{_where(n, sec, rel)}: not an instruction of the section")
-            idx = rel.offset // INSN_SIZE
-            code, regs, _off, imm = _INSN_HEAD.unpack_from(sec.data, rel.offset)
+            idx = offset // INSN_SIZE
+            code, regs, _off, imm = _INSN_HEAD.unpack_from(data, offset)
             src, wide = regs >> 4, code == LD_IMM64
-            sym = symbols[rel.sym] if 0 < rel.sym < nsyms else elf.symbol(rel.sym)
+            sym = symbols[sym_idx] if 0 < sym_idx < nsyms else elf.symbol(sym_idx)
+            _i, sym_name, sym_value, _sz, sym_type, sym_bind, _vis, shndx = sym
             is_call = code == CALL
             if not is_call and not wide:
                 raise ObjectError(
                     f"{_where(n, sec, rel)}: instruction code {code:#x} cannot be relocated"
                 )
-            if wide and rel.offset + 2 * INSN_SIZE > len(sec.data):
+            if wide and offset + 2 * INSN_SIZE > size:
                 raise ObjectError(f"{_where(n, sec, rel)}: ld_imm64 is cut off by the section end")
             if idx in per:
                 raise ObjectError(f"{_where(n, sec, rel)}: instruction is relocated twice")
-            if sym.is_extern:
-                ext = externs.get(sym.name)
+            # Symbol.is_extern, spelt out: this loop runs for every relocation at every open
+            if (
+                shndx == SHN_UNDEF
+                and sym_type == STT_NOTYPE
+                and sym_bind in _EXTERN_BINDS
+                and sym_name
+            ):
+                ext = externs.get(sym_name)
                 if ext is None:
-                    raise ObjectError(f"{_where(n, sec, rel)}: unknown extern {sym.name!r}")
+                    raise ObjectError(f"{_where(n, sec, rel)}: unknown extern {sym_name!r}")
                 if is_call:
                     if ext.kind is not ExternKind.KFUNC:
                         raise ObjectError(
-                            f"{_where(n, sec, rel)}: call of {sym.name!r}, which is not a kfunc"
+                            f"{_where(n, sec, rel)}: call of {sym_name!r}, which is not a kfunc"
                         )
-                    per[idx] = Relo(_KFUNC_CALL, extern=ext.name)
+                    per[idx] = _tuple_new(Relo, (_KFUNC_CALL, -1, -1, 0, ext.name))
                 elif ext.kind is ExternKind.KCONFIG:
-                    per[idx] = Relo(
-                        _MAP_VALUE,
-                        map_index=kconfig_map,
-                        offset=ext.offset,
-                        extern=ext.name,
-                    )
+                    per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, kconfig_map, ext.offset, ext.name))
                 else:
-                    per[idx] = Relo(_KSYM, extern=ext.name)
+                    per[idx] = _tuple_new(Relo, (_KSYM, -1, -1, 0, ext.name))
                 continue
             if is_call:
                 if src != PSEUDO_CALL:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: relocated call is not a BPF-to-BPF call"
                     )
-                if sym.shndx != text_index or sym.value % INSN_SIZE:
+                if shndx != text_index or sym_value % INSN_SIZE:
                     raise ObjectError(
-                        f"{_where(n, sec, rel)}: call target {sym.name!r} is not in .text"
+                        f"{_where(n, sec, rel)}: call target {sym_name!r} is not in .text"
                     )
-                per[idx] = Relo("call", target=sym.value // INSN_SIZE + imm + 1)
+                per[idx] = _tuple_new(Relo, ("call", sym_value // INSN_SIZE + imm + 1, -1, 0, ""))
                 continue
-            if not 0 < sym.shndx < SHN_LORESERVE:
+            if not 0 < shndx < SHN_LORESERVE:
                 raise ObjectError(
-                    f"{_where(n, sec, rel)}: symbol {sym.name!r} is in special section "
-                    f"{sym.shndx:#x}; uninitialised global variable?"
+                    f"{_where(n, sec, rel)}: symbol {sym_name!r} is in special section "
+                    f"{shndx:#x}; uninitialised global variable?"
                 )
-            if sym.shndx == text_index and (
-                (sym.bind == STB_LOCAL and sym.type == STT_SECTION)
-                or (sym.bind == STB_GLOBAL and sym.type == STT_FUNC)
+            if shndx == text_index and (
+                (sym_bind == STB_LOCAL and sym_type == STT_SECTION)
+                or (sym_bind == STB_GLOBAL and sym_type == STT_FUNC)
             ):
                 # clang leaves src_reg 0; the loader marks it BPF_PSEUDO_FUNC (as libbpf does)
                 if src not in (0, PSEUDO_FUNC):
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: subprogram address load has src_reg {src}"
                     )
-                byte = sym.value + imm
+                byte = sym_value + imm
                 if byte % INSN_SIZE or byte < 0:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: callback offset {byte} is misaligned"
                     )
-                per[idx] = Relo("func", target=byte // INSN_SIZE)
+                per[idx] = _tuple_new(Relo, ("func", byte // INSN_SIZE, -1, 0, ""))
                 continue
-            value_off = imm + sym.value
-            if arena is not None and sym.shndx == arena[0]:
+            value_off = imm + sym_value
+            if arena is not None and shndx == arena[0]:
                 if not 0 <= value_off < _U32:  # the second slot's imm holds it (32 bits)
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: arena offset {value_off} is out of range"
                     )
-                per[idx] = Relo(_MAP_VALUE, map_index=arena[1], offset=value_off)
-            elif sym.shndx == maps_section:
-                m = maps_offsets.get(sym.value)
+                per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, arena[1], value_off, ""))
+            elif shndx == maps_section:
+                m = maps_offsets.get(sym_value)
                 if m is None:
-                    raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym.value}")
-                per[idx] = Relo(_MAP_FD, map_index=m)
-            elif sym.shndx in data_maps:
+                    raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym_value}")
+                per[idx] = _tuple_new(Relo, (_MAP_FD, -1, m, 0, ""))
+            elif shndx in data_maps:
                 if not 0 <= value_off < _U32:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: global data offset {value_off} is out of range"
                     )
-                per[idx] = Relo(_MAP_VALUE, map_index=data_maps[sym.shndx], offset=value_off)
+                per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, data_maps[shndx], value_off, ""))
             else:
-                name = elf.section(sym.shndx).name
+                name = elf.section(shndx).name
                 raise ObjectError(
                     f"{_where(n, sec, rel)}: reference to section {name!r}, which is not a map"
                 )
@@ -311,8 +321,7 @@ class ExtIndex:
         return bisect.bisect_left(offs, start), bisect.bisect_left(offs, end)
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
+class _Call(NamedTuple):
     """A call or callback load of a prepared function: ``slot`` counts from the function's
     first instruction, ``target`` is the callee's ``.text`` instruction index; ``code``,
     ``regs`` and ``off`` are the instruction's first bytes as linked (``regs`` with
@@ -454,19 +463,22 @@ class Linker:
         return hit
 
     def _relocate(self, f: Function) -> _Prepared:
-        body = bytearray(f.section.data[f.offset : f.offset + f.size])
+        sec = f.section
+        body = bytearray(sec.data[f.offset : f.offset + f.size])
         n = f.size // INSN_SIZE
-        relos = self._relos.get(f.section.index, {})
-        in_text = f.section.name == ".text"
+        first = f.offset // INSN_SIZE
+        relos = self._relos.get(sec.index, {})
+        in_text = sec.name == ".text"
+        text_funcs = self._text_funcs
         calls: list[_Call] = []
         runs: list[tuple[Fixup, ...]] = []
         fixups: list[Fixup] = []
         # Only calls, ld_imm64 and relocated slots can change: visit those in order
         # (found from the opcode bytes, every 8th) instead of decoding every instruction,
         # skipping the second slot of each ld_imm64 as a sequential walk would.
-        keys = self._sorted_relocs(f.section.index)
-        lo, hi = bisect.bisect_left(keys, f.first), bisect.bisect_left(keys, f.first + n)
-        rel_at = {i - f.first for i in keys[lo:hi]}
+        keys = self._sorted_relocs(sec.index)
+        lo, hi = bisect.bisect_left(keys, first), bisect.bisect_left(keys, first + n)
+        rel_at = {i - first for i in keys[lo:hi]}
         codes = bytes(body[0::INSN_SIZE])
         todo = sorted(rel_at.union(m.start() for m in _CANDIDATE.finditer(codes)))
         skip = -1
@@ -480,29 +492,30 @@ class Linker:
                 if j + 1 >= n:
                     raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
                 skip = j + 1
-            r = relos.get(f.first + j) if j in rel_at else None
+            r = relos.get(first + j) if j in rel_at else None
             target = -1
-            if r is not None and r.kind in ("call", "func"):
-                target = r.target
-            elif r is not None:
-                _apply(body, j, r, fixups)
+            if r is not None:
+                if r.kind in _LINK_KINDS:
+                    target = r.target
+                else:
+                    _apply(body, j, r, fixups)
             elif code == CALL and src == PSEUDO_CALL:
                 if not in_text:
                     raise ObjectError(
                         f"{f.name}: call at instruction {j} without a relocation leaves .text"
                     )
-                target = f.first + j + imm + 1
+                target = first + j + imm + 1
             elif wide and src == PSEUDO_FUNC:
                 raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
             if target >= 0:
-                if target not in self._text_funcs:
+                if target not in text_funcs:
                     raise ObjectError(
                         f"{f.name}: instruction {j} calls .text instruction {target}, "
                         "which does not start a function"
                     )
                 if wide:
                     regs = (PSEUDO_FUNC << 4) | (regs & 0x0F)
-                calls.append(_Call(j, target, code, regs, off))
+                calls.append(_tuple_new(_Call, (j, target, code, regs, off)))
                 runs.append(tuple(fixups))
                 fixups.clear()
         runs.append(tuple(fixups))
@@ -625,7 +638,9 @@ def _ext_records(
                 raise ObjectError(
                     f".BTF.ext CO-RE relocation at {name}+{off} has unknown kind {kinds[j]}"
                 ) from None
-            crelos.append(CoreRelo((off - fo) // INSN_SIZE, types[j], accesses[j], kind))
+            crelos.append(
+                _tuple_new(CoreRelo, ((off - fo) // INSN_SIZE, types[j], accesses[j], kind))
+            )
     return _Prepared(
         f, body, calls, runs, fi_idx, fi_type, li_idx, li_file, li_line, li_col, tuple(crelos)
     )

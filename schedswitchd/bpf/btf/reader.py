@@ -25,6 +25,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import NamedTuple
 
 from schedswitchd.bpf.btf.types import (
@@ -119,6 +120,7 @@ _U32 = 0xFFFFFFFF
 
 #: Name hashes are kept as 32 bits: a collision only costs one more name comparison.
 _HASH_MASK = 0xFFFFFFFF
+_tuple_new = tuple.__new__
 
 
 class _NameIndex(NamedTuple):
@@ -818,15 +820,29 @@ def _d_composite(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
     vlen = info & 0xFFFF
     rec = w[o + 3 : o + 3 + 3 * vlen].tolist()
     s = b.string
-    if info >> 31:
+    names = list(map(s, rec[0::3]))
+    offs = rec[2::3]
+    if info >> 31:  # kind_flag: bitfield size in the top byte of the offset
         members = tuple(
-            Member(s(n), t, off & 0xFFFFFF, off >> 24)
-            for n, t, off in zip(rec[0::3], rec[1::3], rec[2::3], strict=True)
+            map(
+                _tuple_new,
+                repeat(Member),
+                zip(
+                    names,
+                    rec[1::3],
+                    [o & 0xFFFFFF for o in offs],
+                    [o >> 24 for o in offs],
+                    strict=True,
+                ),
+            )
         )
     else:
         members = tuple(
-            Member(s(n), t, off, 0)
-            for n, t, off in zip(rec[0::3], rec[1::3], rec[2::3], strict=True)
+            map(
+                _tuple_new,
+                repeat(Member),
+                zip(names, rec[1::3], offs, repeat(0, len(offs)), strict=True),
+            )
         )
     return Composite(tid, _KIND_OF_TOP[info >> 24], name, w[o + 2], members)
 
@@ -874,7 +890,7 @@ def _d_func_proto(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType
     vlen = info & 0xFFFF
     rec = w[o + 3 : o + 3 + 2 * vlen].tolist()
     s = b.string
-    params = tuple(Param(s(n), t) for n, t in zip(rec[0::2], rec[1::2], strict=True))
+    params = tuple(map(_tuple_new, repeat(Param), zip(map(s, rec[0::2]), rec[1::2], strict=True)))
     return FuncProto(tid, w[o + 2], params)
 
 
@@ -888,7 +904,9 @@ def _d_datasec(b: Btf, tid: int, o: int, name_off: int, info: int) -> BtfType:
     w = b._words
     vlen = info & 0xFFFF
     rec = w[o + 3 : o + 3 + 3 * vlen].tolist()
-    secinfo = tuple(map(VarSecinfo, rec[0::3], rec[1::3], rec[2::3]))
+    secinfo = tuple(
+        map(_tuple_new, repeat(VarSecinfo), zip(rec[0::3], rec[1::3], rec[2::3], strict=True))
+    )
     return Datasec(tid, name, w[o + 2], secinfo)
 
 

@@ -5,13 +5,16 @@ Source of the format: kernel doc ``Documentation/bpf/btf.rst`` and the UAPI head
 offsets of struct members in *bits* (as BTF stores them), DATASEC variable offsets in bytes.
 
 These records are what :class:`schedswitchd.bpf.btf.reader.Btf` hands out when a type is asked
-for; nothing else in the package builds them from raw bytes.
+for; nothing else in the package builds them from raw bytes. The per-entry records of a type
+(:class:`Member`, :class:`EnumValue`, :class:`Param`, :class:`VarSecinfo`) are named tuples:
+a struct or DATASEC decodes tens of them, at every object open.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Kind(IntEnum):
@@ -102,8 +105,7 @@ class Array:
     kind: Kind = Kind.ARRAY
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(NamedTuple):
     """A struct/union member. ``bit_offset`` from the start of the enclosing composite;
     ``bitfield_size`` in bits, 0 when the member is not a bitfield (kind_flag semantics of
     ``btf.rst`` already applied). ``name`` is empty for anonymous members."""
@@ -125,8 +127,7 @@ class Composite:
     members: tuple[Member, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class EnumValue:
+class EnumValue(NamedTuple):
     """One enumerator; ``value`` already sign-adjusted from the enum's signedness."""
 
     name: str
@@ -167,8 +168,7 @@ class Func:
     kind: Kind = Kind.FUNC
 
 
-@dataclass(frozen=True, slots=True)
-class Param:
+class Param(NamedTuple):
     """A FUNC_PROTO parameter; ``type`` 0 with an empty name marks ``...`` (varargs)."""
 
     name: str
@@ -197,8 +197,7 @@ class Var:
     kind: Kind = Kind.VAR
 
 
-@dataclass(frozen=True, slots=True)
-class VarSecinfo:
+class VarSecinfo(NamedTuple):
     """One DATASEC entry: the VAR (or FUNC, for ``.ksyms``) id, byte offset and byte size."""
 
     type: int

@@ -53,11 +53,12 @@ typecheck: deps
 pytest: deps kernel test-objects schedulers
 	SCHEDSWITCHD_FULL_SUITE=1 $(VENV)/bin/pytest -q
 
-# The fast tier: no root, no VM, no kernel download; tests needing build outputs or the
+# The fast tier: no root, no VM, no kernel download, nothing slow by design (the `slow`
+# marker: bulk kernel-BTF comparisons, load runs); tests needing build outputs or the
 # kernel cache skip when they are absent (after `make test-objects` / `make kernel` they run).
 # One pytest-xdist worker per CPU.
 unit: deps
-	$(VENV)/bin/pytest -q -n auto -m "not vm and not root"
+	$(VENV)/bin/pytest -q -n auto -m "not vm and not root and not slow"
 
 # BPF test objects: every tests/bpf/*.bpf.c -> build/tests/bpf/*.bpf.o, against a vmlinux.h
 # dumped from the host's running kernel (never committed).

@@ -41,6 +41,7 @@ def assert_same_types(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) 
 
 
 @pytest.mark.skipif(not VMLINUX.exists(), reason="host kernel has no /sys/kernel/btf/vmlinux")
+@pytest.mark.slow  # the whole vmlinux BTF, ours and bpftool's
 def test_host_vmlinux_equals_bpftool() -> None:
     ours = btf_to_json(Btf.from_file(VMLINUX))["types"]
     theirs = bpftool_json(VMLINUX)

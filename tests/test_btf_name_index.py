@@ -54,6 +54,7 @@ def test_flavoured_and_repeated_names() -> None:
 
 
 @needs_vmlinux
+@pytest.mark.slow  # every name of the vmlinux BTF
 def test_vmlinux_lookups_match_a_full_scan() -> None:
     btf = Btf.from_file(VMLINUX)
     by_name = _scan(btf)
@@ -69,6 +70,7 @@ def test_vmlinux_lookups_match_a_full_scan() -> None:
 
 
 @needs_vmlinux
+@pytest.mark.slow  # the vmlinux BTF decoded in full
 def test_vmlinux_indexes_keep_little_memory() -> None:
     btf = Btf.from_file(VMLINUX)
     tracemalloc.start()

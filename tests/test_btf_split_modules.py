@@ -51,6 +51,7 @@ def _modules(kernel: SidKernel) -> list[str]:
     return sorted(set(picked))
 
 
+@pytest.mark.slow  # 20 module BTFs, ours and bpftool's
 def test_at_least_20_modules_equal_bpftool(kernel: SidKernel, vmlinux: Btf) -> None:
     base_path = kernel.btf_root / "vmlinux"
     assert_same_types(btf_to_json(vmlinux)["types"], bpftool_json(base_path))

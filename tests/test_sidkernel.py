@@ -140,6 +140,7 @@ def test_partial_cache_never_looks_complete(tmp_path: Path) -> None:
     assert [k.version for _, k in sidkernel._complete(tmp_path)] == ["1.3-amd64"]
 
 
+@pytest.mark.slow  # apt-cache over the cached sid lists
 def test_resolve_through_the_cached_apt_lists(kernel: SidKernel) -> None:
     # Offline: the private lists fetched when the cache was built answer apt-cache.
     apt = sidkernel._PrivateApt(kernel.root.parent / ".apt")

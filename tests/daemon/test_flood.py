@@ -27,6 +27,9 @@ import pytest
 
 from .harness import Client, make_config
 
+#: Seconds of many clients by design: make test runs it, make unit leaves it out.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = int(os.environ.get("SCHEDSWITCHD_FLOOD_CLIENTS", "8"))
 SECONDS = float(os.environ.get("SCHEDSWITCHD_FLOOD_S", "3"))

@@ -20,10 +20,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.errors import ProtocolError
 
 from .harness import make_config
+
+#: Seconds of many clients by design: make test runs it, make unit leaves it out.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 150

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.daemon import service
 from schedswitchd.errors import ConfigError
 
@@ -48,15 +50,20 @@ def daemon_cmd(config: Path, *more: str) -> list[str]:
     return [sys.executable, "-m", "tests.daemon.fake_service", "--config", str(config), *more]
 
 
+def try_ctl(sock: Path, *args: str) -> Any | None:
+    """``schedswitchctl ARGS --socket SOCK --json`` run in this process (the client code,
+    without a Python start-up per query): its JSON document, or ``None`` when it exits
+    non-zero (e.g. the daemon does not answer yet)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = ctl_main([*args, "--socket", str(sock), "--json"])
+    return json.loads(out.getvalue()) if status == 0 else None
+
+
 def ctl(sock: Path, *args: str) -> Any:
-    out = subprocess.run(
-        [str(BIN / "schedswitchctl"), *args, "--socket", str(sock), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return json.loads(out.stdout)
+    reply = try_ctl(sock, *args)
+    assert reply is not None, f"schedswitchctl {' '.join(args)} failed"
+    return reply
 
 
 def wait_socket(path: Path, proc: subprocess.Popen[Any], timeout: float = 20) -> None:
@@ -69,48 +76,41 @@ def wait_socket(path: Path, proc: subprocess.Popen[Any], timeout: float = 20) ->
     raise AssertionError("daemon socket did not appear")
 
 
-def test_print_schema() -> None:
-    out = subprocess.run(
-        [str(BIN / "schedswitchd"), "--print-schema"], capture_output=True, text=True, check=True
-    )
-    assert json.loads(out.stdout)["title"] == "Config"
+# The one-shot modes run in this process (service.main; the console script is that
+# function, and tests/test_cli_pipes.py runs it as a process): they leave it untuned
+# (tests/daemon/test_memory_tuning.py), so later tests see the process as it was.
 
 
-def test_check_config_on_shipped_file_says_what_it_checked() -> None:
-    proc = subprocess.run(
-        [
-            str(BIN / "schedswitchd"),
-            "--check-config",
-            "--config",
-            str(ROOT / "config/schedswitchd.toml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
-    assert "configuration is valid" in proc.stdout
-    assert "NOT checked" in proc.stdout or "prepared with" in proc.stdout
+def test_print_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert service.main(["--print-schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "Config"
+
+
+def test_check_config_on_shipped_file_says_what_it_checked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = service.main(["--check-config", "--config", str(ROOT / "config/schedswitchd.toml")])
+    out = capsys.readouterr().out
+    assert "configuration is valid" in out
+    assert "NOT checked" in out or "prepared with" in out
     if not Path("/sys/kernel/sched_ext").exists():  # the host: said first, no kfunc noise
-        first = proc.stdout.splitlines()[0]
-        assert first.startswith("NOTE: this kernel has no sched_ext"), proc.stdout
-        assert "kfunc" not in proc.stdout
+        first = out.splitlines()[0]
+        assert first.startswith("NOTE: this kernel has no sched_ext"), out
+        assert "kfunc" not in out
     for name in ("fifo", "vtime", "latency", "faulty"):
-        assert f"  {name}: " in proc.stdout
+        assert f"  {name}: " in out
     built = all((ROOT / f"build/bpf/{n}.bpf.o").exists() for n in ("fifo", "vtime", "latency"))
     if not built:
-        assert proc.returncode == 1 and "No such file or directory" in proc.stdout
+        assert status == 1 and "No such file or directory" in out
 
 
-def test_check_config_reports_config_errors(workdir: Path) -> None:
+def test_check_config_reports_config_errors(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = workdir / "bad.toml"
     bad.write_text("[limits]\nmax_conections = 1\n")
-    proc = subprocess.run(
-        [str(BIN / "schedswitchd"), "--check-config", "--config", str(bad)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 1
-    assert f"{bad}: limits.max_conections: unknown key" in proc.stderr
+    assert service.main(["--check-config", "--config", str(bad)]) == 1
+    assert f"{bad}: limits.max_conections: unknown key" in capsys.readouterr().err
 
 
 class NotifyListener:
@@ -220,13 +220,9 @@ def test_socket_activation(workdir: Path) -> None:
     try:
         listener.close()
         deadline = time.monotonic() + 20
-        while True:
-            try:
-                reply = ctl(path, "status")
-                break
-            except subprocess.CalledProcessError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        while (reply := try_ctl(path, "status")) is None:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
         assert reply["status"]["pid"] == proc.pid
         assert not Path("/run/schedswitchd.sock").exists() or not config.socket.path
         proc.send_signal(signal.SIGTERM)

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from schedswitchd.profile.expr import MAX_SEQ_LEN, ExprError, compile_expr, evaluate
-from schedswitchd.profile.topology import read_topology
+from schedswitchd.profile.topology import Topology, read_topology
 from tests.profile.fakesys import fake_sysfs
 
 
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Topology:
+    """One fake sysfs tree read once per module: the records are frozen, so no test can
+    change what the next one sees."""
+    root = fake_sysfs(
+        tmp_path_factory.mktemp("sysfs"),
+        possible=range(4),
+        siblings=[[0, 2], [1, 3]],
+        llcs=[[0, 1, 2, 3]],
+    )
+    return read_topology(root)
+
+
 @pytest.fixture
-def names(tmp_path: Path) -> dict[str, object]:
-    root = fake_sysfs(tmp_path, possible=range(4), siblings=[[0, 2], [1, 3]], llcs=[[0, 1, 2, 3]])
-    return {"topo": read_topology(root)}
+def names(topology: Topology) -> dict[str, object]:
+    return {"topo": topology}
 
 
 @pytest.mark.parametrize(

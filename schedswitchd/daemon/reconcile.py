@@ -87,7 +87,7 @@ class Reconciler:
         self.clock = clock
         self.policy = Policy(rules=config.hints, default=config.default)
         self.switcher = Switcher(
-            backend, config.limits.switch_timeout_s, config.daemon.history_size
+            backend, config.limits.switch_timeout_s, config.daemon.history_size, clock=clock
         )
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
         #: One thread for the kernel's view (``kernel_state``, ``counters``): the default

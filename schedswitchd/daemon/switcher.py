@@ -246,15 +246,27 @@ class Switcher:
     """Owns the attached scheduler's handle and the switch history.
 
     ``backend``: the kernel side; ``timeout_s``: passed to attach/detach; ``history_size``:
-    records kept. ``current`` is the attached handle (``None``: the kernel's own scheduler),
+    records kept; ``clock``: the monotonic ns clock of the decisions (the reconciler's, so
+    that an ejection's "ran for" and the policy's backoff windows share one time line; tests
+    pass a fake one). The phase timings of a record (``phases_ns``, ``gap_ns``) are
+    measurements and always use :func:`time.monotonic_ns`, as the backend's attach does.
+    ``current`` is the attached handle (``None``: the kernel's own scheduler),
     ``current_spec`` the configuration entry it was prepared from; ``attached_ns`` is when
-    it was attached (monotonic ns), for backoff's "ran for"; ``last_exit`` the newest exit
+    it was attached (``clock`` ns), for backoff's "ran for"; ``last_exit`` the newest exit
     record read (ejection, failed attach, detach to the kernel's own scheduler).
     """
 
-    def __init__(self, backend: SchedulerBackend, timeout_s: float, history_size: int) -> None:
+    def __init__(
+        self,
+        backend: SchedulerBackend,
+        timeout_s: float,
+        history_size: int,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.backend = backend
         self.timeout_s = timeout_s
+        self.clock = clock
         self.current: Prepared | None = None
         #: The configuration entry ``current`` was prepared from (``None`` for the kernel).
         self.current_spec: SchedulerConfig | None = None
@@ -308,7 +320,7 @@ class Switcher:
         record = self._record(prepared.name, ADOPTED, "pinned by a previous daemon")
         self.current = prepared
         self.current_spec = schedulers.get(prepared.name)
-        self.attached_ns = time.monotonic_ns()
+        self.attached_ns = self.clock()
         return record
 
     def switch_to(
@@ -448,7 +460,7 @@ class Switcher:
         record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new
         self.current_spec = spec
-        self.attached_ns = time.monotonic_ns()
+        self.attached_ns = self.clock()
         return True
 
     def _settle_in(
@@ -485,7 +497,7 @@ class Switcher:
             self.current_spec = None
             return ROLLBACK_FAILED
         self.current = old
-        self.attached_ns = time.monotonic_ns()
+        self.attached_ns = self.clock()
         try:
             self.backend.pin(old)
         except SchedSwitchError as exc:
@@ -502,7 +514,7 @@ class Switcher:
     def check_ejected(self) -> tuple[SwitchRecord, int] | None:
         """If the kernel no longer runs the attached scheduler (error, stall, sysrq), read
         its exit info, free it, record an ``ejected`` entry and return it with how long it
-        ran (ns). ``None`` if nothing changed. Transitional states are not ejections."""
+        ran (``clock`` ns). ``None`` if nothing changed. Transitional states are not ejections."""
         current = self.current
         if current is None:
             return None
@@ -513,7 +525,7 @@ class Switcher:
             return None
         if state.state == "disabling":
             return None  # the kernel is mid-way; the next notification finishes the story
-        ran_for = time.monotonic_ns() - self.attached_ns
+        ran_for = self.clock() - self.attached_ns
         record = self._record(KERNEL, EJECTED, f"kernel reports {state.state}")
         record.exit = self._harvest_exit(current)
         # detach() is a no-op for a handle the kernel already dropped, but unpins the link.

@@ -45,7 +45,10 @@ class FakeBackend:
     #: When set, ``pin`` waits for it (at most 10 s): the switch is held after its
     #: ``on_enabled`` moment.
     pin_event: threading.Event | None = None
-    delay_s: float = 0.0
+    #: When given, ``prepare`` sets ``preparing`` and then blocks until the test sets
+    #: ``gate``: a switch held on the worker thread while the test talks to the daemon.
+    gate: threading.Event | None = None
+    preparing: threading.Event = field(default_factory=threading.Event)
     #: Like the real backend: record attach./detach. phase timings on the handle and spend
     #: this long in attach after the kernel enabled the scheduler (pinning), returning the
     #: moment it was enabled.
@@ -67,7 +70,9 @@ class FakeBackend:
 
     def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
         self.calls.append(f"prepare {name}")
-        time.sleep(self.delay_s)
+        if self.gate is not None:
+            self.preparing.set()
+            assert self.gate.wait(30), "the test never opened the gate"
         if name in self.fail_prepare:
             raise LoadError(f"{name}: kfunc scx_bpf_nope not found in kernel BTF")
         if name in self.verifier_reject:

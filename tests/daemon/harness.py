@@ -152,6 +152,21 @@ class Running:
 
         return self.run(call())
 
+    def passes(self, n: int = 1) -> None:
+        """Run ``n`` reconcile passes now, one after the other: each kicks the reconciler and
+        waits until that pass has settled. What the safety-net poll does every ``poll_s``,
+        without sleeping for it (tests that say "nothing happens on later passes")."""
+        assert self.server is not None
+        reconciler = self.server.reconciler
+
+        async def one() -> bool:
+            reconciler.kick()
+            _, settled = await reconciler.settle()
+            return settled
+
+        for _ in range(n):
+            assert self.run(one(), timeout=30), "a reconcile pass did not settle"
+
     def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.read(fn):

@@ -6,16 +6,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.daemon import protocol as proto
 from tests import fuzzing
 
@@ -319,15 +319,23 @@ def test_reload(srv: Running) -> None:
 
 
 def test_adoption_and_grace() -> None:
+    """On the reconciler's clock: the adopted scheduler is kept through the grace period
+    and, with no lease, replaced by the default once it has passed."""
     backend = FakeBackend()
     backend.preload("gaming")
-    r = Running(backend, grace=0.5)
+    clock = FakeClock()
+    r = Running(backend, clock=clock, grace=30.0)
     try:
         status = r.client().request(op="status")["status"]
         assert status["adopted"] and status["active"] == "gaming"
         assert status["kernel"]["ops"] == "gaming_ops" and status["kernel"]["enable_seq"] == 1
-        # no lease arrives within the grace period: back to the default
-        r.wait_for(lambda s: s.switcher.active == "kernel", 3)
+        clock.advance(29.9)
+        r.passes(2)
+        assert r.read(lambda s: s.switcher.active) == "gaming"
+        # no lease arrived within the grace period: back to the default
+        clock.advance(0.2)
+        r.passes(1)
+        assert r.read(lambda s: s.switcher.active) == "kernel"
     finally:
         r.stop()
 
@@ -335,28 +343,33 @@ def test_adoption_and_grace() -> None:
 def test_adopted_scheduler_kept_when_rehinted() -> None:
     backend = FakeBackend()
     backend.preload("gaming")
-    r = Running(backend, grace=0.3)
+    clock = FakeClock()
+    r = Running(backend, clock=clock, grace=30.0)
     try:
         c = r.client()
         assert c.request(op="hint", workload="gaming")["switch"] is None  # already runs
-        time.sleep(0.5)
+        clock.advance(60)  # the grace is over; the lease holds it now
+        r.passes(2)
         assert r.backend.enable_seq == 1 and kernel_ops(r) == "gaming_ops"
     finally:
         r.stop()
 
 
 def test_adoption_grace_counts_from_serving() -> None:
-    """A slow start-up (here the uevent watcher, 0.6 s) must not eat the grace (0.4 s)."""
+    """A slow start-up (here the uevent watcher, 60 s on the reconciler's clock) must not
+    eat the grace (30 s): it counts from when the socket serves."""
+    clock = FakeClock()
 
     class SlowWatchBackend(FakeBackend):
         def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
-            time.sleep(0.6)
+            clock.advance(60)
             return super().watch(notify)
 
     backend = SlowWatchBackend()
     backend.preload("gaming")
-    r = Running(backend, grace=0.4)
+    r = Running(backend, clock=clock, grace=30.0)
     try:
+        r.passes(1)
         c = r.client()
         assert c.request(op="hint", workload="gaming")["switch"] is None  # still adopted
         assert r.backend.enable_seq == 1 and kernel_ops(r) == "gaming_ops"
@@ -594,18 +607,23 @@ def test_arbitrary_bytes_over_the_socket(shared_srv: Running, data: bytes) -> No
 
 
 def test_slow_switch_does_not_block_other_clients() -> None:
-    r = Running(FakeBackend(delay_s=1.5))  # every prepare takes 1.5 s
+    backend = FakeBackend(gate=threading.Event())  # prepare waits until the gate opens
+    r = Running(backend)
     try:
         hinter = r.client()
         hinter.send_raw(b'{"v":1,"op":"hint","workload":"gaming"}\n')
-        time.sleep(0.2)  # the switch is now running on the worker thread
+        assert backend.preparing.wait(10)  # the switch now runs on the worker thread
         other = r.client()
         status = other.request(op="status")
-        # Answered while the 1.5 s switch still ran: it says kernel, not gaming.
+        # Answered while the switch is held mid-prepare: it says kernel, not gaming.
         assert status["ok"] and status["status"]["active"] == "kernel"
+        assert backend.gate is not None
+        backend.gate.set()
         reply = hinter.recv_line()
         assert reply is not None and reply["active"] == "gaming"
     finally:
+        assert backend.gate is not None
+        backend.gate.set()
         r.stop()
 
 
@@ -621,7 +639,7 @@ def test_failed_admin_switch_is_tried_once_then_dropped() -> None:
         assert reply["ok"] is False and reply["op"] == "switch"
         assert "kfunc scx_bpf_nope" in reply["error"]["message"]
         assert "override not taken, hints rule" in reply["error"]["message"]
-        time.sleep(1.5)  # several poll passes (poll_s 0.2)
+        r.passes(3)  # later passes do not try it again
         assert backend.calls.count("prepare broken") == 1
         status = c.request(op="status")["status"]
         assert status["override"] is None and status["active"] == "fifo"
@@ -642,7 +660,7 @@ def test_ejected_override_is_dropped(srv: Running) -> None:
     assert c.request(op="switch", scheduler="vtime")["active"] == "vtime"
     srv.backend.eject()
     srv.wait_for(lambda s: s.switcher.active == "fifo", 3)
-    time.sleep(1.0)
+    srv.passes(3)  # later passes do not bring it back
     assert srv.backend.calls.count("prepare vtime") == 1
     assert c.request(op="status")["status"]["override"] is None
 
@@ -707,17 +725,18 @@ def test_pid_exit_sends_a_final_message_and_closes(srv: Running) -> None:
         child.kill()
 
 
-def test_hint_cli_with_ttl_exits_when_the_lease_ends(srv: Running) -> None:
-    ctl = Path(sys.executable).parent / "schedswitchctl"
-    out = subprocess.run(
-        [str(ctl), "hint", "gaming", "--ttl", "0.3", "--socket", srv.path],
-        capture_output=True,
-        text=True,
-        timeout=120,  # a guard against a hang: the CLI's start-up took 10-20 s at load 12
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "lease" in out.stderr and "ttl" in out.stderr
+def test_hint_cli_with_ttl_exits_when_the_lease_ends(
+    srv: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``schedswitchctl hint --ttl`` (its main, in this process) returns once the daemon
+    ends the lease at its TTL."""
+    previous = signal.getsignal(signal.SIGTERM)  # the hold sets its own SIGTERM handler
+    try:
+        assert ctl_main(["hint", "gaming", "--ttl", "0.3", "--socket", srv.path]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert "lease" in err and "ttl" in err
     srv.wait_for(lambda s: not s.connections)
 
 

@@ -14,6 +14,7 @@ from schedswitchd.daemon.config import KERNEL, SchedulerConfig
 from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
 
 from .fakes import FakeBackend
+from .harness import FakeClock
 
 SPEC = SchedulerConfig(object="/nonexistent.bpf.o")
 SCHEDS = {"fifo": SPEC, "vtime": SPEC, "gaming": SPEC}
@@ -137,6 +138,29 @@ def test_detach_failure_keeps_old() -> None:
     rec = s.switch_to("vtime", SPEC, "x")
     assert rec is not None and rec.result == sw.FAILED and s.active == "fifo"
     assert len(b.live) == 1
+
+
+def test_ran_for_is_on_the_injected_clock() -> None:
+    """An ejection's "ran for" (what backoff's stable_s is compared with) is read on the
+    clock the switcher was given, the reconciler's, not on the wall clock."""
+    clock = FakeClock()
+    b = FakeBackend()
+    s = sw.Switcher(b, timeout_s=1.0, history_size=8, clock=clock)
+    s.switch_to("gaming", SPEC, "x")
+    clock.advance(42)
+    b.eject()
+    found = s.check_ejected()
+    assert found is not None and found[1] == 42 * 10**9
+    # a rollback re-attaches the old scheduler: its run counts from then
+    s.switch_to("fifo", SPEC, "x")
+    b.fail_attach.add("vtime")
+    clock.advance(5)
+    rec = s.switch_to("vtime", SPEC, "y")
+    assert rec is not None and rec.result == sw.ROLLED_BACK and s.active == "fifo"
+    clock.advance(3)
+    b.eject()
+    found = s.check_ejected()
+    assert found is not None and found[1] == 3 * 10**9
 
 
 def test_ejection_is_noticed_with_exit_info() -> None:

@@ -33,6 +33,10 @@ def prog(*imms: int) -> bytes:
     return b"".join(bpf.Insn(MOV64_K, 0, 0, 0, i).encode() for i in imms) + EXIT.encode()
 
 
+#: The sid kernel's whole vmlinux BTF and module BTFs read by our reader.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def kernel() -> SidKernel:
     return sid_kernel()

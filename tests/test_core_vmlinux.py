@@ -21,7 +21,10 @@ from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
-pytestmark = pytest.mark.skipif(not VMLINUX.exists(), reason="no kernel BTF on this host")
+pytestmark = [
+    pytest.mark.skipif(not VMLINUX.exists(), reason="no kernel BTF on this host"),
+    pytest.mark.slow,  # the whole vmlinux BTF, ours and bpftool's
+]
 
 LDX_W = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_W
 LDX_DW = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_DW

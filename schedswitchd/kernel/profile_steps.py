@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from schedswitchd.errors import BpfSyscallError, LoadError
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import syscall
 from schedswitchd.profile.apply import PlannedStat, ProfilePlan
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _timed(obj: LoadedObject, key: str, start: int) -> None:
 
 def _percpu(value: bytes) -> bytes:
     slot = (len(value) + 7) // 8 * 8
-    return (value + bytes(slot - len(value))) * S.possible_cpus()
+    return (value + bytes(slot - len(value))) * syscall.possible_cpus()
 
 
 def run_after_load(obj: LoadedObject, plan: ProfilePlan) -> None:
@@ -101,7 +101,7 @@ def _map_updates(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
             raise LoadError(f"profile {plan.profile}: {u.label}: map {u.map} was not created")
         value = _percpu(u.value) if u.percpu else u.value
         try:
-            S.map_update_elem(m.fd, u.key, value, flags=u.flags)
+            syscall.map_update_elem(m.fd, u.key, value, flags=u.flags)
         except BpfSyscallError as exc:
             raise LoadError(f"profile {plan.profile}: {u.label}: {exc}") from exc
     _timed(obj, "profile.map_updates", start)
@@ -123,7 +123,7 @@ def _runs(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
             with on_cpu(cpu):
                 # No ctx_out: the kernel copies a syscall program's context back into
                 # ctx_in's buffer and refuses ctx_out (net/bpf/test_run.c).
-                res = S.prog_test_run(prog.fd, ctx_in=r.ctx)
+                res = syscall.prog_test_run(prog.fd, ctx_in=r.ctx)
         except BpfSyscallError as exc:
             raise LoadError(f"profile {plan.profile}: {r.label}: {exc}") from exc
         retval = res.retval - (1 << 32) if res.retval >= 1 << 31 else res.retval
@@ -254,13 +254,13 @@ def read_stats(obj: LoadedObject, plan: ProfilePlan) -> dict[str, int]:
                 continue
             if s.percpu:
                 slot = (m.spec.value_size + 7) // 8 * 8
-                raw = S.map_lookup_elem(m.fd, s.key, slot * S.possible_cpus())
+                raw = syscall.map_lookup_elem(m.fd, s.key, slot * syscall.possible_cpus())
                 if raw is not None:
                     out[s.name] = sum(
                         _decode(raw[i : i + slot], s) for i in range(0, len(raw), slot)
                     )
             else:
-                raw = S.map_lookup_elem(m.fd, s.key, m.spec.value_size)
+                raw = syscall.map_lookup_elem(m.fd, s.key, m.spec.value_size)
                 if raw is not None:
                     out[s.name] = _decode(raw, s)
         except (LoadError, BpfSyscallError):

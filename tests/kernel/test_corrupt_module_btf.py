@@ -21,7 +21,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.bpf.spec import ExternKind, ExternSpec, Fixup, FixupKind, ObjectSpec, ProgramSpec
 from schedswitchd.errors import BtfError
-from schedswitchd.kernel import bpf_uapi as A
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 from schedswitchd.kernel.module_memo import ModuleLookup
@@ -54,7 +54,7 @@ def _weak_kfunc_spec(kmod_btfs: tuple[str, ...] | None) -> ObjectSpec:
     prog = ProgramSpec(
         name="weak_kfunc",
         section="syscall",
-        prog_type=A.ProgType.SYSCALL,
+        prog_type=bpf_uapi.ProgType.SYSCALL,
         expected_attach_type=0,
         attach_to="",
         sleepable=True,

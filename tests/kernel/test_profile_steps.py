@@ -17,8 +17,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import profile_steps
-from schedswitchd.kernel import syscall as S
+from schedswitchd.kernel import profile_steps, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.profile_steps import (
@@ -140,7 +139,7 @@ def test_profile_phases_reach_the_kernel(registry: KernelBtfRegistry, bpffs: Pat
         assert struct.unpack("<I", obj.read_variable("armed")) == (3,)
         info = obj.maps["cpu_info"].fd
         for n in topo.online_cpus:
-            raw = S.map_lookup_elem(info, struct.pack("<I", n), 16)
+            raw = syscall.map_lookup_elem(info, struct.pack("<I", n), 16)
             assert raw is not None
             assert struct.unpack("<IIQ", raw) == (topo.cpu(n).llc_id, 0, 2 * topo.cpu(n).capacity)
         ran_on = struct.unpack("<64I", obj.read_variable("ran_on"))
@@ -153,7 +152,7 @@ def test_profile_phases_reach_the_kernel(registry: KernelBtfRegistry, bpffs: Pat
         for k in ("profile.after_load", "profile.map_updates", "profile.run.before_attach"):
             assert k in obj.timings_ns
         stats = read_stats(obj, ps.plan)
-        assert stats == {"runs": topo.nr_cpus, "pcpu": 5 * S.possible_cpus()}
+        assert stats == {"runs": topo.nr_cpus, "pcpu": 5 * syscall.possible_cpus()}
 
         seen: list[set[int]] = []
 

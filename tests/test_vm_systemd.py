@@ -38,7 +38,7 @@ def test_launchers_run_the_entry_points_from_the_venv(tmp_path: Path) -> None:
 
 
 def test_launcher_interpreter_avoids_paths_the_unit_hides(tmp_path: Path) -> None:
-    hidden = _fake_venv(tmp_path, "/root/.pyenv/versions/3.11.7/bin/python3")
+    hidden = _fake_venv(tmp_path, "/root/pythons/3.11/bin/python3")  # under ProtectHome=
     assert vm_systemd.launchers(hidden)["schedswitchd"].startswith("#!/usr/bin/python3.11\n")
     shutil.rmtree(hidden)
     visible = _fake_venv(tmp_path, "/opt/py/bin/python3.11")

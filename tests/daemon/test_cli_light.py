@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from schedswitchd.cli import daemon_cmds
 from schedswitchd.cli.exits import UsageError
 from schedswitchd.daemon import protocol as proto
+from tests import fuzzing
 
 from .fakes import FakeBackend
 from .harness import Running
@@ -167,7 +168,7 @@ def _requests(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return op, fields
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=fuzzing.examples(3000), deadline=None)
 @given(_requests())
 def test_the_quick_checks_accept_only_what_the_model_accepts(
     case: tuple[str, dict[str, Any]],

@@ -166,6 +166,7 @@ def classify_relocs(
     out: dict[int, dict[int, Relo]] = {}
     symbols = elf.symbols
     nsyms = len(symbols)
+    same: dict[int, Relo] = {}  # (symbol index << 1 | is a call) -> its relocation
     for sec_idx, relocs in elf.relocs.items():
         sec = elf.section(sec_idx)
         if not sec.is_exec:
@@ -191,6 +192,12 @@ def classify_relocs(
                 raise ObjectError(f"{_where(n, sec, rel)}: ld_imm64 is cut off by the section end")
             if idx in per:
                 raise ObjectError(f"{_where(n, sec, rel)}: instruction is relocated twice")
+            # An extern's or a map's relocation depends on the symbol alone (and whether the
+            # instruction is a call): classified once per symbol, then reused.
+            seen = same.get(sym_idx << 1 | is_call)
+            if seen is not None:
+                per[idx] = seen
+                continue
             # Symbol.is_extern, spelt out: this loop runs for every relocation at every open
             if (
                 shndx == SHN_UNDEF
@@ -206,11 +213,12 @@ def classify_relocs(
                         raise ObjectError(
                             f"{_where(n, sec, rel)}: call of {sym_name!r}, which is not a kfunc"
                         )
-                    per[idx] = _tuple_new(Relo, (_KFUNC_CALL, -1, -1, 0, ext.name))
+                    r = _tuple_new(Relo, (_KFUNC_CALL, -1, -1, 0, ext.name))
                 elif ext.kind is ExternKind.KCONFIG:
-                    per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, kconfig_map, ext.offset, ext.name))
+                    r = _tuple_new(Relo, (_MAP_VALUE, -1, kconfig_map, ext.offset, ext.name))
                 else:
-                    per[idx] = _tuple_new(Relo, (_KSYM, -1, -1, 0, ext.name))
+                    r = _tuple_new(Relo, (_KSYM, -1, -1, 0, ext.name))
+                per[idx] = same[sym_idx << 1 | is_call] = r
                 continue
             if is_call:
                 if src != PSEUDO_CALL:
@@ -255,7 +263,7 @@ def classify_relocs(
                 m = maps_offsets.get(sym_value)
                 if m is None:
                     raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym_value}")
-                per[idx] = _tuple_new(Relo, (_MAP_FD, -1, m, 0, ""))
+                per[idx] = same[sym_idx << 1] = _tuple_new(Relo, (_MAP_FD, -1, m, 0, ""))
             elif shndx in data_maps:
                 if not 0 <= value_off < _U32:
                     raise ObjectError(

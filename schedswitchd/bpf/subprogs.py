@@ -592,6 +592,10 @@ def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
     _IMM.pack_into(out, pos + INSN_SIZE + 4, hi)  # the second slot's imm
 
 
+#: ``_SLOTS(byte offset)`` is ``byte offset // INSN_SIZE``.
+_SLOTS = INSN_SIZE.__rfloordiv__
+
+
 def _misaligned(f: Function, offs: list[int], what: str) -> None:
     """Raise for the first of ``offs`` (byte offsets) that is not an instruction's."""
     for off in offs:
@@ -614,13 +618,14 @@ def _ext_records(
     lo, hi = f.offset, f.offset + f.size
     fo = f.offset
     low = (INSN_SIZE - 1).__and__
+    back = (-fo).__add__  # byte offset in the section -> in the function (C-level maps)
 
     cols = index.columns("func_info", name)
     a, b = index.range(cols, lo, hi)
     offs = cols.insn_off[a:b]
     if any(map(low, offs)):
         _misaligned(f, offs, "func_info")
-    fi_idx = [(o - fo) // INSN_SIZE for o in offs]
+    fi_idx = list(map(_SLOTS, map(back, offs)))
     fi_type = cols.fields[0][a:b] if fi_idx else []
 
     cols = index.columns("line_info", name)
@@ -628,7 +633,7 @@ def _ext_records(
     offs = cols.insn_off[a:b]
     if any(map(low, offs)):
         _misaligned(f, offs, "line_info")
-    li_idx = [(o - fo) // INSN_SIZE for o in offs]
+    li_idx = list(map(_SLOTS, map(back, offs)))
     li_file, li_line, li_col = (c[a:b] for c in cols.fields) if li_idx else ([], [], [])
 
     cols = index.columns("core_relo", name)

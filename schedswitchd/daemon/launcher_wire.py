@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 from types import TracebackType
 
 from schedswitchd.errors import ProtocolError, SchedSwitchError
@@ -104,13 +105,27 @@ class LineConnection:
     def __init__(self, path: str | None = None, timeout_s: float = 60.0) -> None:
         self.path = socket_path(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout_s)
         try:
-            self.sock.connect(self.path)
+            self._connect(timeout_s)
         except OSError as exc:
             self.sock.close()
             raise self.unavailable(f"cannot connect to {self.path}: {exc.strerror}") from None
+        self.sock.settimeout(timeout_s)
         self._buffer = b""
+
+    def _connect(self, timeout_s: float) -> None:
+        """A blocking ``connect``, bounded by ``SO_SNDTIMEO``. When the daemon's accept
+        queue is full (a flood of clients), a Unix stream socket's blocking connect waits
+        in the kernel until the daemon accepts one (``unix_stream_connect``), woken by the
+        accept itself, while a non-blocking one (what a socket with a Python timeout is)
+        fails at once with ``EAGAIN``. Past ``timeout_s`` seconds it fails with ``EAGAIN``
+        too."""
+        whole = int(timeout_s)
+        timeval = struct.pack("ll", whole, int((timeout_s - whole) * 1e6))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        self.sock.connect(self.path)
+        # Sends use the Python timeout from here on; no kernel send timeout besides it.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
 
     def _read_line(self) -> bytes | None:
         """The next reply line without its newline; ``None`` when the daemon closed."""

@@ -43,6 +43,12 @@ from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
 
+#: The listening socket's accept queue, connections (``listen(2)``; the kernel caps it at
+#: ``net.core.somaxconn``). asyncio calls ``listen()`` again with its own default of 100
+#: when it starts serving on a socket, whatever the socket unit's ``Backlog=`` or the
+#: daemon's own ``listen()`` said: a flood of a few hundred clients then filled the queue
+#: and an admin's connect failed with ``EAGAIN`` (issue 14.10).
+LISTEN_BACKLOG = socket.SOMAXCONN
 #: Closed connections after which their cyclic garbage is collected (see Server._collect).
 COLLECT_EVERY = 128
 #: ... or fewer, once no connection is left.
@@ -124,7 +130,10 @@ class Server:
         self.reconciler.start()
         sock.setblocking(False)
         self._server = await asyncio.start_unix_server(
-            self._client, sock=sock, limit=self.config.limits.max_message_bytes
+            self._client,
+            sock=sock,
+            limit=self.config.limits.max_message_bytes,
+            backlog=LISTEN_BACKLOG,
         )
         self.reconciler.begin_grace()
 

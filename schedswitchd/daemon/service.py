@@ -203,7 +203,9 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
         gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
         os.chown(path, -1, gid)
     os.chmod(path, mode)
-    sock.listen(128)
+    from schedswitchd.daemon.server import LISTEN_BACKLOG
+
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 

@@ -93,13 +93,13 @@ def test_an_unreachable_daemon_imports_neither() -> None:
 
 def test_schedswitch_run_imports_neither(srv: Running, tmp_path: Path) -> None:
     """The launcher's whole path (hint, the command's start, its end, the release) in a
-    fresh interpreter: none of HEAVY, nor ``subprocess`` or ``typing`` (its start is what
-    a game's launch waits for)."""
+    fresh interpreter: none of HEAVY, nor ``subprocess``, ``typing`` or, on the usual
+    line, ``argparse`` (its start is what a game's launch waits for)."""
     probe = (
         "import sys\n"
         "from schedswitchd.cli import run\n"
         "code = run.main(sys.argv[1:])\n"
-        "heavy = ('pydantic', 'pydantic_core', 'asyncio', 'subprocess', 'typing')\n"
+        "heavy = ('pydantic', 'pydantic_core', 'asyncio', 'subprocess', 'typing', 'argparse')\n"
         "print('imported:' + ','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
@@ -218,3 +218,40 @@ def test_what_the_models_refuse_the_checks_refuse() -> None:
             _MODELS[op](**fields)
         checks = daemon_cmds._CHECKS[op]
         assert not all(check(fields[name]) for name, check in checks.items()), (op, fields)
+
+
+_RUN_WORDS = st.sampled_from(
+    ["-q", "--quiet", "--socket", "--socket=/s", "/s", "gaming", "x", "--", "-", "", "--ttl",
+     "5", "--prepare-only", "--sock", "--qu", "-x", "-qq", "cmd", "arg", "--help"]
+)  # fmt: skip
+
+
+@settings(max_examples=fuzzing.examples(2000), deadline=None)
+@given(st.lists(_RUN_WORDS, max_size=8))
+def test_schedswitch_runs_quick_parse_agrees_with_argparse(argv: list[str]) -> None:
+    """Whatever launch line ``_quick_parse`` reads (without argparse), the argparse path of
+    ``schedswitch-run`` reads the same: workload, socket, quiet and command."""
+    from unittest import mock
+
+    from schedswitchd.cli import run
+
+    quick = run._quick_parse(list(argv))
+    if quick is None:
+        return
+    with (
+        mock.patch.object(run, "_quick_parse", return_value=None),
+        mock.patch.object(run, "_run", return_value=0) as slow_run,
+    ):
+        assert run._main(list(argv)) == 0
+    slow_run.assert_called_once_with(*quick)
+
+
+def test_the_usual_launch_lines_are_read_quickly() -> None:
+    from schedswitchd.cli import run
+
+    assert run._quick_parse(["gaming", "--", "true"]) == ("gaming", None, False, ["true"])
+    assert run._quick_parse(["-q", "--socket", "/s", "g", "--", "a", "--", "b"]) == (
+        "g", "/s", True, ["a", "--", "b"]
+    )  # fmt: skip
+    for slow in (["g", "cmd", "--"], ["--prepare-only", "g", "--", "x"], ["g", "--"]):
+        assert run._quick_parse(slow) is None

@@ -31,9 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.memory_tuning import trim_heap
@@ -60,6 +62,9 @@ SCX_ECODE_ACT_RESTART = 1 << 48
 #: for a restart at every start cannot loop.
 MAX_RESTARTS = 5
 RESTART_WINDOW_NS = 60 * NS_PER_S
+#: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
+#: to be written before it goes on (pins, freeing the old scheduler), s.
+REPLY_WAIT_S = 0.25
 
 
 class Reconciler:
@@ -105,6 +110,9 @@ class Reconciler:
         #: Requests waiting in :meth:`settle_records`: (generation, early, future).
         self._waiters: list[tuple[int, bool, asyncio.Future[bool]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: [replies still to be written, the worker's event] of the switch whose
+        #: ``on_enabled`` released them (see :meth:`reply_sent`).
+        self._reply_gate: list[Any] | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_watch: Callable[[], None] | None = None
@@ -260,20 +268,49 @@ class Reconciler:
         ]
         return made, settled
 
-    def _release_waiters(self, gen: int, *, early_only: bool) -> None:
-        """Answer the waiters covered by pass ``gen`` (with ``early_only``: the early ones)."""
+    def _release_waiters(self, gen: int, *, early_only: bool) -> int:
+        """Answer the waiters covered by pass ``gen`` (with ``early_only``: the early ones);
+        returns how many."""
+        n = 0
         for w_gen, early, fut in list(self._waiters):
             if w_gen <= gen and (early or not early_only) and not fut.done():
                 fut.set_result(True)
+                n += 1
+        return n
 
     def _on_enabled(self, record: SwitchRecord) -> None:
-        """The switcher's callback (worker thread): the pass's new scheduler runs."""
+        """The switcher's callback (worker thread): the pass's new scheduler runs. Waits,
+        at most :data:`REPLY_WAIT_S`, until the replies it releases are written: the
+        switch's remaining work would otherwise share the CPU (and the GIL) with them,
+        and on a machine with few cores that work delayed the replies it follows."""
         loop, gen = self._loop, self._pass_gen
-        if loop is not None:
-            loop.call_soon_threadsafe(self._enabled, gen)
+        if loop is None:
+            return
+        written = threading.Event()
+        try:
+            loop.call_soon_threadsafe(self._enabled, gen, written)
+        except RuntimeError:  # the loop is closed: the daemon is stopping
+            return
+        written.wait(REPLY_WAIT_S)
 
-    def _enabled(self, gen: int) -> None:
-        self._release_waiters(gen, early_only=True)
+    def _enabled(self, gen: int, written: threading.Event) -> None:
+        released = self._release_waiters(gen, early_only=True)
+        if self._reply_gate is not None:
+            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
+        self._reply_gate = [released, written] if released else None
+        if not released:
+            written.set()
+
+    def reply_sent(self) -> None:
+        """The server wrote the reply of a request that waited with ``early``: once all
+        the replies a switch released are out, its worker goes on."""
+        gate = self._reply_gate
+        if gate is None:
+            return
+        gate[0] -= 1
+        if gate[0] <= 0:
+            gate[1].set()
+            self._reply_gate = None
 
     # --- the passes ---------------------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class Connection:
     final: proto.LeaseEnded | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    #: The reply being made waited for its switch only until the scheduler ran (``early``):
+    #: the switch's worker waits for it to be written (:meth:`Reconciler.reply_sent`).
+    early_reply: bool = False
 
 
 @dataclass(eq=False)
@@ -188,7 +191,11 @@ class Server:
                 # is hundreds of small objects) kept by this frame while it waits for the
                 # next request would stay alive per idle connection (issue 14.10).
                 data = proto.encode(await self._dispatch(line, conn))
-                if not await self._send_bytes(conn, data):
+                sent = await self._send_bytes(conn, data)
+                if conn.early_reply:  # a hint answered while its switch goes on
+                    conn.early_reply = False
+                    self.reconciler.reply_sent()
+                if not sent:
                     break
                 del data, line
         except _Close as close:
@@ -450,6 +457,7 @@ class Server:
         )
         self.reconciler.kick()
         # Answered once the kernel runs what the pass chose (see reconcile's docstring).
+        conn.early_reply = True
         made, settled = await self.reconciler.settle_records(early=True)
         wanted = self.config.hints[lease.workload].scheduler
         failed = [r for r in made if r.target == wanted and not r.ok]

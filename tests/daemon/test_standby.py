@@ -170,3 +170,27 @@ def test_a_hint_is_answered_once_it_runs_and_a_later_pin_failure_rolls_back(
     assert status["active"] == "fifo" and srv.backend.kernel_state().ops == "fifo_ops"
     assert [b["scheduler"] for b in status["backoff"]] == ["gaming"]
     c.close()
+
+
+def test_the_switch_goes_on_once_the_hint_reply_is_written(
+    srv: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the kernel runs the hinted scheduler, the worker waits (bounded; 10 s here so
+    that a loaded host cannot reorder it) until the hint's reply is written, then pins."""
+    from schedswitchd.daemon import reconcile
+
+    monkeypatch.setattr(reconcile, "REPLY_WAIT_S", 10.0)
+    rec = srv.read(lambda s: s.reconciler)
+    real = rec.reply_sent
+
+    def sent() -> None:
+        srv.backend.calls.append("reply sent")
+        real()
+
+    monkeypatch.setattr(rec, "reply_sent", sent)
+    c = srv.client()
+    assert c.request(op="hint", workload="battery")["active"] == "fifo"
+    srv.wait_for(lambda s: s.switcher.history[-1].finished)
+    calls = srv.backend.calls
+    assert calls.index("attach fifo") < calls.index("reply sent") < calls.index("pin fifo")
+    c.close()

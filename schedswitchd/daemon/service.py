@@ -190,10 +190,15 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
             raise ConfigError(f"{path}: another schedswitchd is already listening")
         finally:
             probe.close()
+    from schedswitchd.daemon.server import LISTEN_BACKLOG
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)  # no window in which the socket is wider than asked
     try:
         sock.bind(path)
+        # At once: a client that sees the path must not be refused (ECONNREFUSED)
+        # while the file's mode and group are set; the umask keeps it owner-only.
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot bind {path}: {exc.strerror}") from None
@@ -203,9 +208,6 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
         gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
         os.chown(path, -1, gid)
     os.chmod(path, mode)
-    from schedswitchd.daemon.server import LISTEN_BACKLOG
-
-    sock.listen(LISTEN_BACKLOG)
     return sock
 
 

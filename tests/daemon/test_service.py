@@ -270,6 +270,31 @@ def test_own_socket_refuses_live_and_non_socket_replaces_stale(workdir: Path) ->
     assert plain.read_text() == "keep me"
 
 
+def test_own_socket_listens_before_its_path_is_finished(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sees the socket's path connects: the daemon listens before it sets
+    the file's mode (clients, and this suite's waits, take the path as the sign)."""
+    path = workdir / "early.sock"
+    refused: list[OSError] = []
+    real_chmod = os.chmod
+
+    def chmod_then_connect(target: str, mode: int) -> None:
+        real_chmod(target, mode)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(target)
+        except OSError as exc:
+            refused.append(exc)
+        finally:
+            probe.close()
+
+    monkeypatch.setattr(os, "chmod", chmod_then_connect)
+    sock = service.own_socket(str(path), 0o600, None)
+    sock.close()
+    assert refused == []
+
+
 def test_the_backend_is_not_a_command_line_option(workdir: Path) -> None:
     """Tests inject their backend from Python; ``--help`` shows no test seam."""
     config = make_config(workdir)

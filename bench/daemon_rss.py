@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,7 @@ def one_run(label: str, extra: dict[str, str], log: Any) -> dict[str, Any]:
 
     standby_max = 1 if label == "standby" else 0
     t0 = time.monotonic()
-    work = Path(f"/tmp/ssd-rss-{label}")
+    work = Path(tempfile.gettempdir()) / f"ssd-rss-{label}"
     daemon = Daemon(work, config_text(str(work / "sock"), standby_max, extra))
     out: dict[str, Any] = {"standby_max": standby_max, "configured": 2 + len(extra)}
     try:

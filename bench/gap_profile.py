@@ -49,6 +49,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -238,7 +239,7 @@ def vm_main(args: argparse.Namespace) -> int:
     from schedswitchd.daemon.switcher import Switcher
 
     out = Path(args.results)
-    cfg_path = Path("/tmp/gap-profile.toml")
+    cfg_path = Path(tempfile.gettempdir()) / "gap-profile.toml"
     cfg_path.write_text(CONFIG.format(sched=SCHED_DIR))
     config = load_config(cfg_path)
     backend = create_backend(config)

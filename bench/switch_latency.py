@@ -64,6 +64,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -103,6 +104,10 @@ BTF_ROOT = Path("/sys/kernel/btf")
 
 
 # --- helpers of the VM-side processes ---------------------------------------------------------
+
+
+# The benchmarked daemon's work directory (its configuration among it), inside the VM.
+SCRATCH = Path(tempfile.gettempdir()) / "ssd-bench"
 
 
 def _now_ns() -> int:
@@ -452,7 +457,7 @@ def vm_main(args: argparse.Namespace) -> int:
     # uinput first (it heads the list): every step needs the declared module.
     _insmod_until(modules_left, 0, log, until=DECLARED_MODULE)
     t_start = time.monotonic()
-    daemon = Daemon(Path("/tmp/ssd-bench"))
+    daemon = Daemon(SCRATCH)
     log.write(f"daemon up in {time.monotonic() - t_start:.1f}s\n")
     parked = False
     try:
@@ -495,7 +500,7 @@ def vm_main(args: argparse.Namespace) -> int:
         # Switcher + KernelBackend with the same configuration, at the largest count.
         t_prof = time.monotonic()
         subprocess.run(
-            [py, __file__, "_profile", "/tmp/ssd-bench/config.toml", str(out_dir)], check=True
+            [py, __file__, "_profile", str(SCRATCH / "config.toml"), str(out_dir)], check=True
         )
         log.write(f"profile done ({time.monotonic() - t_prof:.0f}s)\n")
     return 0

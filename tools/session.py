@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -690,7 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--socket", default="/run/schedswitchd-session.sock")
     parser.add_argument("--out", type=Path, default=Path("checks.json"))
-    parser.add_argument("--log", type=Path, default=Path("/tmp/schedswitchd.log"))
+    parser.add_argument(
+        "--log", type=Path, default=Path(tempfile.gettempdir()) / "schedswitchd.log"
+    )
     args = parser.parse_args(argv)
     if args.mode == "checks":
         run_checks(args.config, args.socket, args.out, args.log)

@@ -178,8 +178,8 @@ def _quick_parse(argv: list[str]) -> tuple[str, str | None, bool, list[str]] | N
     read without argparse (whose import, with ``gettext`` and ``locale``, is ~4 ms of the
     launch line on the dev host): ``(workload, socket, quiet, command)``, exactly what the
     parser makes of such a line. ``None`` for anything else (other options, abbreviations,
-    a word starting with ``-`` before ``--``, no command), which the parser then reads and,
-    if need be, explains."""
+    a word starting with ``-`` before ``--``, any word between WORKLOAD and ``--``, no
+    command), which the parser then reads and, if need be, explains."""
     if "--" not in argv:
         return None
     cut = argv.index("--")
@@ -191,6 +191,10 @@ def _quick_parse(argv: list[str]) -> tuple[str, str | None, bool, list[str]] | N
     quiet = False
     words = iter(argv[:cut])
     for word in words:
+        if workload is not None:
+            # The parser gives every word after WORKLOAD to the command ("gaming -q -- x"
+            # runs "-q -- x"): such a line is its to read.
+            return None
         if word in ("-q", "--quiet"):
             quiet = True
         elif word == "--socket":
@@ -198,7 +202,7 @@ def _quick_parse(argv: list[str]) -> tuple[str, str | None, bool, list[str]] | N
             if value is None or value.startswith("-"):
                 return None
             socket = value
-        elif word.startswith("-") or workload is not None:
+        elif word.startswith("-"):
             return None
         else:
             workload = word

@@ -6,24 +6,38 @@ the wrapper's own cost), then times, each ``--runs`` times in fresh processes, i
 so that the host's drift hits every case alike:
 
 * the references: ``python -c pass`` (the interpreter's start and exit with ``site``, as a
-  console script starts) and ``python -S -c pass`` (without ``site``);
+  console script starts), in the regular install's venv and in the development venv, and
+  ``python -S -c pass`` (without ``site``);
 * ``schedswitch-run gaming -- date +%s%N``: from just before spawning the wrapper to the
   wall-clock time ``date`` reads once exec'd (``date`` stands for the issue's ``true``: it
-  reports when it ran), i.e. wrapper start + hint exchange + exec; once through the venv's
-  console script (site, and the editable install's import finder), once as ``python -S``
-  with the checkout on ``sys.path`` (what the wrapper itself costs);
-* ``schedswitchctl status``: start to exit, the same two ways.
+  reports when it ran), i.e. wrapper start + hint exchange + exec;
+* ``schedswitchctl status``: start to exit;
 
-Every process runs with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` dropped) into a
-private ``PYTHONPYCACHEPREFIX``, warmed by two unmeasured rounds: an installed package has
-its ``.pyc`` files, while a checkout run with ``PYTHONDONTWRITEBYTECODE=1`` compiles every
-module of the package at each start (~9 ms of schedswitch-run's imports by ``-X importtime``
-on the dev host).
+each of the two three ways: through the console script of a regular install (what a user
+runs, and what the targets are judged on), through the development venv's console script
+(``site`` runs its editable install's import finder), and as ``python -S`` with the
+checkout on ``sys.path`` (what the package's own code costs).
 
-Prints medians of wall time in ms, each as a ratio to both references of the same run, and
+The regular install is built from this checkout at every run: its package files, copied
+into the bench's temporary directory, are made into a wheel with the development venv's
+pip and setuptools (``--no-build-isolation --no-index``: nothing downloaded), installed
+``--no-deps`` into a fresh venv without pip or setuptools (``schedswitch-run`` and the
+daemon commands of ``schedswitchctl`` need the standard library alone; the daemon runs from
+the development venv). Its console scripts are pip's, as a user's ``pip install`` writes
+them.
+
+Every process runs without the caller's ``PYTHON*`` variables (this checkout's environment
+sets ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONUNBUFFERED=1``, which a user's does not), with
+bytecode caching on into a private ``PYTHONPYCACHEPREFIX``, warmed by two unmeasured
+rounds: an installed package has its ``.pyc`` files, while a checkout run with
+``PYTHONDONTWRITEBYTECODE=1`` compiles every module of the package at each start (~9 ms of
+schedswitch-run's imports by ``-X importtime`` on the dev host).
+
+Prints medians of wall time in ms, each as a ratio to the references of the same run, and
 the median CPU time (user + system of the process and its children, ms), which a loaded
-host inflates less than wall time. Targets: start to exec <= 60 ms, status <= 120 ms (wall,
-console script). Exit 0 met, 2 missed, 1 failed.
+host inflates less than wall time, with the host's load average before and after. Targets:
+start to exec <= 60 ms, status <= 120 ms (wall, regular install's console script). Exit 0
+met, 2 missed, 1 failed.
 
 Usage: ``python bench/launcher_start.py [--runs N] [--json]``.
 """
@@ -34,11 +48,13 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import venv
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,12 +68,17 @@ scheduler = "kernel"
 """
 TARGET_EXEC_MS = 60.0
 TARGET_STATUS_MS = 120.0
-REF = "python -c pass (reference)"
+REF = "python -c pass, regular install's venv (reference)"
+REF_DEV = "python -c pass, development venv (reference)"
 REF_S = "python -S -c pass (reference)"
-RUN = "schedswitch-run start to exec, console script"
+RUN = "schedswitch-run start to exec, regular install"
+RUN_DEV = "schedswitch-run start to exec, development console script"
 RUN_S = "schedswitch-run start to exec, python -S"
-STATUS = "schedswitchctl status, console script"
+STATUS = "schedswitchctl status, regular install"
+STATUS_DEV = "schedswitchctl status, development console script"
 STATUS_S = "schedswitchctl status, python -S"
+#: What a wheel of the package is built from (pyproject.toml names the readme and licence).
+PACKAGE_FILES = ("pyproject.toml", "README.md", "LICENSE", "schedswitchd")
 
 
 def _children_cpu_ms() -> float:
@@ -66,7 +87,7 @@ def _children_cpu_ms() -> float:
 
 
 #: The environment of every process the bench starts (see the module docstring).
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
 
 
 def wall_ms(argv: list[str]) -> tuple[float, float]:
@@ -99,13 +120,80 @@ def no_site(module: str, *args: str) -> list[str]:
     ]
 
 
+def regular_install(tmp: Path) -> Path:
+    """A venv under ``tmp`` with this checkout's package installed from a wheel, as
+    ``pip install`` installs it (see the module docstring); its ``bin`` directory.
+
+    Raises ``subprocess.CalledProcessError`` if the wheel cannot be built or installed
+    (``make deps`` installs the build backend, setuptools, into the development venv)."""
+    src, wheels, env = tmp / "src", tmp / "wheels", tmp / "venv"
+    src.mkdir()
+    for name in PACKAGE_FILES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, src / name)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheels)]
+    subprocess.run([*pip, *build, str(src)], check=True, stdout=subprocess.DEVNULL)
+    venv.EnvBuilder(with_pip=False).create(env)
+    install = ["--python", str(env / "bin" / "python"), "install", "--no-deps", "--no-index"]
+    wheel = [str(path) for path in wheels.glob("*.whl")]
+    subprocess.run([*pip, *install, *wheel], check=True, stdout=subprocess.DEVNULL)
+    return env / "bin"
+
+
 def wait_for_socket(path: Path, daemon: subprocess.Popen[bytes]) -> None:
-    """Until the daemon's socket exists (10 s at most)."""
-    deadline = time.monotonic() + 10.0
+    """Until the daemon's socket exists (60 s at most: its start on a loaded host)."""
+    deadline = time.monotonic() + 60.0
     while not path.exists():
         if daemon.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("bench: the daemon did not start")
         time.sleep(0.05)
+
+
+def measure(runs: int, tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    """Every case's ``runs`` samples of (wall ms, CPU ms), interleaved, against a daemon
+    started here."""
+    installed = regular_install(tmp)
+    conf, sock = tmp / "c.toml", tmp / "s.sock"
+    conf.write_text(CONFIG)
+    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    # The daemon is not measured: it runs in the caller's environment (its imports need
+    # no fresh bytecode cache).
+    daemon = subprocess.Popen(
+        [str(BIN / "schedswitchd"), "--config", str(conf), "--socket", str(sock)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_socket(sock, daemon)
+        date = ["date", "+%s%N"]
+        run_args = ["-q", "--socket", str(sock), "gaming", "--", *date]
+        status_args = ["--socket", str(sock), "status"]
+        cases: dict[str, Callable[[], tuple[float, float]]] = {
+            REF: lambda: wall_ms([str(installed / "python"), "-c", "pass"]),
+            REF_DEV: lambda: wall_ms([sys.executable, "-c", "pass"]),
+            REF_S: lambda: wall_ms([sys.executable, "-S", "-c", "pass"]),
+            RUN: lambda: exec_ms([str(installed / "schedswitch-run"), *run_args]),
+            RUN_DEV: lambda: exec_ms([str(BIN / "schedswitch-run"), *run_args]),
+            RUN_S: lambda: exec_ms(no_site("schedswitchd.cli.run", *run_args)),
+            STATUS: lambda: wall_ms([str(installed / "schedswitchctl"), *status_args]),
+            STATUS_DEV: lambda: wall_ms([str(BIN / "schedswitchctl"), *status_args]),
+            STATUS_S: lambda: wall_ms(no_site("schedswitchd.cli.ctl", *status_args)),
+        }
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+        for _ in range(2):  # fill the bytecode cache, unmeasured
+            for case in cases.values():
+                case()
+        for _ in range(runs):
+            for name, case in cases.items():
+                samples[name].append(case())
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+    return samples
 
 
 def main() -> int:
@@ -114,58 +202,38 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--json", action="store_true", help="one JSON line of results")
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    started = time.strftime("%H:%M UTC", time.gmtime())
     with tempfile.TemporaryDirectory(prefix="ssd-launch-") as tmp:
-        conf, sock = Path(tmp) / "c.toml", Path(tmp) / "s.sock"
-        conf.write_text(CONFIG)
-        ENV["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
-        daemon = subprocess.Popen(
-            [str(BIN / "schedswitchd"), "--config", str(conf), "--socket", str(sock)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=ENV,
-        )
-        try:
-            wait_for_socket(sock, daemon)
-            date = ["date", "+%s%N"]
-            run_args = ["-q", "--socket", str(sock), "gaming", "--", *date]
-            status_args = ["--socket", str(sock), "status"]
-            cases: dict[str, Callable[[], tuple[float, float]]] = {
-                REF: lambda: wall_ms([sys.executable, "-c", "pass"]),
-                REF_S: lambda: wall_ms([sys.executable, "-S", "-c", "pass"]),
-                RUN: lambda: exec_ms([str(BIN / "schedswitch-run"), *run_args]),
-                RUN_S: lambda: exec_ms(no_site("schedswitchd.cli.run", *run_args)),
-                STATUS: lambda: wall_ms([str(BIN / "schedswitchctl"), *status_args]),
-                STATUS_S: lambda: wall_ms(no_site("schedswitchd.cli.ctl", *status_args)),
-            }
-            samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
-            for _ in range(2):  # fill the bytecode cache, unmeasured
-                for case in cases.values():
-                    case()
-            for _ in range(args.runs):
-                for name, case in cases.items():
-                    samples[name].append(case())
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=10)
+        samples = measure(args.runs, Path(tmp))
+    load_after = os.getloadavg()
     medians = {name: statistics.median(w for w, _ in v) for name, v in samples.items()}
     cpu = {name: statistics.median(c for _, c in v) for name, v in samples.items()}
-    ref, ref_s = medians[REF], medians[REF_S]
     exec_med, status_med = medians[RUN], medians[STATUS]
     met = exec_med <= TARGET_EXEC_MS and status_med <= TARGET_STATUS_MS
     if args.json:
-        print(json.dumps({"runs": args.runs, "median_ms": medians, "cpu_ms": cpu, "met": met}))
+        result = {
+            "runs": args.runs,
+            "started": started,
+            "load": [load_before, load_after],
+            "median_ms": medians,
+            "cpu_ms": cpu,
+            "met": met,
+        }
+        print(json.dumps(result))
     else:
-        load = os.getloadavg()[0]
-        print(f"medians of {args.runs} runs, {os.uname().release}, load average {load:.1f}")
-        print("| case | wall ms | / python -c pass | / python -S -c pass | CPU ms |")
+        loads = " / ".join(" ".join(f"{x:.1f}" for x in load) for load in (load_before, load_after))
+        print(f"medians of {args.runs} runs, {os.uname().release}, started {started}")
+        print(f"load average (1, 5, 15 min) before / after: {loads}")
+        print("| case | wall ms | / `python -c pass` | / `python -S -c pass` | CPU ms |")
         print("|---|---:|---:|---:|---:|")
         for name, value in medians.items():
             print(
-                f"| {name} | {value:.1f} | {value / ref:.2f} | {value / ref_s:.2f} "
-                f"| {cpu[name]:.1f} |"
+                f"| {name} | {value:.1f} | {value / medians[REF]:.2f} "
+                f"| {value / medians[REF_S]:.2f} | {cpu[name]:.1f} |"
             )
         print(
-            f"targets: start to exec {exec_med:.1f} <= {TARGET_EXEC_MS} ms, "
+            f"targets (regular install): start to exec {exec_med:.1f} <= {TARGET_EXEC_MS} ms, "
             f"status {status_med:.1f} <= {TARGET_STATUS_MS} ms: {'met' if met else 'MISSED'}"
         )
     return 0 if met else 2

@@ -88,6 +88,7 @@ from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
+from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS, StructOpsLinkCalls
 from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
@@ -145,6 +146,8 @@ class KernelPrepared:
     #: The profile's steps after load: attach CPU, after-attach runs, ``[[stats]]``
     #: (``None`` without a profile, and for an adopted handle).
     plan: ProfilePlan | None = None
+    #: What creates its struct_ops link (the backend's :attr:`KernelBackend.links`).
+    links: StructOpsLinkCalls = KERNEL_LINKS
 
     @property
     def adopted(self) -> bool:
@@ -176,16 +179,14 @@ class KernelPrepared:
         """Register the scheduler: write the struct_ops value (first time) and create the
         link (``BPF_LINK_CREATE``, attach type ``BPF_STRUCT_OPS``)."""
         if self.loaded is not None:
-            made = self.loaded.attach_struct_ops(self.ops_map)
+            made = self.loaded.attach_struct_ops(self.ops_map, links=self.links)
             link = made.get(self.ops_map) or self.loaded.links.get(self.ops_map)
             if link is None:
                 raise LoadError(f"{self.name}: struct_ops map {self.ops_map} made no link")
             return link
         if self.adopted_ops_map is None:
             raise LoadError(f"{self.name}: adopted without its struct_ops map")
-        self.adopted_link = syscall.link_create(
-            self.adopted_ops_map, bpf_uapi.AttachType.STRUCT_OPS
-        )
+        self.adopted_link = self.links.create(self.adopted_ops_map)
         return self.adopted_link
 
     def close_link(self) -> None:
@@ -222,7 +223,9 @@ class KernelBackend:
     struct_ops type that makes an object a scheduler (another type only in host tests,
     which have no sched_ext); ``rcu``: what :meth:`switch_window` holds (default: nothing);
     ``sysfs_root``: the sysfs tree a scheduler profile's topology is read from (``/sys``;
-    another tree only in tests).
+    another tree only in tests); ``links``: the ``BPF_LINK_CREATE``/``BPF_LINK_DETACH``
+    of struct_ops links (:mod:`schedswitchd.kernel.struct_ops_link`; the kernel's by
+    default, a model of sched_ext's answers to them only in host tests).
     """
 
     def __init__(
@@ -237,8 +240,10 @@ class KernelBackend:
         ops_type: str = SCHED_EXT_OPS,
         rcu: RcuExpediter | None = None,
         sysfs_root: str | Path = "/sys",
+        links: StructOpsLinkCalls = KERNEL_LINKS,
     ) -> None:
         self.ops_type = ops_type
+        self.links = links
         self.sysfs_root = Path(sysfs_root)
         #: The handle attached now, for the profile counters status reads from any thread;
         #: ``_stats_lock`` keeps its maps open while they are read.
@@ -460,6 +465,7 @@ class KernelBackend:
         report = targets.report
         self._count("module_btfs_declared", len(report.declared))
         handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
+        handle.links = self.links
         handle.inputs = (opened.key, module_key, hotplug, *profile_key)
         handle.plan = plan
         return handle
@@ -717,7 +723,7 @@ class KernelBackend:
         if link is None or not self._link_detach_works:
             return False
         try:
-            syscall.link_detach(link)
+            h.links.detach(link)
         except BpfSyscallError as exc:
             if exc.errno == errno.EOPNOTSUPP:
                 self._link_detach_works = False
@@ -925,6 +931,7 @@ class KernelBackend:
             adopted_ops_map=ops_fd,
             adopted_exit_map=exit_map,
             adopted_program_links=pinned.program_links,
+            links=self.links,
         )
 
     def _struct_ops_value_name(self, ops_fd: MapFd) -> str:

@@ -63,6 +63,7 @@ from schedswitchd.kernel.kmsg import KernelLogWatch
 from schedswitchd.kernel.module_memo import ModuleLookup
 from schedswitchd.kernel.module_needs import TRACING_TARGETS, object_module_lookups
 from schedswitchd.kernel.prog_attach import AttachError, attach_program
+from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS, StructOpsLinkCalls
 from schedswitchd.kernel.struct_ops_value import (
     StructOpsKernelType,
     StructOpsPlan,
@@ -73,7 +74,6 @@ from schedswitchd.kernel.struct_ops_value import (
 from schedswitchd.kernel.syscall import (
     btf_load,
     iter_create,
-    link_create,
     map_create,
     map_delete_elem,
     map_freeze,
@@ -275,7 +275,11 @@ class LoadedObject:
     # --- attach ----------------------------------------------------------------------------
 
     def attach_struct_ops(
-        self, name: str | None = None, *, programs: bool = True
+        self,
+        name: str | None = None,
+        *,
+        programs: bool = True,
+        links: StructOpsLinkCalls = KERNEL_LINKS,
     ) -> dict[str, LinkFd]:
         """Register struct_ops map ``name`` (default: every one not yet attached): write its
         value (``BPF_MAP_UPDATE_ELEM``, key 0), then for ``BPF_F_LINK`` maps create the
@@ -285,7 +289,8 @@ class LoadedObject:
 
         With ``programs`` (the default) the object's other programs are attached first
         (:meth:`attach_programs`, once), as scx's ``SCX_OPS_ATTACH`` runs the skeleton's
-        attach before it creates the struct_ops link."""
+        attach before it creates the struct_ops link. ``links`` issues the
+        ``BPF_LINK_CREATE`` (see :mod:`schedswitchd.kernel.struct_ops_link`)."""
         if programs and not self._programs_attached:
             self.attach_programs()
         start = time.perf_counter_ns()
@@ -303,7 +308,7 @@ class LoadedObject:
                     f"struct_ops map {n} was unregistered; a legacy (non-link) struct_ops map "
                     "cannot be registered again: load the object again"
                 )
-            link = self._with_kernel_reason(n, functools.partial(self._register, n, m))
+            link = self._with_kernel_reason(n, functools.partial(self._register, n, m, links))
             if link is not None:
                 made[n] = self.links[n] = link
         self.timings_ns["attach"] = time.perf_counter_ns() - start
@@ -330,12 +335,12 @@ class LoadedObject:
         self.timings_ns["struct_ops_value"] = time.perf_counter_ns() - start
         return True
 
-    def _register(self, name: str, m: LoadedMap) -> LinkFd | None:
+    def _register(self, name: str, m: LoadedMap, links: StructOpsLinkCalls) -> LinkFd | None:
         """Write the value if not yet written; then create the link (link maps; returned)
         or count the map registered (legacy maps: the update registered it)."""
         self._update_value(name)
         if m.spec.flags & bpf_uapi.F_LINK:
-            return link_create(m.fd, bpf_uapi.AttachType.STRUCT_OPS)
+            return links.create(m.fd)
         self._registered.add(name)
         return None
 

@@ -5,13 +5,12 @@ half (attach/detach/adopt of a running scheduler) runs in the VM (tests/vm/)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,14 @@ from schedswitchd.kernel.sched_ext import SchedExtUnavailable
 from schedswitchd.kernel.scheduler_pins import PinDir
 from schedswitchd.kernel.scx_exit import uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache
+from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
+from tests.kernel.fake_sched_ext import TCP_LIST, FakeSchedExt
 
 pytestmark = pytest.mark.root
 
 TCP = "tcp_congestion_ops"
-TCP_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,28 @@ def scx_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def backend(registry: KernelBtfRegistry, bpffs: Path, scx_root: Path) -> KernelBackend:
+def sched_ext(scx_root: Path) -> Iterator[FakeSchedExt]:
+    """sched_ext's answers to the backend's struct_ops links, kept in ``scx_root``
+    (tests/kernel/fake_sched_ext.py): the links stay real."""
+    with FakeSchedExt(scx_root) as fake:
+        yield fake
+
+
+@pytest.fixture
+def backend(
+    registry: KernelBtfRegistry, bpffs: Path, scx_root: Path, request: pytest.FixtureRequest
+) -> KernelBackend:
+    """The backend on ``scx_root``, for ``tcp_congestion_ops``. Its struct_ops links go
+    through the test's ``sched_ext`` when the test asks for that fixture (the sysfs then
+    follows them as sched_ext's would); else straight to the kernel, and ``scx_root``
+    reads only what the test writes."""
+    links = request.getfixturevalue("sched_ext") if "sched_ext" in request.fixturenames else None
     return KernelBackend(
-        pin_dir=bpffs / "pins", registry=registry, sched_ext_root=scx_root, ops_type=TCP
+        pin_dir=bpffs / "pins",
+        registry=registry,
+        sched_ext_root=scx_root,
+        ops_type=TCP,
+        links=links or KERNEL_LINKS,
     )
 
 
@@ -94,35 +113,6 @@ def _set_state(scx_root: Path, state: str, ops: str | None) -> None:
     else:
         (scx_root / "root").mkdir(exist_ok=True)
         (scx_root / "root" / "ops").write_text(ops + "\n")
-
-
-@pytest.fixture
-def sysfs_follows(monkeypatch: pytest.MonkeyPatch, scx_root: Path) -> None:
-    """Make the fake sysfs do what sched_ext does synchronously in BPF_LINK_CREATE, in
-    BPF_LINK_DETACH and when the last link reference closes: read enabled (with the ops
-    name) / disabled. The links themselves stay real."""
-    create, close, link_detach = (
-        KernelPrepared.create_link,
-        KernelPrepared.close_link,
-        syscall.link_detach,
-    )
-
-    def create_link(self: KernelPrepared) -> LinkFd:
-        link = create(self)
-        _set_state(scx_root, "enabled", self.ops_name)
-        return link
-
-    def close_link(self: KernelPrepared) -> None:
-        close(self)
-        _set_state(scx_root, "disabled", None)
-
-    def detach_link(fd: LinkFd) -> None:
-        link_detach(fd)
-        _set_state(scx_root, "disabled", None)
-
-    monkeypatch.setattr(KernelPrepared, "create_link", create_link)
-    monkeypatch.setattr(KernelPrepared, "close_link", close_link)
-    monkeypatch.setattr(syscall, "link_detach", detach_link)
 
 
 class SysfsReads:
@@ -325,31 +315,29 @@ def test_uei_layout_absent_and_names(bpf_object: Callable[[str], Path]) -> None:
 
 
 def test_attach_refused_with_ebusy_says_what_runs(
-    backend: KernelBackend,
-    bpf_object: Callable[[str], Path],
-    scx_root: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    backend: KernelBackend, bpf_object: Callable[[str], Path], sched_ext: FakeSchedExt
 ) -> None:
     # attach reads no sysfs before BPF_LINK_CREATE: sched_ext refuses a second scheduler
-    # with EBUSY (scx_root_enable_workfn), which tcp_congestion_ops cannot produce here.
+    # with EBUSY (scx_root_enable_workfn), which tcp_congestion_ops cannot produce here:
+    # the fake sched_ext answers so, before anything registers.
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
-
-    def busy(self: KernelPrepared) -> LinkFd:
-        raise BpfSyscallError("BPF_LINK_CREATE", errno.EBUSY, "busy")
-
-    monkeypatch.setattr(KernelPrepared, "create_link", busy)
     try:
-        _set_state(scx_root, "enabled", "other_sched")
+        sched_ext.others_run("other_sched")
         with pytest.raises(
             SchedExtError, match=r"sched_ext is enabled \(ops 'other_sched'\), not disabled"
         ):
             backend.attach(h, 0.2)
-        assert not h.attached and h.link() is None
-        assert backend.pins.names() == []
-        _set_state(scx_root, "disabled", None)  # EBUSY while disabled: a teardown in flight
+        assert not _attached(h) and h.link() is None
+        assert backend.pins.names() == [] and _registered("ssd_uei", False)
+        sched_ext.disable()
+        sched_ext.busy_next = True  # EBUSY while disabled: a teardown in flight
         with pytest.raises(SchedExtError, match="refused with EBUSY"):
             backend.attach(h, 0.2)
-        assert backend.counters()["attach_failures"] == 2
+        assert not _attached(h) and h.link() is None
+        assert backend.counters()["attach_failures"] == 2 and sched_ext.creates == 0
+        # nothing of the refusals stays in the way: once sched_ext lets it, it attaches
+        backend.attach(h, 2.0)
+        assert _attached(h) and _registered("ssd_uei", True)
     finally:
         backend.discard(h)
 
@@ -398,9 +386,11 @@ def test_attach_undone_when_the_kernel_does_not_run_it(
         backend.discard(h)
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_attach_detach_pins_and_reattach(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    sched_ext: FakeSchedExt,
 ) -> None:
     # attach confirms "enabled" with the ops name and pins the real link and exit map,
     # detach detaches the link in the kernel (BPF_LINK_DETACH: unregistered at once) and
@@ -443,14 +433,15 @@ def test_attach_detach_pins_and_reattach(
             assert "detach.link_detach" in h.timings_ns
         backend.detach(h, 0.1)  # not attached: a no-op
     finally:
-        _set_state(scx_root, "disabled", None)
         backend.discard(h)
     assert backend.pins.names() == [] and h.link() is None  # discard released them
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_new_form_of_a_running_scheduler_keeps_its_pin(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    sched_ext: FakeSchedExt,
 ) -> None:
     """A reload swaps a running scheduler for a new handle of the same name: discarding the
     old handle afterwards must not remove the new one's pin (issue 14.5)."""
@@ -477,15 +468,13 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
     finally:
         backend.discard(old)
         backend.discard(new)
-        _set_state(scx_root, "disabled", None)
     assert backend.pins.names() == []
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_gap_work_is_two_syscalls_and_two_reads(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
-    scx_root: Path,
+    sched_ext: FakeSchedExt,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Inside the no-scheduler gap: detach = BPF_LINK_DETACH and nothing else (no sysfs
@@ -529,28 +518,20 @@ def test_gap_work_is_two_syscalls_and_two_reads(
         # (pin() clears its own directory first, after the confirmation)
         assert unpins == ["uei2", "uei"] and backend.pins.names() == ["uei2"]
     finally:
-        _set_state(scx_root, "disabled", None)
         backend.discard(old)
         backend.discard(new)
     assert backend.pins.names() == []
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_detach_falls_back_to_close_without_link_detach(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
-    scx_root: Path,
+    sched_ext: FakeSchedExt,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Kernels before 6.10 answer EOPNOTSUPP to BPF_LINK_DETACH on struct_ops links: unpin,
     # close (the last reference unregisters) and wait for "disabled"; asked once only.
-    tried: list[int] = []
-
-    def unsupported(fd: LinkFd) -> None:
-        tried.append(1)
-        raise BpfSyscallError("BPF_LINK_DETACH", errno.EOPNOTSUPP, "not supported")
-
-    monkeypatch.setattr(syscall, "link_detach", unsupported)
+    sched_ext.link_detach_supported = False
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
         for _ in range(2):
@@ -561,9 +542,8 @@ def test_detach_falls_back_to_close_without_link_detach(
             assert _registered("ssd_uei", False)
             assert {"detach.unpin", "detach.link_close", "detach.disable_wait"} <= set(h.timings_ns)
             assert "detach.link_detach" not in h.timings_ns
-        assert tried == [1]
+        assert sched_ext.detach_calls == 1
     finally:
-        _set_state(scx_root, "disabled", None)
         backend.discard(h)
 
 
@@ -593,9 +573,11 @@ def test_pins_survive_the_handle_and_adopt_cleans_stale(
     assert _registered("ssd_uei", False)
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_adopt_reopens_a_running_pinned_scheduler(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    sched_ext: FakeSchedExt,
 ) -> None:
     cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
 
@@ -637,9 +619,11 @@ def test_adopt_reopens_a_running_pinned_scheduler(
     assert _registered("ssd_uei", False)
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path, tmp_path: Path
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    sched_ext: FakeSchedExt,
+    tmp_path: Path,
 ) -> None:
     """The object was rebuilt (another ops name) or removed after the previous daemon
     pinned it: the running scheduler is adopted under the kernel's name, its pin kept
@@ -663,10 +647,9 @@ def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
     assert h.loaded is not None
     backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
     h.close()
-    _set_state(scx_root, "enabled", "someone_else")
+    sched_ext.others_run("someone_else")
     assert backend.adopt({"uei": cfg}) is None
     assert backend.pins.names() == [] and _registered("ssd_uei", False)
-    _set_state(scx_root, "disabled", None)
 
 
 def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path: Path) -> None:
@@ -742,9 +725,11 @@ def _gone(link_id: int) -> bool:
     return True
 
 
-@pytest.mark.usefixtures("sysfs_follows")
 def test_program_links_attach_first_pin_and_survive_a_restart(
-    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    scx_root: Path,
+    sched_ext: FakeSchedExt,
 ) -> None:
     # ca_hooks: a tcp_congestion_ops next to a tp_btf/sys_enter program. attach attaches
     # the program before the struct_ops link and pins its link under progs/; a daemon that
@@ -852,7 +837,7 @@ def test_profiled_prepare_attach_and_stats(
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    sysfs_follows: None,
+    sched_ext: FakeSchedExt,
 ) -> None:
     """A profile through the real backend: applied at prepare (resize, variables, after-load
     write, syscall runs on each CPU), link created from the attach CPU, after-attach run,
@@ -973,7 +958,7 @@ def test_profile_step_failures_leave_nothing(
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    sysfs_follows: None,
+    sched_ext: FakeSchedExt,
 ) -> None:
     """A before-attach run returning what the profile does not expect fails the prepare
     (nothing stays loaded); an after-attach one fails the attach and unregisters again."""

@@ -4,8 +4,9 @@
 loader turns it into maps, programs and links in one pass. Every record here is immutable:
 a frozen dataclass, or a named tuple for the per-instruction records (:class:`Fixup`,
 :class:`FuncInfo`, :class:`LineInfo`; a large scheduler's programs carry tens of
-thousands, built at every open); customisation (:mod:`schedswitchd.bpf.customize`)
-returns edited copies.
+thousands), or :class:`ExtInfo`, which keeps a program's func_info and line_info
+undecoded until its load; customisation (:mod:`schedswitchd.bpf.customize`) returns
+edited copies.
 
 Numbering conventions (from ``include/uapi/linux/bpf.h``): ``prog_type`` is a
 ``BPF_PROG_TYPE_*`` value, ``expected_attach_type`` a ``BPF_*`` attach type, map ``type``
@@ -15,6 +16,8 @@ program (:mod:`schedswitchd.bpf.insn`); sizes and offsets are in bytes.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
@@ -278,13 +281,99 @@ class LineInfo(NamedTuple):
     line_col: int
 
 
+class ExtPiece(NamedTuple):
+    """The func_info or line_info records of one function copy in a linked program,
+    undecoded: records ``lo`` to ``hi`` (exclusive) of ``words`` (a section's records as
+    32-bit words, ``width`` per record, the first being ``insn_off`` in bytes from the
+    section start; :class:`~schedswitchd.bpf.btf.ext.ExtRecords`). The record's
+    instruction index in the linked program is ``insn_off // 8 + shift``."""
+
+    words: array[int]
+    width: int
+    lo: int
+    hi: int
+    shift: int
+
+
+#: ``_SLOTS(byte offset)`` is ``byte offset // 8``: the instruction slot of a byte offset.
+_SLOTS = (8).__rfloordiv__
+
+
+def _pack(pieces: Iterable[ExtPiece]) -> array[int]:
+    """The records of ``pieces`` in order, each ``insn_off`` made the linked instruction
+    index: a slice and two C-level maps per piece, no Python step per record."""
+    out = array("I")
+    for words, width, lo, hi, shift in pieces:
+        part = words[lo * width : hi * width]
+        part[0::width] = array("I", map(shift.__add__, map(_SLOTS, part[0::width])))
+        out.extend(part)
+    return out
+
+
+class ExtInfo:
+    """A linked program's func_info and line_info, kept as the ``.BTF.ext`` records of the
+    functions placed in it (one :class:`ExtPiece` per function copy and kind) and decoded
+    only when asked for -- at load (:meth:`func_info_bytes`, :meth:`line_info_bytes`), as
+    libbpf builds them in ``bpf_object__relocate`` rather than at open: lavd's programs
+    carry ~18k line_info records, which a cold open need not build. Immutable; compares
+    (and hashes) by its decoded records."""
+
+    __slots__ = ("_func", "_line")
+
+    def __init__(self, func: tuple[ExtPiece, ...] = (), line: tuple[ExtPiece, ...] = ()) -> None:
+        self._func = func
+        self._line = line
+
+    def func_info_bytes(self) -> bytes:
+        """The program's ``struct bpf_func_info`` records (8 bytes each: ``insn_off`` in
+        instruction slots of the linked program, ``type_id``; include/uapi/linux/bpf.h), in
+        the host's byte order, as ``BPF_PROG_LOAD`` reads them."""
+        return _pack(self._func).tobytes()
+
+    def line_info_bytes(self) -> bytes:
+        """The program's ``struct bpf_line_info`` records (16 bytes each: ``insn_off`` in
+        slots, ``file_name_off``, ``line_off``, ``line_col``), host byte order."""
+        return _pack(self._line).tobytes()
+
+    def func_info(self) -> tuple[FuncInfo, ...]:
+        """The func_info records, decoded (built anew at each call)."""
+        w = _pack(self._func)
+        return tuple(map(FuncInfo._make, zip(w[0::2], w[1::2], strict=True)))
+
+    def line_info(self) -> tuple[LineInfo, ...]:
+        """The line_info records, decoded (built anew at each call)."""
+        w = _pack(self._line)
+        return tuple(map(LineInfo._make, zip(w[0::4], w[1::4], w[2::4], w[3::4], strict=True)))
+
+    def _key(self) -> tuple[bytes, bytes]:
+        return self.func_info_bytes(), self.line_info_bytes()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ExtInfo):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        nf = sum(p.hi - p.lo for p in self._func)
+        nl = sum(p.hi - p.lo for p in self._line)
+        return f"ExtInfo({nf} func_info, {nl} line_info)"
+
+
+#: A program without func_info or line_info.
+NO_EXT_INFO = ExtInfo()
+
+
 @dataclass(frozen=True, slots=True)
 class ProgramSpec:
     """An entry program, linked with the ``.text`` subprograms it calls.
 
     ``insns`` are the linked instruction bytes (entry first, then used subprograms);
-    ``fixups`` the kernel-side patches; ``func_info``/``line_info`` re-based to the linked
-    instructions (record sizes for ``BPF_PROG_LOAD`` are 8 and 16 bytes);
+    ``fixups`` the kernel-side patches; ``ext_info`` the func_info/line_info re-based to
+    the linked instructions, built when asked for (:attr:`func_info`, :attr:`line_info`;
+    the loader takes the packed records, 8 and 16 bytes each, for ``BPF_PROG_LOAD``);
     ``core_relos`` CO-RE relocations indexed into ``insns``. ``attach_to`` is the section
     suffix naming the attach target (``"sched_switch"`` for ``tp_btf/sched_switch``, the
     struct_ops member name for ``struct_ops/NAME``, ``""`` when none); ``autoload`` is false
@@ -301,11 +390,20 @@ class ProgramSpec:
     autoload: bool
     insns: bytes
     fixups: tuple[Fixup, ...] = ()
-    func_info: tuple[FuncInfo, ...] = ()
-    line_info: tuple[LineInfo, ...] = ()
+    ext_info: ExtInfo = NO_EXT_INFO
     core_relos: tuple[CoreRelo, ...] = ()
     subprograms: tuple[str, ...] = ()
     btf_func_id: int = 0
+
+    @property
+    def func_info(self) -> tuple[FuncInfo, ...]:
+        """The func_info records, decoded from :attr:`ext_info` (built at each access)."""
+        return self.ext_info.func_info()
+
+    @property
+    def line_info(self) -> tuple[LineInfo, ...]:
+        """The line_info records, decoded from :attr:`ext_info` (built at each access)."""
+        return self.ext_info.line_info()
 
     @property
     def insn_count(self) -> int:

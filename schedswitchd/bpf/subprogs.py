@@ -18,12 +18,12 @@ import bisect
 import itertools
 import re
 import struct
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from typing import NamedTuple
 
-from schedswitchd.bpf.btf.ext import BtfExt, ExtColumns
+from schedswitchd.bpf.btf.ext import BtfExt, ExtColumns, ExtRecords
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.elf import (
     SHN_LORESERVE,
@@ -51,10 +51,10 @@ from schedswitchd.bpf.insn import (
 from schedswitchd.bpf.spec import (
     ExternKind,
     ExternSpec,
+    ExtInfo,
+    ExtPiece,
     Fixup,
     FixupKind,
-    FuncInfo,
-    LineInfo,
 )
 from schedswitchd.errors import ObjectError
 
@@ -104,8 +104,7 @@ class Linked:
 
     insns: bytes
     fixups: tuple[Fixup, ...]
-    func_info: tuple[FuncInfo, ...]
-    line_info: tuple[LineInfo, ...]
+    ext_info: ExtInfo
     core_relos: tuple[CoreRelo, ...]
     subprograms: tuple[str, ...]
 
@@ -284,32 +283,51 @@ def _where(n: int, sec: Section, rel: Reloc) -> str:
     return f"relocation {n} of {sec.name!r} at offset {rel.offset}"
 
 
+_NO_RECORDS = ExtRecords([], array("I"), 1)
+
+
 class ExtIndex:
     """The ``.BTF.ext`` records of each section sorted by ``insn_off`` (ties in file order),
-    as columns (:class:`~schedswitchd.bpf.btf.ext.ExtColumns`), so that the records of one
-    function are a slice found by bisection: a scheduler's ``.text`` has tens of thousands
-    of line_info records and hundreds of subprograms, and scanning every record for each
-    subprogram each entry program pulls in made opening lavd take seconds. Build one per
-    object (:class:`Linker` does)."""
+    so that the records of one function are a slice found by bisection: a scheduler's
+    ``.text`` has tens of thousands of line_info records and hundreds of subprograms, and
+    scanning every record for each subprogram each entry program pulls in made opening
+    lavd take seconds. func_info and line_info stay undecoded records
+    (:class:`~schedswitchd.bpf.btf.ext.ExtRecords`), CO-RE relocations are columns
+    (:class:`~schedswitchd.bpf.btf.ext.ExtColumns`). Build one per object (:class:`Linker`
+    does)."""
 
     def __init__(self, ext: BtfExt) -> None:
         self.ext = ext
         self._sorted: dict[tuple[str, str], ExtColumns] = {}
+        self._records: dict[tuple[str, str], tuple[ExtRecords, bool]] = {}
+
+    def records(self, what: str, section: str) -> tuple[ExtRecords, bool]:
+        """The ``what`` (``func_info``/``line_info``) records of ``section`` sorted by
+        ``insn_off`` (stable), and whether any of them is misaligned (not at an
+        instruction: only then are the records of each function checked one by one)."""
+        key = (what, section)
+        hit = self._records.get(key)
+        if hit is None:
+            table = self.ext.func_info if what == "func_info" else self.ext.line_info
+            recs = table.get(section, _NO_RECORDS)
+            offs = recs.insn_off
+            if offs != sorted(offs):  # not clang's order: move whole records
+                order = sorted(range(len(offs)), key=offs.__getitem__)  # stable
+                width, words = recs.width, recs.words
+                moved = array("I")
+                for i in order:
+                    moved.extend(words[i * width : (i + 1) * width])
+                recs = ExtRecords([offs[i] for i in order], moved, width)
+            hit = self._records[key] = (recs, any(map(_LOW, recs.insn_off)))
+        return hit
 
     def columns(self, what: str, section: str) -> ExtColumns:
-        """The ``what`` (``func_info``/``line_info``/``core_relo``) records of ``section``,
-        sorted by ``insn_off`` (stable), as columns."""
+        """The CO-RE relocation (``what`` = ``core_relo``) records of ``section``, sorted by
+        ``insn_off`` (stable), as columns."""
         key = (what, section)
         hit = self._sorted.get(key)
         if hit is None:
-            table: Mapping[str, ExtColumns]
-            if what == "func_info":
-                table = self.ext.func_info
-            elif what == "line_info":
-                table = self.ext.line_info
-            else:
-                table = self.ext.core_relos
-            cols = table.get(section)
+            cols = self.ext.core_relos.get(section)
             if cols is None:
                 hit = ExtColumns([], ())
             elif cols.insn_off == sorted(cols.insn_off):  # clang's order: nothing to move
@@ -323,7 +341,7 @@ class ExtIndex:
             self._sorted[key] = hit
         return hit
 
-    def range(self, cols: ExtColumns, start: int, end: int) -> tuple[int, int]:
+    def range(self, cols: ExtColumns | ExtRecords, start: int, end: int) -> tuple[int, int]:
         """Indices ``[lo, hi)`` of ``cols``'s records with ``start <= insn_off < end``."""
         offs = cols.insn_off
         return bisect.bisect_left(offs, start), bisect.bisect_left(offs, end)
@@ -348,20 +366,17 @@ class _Prepared:
     map, global data, kfunc, ksym and kconfig relocations applied; ``calls`` its calls and
     callback loads in instruction order and ``runs`` its fixups (``insn_idx`` counting from
     the function's start) cut at the calls: ``runs[k]`` are the fixups between call
-    ``k - 1`` and call ``k`` (``len(calls) + 1`` runs). Its ``.BTF.ext`` records are kept
-    as columns with function-relative instruction indices (``fi_*``, ``li_*``, ``cr``), so
-    that a copy at slot ``base`` is built by one pass over them."""
+    ``k - 1`` and call ``k`` (``len(calls) + 1`` runs). Its func_info and line_info are
+    undecoded pieces (``fi``, ``li``; ``None`` when it has none) whose ``shift`` places the
+    function at slot 0 (a copy at slot ``base`` adds ``base``), its CO-RE records ``cr``
+    have function-relative instruction indices."""
 
     function: Function
     body: bytes
     calls: tuple[_Call, ...]
     runs: tuple[tuple[Fixup, ...], ...]
-    fi_idx: list[int]
-    fi_type: list[int]
-    li_idx: list[int]
-    li_file: list[int]
-    li_line: list[int]
-    li_col: list[int]
+    fi: ExtPiece | None
+    li: ExtPiece | None
     cr: tuple[CoreRelo, ...]
 
 
@@ -419,8 +434,8 @@ class Linker:
         placed: dict[int, int] = {}
         fixups: list[Fixup] = []
         subs: list[str] = []
-        finfo: list[FuncInfo] = []
-        linfo: list[LineInfo] = []
+        finfo: list[ExtPiece] = []
+        linfo: list[ExtPiece] = []
         crelos: list[CoreRelo] = []
         _rebased(first, 0, finfo, linfo, crelos)
         # An explicit stack of (prepared function, base slot, next run) frames keeps deep
@@ -460,7 +475,11 @@ class Linker:
                     stack.append((callee, at, 0))
                     break
         return Linked(
-            bytes(out), tuple(fixups), tuple(finfo), tuple(linfo), tuple(crelos), tuple(subs)
+            bytes(out),
+            tuple(fixups),
+            ExtInfo(tuple(finfo), tuple(linfo)),
+            tuple(crelos),
+            tuple(subs),
         )
 
     def _prepare(self, f: Function) -> _Prepared:
@@ -528,7 +547,7 @@ class Linker:
                 fixups.clear()
         runs.append(tuple(fixups))
         if self._index is None:
-            return _Prepared(f, bytes(body), tuple(calls), tuple(runs), [], [], [], [], [], [], ())
+            return _Prepared(f, bytes(body), tuple(calls), tuple(runs), None, None, ())
         return _ext_records(f, bytes(body), tuple(calls), tuple(runs), self._index)
 
 
@@ -538,26 +557,18 @@ _tuple_new = tuple.__new__
 def _rebased(
     prep: _Prepared,
     base: int,
-    finfo: list[FuncInfo],
-    linfo: list[LineInfo],
+    finfo: list[ExtPiece],
+    linfo: list[ExtPiece],
     crelos: list[CoreRelo],
 ) -> None:
-    """Append ``prep``'s ``.BTF.ext`` records moved to start at slot ``base``: the named
-    tuples are built straight from the columns (``tuple.__new__`` over zipped columns,
-    without a Python call per record: lavd's programs carry ~18k line_info records)."""
-    add = base.__add__
-    if prep.fi_idx:
-        finfo.extend(
-            map(_tuple_new, repeat(FuncInfo), zip(map(add, prep.fi_idx), prep.fi_type, strict=True))
-        )
-    if prep.li_idx:
-        linfo.extend(
-            map(
-                _tuple_new,
-                repeat(LineInfo),
-                zip(map(add, prep.li_idx), prep.li_file, prep.li_line, prep.li_col, strict=True),
-            )
-        )
+    """Append ``prep``'s ``.BTF.ext`` records moved to start at slot ``base``: its func_info
+    and line_info as one undecoded piece each (decoded at load; lavd's programs carry ~18k
+    line_info records), its CO-RE records re-based."""
+    fi, li = prep.fi, prep.li
+    if fi is not None:
+        finfo.append(_tuple_new(ExtPiece, (fi[0], fi[1], fi[2], fi[3], fi[4] + base)))
+    if li is not None:
+        linfo.append(_tuple_new(ExtPiece, (li[0], li[1], li[2], li[3], li[4] + base)))
     if prep.cr:
         crelos.extend([_tuple_new(CoreRelo, (r[0] + base, *r[1:])) for r in prep.cr])
 
@@ -592,8 +603,8 @@ def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
     _IMM.pack_into(out, pos + INSN_SIZE + 4, hi)  # the second slot's imm
 
 
-#: ``_SLOTS(byte offset)`` is ``byte offset // INSN_SIZE``.
-_SLOTS = INSN_SIZE.__rfloordiv__
+#: ``_LOW(byte offset)`` is non-zero when the offset is not an instruction's.
+_LOW = (INSN_SIZE - 1).__and__
 
 
 def _misaligned(f: Function, offs: list[int], what: str) -> None:
@@ -613,28 +624,22 @@ def _ext_records(
     index: ExtIndex,
 ) -> _Prepared:
     """``f`` prepared with its ``.BTF.ext`` records: each kind's slice of its section's
-    columns, checked (aligned; a known CO-RE kind) and made function-relative."""
+    records, checked (aligned; a known CO-RE kind); func_info and line_info as undecoded
+    pieces, CO-RE records function-relative."""
     name = f.section.name
     lo, hi = f.offset, f.offset + f.size
     fo = f.offset
-    low = (INSN_SIZE - 1).__and__
-    back = (-fo).__add__  # byte offset in the section -> in the function (C-level maps)
+    first = fo // INSN_SIZE
 
-    cols = index.columns("func_info", name)
-    a, b = index.range(cols, lo, hi)
-    offs = cols.insn_off[a:b]
-    if any(map(low, offs)):
-        _misaligned(f, offs, "func_info")
-    fi_idx = list(map(_SLOTS, map(back, offs)))
-    fi_type = cols.fields[0][a:b] if fi_idx else []
-
-    cols = index.columns("line_info", name)
-    a, b = index.range(cols, lo, hi)
-    offs = cols.insn_off[a:b]
-    if any(map(low, offs)):
-        _misaligned(f, offs, "line_info")
-    li_idx = list(map(_SLOTS, map(back, offs)))
-    li_file, li_line, li_col = (c[a:b] for c in cols.fields) if li_idx else ([], [], [])
+    pieces: list[ExtPiece | None] = []
+    for what in ("func_info", "line_info"):
+        recs, misaligned = index.records(what, name)
+        a, b = index.range(recs, lo, hi)
+        if misaligned and any(map(_LOW, recs.insn_off[a:b])):
+            _misaligned(f, recs.insn_off[a:b], what)
+        pieces.append(
+            _tuple_new(ExtPiece, (recs.words, recs.width, a, b, -first)) if b > a else None
+        )
 
     cols = index.columns("core_relo", name)
     a, b = index.range(cols, lo, hi)
@@ -654,6 +659,4 @@ def _ext_records(
             crelos.append(
                 _tuple_new(CoreRelo, ((off - fo) // INSN_SIZE, types[j], accesses[j], kind))
             )
-    return _Prepared(
-        f, body, calls, runs, fi_idx, fi_type, li_idx, li_file, li_line, li_col, tuple(crelos)
-    )
+    return _Prepared(f, body, calls, runs, pieces[0], pieces[1], tuple(crelos))

@@ -1314,11 +1314,10 @@ class _Loader:
         ):
             attach_btf_id, attach_obj = self._attach_target(prog)
         btf = self.obj.btf_fd
-        func_info = b"".join(struct.pack("<II", f.insn_idx, f.type_id) for f in prog.func_info)
-        line_info = b"".join(
-            struct.pack("<IIII", li.insn_idx, li.file_name_off, li.line_off, li.line_col)
-            for li in prog.line_info
-        )
+        # the records are decoded from the object's .BTF.ext only now, as libbpf does
+        with_ext = btf is not None and self._has_func()
+        func_info = prog.ext_info.func_info_bytes() if with_ext else b""
+        line_info = prog.ext_info.line_info_bytes() if with_ext else b""
         try:
             return prog_load(
                 prog.prog_type,
@@ -1329,8 +1328,8 @@ class _Loader:
                 prog_flags=bpf_uapi.F_SLEEPABLE if prog.sleepable else 0,
                 btf_fd=btf,
                 # without kernel FUNC support libbpf drops func and line info too
-                func_info=func_info if btf is not None and self._has_func() else b"",
-                line_info=line_info if btf is not None and self._has_func() else b"",
+                func_info=func_info,
+                line_info=line_info,
                 attach_btf_id=attach_btf_id,
                 attach_btf_obj_fd=attach_obj,
                 fd_array=self.fd_array,

@@ -42,12 +42,25 @@ class ExtColumns(NamedTuple):
     fields: tuple[list[Any], ...]
 
 
+class ExtRecords(NamedTuple):
+    """One section's func_info or line_info records, in file order: ``insn_off`` (bytes from
+    the section start, one per record) and ``words``, the records themselves as 32-bit
+    words, ``width`` per record (2 for func_info: ``insn_off, type_id``; 4 for line_info:
+    ``insn_off, file_name_off, line_off, line_col``), so that the records of a function
+    are a slice of it handed on undecoded until its program is loaded
+    (:class:`~schedswitchd.bpf.spec.ExtInfo`)."""
+
+    insn_off: list[int]
+    words: array[int]
+    width: int
+
+
 @dataclass(frozen=True, slots=True)
 class BtfExt:
     """All records, keyed by ELF section name."""
 
-    func_info: dict[str, ExtColumns]
-    line_info: dict[str, ExtColumns]
+    func_info: dict[str, ExtRecords]
+    line_info: dict[str, ExtRecords]
     core_relos: dict[str, ExtColumns]
 
 
@@ -97,27 +110,30 @@ def parse_btf_ext(data: bytes, string: Callable[[int], str]) -> BtfExt:
                 ) from exc
 
     return BtfExt(
-        func_info=_blocks(body, fi_off, fi_len, _FUNC_INFO_WORDS, "func_info", string, None),
-        line_info=_blocks(body, li_off, li_len, _LINE_INFO_WORDS, "line_info", string, None),
-        core_relos=_blocks(body, cr_off, cr_len, _CORE_RELO_WORDS, "core_relo", string, resolve),
+        func_info=_records(body, fi_off, fi_len, _FUNC_INFO_WORDS, "func_info", string),
+        line_info=_records(body, li_off, li_len, _LINE_INFO_WORDS, "line_info", string),
+        core_relos=_columns(body, cr_off, cr_len, _CORE_RELO_WORDS, "core_relo", string, resolve),
     )
 
 
-def _blocks(
-    body: bytes,
-    off: int,
-    length: int,
-    words: int,
-    what: str,
-    string: Callable[[int], str],
-    finish: Callable[[str, ExtColumns], None] | None,
-) -> dict[str, ExtColumns]:
-    """The groups of one info block, as columns per section: the first ``words`` 32-bit
-    fields of each record, read with one array conversion and strided slices per group.
-    ``finish(section, columns)`` post-processes a group's columns (CO-RE access strings)."""
+class _Group(NamedTuple):
+    """One group of an info block: its section's name and its records as 32-bit words
+    (``stride`` words per record, native byte order)."""
+
+    name: str
+    words: array[int]
+    stride: int
+
+
+def _groups(
+    body: bytes, off: int, length: int, words: int, what: str, string: Callable[[int], str]
+) -> list[_Group]:
+    """The groups of one info block, each read with one array conversion; checks the block's
+    bounds, its record size (at least ``words`` words, a multiple of 4 bytes) and each
+    group's header, record count and section name."""
     min_rec = 4 * words
     if length == 0:
-        return {}
+        return []
     if off + length > len(body):
         raise ObjectError(f".BTF.ext {what} block [{off}, {off + length}) is outside the section")
     blk = body[off : off + length]
@@ -128,7 +144,7 @@ def _blocks(
         raise ObjectError(f".BTF.ext {what} record size {rec_size} is invalid (min {min_rec})")
     stride = rec_size // 4
     pos = 4
-    out: dict[str, ExtColumns] = {}
+    out: list[_Group] = []
     while pos < len(blk):
         if pos + 8 > len(blk):
             raise ObjectError(f".BTF.ext {what} group header at {pos} is truncated")
@@ -148,12 +164,51 @@ def _blocks(
         arr.frombytes(blk[pos : pos + num * rec_size])
         if _SWAP:
             arr.byteswap()
+        out.append(_Group(name, arr, stride))
+        pos += num * rec_size
+    return out
+
+
+def _records(
+    body: bytes, off: int, length: int, words: int, what: str, string: Callable[[int], str]
+) -> dict[str, ExtRecords]:
+    """func_info or line_info records per section: the first ``words`` words of each record
+    (a newer compiler's longer records are cut to the fields the kernel is given), groups of
+    one section concatenated in file order."""
+    out: dict[str, ExtRecords] = {}
+    for name, arr, stride in _groups(body, off, length, words, what, string):
+        if stride != words:  # keep the known fields only
+            cut = array("I", bytes(4 * words * (len(arr) // stride)))
+            for k in range(words):
+                cut[k::words] = arr[k::stride]
+            arr = cut
+        have = out.get(name)
+        if have is None:
+            out[name] = ExtRecords(arr[0::words].tolist(), arr, words)
+        else:
+            have.insn_off.extend(arr[0::words])
+            have.words.extend(arr)
+    return out
+
+
+def _columns(
+    body: bytes,
+    off: int,
+    length: int,
+    words: int,
+    what: str,
+    string: Callable[[int], str],
+    finish: Callable[[str, ExtColumns], None],
+) -> dict[str, ExtColumns]:
+    """CO-RE relocation records per section, as columns (strided slices of each group's
+    words); ``finish(section, columns)`` post-processes a group's columns (its access
+    strings)."""
+    out: dict[str, ExtColumns] = {}
+    for name, arr, stride in _groups(body, off, length, words, what, string):
         cols = ExtColumns(
             arr[0::stride].tolist(), tuple(arr[k::stride].tolist() for k in range(1, words))
         )
-        if finish is not None:
-            finish(name, cols)
-        pos += num * rec_size
+        finish(name, cols)
         have = out.get(name)
         if have is None:
             out[name] = cols

@@ -9,14 +9,17 @@ errors included. Exit statuses tell apart a failed request (1), bad usage (2), a
 unreachable daemon (3) and a refusal (4): the table is in :mod:`schedswitchd.cli.exits`.
 A closed output pipe (``| head -1``) ends the command quietly (141). ``--socket PATH``
 may come before the command (a global option) or after it.
+
+A line of a command that takes the common options alone (``status``, ``list``, ``stop``,
+``reload``) and nothing argparse would read differently is run without argparse (its
+import, with ``re``, ``gettext``, ``locale`` and the ``shutil`` its help formatter loads
+for the terminal's width, is most of what ``status`` imported): :func:`_quick_parse`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Sequence
 
 from schedswitchd import __version__
 from schedswitchd.cli import exits
@@ -24,10 +27,12 @@ from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
-# typing is not imported at run time: it costs ~3 ms of the start of a command that
-# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+# Neither argparse nor typing is imported on a quick line (issue 15: status in at most
+# 120 ms); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
     from typing import NoReturn
 
 # --help is for users: the module docstring above is for developers.
@@ -78,25 +83,37 @@ def _family_of(words: Sequence[str]) -> str | None:
     return None
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, plus the ``--json`` error document for usage errors (sub-parsers are made
-    of the same class). ``json_errors`` is set by :func:`main` from the command line."""
+#: Whether a usage error also prints the ``--json`` error document: set by :func:`_main`
+#: from the command line around ``parse_args``.
+_json_errors = False
+_PARSER: type[argparse.ArgumentParser] | None = None
 
-    json_errors = False
 
-    def error(self, message: str) -> NoReturn:
-        if self.json_errors:
-            print(exits.error_document("usage", f"{self.prog}: {message}"), flush=True)
-        super().error(message)  # usage and message on stderr, exit 2
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse's parser, plus the ``--json`` error document for usage errors (sub-parsers
+    are made of the same class). Made on first use: argparse is imported only then."""
+    global _PARSER
+    if _PARSER is None:
+        import argparse
+
+        class _Parser(argparse.ArgumentParser):
+            def error(self, message: str) -> NoReturn:
+                if _json_errors:
+                    print(exits.error_document("usage", f"{self.prog}: {message}"), flush=True)
+                super().error(message)  # usage and message on stderr, exit 2
+
+        _PARSER = _Parser
+    return _PARSER
 
 
 def build_parser(words: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``schedswitchctl`` argument parser: the full one, or given the command line
     ``words``, one with only the chosen command's family registered (see
     :data:`_FAMILIES`)."""
+    import argparse
     import importlib
 
-    parser = _Parser(
+    parser = _parser_class()(
         prog="schedswitchctl",
         description=_DESCRIPTION,
         epilog=_EPILOG,
@@ -133,21 +150,74 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_entry(_main, argv)
 
 
+class _QuickArgs:
+    """What the parser's namespace gives a command of the common options alone."""
+
+    def __init__(self, command: str, socket: str | None, json: bool) -> None:
+        self.command, self.socket, self.json = command, socket, json
+
+
+def _quick_parse(words: list[str]) -> tuple[str, str | None, bool] | None:
+    """``[--socket PATH]... COMMAND [--socket PATH | --json]...`` for a COMMAND of
+    :data:`schedswitchd.cli.daemon_cmds.PLAIN_COMMANDS`, read without argparse:
+    ``(command, socket, json)``, exactly what the parser makes of such a line (the last
+    ``--socket`` after the command, else the last one before it). ``None`` for anything
+    else (other words or options, ``--socket=PATH``, abbreviations, a value starting with
+    ``-``, ``--json`` before the command), which the parser then reads and, if need be,
+    explains."""
+    from schedswitchd.cli.daemon_cmds import PLAIN_COMMANDS
+
+    command: str | None = None
+    global_socket: str | None = None
+    socket: str | None = None
+    json = False
+    rest = iter(words)
+    for word in rest:
+        if word == "--socket":
+            value = next(rest, None)
+            if value is None or value.startswith("-"):
+                return None
+            if command is None:
+                global_socket = value
+            else:
+                socket = value
+        elif word == "--json" and command is not None:
+            json = True
+        elif command is None and word in PLAIN_COMMANDS:
+            command = word
+        else:
+            return None
+    if command is None:
+        return None
+    return command, socket if socket is not None else global_socket, json
+
+
 def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    quick = _quick_parse(words)
+    if quick is not None:
+        from schedswitchd.cli.daemon_cmds import PLAIN_COMMANDS
+
+        return _run(PLAIN_COMMANDS[quick[0]][1], _QuickArgs(*quick), as_json=quick[2])
+    global _json_errors
     parser = build_parser(words)
-    _Parser.json_errors = "--json" in words
+    _json_errors = "--json" in words
     try:
         args = parser.parse_args(words)
     finally:
-        _Parser.json_errors = False
+        _json_errors = False
     if getattr(args, "socket", None) is None and args.global_socket is not None:
         args.socket = args.global_socket
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return exits.EXIT_USAGE
-    as_json = bool(getattr(args, "json", False))
+    return _run(handler, args, as_json=bool(getattr(args, "json", False)))
+
+
+def _run(handler: Callable[..., int], args: object, *, as_json: bool) -> int:
+    """``handler(args)``'s exit status; an error it raises printed (see the module
+    docstring) and turned into its status."""
     try:
         return int(handler(args))
     except SchedSwitchError as exc:

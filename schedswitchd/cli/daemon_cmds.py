@@ -18,12 +18,7 @@ pydantic JSON of the reply).
 
 from __future__ import annotations
 
-import argparse
-import functools
-import re
-import signal
 import sys
-from collections.abc import Callable
 
 from schedswitchd.cli.exits import UsageError
 from schedswitchd.daemon.launcher_wire import (
@@ -44,6 +39,8 @@ from schedswitchd.errors import ProtocolError
 # has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
     from typing import Any
 
     #: A reply object as the daemon sent it (``schedswitchd.daemon.protocol``'s reply models).
@@ -52,6 +49,8 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     """Add the daemon commands to ``schedswitchctl``'s sub-parsers."""
+    import argparse
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--socket",
@@ -65,8 +64,8 @@ def register(sub: Any) -> None:
         parser.set_defaults(handler=handler)
         return parser
 
-    add("status", "the kernel's sched_ext state and the daemon's", _status)
-    add("list", "configured schedulers, hint rules and live leases", _list)
+    add("status", PLAIN_COMMANDS["status"][0], _status)
+    add("list", PLAIN_COMMANDS["list"][0], _list)
     history = add("history", "recent switches, oldest first", _history)
     history.add_argument("--limit", type=int, default=20, help="at most this many (20)")
     hint = add(
@@ -94,13 +93,22 @@ def register(sub: Any) -> None:
         _switch,
     )
     switch.add_argument("scheduler", help="a scheduler name of the config (see `list`)")
-    add("stop", "admin: back to the kernel's own scheduler", _stop)
-    add("reload", "admin: re-read the daemon's configuration", _reload)
+    add("stop", PLAIN_COMMANDS["stop"][0], _stop)
+    add("reload", PLAIN_COMMANDS["reload"][0], _reload)
 
 
 def _name_check(pattern: str) -> Callable[[Any], bool]:
-    compiled = re.compile(pattern)
-    return lambda v: isinstance(v, str) and compiled.fullmatch(v) is not None
+    compiled: list[Any] = []  # re.Pattern, compiled at the first check (re, with enum, is
+    # milliseconds of the start of a command that checks no name, such as status)
+
+    def check(value: Any) -> bool:
+        if not compiled:
+            import re
+
+            compiled.append(re.compile(pattern))
+        return isinstance(value, str) and compiled[0].fullmatch(value) is not None
+
+    return check
 
 
 def _int_in(low: int, high: int, *, optional: bool = False) -> Callable[[Any], bool]:
@@ -175,13 +183,16 @@ def _reads_reply(handler: Callable[[argparse.Namespace], int]) -> Callable[..., 
     """A command whose reply lacks a field it shows fails as a malformed reply (exit 1),
     as it did when replies were validated against the protocol's models."""
 
-    @functools.wraps(handler)
     def run(args: argparse.Namespace) -> int:
         try:
             return handler(args)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"malformed reply from the daemon: {exc!r}") from None
 
+    # functools.wraps's part that shows (functools, with collections, is milliseconds of
+    # the start of status).
+    run.__name__, run.__qualname__ = handler.__name__, handler.__qualname__
+    run.__doc__, run.__wrapped__ = handler.__doc__, handler  # type: ignore[attr-defined]
     return run
 
 
@@ -400,6 +411,8 @@ def _hint(args: argparse.Namespace) -> int:
             print(_hint_line(args.workload, reply), flush=True)
             print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
         # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends.
+        import signal
+
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             final = client.wait_closed()
@@ -469,3 +482,14 @@ def _reload(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"reloaded {reply['source']}: schedulers {', '.join(reply['schedulers'])}")
     return 0
+
+
+#: The commands that take the common options alone (``--socket PATH``, ``--json``): their
+#: help line and handler. ``schedswitchctl`` runs such a command line without argparse
+#: (see :func:`schedswitchd.cli.ctl._quick_parse`).
+PLAIN_COMMANDS: dict[str, tuple[str, Callable[..., int]]] = {
+    "status": ("the kernel's sched_ext state and the daemon's", _status),
+    "list": ("configured schedulers, hint rules and live leases", _list),
+    "stop": ("admin: back to the kernel's own scheduler", _stop),
+    "reload": ("admin: re-read the daemon's configuration", _reload),
+}

@@ -9,8 +9,10 @@ taken again. Exit status: the command's (128+N if killed by signal N).
 
 It sits on the game's launch path, so it imports the standard library and
 :mod:`schedswitchd.daemon.launcher_wire` only (no pydantic, no asyncio, not even
-``subprocess`` or ``typing``): ``bench/launcher_start.py`` measures its start to the
-command's exec (issue 15: at most 60 ms). The command is started with ``posix_spawnp``,
+``subprocess`` or ``typing``), and before the command starts, on the usual launch line,
+not even ``argparse``, ``signal``, ``socket``, ``json`` or ``threading`` (with them ``enum``,
+``re``, ``functools`` and ``collections``): ``bench/launcher_start.py`` measures its start
+to the command's exec (issue 15: at most 60 ms). The command is started with ``posix_spawnp``,
 as a shell's ``exec`` would leave it: it inherits the wrapper's environment and open file
 descriptors (a launcher may pass some on; the daemon connection is close-on-exec), with
 ``SIGPIPE`` and ``SIGXFSZ`` back at their defaults (Python ignores them).
@@ -18,11 +20,12 @@ descriptors (a launcher may pass some on; the daemon connection is close-on-exec
 
 from __future__ import annotations
 
+# The signal module's C core, which every interpreter loads at start: the signal module
+# adds enum types around the same numbers and functions (enum, with functools and
+# collections, is ~5 ms of the launch line on the dev host). No typeshed stub.
+import _signal  # type: ignore[import-not-found]
 import os
-import signal
 import sys
-import threading
-from collections.abc import Sequence
 
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, LauncherConnection, LauncherRefused
@@ -34,8 +37,11 @@ from schedswitchd.errors import SchedSwitchError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    import threading
+    from collections.abc import Sequence
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+#: Signals passed on to the command (``signal.SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGQUIT``).
+FORWARDED: tuple[int, ...] = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 class HintHolder:
@@ -44,8 +50,8 @@ class HintHolder:
     def __init__(self, workload: str, socket: str | None, quiet: bool) -> None:
         self.workload, self.socket, self.quiet = workload, socket, quiet
         self.client: LauncherConnection | None = None
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._hold, daemon=True)
+        #: Set to end the holding thread; made by :meth:`start`.
+        self.done: threading.Event | None = None
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -78,18 +84,22 @@ class HintHolder:
         return True
 
     def start(self) -> None:
-        self.thread.start()
+        """Start the holding thread (threading is imported here, once the command runs)."""
+        import threading
 
-    def _hold(self) -> None:
-        while not self.done.is_set():
+        self.done = threading.Event()
+        threading.Thread(target=self._hold, args=(self.done,), daemon=True).start()
+
+    def _hold(self, done: threading.Event) -> None:
+        while not done.is_set():
             client = self.client
             if client is not None:
                 client.wait_closed()
-                if self.done.is_set():
+                if done.is_set():
                     return
                 self.client = None
                 self.say("the daemon went away; will hint again when it is back")
-            if self.done.wait(1.0):
+            if done.wait(1.0):
                 return
             try:
                 LauncherConnection(self.socket, timeout_s=1.0).close()
@@ -98,7 +108,8 @@ class HintHolder:
             self.take()
 
     def release(self) -> None:
-        self.done.set()
+        if self.done is not None:
+            self.done.set()
         if self.client is not None:
             self.client.close()  # closing the connection ends the lease
 
@@ -249,25 +260,27 @@ def _run(workload: str, socket: str | None, quiet: bool, command: list[str]) -> 
         # subprocess and selectors is ~5 ms of the launch line, and the command should see
         # the file descriptors it would see without the wrapper, not the ones Popen leaves.
         child = os.posix_spawnp(
-            command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            command[0], command, os.environ, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)
         )
     except OSError as exc:
         holder.release()
         print(f"schedswitch-run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
         return 127
-    reaped = threading.Event()
+    reaped = False
 
     def forward(signum: int, _frame: object) -> None:
-        if not reaped.is_set():  # once reaped, its pid may be another process's
+        # Python runs signal handlers in the main thread, between the waitpid below and
+        # the flag's setting or after both.
+        if not reaped:  # once reaped, its pid may be another process's
             os.kill(child, signum)
 
     for sig in FORWARDED:
-        signal.signal(sig, forward)
+        _signal.signal(sig, forward)
     if held:
         holder.start()
     try:
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-        reaped.set()
+        reaped = True
     finally:
         holder.release()
     return 128 - code if code < 0 else code

@@ -17,11 +17,14 @@ parses as the protocol's requests and that it reads the real server's replies.
 
 from __future__ import annotations
 
-import json
+# The C cores of socket and json: the socket type the socket module subclasses, and the
+# string quoting and scanner json.dumps and json.loads run on. The modules around them
+# import enum (socket's constants) and re (json's whitespace and escapes), with functools
+# and collections: ~10 ms of the start of a client that has a time budget (issue 15).
+import _json
+import _socket
 import os
-import socket
 import struct
-from types import TracebackType
 
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
@@ -29,6 +32,7 @@ from schedswitchd.errors import ProtocolError, SchedSwitchError
 # has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import TracebackType
     from typing import Any, ClassVar, Final, Self
 
 #: Where the daemon listens unless told otherwise (the socket unit's ``ListenStream=``).
@@ -61,6 +65,86 @@ SHUTTING_DOWN: Final = "shutting_down"
 def socket_path(explicit: str | None = None) -> str:
     """``explicit``, else ``$SCHEDSWITCHD_SOCKET``, else :data:`DEFAULT_SOCKET`."""
     return explicit or os.environ.get("SCHEDSWITCHD_SOCKET") or DEFAULT_SOCKET
+
+
+_CONSTANTS = {"-Infinity": -float("inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _DecoderSettings:
+    """What ``json.loads`` gives json's C scanner (``json.decoder.JSONDecoder``'s defaults:
+    strict strings, plain dicts, ``int`` and ``float``, ``NaN`` and the infinities)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    array_hook = None  # read from Python 3.15 on
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+try:
+    _scan: _json.make_scanner | None = _json.make_scanner(_DecoderSettings())  # type: ignore[arg-type]
+except (AttributeError, TypeError):  # a later CPython's scanner wants more: json reads all
+    _scan = None
+
+
+def loads(line: bytes) -> Any:
+    """``json.loads(line)``: the same value, or the same exception.
+
+    A line of UTF-8 JSON with nothing around the value (what the daemon writes) is read by
+    json's C scanner set up as ``json.loads`` sets it up, without importing :mod:`json`.
+    Whatever that does not read whole (another encoding, whitespace around the value, an
+    error, whose message is json's) is given to ``json.loads`` itself.
+    """
+    if _scan is not None:
+        try:
+            text = line.decode()
+            value, end = _scan(text, 0)
+        # SystemError: the C scanner raises json.decoder's JSONDecodeError only if that
+        # module is loaded; json.loads below loads it and raises the error.
+        except (StopIteration, ValueError, RecursionError, SystemError):
+            pass
+        else:
+            if end == len(text):
+                return value
+    import json
+
+    return json.loads(line)
+
+
+#: How ``json.dumps`` writes a value of each of these exact types besides ``str``.
+_LITERALS: dict[type, Any] = {
+    int: int.__repr__,
+    bool: lambda value: "true" if value else "false",
+    type(None): lambda _: "null",
+}
+
+
+def dumps(request: dict[str, Any]) -> bytes:
+    """``json.dumps(request, separators=(",", ":")).encode()``, byte for byte.
+
+    An object of string keys whose values are strings, integers, booleans and ``None`` (a
+    request of the launcher or of ``schedswitchctl status``) is written with json's C
+    string quoting (ASCII, as ``ensure_ascii``), without importing :mod:`json`; anything
+    else (a float, a list) is given to ``json.dumps``.
+    """
+    members = []
+    for key, value in request.items():
+        if type(key) is not str:
+            break
+        if type(value) is str:
+            text = _json.encode_basestring_ascii(value)
+        elif type(value) in _LITERALS:
+            text = _LITERALS[type(value)](value)
+        else:
+            break
+        members.append(f"{_json.encode_basestring_ascii(key)}:{text}")
+    else:
+        return ("{" + ",".join(members) + "}").encode()
+    import json
+
+    return json.dumps(request, separators=(",", ":")).encode()
 
 
 class DaemonUnavailable(SchedSwitchError):
@@ -104,7 +188,7 @@ class LineConnection:
 
     def __init__(self, path: str | None = None, timeout_s: float = 60.0) -> None:
         self.path = socket_path(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             self._connect(timeout_s)
         except OSError as exc:
@@ -122,10 +206,10 @@ class LineConnection:
         too."""
         whole = int(timeout_s)
         timeval = struct.pack("ll", whole, int((timeout_s - whole) * 1e6))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)
         self.sock.connect(self.path)
         # Sends use the Python timeout from here on; no kernel send timeout besides it.
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
 
     def _read_line(self) -> bytes | None:
         """The next reply line without its newline; ``None`` when the daemon closed."""
@@ -148,7 +232,7 @@ class LineConnection:
         :class:`~schedswitchd.errors.ProtocolError` for a reply that is not a JSON object of
         protocol version 1 answering ``request["op"]``.
         """
-        line = json.dumps({"v": 1, **request}, separators=(",", ":")).encode() + b"\n"
+        line = dumps({"v": 1, **request}) + b"\n"
         try:
             self.sock.sendall(line)
             raw = self._read_line()
@@ -187,7 +271,7 @@ def check_reply(raw: bytes, op: object) -> dict[str, Any]:
     reply.
     """
     try:
-        reply = json.loads(raw)
+        reply = loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"reply from the daemon is not JSON: {exc}") from None
     if not isinstance(reply, dict) or reply.get("v") != 1:

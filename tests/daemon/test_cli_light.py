@@ -9,6 +9,7 @@ whole path counts: argument parsing, the request, the reply and its rendering.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from tests import fuzzing
 
 from .fakes import FakeBackend
 from .harness import Running
+
+REPO = Path(__file__).resolve().parents[2]
 
 HEAVY = ("pydantic", "pydantic_core", "asyncio")
 #: Runs ``schedswitchctl ARGS...`` and then prints, on stderr's last line, which of HEAVY
@@ -258,3 +261,109 @@ def test_the_usual_launch_lines_are_read_quickly() -> None:
     )  # fmt: skip
     for slow in (["g", "cmd", "--"], ["--prepare-only", "g", "--", "x"], ["g", "--"]):
         assert run._quick_parse(slow) is None
+
+
+#: What the usual launch line does not import before the command starts, nor ``status``
+#: at all (issue 15: start to exec at most 60 ms, status 120 ms): each is milliseconds of a
+#: start on the dev host (``python -X importtime``).
+_NOT_ON_THE_QUICK_PATHS = (
+    "argparse", "json", "re", "enum", "functools", "collections", "socket", "signal",
+    "threading", "typing", "subprocess", "contextlib", "shutil", "locale", "gettext",
+)  # fmt: skip
+
+
+def _no_site(code: str) -> list[str]:
+    """``python -S -c code`` with this checkout first on sys.path: a fresh interpreter
+    without site, whose hooks in the development venv (its editable-install finder) import
+    some of :data:`_NOT_ON_THE_QUICK_PATHS` themselves; a regular install has no such hook."""
+    return [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"]
+
+
+def test_the_launch_line_imports_little_before_the_command_starts(
+    srv: Running, tmp_path: Path
+) -> None:
+    """What ``sys.modules`` holds when ``schedswitch-run``'s usual line spawns its command
+    (a hint taken, the reply read): none of :data:`_NOT_ON_THE_QUICK_PATHS`."""
+    probe = (
+        "import os\n"
+        "spawn, seen = os.posix_spawnp, []\n"
+        "def spy(*args, **kwargs):\n"
+        f"    seen.extend(m for m in {_NOT_ON_THE_QUICK_PATHS!r} if m in sys.modules)\n"
+        "    return spawn(*args, **kwargs)\n"
+        "os.posix_spawnp = spy\n"
+        "from schedswitchd.cli import run\n"
+        "code = run.main(sys.argv[1:])\n"
+        "print('imported:' + ','.join(seen), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    marker = tmp_path / "ran"
+    argv = ["--socket", srv.path, "gaming", "--", "touch", str(marker)]
+    out = subprocess.run([*_no_site(probe), *argv], capture_output=True, text=True)
+    assert out.returncode == 0 and marker.exists(), out.stderr
+    assert "lease " in out.stderr  # the hint was taken
+    assert out.stderr.splitlines()[-1] == "imported:", out.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["--socket", "{sock}", "status", "--json"], ["list", "--socket", "{sock}"]],
+)
+def test_status_imports_little(srv: Running, argv: list[str]) -> None:
+    """``schedswitchctl status`` (and the other commands of the common options alone)
+    imports none of :data:`_NOT_ON_THE_QUICK_PATHS`, through its whole run."""
+    probe = (
+        "from schedswitchd.cli import ctl\n"
+        "code = ctl.main(sys.argv[1:])\n"
+        f"seen = [m for m in {_NOT_ON_THE_QUICK_PATHS!r} if m in sys.modules]\n"
+        "print('imported:' + ','.join(seen), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    words = [w.format(sock=srv.path) for w in argv]
+    env = {**os.environ, "SCHEDSWITCHD_SOCKET": srv.path}
+    out = subprocess.run([*_no_site(probe), *words], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("{" if "--json" in words else ("sched_ext", "default:"))
+    assert out.stderr.splitlines()[-1] == "imported:", out.stderr
+
+
+_CTL_WORDS = st.sampled_from(
+    ["--socket", "--socket=/s", "/s", "/t", "", "status", "list", "stop", "reload", "hint",
+     "history", "object", "--json", "--js", "-h", "--help", "--version", "--", "-", "-x", "x"]
+)  # fmt: skip
+
+
+@settings(max_examples=fuzzing.examples(2000), deadline=None)
+@given(st.lists(_CTL_WORDS, max_size=7))
+@example(["--socket", "/s", "status", "--socket", "/t", "--json"])
+@example(["--socket", "/s", "--socket", "", "list"])
+def test_schedswitchctls_quick_parse_agrees_with_argparse(argv: list[str]) -> None:
+    """Whatever command line ``ctl._quick_parse`` reads (without argparse), the argparse
+    path reads the same: the command's handler, the socket and ``--json``."""
+    from unittest import mock
+
+    from schedswitchd.cli import ctl
+
+    quick = ctl._quick_parse(list(argv))
+    if quick is None:
+        return
+    with (
+        mock.patch.object(ctl, "_quick_parse", return_value=None),
+        mock.patch.object(ctl, "_run", return_value=0) as slow_run,
+    ):
+        assert ctl._main(list(argv)) == 0
+    (handler, args), kwargs = slow_run.call_args
+    command, socket, as_json = quick
+    assert handler is daemon_cmds.PLAIN_COMMANDS[command][1]
+    assert (args.command, args.socket, args.json, kwargs) == (
+        command, socket, as_json, {"as_json": as_json}
+    )  # fmt: skip
+
+
+def test_the_usual_ctl_lines_are_read_quickly() -> None:
+    from schedswitchd.cli import ctl
+
+    assert ctl._quick_parse(["status"]) == ("status", None, False)
+    assert ctl._quick_parse(["--socket", "/a", "status", "--json"]) == ("status", "/a", True)
+    assert ctl._quick_parse(["--socket", "/a", "list", "--socket", "/b"]) == ("list", "/b", False)
+    for slow in (["--json", "status"], ["status", "--js"], ["hint", "g"], ["status", "x"], []):
+        assert ctl._quick_parse(slow) is None

@@ -7,10 +7,15 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from schedswitchd.daemon import launcher_wire as wire
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.launcher_wire import (
     LauncherConnection,
@@ -18,9 +23,12 @@ from schedswitchd.daemon.launcher_wire import (
     LauncherUnavailable,
 )
 from schedswitchd.errors import ProtocolError
+from tests import fuzzing
 
 from .fakes import FakeBackend
 from .harness import Running
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -123,3 +131,88 @@ def test_wait_closed_tolerates_a_concurrent_close() -> None:
     conn.close()
     conn.wait_closed()  # the race schedswitch-run's holder thread can lose: must not raise
     b.close()
+
+
+# --- loads / dumps: json's results without importing json ---------------------------------
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _outcome(fn: Callable[[], object]) -> tuple[str, str]:
+    """What ``fn()`` gives, comparable across NaN: its value as JSON, or its exception."""
+    try:
+        value = fn()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return "value", json.dumps(value)
+
+
+@settings(max_examples=fuzzing.examples(3000), deadline=None)
+@given(
+    st.one_of(
+        _VALUES.map(lambda v: json.dumps(v, separators=(",", ":")).encode()),
+        _VALUES.map(lambda v: json.dumps(v, ensure_ascii=False, indent=1).encode()),
+        _VALUES.map(lambda v: json.dumps(v).encode("utf-16")),
+        st.binary(max_size=40),
+        # raw characters in a string (control characters: strict JSON refuses them)
+        st.text(max_size=10).map(lambda t: f'{{"k":"{t}"}}'.encode("utf-8", "surrogatepass")),
+        st.text(alphabet='{}[]":,0123456789.eE+-tfnulrsaINy \t\n\\', max_size=30).map(str.encode),
+    )
+)
+def test_loads_is_json_loads(line: bytes) -> None:
+    """The same value, or the same exception with the same message, for JSON lines as the
+    daemon writes them and for anything else."""
+    assert _outcome(lambda: wire.loads(line)) == _outcome(lambda: json.loads(line))
+
+
+@settings(max_examples=fuzzing.examples(3000), deadline=None)
+@given(
+    st.one_of(
+        st.dictionaries(st.text(max_size=8), _SCALARS, max_size=5),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), _VALUES, max_size=3),
+    )
+)
+def test_dumps_is_json_dumps(request: dict[Any, Any]) -> None:
+    assert wire.dumps(request) == json.dumps(request, separators=(",", ":")).encode()
+
+
+def test_a_request_and_a_reply_take_neither_json_nor_re() -> None:
+    """In a fresh interpreter (without site, whose import hooks may load re): a request and
+    a daemon's reply line pass without importing json, and a line that is not JSON fails
+    with json's own error (the C scanner's error path needs json.decoder loaded)."""
+    code = (
+        "import sys\n"
+        "from schedswitchd.daemon import launcher_wire as w\n"
+        "assert w.dumps({'v': 1, 'op': 'hint', 'workload': 'g\\u00e9', 'pid': 5}) == "
+        'b\'{"v":1,"op":"hint","workload":"g\\\\u00e9","pid":5}\'\n'
+        'assert w.loads(b\'{"v":1,"ok":true,"x":[1.5,null,"\\\\u00e9"]}\')[\'x\'] == '
+        "[1.5, None, '\\u00e9']\n"
+        "print(sorted(m for m in ('json', 're', 'enum') if m in sys.modules))\n"
+        "try:\n"
+        "    w.loads(b'{\"v\" 1}')\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__module__, type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.splitlines() == [
+        "[]",
+        "json.decoder JSONDecodeError Expecting ':' delimiter: line 1 column 6 (char 5)",
+    ], out.stderr

@@ -14,7 +14,8 @@ cannot redirect a lease. The pidfd becomes readable when the process exits
 (``loop.add_reader``), which ends the lease with no polling.
 
 Limits: request line size, time to finish a begun request, idle time of a connection that
-holds no lease, reply write time, connections (total and per uid) and leases per uid.
+holds no lease, reply write time (framing and timeouts per connection:
+:mod:`schedswitchd.daemon.connection`), connections (total and per uid) and leases per uid.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import secrets
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
-from typing import cast
+from dataclasses import dataclass
 
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
+from schedswitchd.daemon.connection import Cancellable, Connection, LoopTimer, Timer
 from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.peer import Peer, is_descendant, peer_of
+from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler
 from schedswitchd.errors import ConfigError, SchedSwitchError
@@ -55,36 +56,11 @@ COLLECT_EVERY = 128
 COLLECT_IDLE = 8
 
 
-class _Close(Exception):
-    """End this connection after sending ``reply``."""
-
-    def __init__(self, reply: proto.Reply | None) -> None:
-        self.reply = reply
-
-
-@dataclass(eq=False)
-class Connection:
-    """One client connection and the leases it created. ``final``: the last line to send
-    before closing, set when the connection's last lease ended on its own; ``ended`` is
-    set with it (wakes the connection's wait for its next request)."""
-
-    id: int
-    peer: Peer
-    writer: asyncio.StreamWriter
-    leases: set[str] = field(default_factory=set)
-    final: proto.LeaseEnded | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    #: The reply being made waited for its switch only until the scheduler ran (``early``):
-    #: the switch's worker waits for it to be written (:meth:`Reconciler.reply_sent`).
-    early_reply: bool = False
-
-
 @dataclass(eq=False)
 class _LeaseRuntime:
     conn: Connection
     pidfd: int | None = None
-    timer: asyncio.TimerHandle | None = None
+    timer: Cancellable | None = None
 
 
 class Server:
@@ -93,8 +69,11 @@ class Server:
     others here are the reconciler's.
     """
 
-    def __init__(self, reconciler: Reconciler) -> None:
+    def __init__(self, reconciler: Reconciler, *, timer: Timer | None = None) -> None:
+        """``timer``: where connection timeouts and lease TTLs are scheduled (default: the
+        event loop :meth:`start` runs on; tests pass one they move)."""
         self.reconciler = reconciler
+        self._timer = timer
         self.backend = reconciler.backend
         self.clock = reconciler.clock
         self.policy = reconciler.policy
@@ -132,11 +111,11 @@ class Server:
         await self.reconciler.adopt()
         self.reconciler.start()
         sock.setblocking(False)
-        self._server = await asyncio.start_unix_server(
-            self._client,
-            sock=sock,
-            limit=self.config.limits.max_message_bytes,
-            backlog=LISTEN_BACKLOG,
+        loop = asyncio.get_running_loop()
+        if self._timer is None:
+            self._timer = LoopTimer(loop)
+        self._server = await loop.create_unix_server(
+            lambda: Connection(self, next(self._conn_ids)), sock=sock, backlog=LISTEN_BACKLOG
         )
         self.reconciler.begin_grace()
 
@@ -151,7 +130,7 @@ class Server:
             self._end_lease(lease_id, "daemon stopping", kick=False)
         handlers = [conn.task for conn in self.connections.values() if conn.task is not None]
         for conn in list(self.connections.values()):
-            conn.writer.close()
+            conn.close()
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
@@ -160,139 +139,42 @@ class Server:
 
     # --- connections ----------------------------------------------------------------------------
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock: socket.socket = writer.get_extra_info("socket")
-        try:
-            peer = peer_of(sock)
-        except OSError:
-            writer.close()
-            return
-        conn = Connection(next(self._conn_ids), peer, writer)
+    @property
+    def timer(self) -> Timer:
+        """Where connection timeouts and lease TTLs are scheduled (set by :meth:`start`)."""
+        assert self._timer is not None, "the server has not started"
+        return self._timer
+
+    def admit(self, conn: Connection) -> proto.Reply | None:
+        """Take ``conn`` (accepted, ``peer`` read) into :attr:`connections`, or the refusal
+        to send it when the connection caps are full (``limit``). Admins get a reserve
+        beyond both caps, so that status and stop still work while someone floods the
+        socket."""
+        if self._closing:
+            return proto.error_reply(proto.INTERNAL, "the daemon is stopping")
         limits = self.config.limits
+        peer = conn.peer
         per_uid = sum(1 for c in self.connections.values() if c.peer.uid == peer.uid)
-        # Admins get a reserve beyond both caps, so that status and stop still work while
-        # someone floods the socket.
         reserve = limits.admin_reserve if self.is_admin(peer) else 0
         if (
             len(self.connections) >= limits.max_connections + reserve
             or per_uid >= limits.max_connections_per_uid + reserve
         ):
-            await self._send(conn, proto.error_reply(proto.LIMIT, "too many connections"))
-            writer.close()
-            return
+            return proto.error_reply(proto.LIMIT, "too many connections")
         self.connections[conn.id] = conn
-        conn.task = cast("asyncio.Task[None]", asyncio.current_task())
-        try:
-            while not self._closing:
-                line = await self._read_request(reader, conn)
-                if line is None:
-                    break
-                # The reply goes out as bytes at once: a reply model (a history or status
-                # is hundreds of small objects) kept by this frame while it waits for the
-                # next request would stay alive per idle connection (issue 14.10).
-                data = proto.encode(await self._dispatch(line, conn))
-                sent = await self._send_bytes(conn, data)
-                if conn.early_reply:  # a hint answered while its switch goes on
-                    conn.early_reply = False
-                    self.reconciler.reply_sent()
-                if not sent:
-                    break
-                del data, line
-        except _Close as close:
-            if close.reply is not None:
-                await self._send(conn, close.reply)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            del self.connections[conn.id]
-            self._closed_since_collect += 1
-            if self._closed_since_collect >= COLLECT_EVERY or (
-                not self.connections and self._closed_since_collect >= COLLECT_IDLE
-            ):
-                self._collect()
-            for lease_id in list(conn.leases):
-                self._end_lease(lease_id, "connection closed")
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+        return None
 
-    async def _read_request(self, reader: asyncio.StreamReader, conn: Connection) -> bytes | None:
-        """The next request line, ``None`` at a clean EOF; raises :class:`_Close`.
-
-        The idle timeout runs from the end of the previous request: blank lines are not
-        requests and do not reset it. A connection whose last lease ended on its own is
-        closed here, after its final message."""
-        limits = self.config.limits
-        loop = asyncio.get_running_loop()
-        idle_since = loop.time()
-        while True:
-            idle: float | None = None
-            if not conn.leases:
-                idle = limits.idle_timeout_s - (loop.time() - idle_since)
-            first = await self._first_byte(reader, conn, idle)
-            if not first:
-                return None
-            if first == b"\n":
-                continue
-            try:
-                rest = await asyncio.wait_for(reader.readuntil(b"\n"), limits.read_timeout_s)
-            except asyncio.LimitOverrunError:
-                raise _Close(
-                    proto.error_reply(
-                        proto.TOO_LARGE, f"request longer than {limits.max_message_bytes} bytes"
-                    )
-                ) from None
-            except asyncio.IncompleteReadError:
-                raise _Close(
-                    proto.error_reply(proto.INCOMPLETE, "connection ended inside a request")
-                ) from None
-            except TimeoutError:
-                raise _Close(
-                    proto.error_reply(
-                        proto.TIMEOUT, f"request not finished within {limits.read_timeout_s} s"
-                    )
-                ) from None
-            return first + rest
-
-    @staticmethod
-    async def _first_byte(
-        reader: asyncio.StreamReader, conn: Connection, idle: float | None
-    ) -> bytes:
-        """The first byte of the next line; raises :class:`_Close` once ``idle`` seconds
-        passed (``None``: no limit) or the connection's last lease ended."""
-        if conn.final is not None:
-            raise _Close(conn.final)
-        if idle is not None and idle <= 0:
-            raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
-        read = asyncio.ensure_future(reader.read(1))
-        ended = asyncio.ensure_future(conn.ended.wait())
-        try:
-            await asyncio.wait((read, ended), timeout=idle, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (read, ended):
-                if not waiter.done():
-                    waiter.cancel()
-        if read.done() and not read.cancelled():
-            return read.result()  # a byte that came with the lease's end is still read
-        if conn.final is not None:
-            raise _Close(conn.final)
-        raise _Close(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
-
-    async def _send(self, conn: Connection, reply: proto.Reply) -> bool:
-        """Write one reply; False if the client cannot take it in time (then it is cut off)."""
-        return await self._send_bytes(conn, proto.encode(reply))
-
-    async def _send_bytes(self, conn: Connection, data: bytes) -> bool:
-        """Write one encoded reply line (:func:`proto.encode`); False if the client cannot
-        take it within ``read_timeout_s`` (then it is cut off)."""
-        try:
-            conn.writer.write(data)
-            del data  # the transport holds what it could not send yet
-            await asyncio.wait_for(conn.writer.drain(), self.config.limits.read_timeout_s)
-        except (TimeoutError, ConnectionError, OSError):
-            conn.writer.transport.abort()
-            return False
-        return True
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is gone and no request of it is being answered: its leases end."""
+        if self.connections.pop(conn.id, None) is None:
+            return  # refused at the accept
+        self._closed_since_collect += 1
+        if self._closed_since_collect >= COLLECT_EVERY or (
+            not self.connections and self._closed_since_collect >= COLLECT_IDLE
+        ):
+            self._collect()
+        for lease_id in list(conn.leases):
+            self._end_lease(lease_id, "connection closed")
 
     async def _dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
         try:
@@ -446,7 +328,9 @@ class Server:
         if pidfd is not None:
             loop.add_reader(pidfd, self._end_itself, lease.id, f"pid {request.pid} exited")
         if request.ttl_s is not None:
-            runtime.timer = loop.call_later(request.ttl_s, self._end_itself, lease.id, "ttl")
+            runtime.timer = self.timer.call_at(
+                self.timer.time() + request.ttl_s, self._end_itself, lease.id, "ttl"
+            )
         log.info(
             "lease %s: %s for uid %d pid %s",
             lease.id,
@@ -508,8 +392,7 @@ class Server:
             conn = runtime.conn
             conn.leases.discard(lease_id)
             if by_itself and not conn.leases and conn.id in self.connections:
-                conn.final = proto.LeaseEnded(lease=lease_id, why=why)
-                conn.ended.set()
+                conn.end_with(proto.LeaseEnded(lease=lease_id, why=why))
             if runtime.pidfd is not None:
                 asyncio.get_running_loop().remove_reader(runtime.pidfd)
                 os.close(runtime.pidfd)

@@ -1,0 +1,366 @@
+"""One client connection of the daemon's socket: line framing, timeouts, back-pressure.
+
+Each accepted connection is one :class:`Connection`, an :class:`asyncio.Protocol` with
+``__slots__`` served by ``loop.create_unix_server``. It splits what the transport delivers
+into ``\\n``-terminated request lines itself and keeps its timeouts as timer handles, so an
+idle connection costs the transport, this object and one timer handle; a task exists only
+while a request is being answered. asyncio's streams cost ~9 KB per connection instead
+(stream reader, writer, their protocol, the handler's task and the helper tasks and futures
+of each wait), which a flood of 200 clients turned into 2 MiB of pymalloc arenas that stayed
+mapped after it (issue 14.10).
+
+The rules, per connection (limits from ``[limits]``):
+
+- the idle timeout (``idle_timeout_s``) runs from the end of the previous request, or from
+  the accept, while the connection holds no lease; blank lines are not requests and do not
+  reset it;
+- a begun request (its first byte that is not a blank line's ``\\n``) must end with its
+  ``\\n`` within ``read_timeout_s``, and be at most ``max_message_bytes`` long;
+- one request is answered at a time, in order; what a client sends meanwhile waits in the
+  buffer, and reading pauses while that holds more than a request can be;
+- a reply the client does not take within ``read_timeout_s`` cuts the connection off;
+- an end of file inside a request gets ``incomplete``; a too long line ``too_large``; a
+  timeout ``timeout``; each is the connection's last line. So is the
+  :class:`~schedswitchd.daemon.protocol.LeaseEnded` sent when the connection's last lease
+  ended on its own (:meth:`Connection.end_with`).
+
+Time: every timeout is armed on the server's :class:`Timer`, which is the event loop
+(``loop.time()``, seconds on the monotonic clock; ``loop.call_at``) unless a test gives one
+it moves by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.peer import Peer, peer_of
+
+if TYPE_CHECKING:
+    from schedswitchd.daemon.server import Server
+
+log = logging.getLogger("schedswitchd")
+
+#: A connection's peer until its credentials are read at the accept.
+_UNKNOWN = Peer(-1, -1, -1, frozenset())
+# Which timeout the connection's one timer handle stands for.
+_NONE, _IDLE, _READ, _WRITE, _FLUSH = range(5)
+
+
+class Cancellable(Protocol):
+    """A scheduled call that can be called off (:class:`asyncio.TimerHandle`)."""
+
+    def cancel(self) -> None:
+        """Do not run the call (no effect once it ran)."""
+
+
+class Timer(Protocol):
+    """Where the server's timeouts are scheduled: ``time()`` is now in seconds on a monotonic
+    clock, ``call_at(when, callback, *args)`` runs ``callback(*args)`` on the event loop's
+    thread once ``time()`` reaches ``when``. An :class:`asyncio.AbstractEventLoop` is one
+    (through :class:`LoopTimer`); tests use one that moves only when they say."""
+
+    def time(self) -> float:
+        """Now, seconds (monotonic)."""
+        ...
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Cancellable:
+        """Run ``callback(*args)`` at ``when`` (seconds on :meth:`time`'s clock)."""
+        ...
+
+
+class LoopTimer:
+    """:class:`Timer` of the running event loop (``loop.time``, ``loop.call_at``)."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def time(self) -> float:
+        """``loop.time()``: seconds on the monotonic clock."""
+        return self._loop.time()
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Cancellable:
+        """``loop.call_at(when, callback, *args)``."""
+        return self._loop.call_at(when, callback, *args)
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: who it is (``peer``, from ``SO_PEERCRED`` at the accept), the
+    leases it created (``leases``, lease ids) and its framing state. ``early_reply``: the
+    reply being made waited for its switch only until the scheduler ran, so the switch's
+    worker waits for it to be written (:meth:`Reconciler.reply_sent
+    <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`).
+
+    ``server`` decides the rest: :meth:`Server.admit
+    <schedswitchd.daemon.server.Server.admit>` at the accept (a refusal is sent and the
+    connection closed), ``Server._dispatch`` per request line, :meth:`Server.forget
+    <schedswitchd.daemon.server.Server.forget>` once the connection is gone and its handler
+    done (its leases end there)."""
+
+    __slots__ = (
+        "_buf",
+        "_closing",
+        "_drained",
+        "_eof",
+        "_final",
+        "_idle_since",
+        "_lost",
+        "_paused",
+        "_task",
+        "_timer",
+        "_timer_kind",
+        "_transport",
+        "early_reply",
+        "id",
+        "leases",
+        "peer",
+        "server",
+    )
+
+    def __init__(self, server: Server, conn_id: int) -> None:
+        self.server = server
+        self.id = conn_id
+        self.peer = _UNKNOWN  # replaced at the accept, before any use
+        self.leases: set[str] = set()
+        self.early_reply = False
+        self._transport: asyncio.Transport | None = None
+        self._buf = b""
+        self._idle_since = 0.0
+        self._timer: Cancellable | None = None
+        self._timer_kind = _NONE
+        self._task: asyncio.Task[None] | None = None
+        self._drained: asyncio.Future[bool] | None = None
+        self._final: proto.LeaseEnded | None = None
+        self._paused = False
+        self._eof = False
+        self._closing = False
+        self._lost = False
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Accepted: read the peer's credentials, let the server admit it, start the idle
+        timeout. A socket without credentials (gone already) is dropped unanswered."""
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        try:
+            self.peer = peer_of(transport.get_extra_info("socket"))
+        except OSError:
+            self._closing = True
+            transport.abort()
+            return
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self._finish(refusal)
+            return
+        self._idle_since = self.server.timer.time()
+        self._advance()
+
+    def data_received(self, data: bytes) -> None:
+        """Buffer ``data``; start the next request if none is being answered."""
+        if self._closing:
+            return
+        self._buf += data
+        if self._task is None:
+            self._start_next()
+        elif len(self._buf) > self.server.config.limits.max_message_bytes + 1:
+            # a request is being answered: hold the client back until it is
+            assert self._transport is not None
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        """The client is done writing: answer what it sent, then close. Returns True to
+        keep the transport open for those replies."""
+        self._eof = True
+        if self._task is None and not self._closing:
+            self._start_next()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Gone (closed by either side, or cut off): cancel the timeout; the server forgets
+        the connection now or, while a request is being answered, once it is."""
+        self._lost = self._closing = True
+        self._cancel_timer()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(False)
+        if self._task is None:
+            self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        """The transport's send buffer is over its high-water mark."""
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        """The transport's send buffer drained below its low-water mark."""
+        self._paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(True)
+
+    # --- for the server -----------------------------------------------------------------------
+
+    def end_with(self, final: proto.LeaseEnded) -> None:
+        """The connection's last lease ended on its own: send ``final`` as its last line
+        and close it, now if it waits for a request, else after the reply being made."""
+        if self._closing:
+            return
+        self._final = final
+        if self._task is None:
+            self._finish(final)
+
+    def close(self) -> None:
+        """Close without another line (what the transport still holds is sent first)."""
+        self._closing = True
+        self._cancel_timer()
+        if self._transport is not None:
+            self._transport.close()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task answering a request, ``None`` between requests."""
+        return self._task
+
+    # --- framing ------------------------------------------------------------------------------
+
+    def _start_next(self) -> None:
+        line = self._advance()
+        if line is not None:
+            self._task = asyncio.get_running_loop().create_task(self._serve(line))
+
+    def _advance(self) -> bytes | None:
+        """The next whole request line in the buffer (without its ``\\n``) or ``None``;
+        with ``None`` the right timeout is armed, or the connection was finished."""
+        limits = self.server.config.limits
+        if self._final is not None:
+            self._finish(self._final)
+            return None
+        buf = self._buf.lstrip(b"\n")  # blank lines: skipped, the idle timeout goes on
+        end = buf.find(b"\n")
+        if end > limits.max_message_bytes or (end < 0 and len(buf) > limits.max_message_bytes):
+            self._buf = b""
+            self._finish(
+                proto.error_reply(
+                    proto.TOO_LARGE, f"request longer than {limits.max_message_bytes} bytes"
+                )
+            )
+            return None
+        if end >= 0:
+            self._buf = buf[end + 1 :]
+            self._cancel_timer()
+            return buf[:end]
+        self._buf = buf
+        if self._eof:
+            if buf:
+                self._finish(
+                    proto.error_reply(proto.INCOMPLETE, "connection ended inside a request")
+                )
+            else:
+                self.close()
+            return None
+        assert self._transport is not None
+        if not self._transport.is_reading():
+            self._transport.resume_reading()
+        timer = self.server.timer
+        if buf:
+            if self._timer_kind != _READ:  # from the request's first byte
+                self._arm(_READ, timer.time() + limits.read_timeout_s)
+        elif self.leases:
+            self._cancel_timer()
+        elif self._timer_kind != _IDLE:
+            self._arm(_IDLE, self._idle_since + limits.idle_timeout_s)
+        return None
+
+    async def _serve(self, line: bytes | None) -> None:
+        """Answer ``line`` and the whole lines that came after it, one at a time."""
+        server = self.server
+        try:
+            while line is not None and not self._closing:
+                # The reply goes out as bytes at once: a reply model (a history or status
+                # is hundreds of small objects) kept while the connection waits for its
+                # next request would stay alive per idle connection (issue 14.10).
+                data = proto.encode(await server._dispatch(line, self))
+                line = None
+                sent = await self._send(data)
+                del data
+                if self.early_reply:  # a hint answered while its switch goes on
+                    self.early_reply = False
+                    server.reconciler.reply_sent()
+                if not sent or self._closing:
+                    break
+                self._idle_since = server.timer.time()
+                line = self._advance()
+        except Exception:  # a defect: this connection ends, the daemon goes on
+            log.exception("connection %d: request handling failed", self.id)
+            self.close()
+        finally:
+            self._task = None
+            if self._lost:
+                server.forget(self)
+
+    async def _send(self, data: bytes) -> bool:
+        """Write one reply line; False if the client did not take it within
+        ``read_timeout_s`` (then it is cut off) or is gone."""
+        transport = self._transport
+        assert transport is not None
+        if self._lost:
+            return False
+        transport.write(data)
+        if not self._paused:
+            return True
+        self._drained = asyncio.get_running_loop().create_future()
+        self._arm(_WRITE, self.server.timer.time() + self.server.config.limits.read_timeout_s)
+        try:
+            return await self._drained
+        finally:
+            self._drained = None
+            if self._timer_kind == _WRITE:
+                self._cancel_timer()
+
+    def _finish(self, reply: proto.Reply) -> None:
+        """Send ``reply`` as the last line and close; a client that does not take it within
+        ``read_timeout_s`` is cut off."""
+        transport = self._transport
+        assert transport is not None
+        self._closing = True
+        self._cancel_timer()
+        if self._lost:
+            return
+        transport.write(proto.encode(reply))
+        transport.close()
+        if transport.get_write_buffer_size():
+            self._arm(_FLUSH, self.server.timer.time() + self.server.config.limits.read_timeout_s)
+
+    # --- the timer ----------------------------------------------------------------------------
+
+    def _arm(self, kind: int, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_kind = kind
+        self._timer = self.server.timer.call_at(when, self._timed_out, kind)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_kind = _NONE
+
+    def _timed_out(self, kind: int) -> None:
+        if kind != self._timer_kind:  # a call that was already cancelled (fake timers)
+            return
+        self._timer = None
+        self._timer_kind = _NONE
+        limits = self.server.config.limits
+        if kind == _IDLE:
+            self._finish(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
+        elif kind == _READ:
+            self._finish(
+                proto.error_reply(
+                    proto.TIMEOUT, f"request not finished within {limits.read_timeout_s} s"
+                )
+            )
+        elif self._transport is not None:  # _WRITE, _FLUSH: the client does not read
+            self._transport.abort()

@@ -60,11 +60,26 @@ from schedswitchd.errors import ObjectError
 
 _U32 = 1 << 32
 _EXTERN_BINDS = (STB_GLOBAL, STB_WEAK)
-_LINK_KINDS = ("call", "func")
-_KFUNC_CALL = FixupKind.KFUNC_CALL.value
 _MAP_VALUE = FixupKind.MAP_VALUE.value
-_KSYM = FixupKind.KSYM.value
-_MAP_FD = FixupKind.MAP_FD.value
+_SRC_MAP_VALUE = PSEUDO_MAP_VALUE << 4
+
+
+def _fixup_relo(kind: FixupKind, map_index: int = -1, offset: int = 0, extern: str = "") -> Relo:
+    """A relocation the kernel phase completes (a fixup), with its instruction patch: a
+    kfunc call gets ``src_reg = BPF_PSEUDO_KFUNC_CALL``; an ``ld_imm64`` its ``src_reg``
+    (map fd, map value, or 0 for a ksym: the loader picks BTF id or address) and, for map
+    values, the value offset in the second slot's ``imm``."""
+    hi = b"\0\0\0\0"
+    if kind is FixupKind.KFUNC_CALL:
+        src = PSEUDO_KFUNC_CALL
+    elif kind is FixupKind.MAP_FD:
+        src = PSEUDO_MAP_FD
+    elif kind is FixupKind.MAP_VALUE:
+        src = PSEUDO_MAP_VALUE
+        hi = (offset & 0xFFFFFFFF).to_bytes(4, "little")
+    else:
+        src = 0
+    return _tuple_new(Relo, (kind.value, -1, map_index, offset, extern, kind, src << 4, hi))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +103,11 @@ class Relo(NamedTuple):
 
     ``kind`` is one of ``"call"``/``"func"`` (``target`` = instruction index in ``.text``)
     or a :class:`FixupKind` value (with ``map_index``, ``offset``, ``extern``). A named
-    tuple: a scheduler has thousands, classified at every open.
+    tuple: a scheduler has thousands, classified at every open. For a fixup, ``fixup`` is
+    its :class:`FixupKind` and the patch the instruction gets is worked out here, once per
+    classified relocation: ``src`` is its new ``src_reg`` shifted into place (``src_reg <<
+    4``), ``hi`` the 4 little-endian bytes of an ``ld_imm64``'s second ``imm`` (the map
+    value offset, else 0).
     """
 
     kind: str
@@ -96,6 +115,9 @@ class Relo(NamedTuple):
     map_index: int = -1
     offset: int = 0
     extern: str = ""
+    fixup: FixupKind | None = None
+    src: int = 0
+    hi: bytes = b"\0\0\0\0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +234,11 @@ def classify_relocs(
                         raise ObjectError(
                             f"{_where(n, sec, rel)}: call of {sym_name!r}, which is not a kfunc"
                         )
-                    r = _tuple_new(Relo, (_KFUNC_CALL, -1, -1, 0, ext.name))
+                    r = _fixup_relo(_KIND_KFUNC_CALL, -1, 0, ext.name)
                 elif ext.kind is ExternKind.KCONFIG:
-                    r = _tuple_new(Relo, (_MAP_VALUE, -1, kconfig_map, ext.offset, ext.name))
+                    r = _fixup_relo(_KIND_MAP_VALUE, kconfig_map, ext.offset, ext.name)
                 else:
-                    r = _tuple_new(Relo, (_KSYM, -1, -1, 0, ext.name))
+                    r = _fixup_relo(_KIND_KSYM, -1, 0, ext.name)
                 per[idx] = same[sym_idx << 1 | is_call] = r
                 continue
             if is_call:
@@ -228,7 +250,8 @@ def classify_relocs(
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: call target {sym_name!r} is not in .text"
                     )
-                per[idx] = _tuple_new(Relo, ("call", sym_value // INSN_SIZE + imm + 1, -1, 0, ""))
+                target = sym_value // INSN_SIZE + imm + 1
+                per[idx] = _tuple_new(Relo, ("call", target, -1, 0, "", None, 0, _ZERO4))
                 continue
             if not 0 < shndx < SHN_LORESERVE:
                 raise ObjectError(
@@ -249,26 +272,33 @@ def classify_relocs(
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: callback offset {byte} is misaligned"
                     )
-                per[idx] = _tuple_new(Relo, ("func", byte // INSN_SIZE, -1, 0, ""))
+                per[idx] = _tuple_new(Relo, ("func", byte // INSN_SIZE, -1, 0, "", None, 0, _ZERO4))
                 continue
             value_off = imm + sym_value
             if arena is not None and shndx == arena[0]:
-                if not 0 <= value_off < _U32:  # the second slot's imm holds it (32 bits)
+                # the second slot's imm holds it (32 bits)
+                if not 0 <= value_off < _U32:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: arena offset {value_off} is out of range"
                     )
-                per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, arena[1], value_off, ""))
+                am, hi4 = arena[1], value_off.to_bytes(4, "little")
+                per[idx] = _tuple_new(
+                    Relo, (_MAP_VALUE, -1, am, value_off, "", _KIND_MAP_VALUE, _SRC_MAP_VALUE, hi4)
+                )
             elif shndx == maps_section:
                 m = maps_offsets.get(sym_value)
                 if m is None:
                     raise ObjectError(f"{_where(n, sec, rel)}: no map at .maps offset {sym_value}")
-                per[idx] = same[sym_idx << 1] = _tuple_new(Relo, (_MAP_FD, -1, m, 0, ""))
+                per[idx] = same[sym_idx << 1] = _fixup_relo(_KIND_MAP_FD, m)
             elif shndx in data_maps:
                 if not 0 <= value_off < _U32:
                     raise ObjectError(
                         f"{_where(n, sec, rel)}: global data offset {value_off} is out of range"
                     )
-                per[idx] = _tuple_new(Relo, (_MAP_VALUE, -1, data_maps[shndx], value_off, ""))
+                dm, hi4 = data_maps[shndx], value_off.to_bytes(4, "little")
+                per[idx] = _tuple_new(
+                    Relo, (_MAP_VALUE, -1, dm, value_off, "", _KIND_MAP_VALUE, _SRC_MAP_VALUE, hi4)
+                )
             else:
                 name = elf.section(shndx).name
                 raise ObjectError(
@@ -336,7 +366,8 @@ class ExtIndex:
                 offs = cols.insn_off
                 order = sorted(range(len(offs)), key=offs.__getitem__)  # stable
                 hit = ExtColumns(
-                    [offs[i] for i in order], tuple([c[i] for i in order] for c in cols.fields)
+                    [offs[i] for i in order],
+                    tuple([c[i] for i in order] for c in cols.fields),
                 )
             self._sorted[key] = hit
         return hit
@@ -383,8 +414,10 @@ class _Prepared:
 _INSN_HEAD = struct.Struct("<BBhi")
 #: The opcodes whose slots linking may touch: BPF_CALL and ld_imm64.
 _CANDIDATE = re.compile(b"[" + re.escape(bytes([CALL, LD_IMM64])) + b"]")
-_CALL_HEAD = struct.Struct("<BBh")
+_OFF = struct.Struct("<h")
 _IMM = struct.Struct("<i")
+_ZERO4 = bytes(4)
+_ZERO6 = bytes(6)
 
 
 class Linker:
@@ -410,14 +443,18 @@ class Linker:
         self._relos = relos
         self._index = ExtIndex(ext) if ext is not None else None
         self._prepared: dict[tuple[int, int], _Prepared] = {}
-        self._reloc_keys: dict[int, list[int]] = {}
+        self._candidates: dict[int, list[int]] = {}
 
-    def _sorted_relocs(self, section: int) -> list[int]:
-        """The relocated instruction indices of ``section``, sorted (computed once)."""
-        keys = self._reloc_keys.get(section)
-        if keys is None:
-            keys = self._reloc_keys[section] = sorted(self._relos.get(section, {}))
-        return keys
+    def _slots_to_visit(self, sec: Section) -> list[int]:
+        """The slots of ``sec`` whose opcode is ``BPF_CALL`` or ``ld_imm64``, in order
+        (found once per section from the opcode bytes, every 8th): only those can be
+        relocated (:func:`classify_relocs` refuses relocations of other instructions) or
+        be calls and callback loads."""
+        hit = self._candidates.get(sec.index)
+        if hit is None:
+            codes = sec.data[0::INSN_SIZE]
+            hit = self._candidates[sec.index] = [m.start() for m in _CANDIDATE.finditer(codes)]
+        return hit
 
     def link(self, entry: Function) -> Linked:
         """Link ``entry``: its own instructions, then each ``.text`` function it reaches
@@ -468,8 +505,7 @@ class Linker:
                     out += callee.body
                     _rebased(callee, at, finfo, linfo, crelos)
                 slot = base + ev.slot
-                _CALL_HEAD.pack_into(out, slot * INSN_SIZE, ev.code, ev.regs, ev.off)
-                _IMM.pack_into(out, slot * INSN_SIZE + 4, at - slot - 1)
+                _INSN_HEAD.pack_into(out, slot * INSN_SIZE, ev.code, ev.regs, ev.off, at - slot - 1)
                 if fresh:
                     stack.append((prep, base, k))
                     stack.append((callee, at, 0))
@@ -491,66 +527,84 @@ class Linker:
 
     def _relocate(self, f: Function) -> _Prepared:
         sec = f.section
-        body = bytearray(sec.data[f.offset : f.offset + f.size])
+        data = sec.data
+        fo = f.offset
+        body = bytearray(data[fo : fo + f.size])
         n = f.size // INSN_SIZE
-        first = f.offset // INSN_SIZE
-        relos = self._relos.get(sec.index, {})
+        first = fo // INSN_SIZE
+        relos = self._relos.get(sec.index, _NO_RELOS)
         in_text = sec.name == ".text"
         text_funcs = self._text_funcs
         calls: list[_Call] = []
         runs: list[tuple[Fixup, ...]] = []
         fixups: list[Fixup] = []
-        # Only calls, ld_imm64 and relocated slots can change: visit those in order
-        # (found from the opcode bytes, every 8th) instead of decoding every instruction,
-        # skipping the second slot of each ld_imm64 as a sequential walk would.
-        keys = self._sorted_relocs(sec.index)
-        lo, hi = bisect.bisect_left(keys, first), bisect.bisect_left(keys, first + n)
-        rel_at = {i - first for i in keys[lo:hi]}
-        codes = bytes(body[0::INSN_SIZE])
-        todo = sorted(rel_at.union(m.start() for m in _CANDIDATE.finditer(codes)))
+        # Only calls and ld_imm64 can change: visit those in order, skipping the second
+        # slot of each ld_imm64 as a sequential walk would. Instructions are read from the
+        # section (a patch changes only its own slots) and patched in ``body``.
+        cands = self._slots_to_visit(sec)
+        lo = bisect.bisect_left(cands, first)
+        hi = bisect.bisect_left(cands, first + n)
         skip = -1
-        for j in todo:
-            if j == skip:
+        for i in cands[lo:hi]:
+            if i == skip:
                 continue
-            code, regs, off, imm = _INSN_HEAD.unpack_from(body, j * INSN_SIZE)
-            src = regs >> 4
+            j = i - first  # slot in the function
+            q = i * INSN_SIZE
+            code = data[q]
             wide = code == LD_IMM64
             if wide:
                 if j + 1 >= n:
                     raise ObjectError(f"{f.name}: ld_imm64 at instruction {j} is cut off")
-                skip = j + 1
-            r = relos.get(first + j) if j in rel_at else None
-            target = -1
+                skip = i + 1
+            r = relos.get(i)
             if r is not None:
-                if r.kind in _LINK_KINDS:
-                    target = r.target
-                else:
-                    _apply(body, j, r, fixups)
-            elif code == CALL and src == PSEUDO_CALL:
+                kind = r[5]
+                if kind is not None:  # a fixup: record it, patch the instruction for it
+                    fixups.append(_tuple_new(Fixup, (kind, j, r[2], r[3], r[4])))
+                    p = j * INSN_SIZE
+                    body[p + 1] = r[6] | (data[q + 1] & 0x0F)
+                    if wide:  # imm 0; the second slot's imm: the map value offset or 0
+                        body[p + 4 : p + 8] = _ZERO4
+                        body[p + 12 : p + 16] = r[7]
+                    else:  # kfunc call: off and imm 0 (the loader fills them)
+                        body[p + 2 : p + 8] = _ZERO6
+                    continue
+                target = r[1]
+            elif code == CALL:
+                if data[q + 1] >> 4 != PSEUDO_CALL:
+                    continue  # a helper call
                 if not in_text:
                     raise ObjectError(
                         f"{f.name}: call at instruction {j} without a relocation leaves .text"
                     )
-                target = first + j + imm + 1
-            elif wide and src == PSEUDO_FUNC:
-                raise ObjectError(f"{f.name}: callback load at instruction {j} has no relocation")
-            if target >= 0:
-                if target not in text_funcs:
+                target = i + _IMM.unpack_from(data, q + 4)[0] + 1
+            else:
+                if data[q + 1] >> 4 == PSEUDO_FUNC:
                     raise ObjectError(
-                        f"{f.name}: instruction {j} calls .text instruction {target}, "
-                        "which does not start a function"
+                        f"{f.name}: callback load at instruction {j} has no relocation"
                     )
-                if wide:
-                    regs = (PSEUDO_FUNC << 4) | (regs & 0x0F)
-                calls.append(_tuple_new(_Call, (j, target, code, regs, off)))
-                runs.append(tuple(fixups))
-                fixups.clear()
+                continue
+            if target < 0:
+                continue
+            if target not in text_funcs:
+                raise ObjectError(
+                    f"{f.name}: instruction {j} calls .text instruction {target}, "
+                    "which does not start a function"
+                )
+            regs = data[q + 1]
+            if wide:
+                regs = (PSEUDO_FUNC << 4) | (regs & 0x0F)
+            off = _OFF.unpack_from(data, q + 2)[0]
+            calls.append(_tuple_new(_Call, (j, target, code, regs, off)))
+            runs.append(tuple(fixups))
+            fixups.clear()
         runs.append(tuple(fixups))
         if self._index is None:
             return _Prepared(f, bytes(body), tuple(calls), tuple(runs), None, None, ())
         return _ext_records(f, bytes(body), tuple(calls), tuple(runs), self._index)
 
 
+_NO_RELOS: dict[int, Relo] = {}
 _tuple_new = tuple.__new__
 
 
@@ -573,36 +627,16 @@ def _rebased(
         crelos.extend([_tuple_new(CoreRelo, (r[0] + base, *r[1:])) for r in prep.cr])
 
 
-_FIXUP_KINDS = {k.value: k for k in FixupKind}
 # Enum members as module constants: a class attribute lookup of an enum member goes through
 # a descriptor (~0.5 us each on the dev host), paid per relocation at every open.
 _KIND_KFUNC_CALL = FixupKind.KFUNC_CALL
 _KIND_MAP_FD = FixupKind.MAP_FD
 _KIND_MAP_VALUE = FixupKind.MAP_VALUE
+_KIND_KSYM = FixupKind.KSYM
 
 
-def _apply(out: bytearray, slot: int, r: Relo, fixups: list[Fixup]) -> None:
-    """Record ``r`` as a fixup of ``slot`` and prepare the instruction for it: a kfunc call
-    gets ``src_reg = BPF_PSEUDO_KFUNC_CALL``; an ld_imm64 its ``src_reg`` and, for map
-    values, the value offset in the second slot's ``imm``."""
-    kind = _FIXUP_KINDS[r.kind]
-    fixups.append(_tuple_new(Fixup, (kind, slot, r.map_index, r.offset, r.extern)))
-    pos = slot * INSN_SIZE
-    code, regs, off, _imm = _INSN_HEAD.unpack_from(out, pos)
-    dst = regs & 0x0F
-    if kind is _KIND_KFUNC_CALL:
-        _INSN_HEAD.pack_into(out, pos, code, (PSEUDO_KFUNC_CALL << 4) | dst, 0, 0)
-        return
-    if kind is _KIND_MAP_FD:
-        src, hi = PSEUDO_MAP_FD, 0
-    elif kind is _KIND_MAP_VALUE:
-        src, hi = PSEUDO_MAP_VALUE, r.offset - (1 << 32 if r.offset >= 1 << 31 else 0)
-    else:  # KSYM: the loader picks BTF id or address
-        src, hi = 0, 0
-    _INSN_HEAD.pack_into(out, pos, code, (src << 4) | dst, off, 0)
-    _IMM.pack_into(out, pos + INSN_SIZE + 4, hi)  # the second slot's imm
-
-
+#: ``enum bpf_core_relo_kind`` values -> members (a dict lookup, not an enum call per record).
+_CORE_KINDS = {k.value: k for k in CoreReloKind}
 #: ``_LOW(byte offset)`` is non-zero when the offset is not an instruction's.
 _LOW = (INSN_SIZE - 1).__and__
 
@@ -650,12 +684,11 @@ def _ext_records(
             off = cols.insn_off[j]
             if off % INSN_SIZE:
                 _misaligned(f, [off], "core_relo")
-            try:
-                kind = CoreReloKind(kinds[j])
-            except ValueError:
+            kind = _CORE_KINDS.get(kinds[j])
+            if kind is None:
                 raise ObjectError(
                     f".BTF.ext CO-RE relocation at {name}+{off} has unknown kind {kinds[j]}"
-                ) from None
+                )
             crelos.append(
                 _tuple_new(CoreRelo, ((off - fo) // INSN_SIZE, types[j], accesses[j], kind))
             )

@@ -11,6 +11,7 @@ becomes :class:`~schedswitchd.errors.ObjectError`.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from dataclasses import dataclass, field
@@ -157,6 +158,24 @@ class _FileBytes:
 
     def __len__(self) -> int:
         return self._size
+
+    def data_extents(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The ranges of ``[start, stop)`` that may hold data, in order; the rest are holes,
+        which read as zeros (``lseek`` with ``SEEK_DATA``/``SEEK_HOLE``, lseek(2)). The
+        whole range where the file system does not report holes."""
+        out: list[tuple[int, int]] = []
+        pos = start
+        try:
+            while pos < stop:
+                data = os.lseek(self._fd, pos, os.SEEK_DATA)
+                if data >= stop:
+                    break
+                pos = os.lseek(self._fd, data, os.SEEK_HOLE)
+                out.append((data, min(pos, stop)))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no data at or after pos
+                return [(start, stop)]  # no hole reporting: every byte may be data
+        return out
 
     @overload
     def __getitem__(self, key: int) -> int: ...
@@ -326,14 +345,18 @@ _ZERO_CHUNK = bytes(1 << 16)
 def _initialised_len(data: bytes | _FileBytes, off: int, size: int) -> int:
     """Bytes of ``data[off:off+size]`` up to its last non-zero byte, found from the end in
     64 KiB chunks (each copied, compared with zeros and dropped), so the trailing zeros are
-    never held in memory at once."""
-    end = off + size
-    while end > off:
-        start = max(off, end - len(_ZERO_CHUNK))
-        chunk = data[start:end]
-        if chunk != _ZERO_CHUNK[: end - start]:
-            return start - off + len(chunk.rstrip(b"\0"))
-        end = start
+    never held in memory at once. In a file, only the ranges that may hold data are read:
+    a linker leaves arena zeros as holes (lavd's 21 MiB of them are 0.8 MiB on disk)."""
+    ranges = (
+        data.data_extents(off, off + size) if isinstance(data, _FileBytes) else [(off, off + size)]
+    )
+    for start_of, end in reversed(ranges):
+        while end > start_of:
+            start = max(start_of, end - len(_ZERO_CHUNK))
+            chunk = data[start:end]
+            if chunk != _ZERO_CHUNK[: end - start]:
+                return start - off + len(chunk.rstrip(b"\0"))
+            end = start
     return 0
 
 

@@ -59,6 +59,7 @@ Internal sub-commands (run inside the VM): ``_vm``, ``_cold``, ``_profile``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -201,6 +202,190 @@ def profile_main(config_path: str, out_dir: str) -> int:
         stdlib = os.path.dirname(os.__file__)
         text = buf.getvalue().replace(f"{REPO}/", "").replace(f"{stdlib}/", "<stdlib>/")
         Path(out_dir, f"switch_profile_{col}.txt").write_text(text)
+    return 0
+
+
+def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
+    """The standby hit's whole path in one process: the daemon's own ``Server`` and
+    ``Reconciler`` over the real backend on an event loop in this thread, a client in
+    another. Writes ``switch_profile_e.txt``: per hint (``lat_standby`` held by an intent,
+    from ``ss_fifo``) a timeline of marks (entry ``<`` / exit ``>`` of the functions on the
+    path, by thread), the median of each mark over ``reps`` unprofiled hints, then cProfile
+    of ``reps`` more hints on the event loop's thread until the reply was written, on the
+    worker's until the kernel ran the new scheduler, and on the client's."""
+    import asyncio
+    import cProfile
+    import io
+    import pstats
+    import threading
+
+    from schedswitchd.daemon import protocol as proto
+    from schedswitchd.daemon import reconcile as reconcile_mod
+    from schedswitchd.daemon import server as server_mod
+    from schedswitchd.daemon import standby as standby_mod
+    from schedswitchd.daemon import switcher as switcher_mod
+    from schedswitchd.daemon.client import DaemonClient
+    from schedswitchd.daemon.config import load_config
+    from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
+    from schedswitchd.daemon.service import own_socket, setup_logging
+    from schedswitchd.kernel import rcu_expedite
+
+    config = load_config(config_path)
+    setup_logging(config)
+    marks: list[tuple[str, str, int]] = []
+
+    def mark(label: str) -> None:
+        marks.append((label, threading.current_thread().name, time.monotonic_ns()))
+
+    def wrap(owner: Any, attr: str, label: str) -> None:
+        fn = getattr(owner, attr, None)
+        if fn is None:
+            return
+        if asyncio.iscoroutinefunction(fn):
+
+            async def awrapped(*a: Any, **k: Any) -> Any:
+                mark(label + " <")
+                try:
+                    return await fn(*a, **k)
+                finally:
+                    mark(label + " >")
+
+            setattr(owner, attr, awrapped)
+        else:
+
+            def wrapped(*a: Any, **k: Any) -> Any:
+                mark(label + " <")
+                try:
+                    return fn(*a, **k)
+                finally:
+                    mark(label + " >")
+
+            setattr(owner, attr, wrapped)
+
+    Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
+    for owner, attr in [
+        (Server, "_dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
+        (Server, "_fast_hint"),
+        (proto, "parse_request"), (proto, "encode"), (proto, "parse_reply"),
+        (Reconciler, "reconcile_once"), (Reconciler, "_enabled"), (Reconciler, "reply_sent"),
+        (Reconciler, "fast_switch"), (Reconciler, "_on_enabled"),
+        (switcher_mod.Switcher, "check_ejected"), (switcher_mod.Switcher, "switch_to"),
+        (switcher_mod.Switcher, "_settle_in"), (switcher_mod.Switcher, "_record"),
+        (standby_mod.StandbyPool, "take"), (KernelBackend, "fresh"),
+        (KernelBackend, "detach"), (KernelBackend, "attach"),
+        (KernelBackend, "_confirm_enabled"), (KernelBackend, "pin"),
+        (KernelBackend, "discard"), (KernelBackend, "kernel_state"),
+        (rcu_expedite.RcuExpediter, "_read"), (rcu_expedite.RcuExpediter, "_write"),
+    ]:  # fmt: skip
+        wrap(owner, attr, f"{getattr(owner, '__name__', '?')}.{attr}")
+    profiles = {k: cProfile.Profile() for k in ("loop", "worker", "client")}
+    profiling = threading.Event()
+    orig_on_enabled = Reconciler._on_enabled
+    orig_reply_sent = Reconciler.reply_sent
+
+    def on_enabled(self: Any, record: Any) -> None:
+        if profiling.is_set():
+            profiles["worker"].disable()
+        orig_on_enabled(self, record)
+
+    def reply_sent(self: Any) -> None:
+        if profiling.is_set():
+            profiles["loop"].disable()
+        orig_reply_sent(self)
+
+    Reconciler._on_enabled = on_enabled  # type: ignore[method-assign]
+    Reconciler.reply_sent = reply_sent  # type: ignore[method-assign]
+    sock_path = str(SCRATCH / "profile.sock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock_path)
+    timelines: list[list[tuple[str, str, float]]] = []
+    totals: list[float] = []
+
+    async def _enable_on_loop() -> None:
+        profiles["loop"].enable()  # stays on for this thread after the task ends
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        reconciler = Reconciler(config, create_backend(config))
+        server = Server(reconciler)
+        await server.start(own_socket(sock_path, 0o600, None))
+
+        def status() -> Any:
+            with DaemonClient(sock_path, timeout_s=120) as c:
+                return getattr(c.request(proto.StatusRequest()), "status")  # noqa: B009
+
+        def client() -> None:
+            _wait("enabled", BASE_OPS, timeout_s=300)
+            for rep in range(2 * reps + 1):  # one warm-up, reps timed, reps profiled
+                with DaemonClient(sock_path, timeout_s=120) as c:
+                    c.request(proto.PrepareRequest(workload=HINTS["e"], ttl_s=3600))
+                while not any(e.scheduler == "lat_standby" for e in status().standby):
+                    time.sleep(0.2)
+                profiled = rep > reps
+                if profiled:
+                    profiling.set()
+                    reconciler.worker.submit(profiles["worker"].enable).result()
+                    on_loop = asyncio.run_coroutine_threadsafe(_enable_on_loop(), loop)
+                    on_loop.result()
+                    profiles["client"].enable()
+                c = DaemonClient(sock_path, timeout_s=120)
+                marks.clear()
+                t0 = time.monotonic_ns()
+                mark("client.request <")
+                reply = c.request(proto.HintRequest(workload=HINTS["e"]))
+                mark("client.request >")
+                t1 = time.monotonic_ns()
+                if profiled:
+                    profiles["client"].disable()
+                time.sleep(2.0)  # the work after the reply, still marked
+                profiling.clear()
+                record = getattr(reply, "switch", None)
+                if record is None or not record.standby:
+                    raise RuntimeError(f"profiled hint was no standby hit: {reply!r}")
+                if 0 < rep <= reps:
+                    timelines.append([(lab, th, (t - t0) / 1e6) for lab, th, t in marks])
+                    totals.append((t1 - t0) / 1e6)
+                c.close()
+                _wait("enabled", BASE_OPS, timeout_s=300)
+
+        try:
+            await asyncio.to_thread(client)
+        finally:
+            await server.close()
+
+    asyncio.run(run())
+    lines = [
+        f"Standby hit ss_fifo -> ss_latency, {reps} hints timed, {reps} profiled; "
+        f"hint to reply (client) median {statistics.median(totals):.1f} ms "
+        f"({', '.join(f'{t:.1f}' for t in totals)})",
+        "",
+        "Median offset of each mark from the client's send, ms (first occurrence per hint):",
+    ]
+    firsts: dict[tuple[str, str], list[float]] = {}
+    order: list[tuple[str, str]] = []
+    for tl in timelines:
+        seen: set[tuple[str, str]] = set()
+        for lab, th, ms in tl:
+            if (lab, th) in seen:
+                continue
+            seen.add((lab, th))
+            if (lab, th) not in firsts:
+                order.append((lab, th))
+            firsts.setdefault((lab, th), []).append(ms)
+    order.sort(key=lambda k: statistics.median(firsts[k]))
+    for key in order:
+        lines.append(f"  {statistics.median(firsts[key]):9.1f}  {key[0]:<36} [{key[1]}]")
+    lines += ["", "Every mark of the last timed hint, ms:"]
+    lines += [f"  {ms:9.1f}  {lab:<36} [{th}]" for lab, th, ms in timelines[-1]]
+    stdlib = os.path.dirname(os.__file__)
+    for name, prof in profiles.items():
+        buf = io.StringIO()
+        stats = pstats.Stats(prof, stream=buf)
+        stats.sort_stats("cumulative").print_stats(45)
+        stats.sort_stats("tottime").print_stats(30)
+        text = buf.getvalue().replace(f"{REPO}/", "").replace(f"{stdlib}/", "<stdlib>/")
+        lines += ["", f"=== cProfile, {name} thread ===", text]
+    Path(out_dir, "switch_profile_e.txt").write_text("\n".join(lines) + "\n")
     return 0
 
 
@@ -503,6 +688,16 @@ def vm_main(args: argparse.Namespace) -> int:
             [py, __file__, "_profile", str(SCRATCH / "config.toml"), str(out_dir)], check=True
         )
         log.write(f"profile done ({time.monotonic() - t_prof:.0f}s)\n")
+    if args.hint_profile:
+        # The standby hit's whole path (request handling, the reconcile pass or the direct
+        # path, the switch, the reply), in-process with the event loop's thread profiled.
+        t_prof = time.monotonic()
+        proc = subprocess.run(
+            [py, __file__, "_hint_profile", str(SCRATCH / "config.toml"), str(out_dir),
+             str(args.hint_profile)],
+            check=False,
+        )  # fmt: skip
+        log.write(f"hint profile: status {proc.returncode} ({time.monotonic() - t_prof:.0f}s)\n")
     return 0
 
 
@@ -832,6 +1027,7 @@ def host_main(args: argparse.Namespace) -> int:
         f'"$PY" "$REPO/bench/switch_latency.py" _vm --counts {",".join(map(str, counts))} '
         f"--reps {args.reps} --cold-reps {args.cold_reps} "
         f"{'' if args.no_profile else '--profile '}"
+        f"--hint-profile {args.hint_profile} "
         '--modules "$RESULTS/modules.txt" --results "$RESULTS"\n'
     )
     result = vm.run_in_vm(
@@ -847,12 +1043,16 @@ def host_main(args: argparse.Namespace) -> int:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("switch_latency.log", "switch_profile_c.txt", "switch_profile_d.txt"):
+    names = ["switch_latency.log", "switch_profile_c.txt", "switch_profile_d.txt"]
+    for name in [*names, "switch_profile_e.txt"]:
         if name in result.files:
             (out / name).write_bytes(result.files[name])
     if result.returncode != 0 or "switch_latency.raw.json" not in result.files:
         print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
         return 1
+    if args.reps == 0:  # a profiling run: no samples to report
+        print(f"(VM run {time.monotonic() - t0:.0f} s; profiles in {out})")
+        return 0
     raw = json.loads(result.text("switch_latency.raw.json"))
     rr = result.ramroot or {}
     meta = {
@@ -883,6 +1083,11 @@ def main(argv: list[str] | None = None) -> int:
     vmp.add_argument("--results", required=True)
     vmp.add_argument("--cold-reps", type=int, required=True)
     vmp.add_argument("--profile", action="store_true")
+    vmp.add_argument("--hint-profile", type=int, default=0)
+    hp = sub.add_parser("_hint_profile")
+    hp.add_argument("config")
+    hp.add_argument("out")
+    hp.add_argument("reps", type=int)
     pp = sub.add_parser("_profile")
     pp.add_argument("config")
     pp.add_argument("out")
@@ -896,6 +1101,14 @@ def main(argv: list[str] | None = None) -> int:
         "--cold-reps", type=int, default=3, help="repetitions of (b) (~30 s each under TCG)"
     )
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile'd daemon run")
+    ap.add_argument(
+        "--hint-profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile the standby hit's whole path, N hints timed and N profiled "
+        "(switch_profile_e.txt); with --reps 0, only the profiles",
+    )
     ap.add_argument("--counts", default="1,10,100,300")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -904,6 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "_vm":
         return vm_main(args)
+    if args.cmd == "_hint_profile":
+        return hint_profile_main(args.config, args.out, args.reps)
     if args.cmd == "_profile":
         return profile_main(args.config, args.out)
     if args.cmd == "_cold":

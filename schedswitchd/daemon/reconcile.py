@@ -17,6 +17,16 @@ pins it, frees the previous one, finishes the pass and refills the standby pool.
 that rest fail (a pin), the switch rolls back as before and the pass backs the scheduler
 off; ``status`` shows the final record.
 
+A hint whose scheduler the pool holds prepared (a *standby hit*) takes a direct path
+instead (:meth:`Reconciler.standby_hit`, :meth:`Reconciler.direct_switch`): the same policy
+decides, and when it picks that scheduler for this very lease, one call on the worker does
+what the pass would do before it switches (notice an ejection, wait while another program's
+scheduler runs) and then the switch, whose ``on_enabled`` answers the hint. The pass's
+bookkeeping (logging the switch, a failure's backoff, the deadline, ``STATUS=``, the standby
+refill) follows the reply; whatever the direct call could not do (an ejection noticed, a
+foreign scheduler, a failed switch's next candidate) is left to a normal pass, so the
+outcome is the one the pass would have reached.
+
 After each pass (and after the replies it settles), the standby pool is refilled on the
 same worker thread: schedulers announced by launchers (``prepare`` intents, until they
 expire), then the configured default, then the most recent hint's scheduler, as many as
@@ -39,7 +49,7 @@ from typing import Any
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.policy import NS_PER_S, Policy
+from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
 from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import (
     NO_SCHED_EXT,
@@ -65,6 +75,8 @@ RESTART_WINDOW_NS = 60 * NS_PER_S
 #: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
 #: to be written before it goes on (pins, freeing the old scheduler), s.
 REPLY_WAIT_S = 0.25
+#: What the direct path's worker call returns when another program's scheduler runs.
+_FOREIGN = "foreign"
 
 
 class Reconciler:
@@ -130,6 +142,10 @@ class Reconciler:
         #: The override an admin ``switch`` replaced: back in force if the switch fails.
         self._override_before: str | None = None
         self._foreign: str | None = None
+        #: A reconcile pass is deciding or switching (the direct path then stays out).
+        self._in_pass = False
+        #: A direct switch (standby hit) is under way.
+        self._direct = False
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -327,10 +343,13 @@ class Reconciler:
             self._wake.clear()
             gen = self._pass_gen = self._gen
             seq = self.switcher.history[-1].seq if self.switcher.history else 0
+            self._in_pass = True
             try:
                 await self.reconcile_once()
             except Exception:
                 log.exception("reconcile pass failed")
+            finally:
+                self._in_pass = False
             self._settled = gen
             self.last_pass_ns = self.clock()
             self._release_waiters(gen, early_only=False)
@@ -419,39 +438,136 @@ class Reconciler:
             f"{pool.max_kernel_bytes}, or it is held back after failures"
         )
 
+    # --- the direct path of a standby hit -----------------------------------------------------
+
+    def standby_hit(self, lease: Lease) -> tuple[str, SchedulerConfig, str] | None:
+        """``(target, spec, reason)`` when the hint that just added ``lease`` can take the
+        direct path (:meth:`direct_switch`), else ``None`` (the hint kicks a normal pass).
+
+        Eligible when the policy, asked as a pass asks it (leases past their TTL expired
+        first), picks ``lease`` itself, its scheduler is not ``kernel`` nor the running one,
+        the standby pool holds that scheduler prepared from its current configuration entry
+        (the worker's take still checks that it is fresh), and neither a pass nor another
+        direct switch is under way. Runs on the loop; reads no file."""
+        if self._in_pass or self._direct:
+            return None
+        now = self.clock()
+        self.policy.expire(now)
+        decision = self.policy.decide(now)
+        target = decision.scheduler
+        if decision.lease is None or decision.lease.id != lease.id:
+            return None
+        if target in (KERNEL, self.switcher.active):
+            return None
+        spec = self.config.schedulers.get(target)
+        entry = self.switcher.standby.entries.get(target)
+        if spec is None or entry is None or entry.spec != spec:
+            return None
+        # As a pass would: a client's lease ends an adopted scheduler's grace.
+        self._grace_until_ns = 0
+        self.recent = target
+        return target, spec, f"{decision.why} {lease.id} {lease.workload}"
+
+    async def direct_switch(
+        self, target: str, spec: SchedulerConfig, reason: str
+    ) -> tuple[list[SwitchRecord], bool]:
+        """Switch to a held standby (``target``, ``spec``, ``reason`` from
+        :meth:`standby_hit`) without a reconcile pass first: one call on the worker notices
+        an ejection as the pass would (:meth:`Switcher.check_ejected`), checks that no
+        other program's scheduler runs when the daemon has none attached, and switches.
+        Returns like :meth:`settle_records` with ``early``: as soon as the kernel runs
+        ``target`` (the record is live; the worker waits, at most :data:`REPLY_WAIT_S`,
+        until :meth:`reply_sent`), or once the switch failed or could not be made here;
+        then what a pass does next is done by a normal pass (an ejection is recorded and
+        backed off first, a failed target is backed off and the next candidate tried)
+        and its records follow. The switch's log line, the deadline, ``STATUS=`` and the
+        standby refill come after the reply (a pass kicked once the worker is done)."""
+        loop = asyncio.get_running_loop()
+        self._direct = True
+        running: asyncio.Future[SwitchRecord] = loop.create_future()
+
+        def on_enabled(record: SwitchRecord) -> None:  # the worker thread
+            written = threading.Event()
+            try:
+                loop.call_soon_threadsafe(self._direct_enabled, running, record, written)
+            except RuntimeError:  # the loop is closed: the daemon is stopping
+                return
+            written.wait(REPLY_WAIT_S)
+
+        try:
+            work = loop.run_in_executor(
+                self.worker, self._direct_work, target, spec, reason, on_enabled
+            )
+        except RuntimeError:  # the worker was shut down
+            self._direct = False
+            return [], False
+        work.add_done_callback(lambda done: self._direct_done(done, target))
+        timeout = 2 * self.config.limits.switch_timeout_s + 5
+        await asyncio.wait((running, work), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            return [running.result()], True
+        if not work.done():
+            return [], False
+        outcome = work.result() if work.exception() is None else None
+        made = [outcome] if isinstance(outcome, SwitchRecord) else []
+        # Not switched, or failed: a normal pass takes it from here, as it would have.
+        later, settled = await self.settle_records(early=True)
+        return made + later, settled
+
+    def _direct_work(
+        self, target: str, spec: SchedulerConfig, reason: str, on_enabled: Callable[..., None]
+    ) -> SwitchRecord | tuple[SwitchRecord, int] | str | None:
+        """The worker's part of :meth:`direct_switch`: an ejection found (returned, not
+        switched), :data:`_FOREIGN` (another program's scheduler runs), or the switch's
+        record (``None`` if ``target`` runs already)."""
+        ejected = self.switcher.check_ejected()
+        if ejected is not None:
+            return ejected
+        if self.switcher.current is None:
+            kernel = self.backend.kernel_state()
+            if kernel.state in ("enabled", "enabling"):
+                return _FOREIGN
+        return self.switcher.switch_to(target, spec, reason, on_enabled)
+
+    def _direct_enabled(
+        self, running: asyncio.Future[SwitchRecord], record: SwitchRecord, written: threading.Event
+    ) -> None:
+        """On the loop: the direct switch's scheduler runs; answer the hint, and let the
+        worker go on once its reply is written (:meth:`reply_sent`)."""
+        if self._reply_gate is not None:
+            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
+        if running.done():  # the hint gave up waiting
+            self._reply_gate = None
+            written.set()
+            return
+        self._reply_gate = [1, written]
+        running.set_result(record)
+
+    def _direct_done(self, work: asyncio.Future[Any], target: str) -> None:
+        """On the loop, once the direct switch's worker call returned: the bookkeeping a
+        pass does after a switch, then a pass (the rest: deadline, ``STATUS=``, refill)."""
+        self._direct = False
+        error = None if work.cancelled() else work.exception()
+        outcome = None if work.cancelled() or error is not None else work.result()
+        if error is not None:
+            log.error("direct switch to %s failed", target, exc_info=error)
+        if isinstance(outcome, tuple):
+            self._note_ejection(outcome, self.clock())
+        elif isinstance(outcome, SwitchRecord):
+            self._log_switch(outcome)
+            if outcome.ok:
+                self.stale = None
+            else:
+                self.policy.record_failure(target, self.clock())
+        self.kick()
+
     async def reconcile_once(self) -> None:
         """One pass (see the module docstring)."""
         loop = asyncio.get_running_loop()
         ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
         now = self.clock()
-        if ejected is not None and self._restart_asked(ejected[0], now):
-            gone = ejected[0]
-            exit_ = gone.exit
-            log.warning(
-                "scheduler %s exited asking for a restart (%s: %s); loading it again, its "
-                "profile resolved for the topology now",
-                gone.previous,
-                exit_.reason if exit_ else "",
-                exit_.message if exit_ else "",
-                extra={"SCHEDULER": gone.previous, "EXIT_KIND": "restart"},
-            )
-        elif ejected is not None:
-            gone, ran_for = ejected
-            hold = self.policy.record_failure(gone.previous, now, ran_for)
-            if self.policy.override == gone.previous:
-                self._drop_override(gone.previous, "it was ejected by the kernel")
-            exit_ = gone.exit
-            log.warning(
-                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
-                gone.previous,
-                exit_.kind_name if exit_ else "no exit info",
-                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
-                (hold.until_ns - now) / NS_PER_S,
-                extra={
-                    "SCHEDULER": gone.previous,
-                    "EXIT_KIND": exit_.kind_name if exit_ else "",
-                },
-            )
+        if ejected is not None:
+            self._note_ejection(ejected, now)
         self.policy.expire(now)
         if self.policy.leases or self.policy.override is not None:
             # Clients reconnected (or an admin chose): the grace has done its job, and must
@@ -503,6 +619,39 @@ class Reconciler:
         self._arm_deadline(now)
         if self.on_change is not None:
             self.on_change(self.summary())
+
+    def _note_ejection(self, ejected: tuple[SwitchRecord, int], now: int) -> None:
+        """What a pass does on an ejection :meth:`Switcher.check_ejected` found: a restart
+        the exit asked for is honoured (no backoff), else the scheduler is backed off (and
+        an admin override of it dropped); logged either way."""
+        if self._restart_asked(ejected[0], now):
+            gone = ejected[0]
+            exit_ = gone.exit
+            log.warning(
+                "scheduler %s exited asking for a restart (%s: %s); loading it again, its "
+                "profile resolved for the topology now",
+                gone.previous,
+                exit_.reason if exit_ else "",
+                exit_.message if exit_ else "",
+                extra={"SCHEDULER": gone.previous, "EXIT_KIND": "restart"},
+            )
+        else:
+            gone, ran_for = ejected
+            hold = self.policy.record_failure(gone.previous, now, ran_for)
+            if self.policy.override == gone.previous:
+                self._drop_override(gone.previous, "it was ejected by the kernel")
+            exit_ = gone.exit
+            log.warning(
+                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
+                gone.previous,
+                exit_.kind_name if exit_ else "no exit info",
+                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
+                (hold.until_ns - now) / NS_PER_S,
+                extra={
+                    "SCHEDULER": gone.previous,
+                    "EXIT_KIND": exit_.kind_name if exit_ else "",
+                },
+            )
 
     def _restart_asked(self, gone: SwitchRecord, now: int) -> bool:
         """True when the ejected scheduler's exit code carries ``SCX_ECODE_ACT_RESTART``

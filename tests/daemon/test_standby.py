@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -11,7 +13,7 @@ from schedswitchd.cli import ctl, run
 from schedswitchd.daemon.policy import NS_PER_S
 from schedswitchd.daemon.server import Server
 
-from .fakes import FakeBackend
+from .fakes import FakeBackend, FakePrepared
 from .harness import Running
 
 
@@ -194,3 +196,187 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
     calls = srv.backend.calls
     assert calls.index("attach fifo") < calls.index("reply sent") < calls.index("pin fifo")
     c.close()
+
+
+# --- the direct path of a standby hit --------------------------------------------------------
+
+
+def _quiet_poll(srv: Running) -> None:
+    """No safety-net pass from now on (the poll sleeps for an hour after its current
+    0.2 s), so that only the requests' own passes run."""
+    srv.read(lambda s: setattr(s.reconciler, "poll_s", 3600.0))
+    srv.passes(1)
+    time.sleep(0.3)  # the poll's current sleep ends; its next one is the hour
+
+
+def _count_passes(srv: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reconcile pass from now on appends ``pass`` to the backend's call list."""
+    rec = srv.read(lambda s: s.reconciler)
+    real = rec.reconcile_once
+
+    async def counted() -> None:
+        srv.backend.calls.append("pass")
+        await real()
+
+    monkeypatch.setattr(rec, "reconcile_once", counted)
+
+
+def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hint of a held standby goes straight to the switch: no pass runs between the
+    request and the attach; one runs after the reply (the standby refill, STATUS=)."""
+    srv = Running(FakeBackend(), default="fifo")
+    try:
+        c = srv.client()
+        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        _quiet_poll(srv)
+        _count_passes(srv, monkeypatch)
+        start = len(srv.backend.calls)
+        statuses = len(srv.statuses)
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["active"] == "gaming", hint
+        assert hint["switch"]["standby"] is True and hint["switch"]["result"] == "ok"
+        assert hint["switch"]["reason"].startswith("lease ") and hint["desired"] == "gaming"
+        calls = srv.backend.calls[start:]
+        assert calls[: calls.index("attach gaming") + 1] == ["detach fifo", "attach gaming"]
+        # the bookkeeping pass after the reply: fifo (the default) held as the standby now
+        srv.wait_for(lambda s: "fifo" in s.switcher.standby.entries)
+        assert "pass" in srv.backend.calls[start:]
+        assert len(srv.statuses) > statuses and srv.statuses[-1].startswith("running gaming")
+        history = c.request(op="history")["entries"]
+        assert [(e["previous"], e["target"]) for e in history[-1:]] == [("fifo", "gaming")]
+        c.close()
+    finally:
+        srv.stop()
+
+
+def _failed_hint(standby: bool) -> tuple[dict[str, object], dict[str, object], list[str]]:
+    """A hint for ``gaming``, whose attach fails, with fifo running: reply, status, and the
+    backend's calls from the hint on; with ``standby``, gaming is held as a standby."""
+    srv = Running(FakeBackend(fail_attach={"gaming"}), default="fifo")
+    try:
+        c = srv.client()
+        if standby:
+            assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        _quiet_poll(srv)
+        start = len(srv.backend.calls)
+        hint = c.request(op="hint", workload="gaming")
+        srv.wait_for(lambda s: s.switcher.history[-1].finished)
+        srv.passes(1)
+        status = c.request(op="status")["status"]
+        calls = srv.backend.calls[start:]
+        assert srv.backend.kernel_state().ops == "fifo_ops"
+        c.close()
+        return hint, status, calls
+    finally:
+        srv.stop()
+
+
+def test_a_failed_direct_attach_falls_back_like_the_pass() -> None:
+    """The standby's attach fails: the old scheduler runs on (rolled back), the target is
+    backed off, and the reply and status say what a hint without a standby says."""
+    direct, direct_status, calls = _failed_hint(standby=True)
+    normal, normal_status, _ = _failed_hint(standby=False)
+    assert direct["switch"]["standby"] is True and normal["switch"]["standby"] is False  # type: ignore[index]
+    assert calls[:2] == ["detach fifo", "attach gaming"]
+    for reply in (direct, normal):
+        sw = reply["switch"]
+        assert (sw["target"], sw["result"]) == ("gaming", "rolled_back"), reply  # type: ignore[index]
+    keys = ("ok", "scheduler", "desired", "active", "pending")
+    assert {k: direct[k] for k in keys} == {k: normal[k] for k in keys}
+    assert direct["active"] == "fifo" and direct["desired"] == "fifo"
+    view = ("active", "desired")
+    assert {k: direct_status[k] for k in view} == {k: normal_status[k] for k in view}
+    backoff = [(b["scheduler"], b["failures"]) for b in direct_status["backoff"]]  # type: ignore[attr-defined]
+    assert backoff == [("gaming", 1)]
+    assert backoff == [(b["scheduler"], b["failures"]) for b in normal_status["backoff"]]  # type: ignore[attr-defined]
+
+
+def test_a_stale_standby_is_not_taken_by_the_direct_path() -> None:
+    """A held standby whose inputs changed (object rebuilt, module set) is discarded by the
+    take, and the hint's switch prepares the scheduler anew."""
+    srv = Running(FakeBackend(), default="fifo")
+    try:
+        c = srv.client()
+        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        _quiet_poll(srv)  # no pass prunes it first: the hint's own take finds it stale
+        held = srv.read(lambda s: cast(FakePrepared, s.switcher.standby.entries["gaming"].prepared))
+        srv.backend.stale.add("gaming")
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["active"] == "gaming", hint
+        assert hint["switch"]["standby"] is False and "prepare" in hint["switch"]["phases_ns"]
+        assert held.discarded and srv.backend.attached_handle is not held
+        c.close()
+    finally:
+        srv.stop()
+
+
+def test_the_direct_path_notices_an_ejection_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The running scheduler was ejected and no event said so yet: the direct path records
+    the ejection and backs it off as a pass does, then the hint is switched (by a pass)."""
+    srv = Running(FakeBackend(), default="fifo")
+    try:
+        c = srv.client()
+        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        _quiet_poll(srv)
+        watchers = srv.backend.watchers
+        monkeypatch.setattr(srv.backend, "watchers", [])  # no uevent reaches the daemon
+        srv.backend.eject()
+        srv.backend.watchers = watchers
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["active"] == "gaming", hint
+        assert hint["switch"]["previous"] == "kernel" and hint["switch"]["standby"] is True
+        history = c.request(op="history")["entries"]
+        assert [(e["previous"], e["target"], e["result"]) for e in history[-2:]] == [
+            ("fifo", "kernel", "ejected"),
+            ("kernel", "gaming", "ok"),
+        ]
+        status = c.request(op="status")["status"]
+        assert [b["scheduler"] for b in status["backoff"]] == ["fifo"]
+        c.close()
+    finally:
+        srv.stop()
+
+
+def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way() -> None:
+    """:meth:`Reconciler.standby_hit` picks the direct path only when the policy chooses
+    the new lease itself, its scheduler is held and not running, and no pass or other
+    direct switch is under way."""
+    from schedswitchd.daemon.policy import Lease
+
+    srv = Running(FakeBackend(), default="fifo")
+    try:
+        c = srv.client()
+        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        _quiet_poll(srv)
+        rec = srv.read(lambda s: s.reconciler)
+
+        def probe(workload: str, seq: int, **state: bool) -> object:
+            def check(s: Server) -> object:
+                lease = Lease(f"p{seq}", workload, 0, 0, None, 0, None, seq)
+                s.policy.add(lease)
+                saved = {k: getattr(rec, k) for k in state}
+                for k, v in state.items():
+                    setattr(rec, k, v)
+                try:
+                    return rec.standby_hit(lease)
+                finally:
+                    for k, v in saved.items():
+                        setattr(rec, k, v)
+                    s.policy.remove(lease.id)
+
+            return srv.read(check)
+
+        hit = probe("gaming", 10**6)
+        assert isinstance(hit, tuple) and hit[0] == "gaming" and hit[2] == "lease p1000000 gaming"
+        assert probe("gaming", 10**6, _in_pass=True) is None
+        assert probe("gaming", 10**6, _direct=True) is None
+        assert probe("video-call", 10**6) is None  # vtime is not held
+        assert probe("battery", 10**6) is None  # fifo runs already
+        # a lease of lower priority than a live one is not what the policy picks
+        assert c.request(op="hint", workload="broken")["ok"] is True
+        assert probe("gaming", 10**6) is None
+        c.close()
+    finally:
+        srv.stop()

@@ -96,3 +96,76 @@ def test_missing_required_file(tmp_path: Path) -> None:
     (root / "hotplug_seq").unlink()
     with pytest.raises(SchedExtError, match="hotplug_seq"):
         sched_ext.read_status(root)
+
+
+# --- StateFiles: the switch path's reads through held descriptors ---------------------------
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Rewrite ``path`` in place (same inode), as a sysfs attribute changes its value."""
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(text.encode())
+
+
+def test_state_files_hold_descriptors_and_read_each_change(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    files = sched_ext.StateFiles(root, keep_open=True)
+    try:
+        assert (files.state(), files.ops(), files.enable_seq(), files.hotplug_seq()) == (
+            ScxState.DISABLED,
+            None,
+            7,
+            3,
+        )
+        _rewrite(root / "state", "enabled\n")
+        _rewrite(root / "enable_seq", "8\n")
+        _rewrite(root / "hotplug_seq", "12\n")
+        _attach(root, "ss_fifo")
+        assert (files.state(), files.ops(), files.enable_seq(), files.hotplug_seq()) == (
+            ScxState.ENABLED,
+            "ss_fifo",
+            8,
+            12,
+        )
+        # the same answers as the module's functions, which open the files each time
+        assert files.state() == sched_ext.read_state(root)
+        assert files.ops() == sched_ext.read_ops(root)
+        # the files stay open: a file replaced (new inode) is not seen, by design (sysfs
+        # attributes are never replaced); that is why this is only the default under /sys
+        (root / "state").unlink()
+        (root / "state").write_text("disabling\n")
+        assert files.state() is ScxState.ENABLED
+        _rewrite(root / "state", "bogus\n")  # the new file: not the one held
+        assert files.state() is ScxState.ENABLED
+    finally:
+        files.close()
+    # closed: the next read opens again (and sees the new file)
+    with pytest.raises(SchedExtError, match="unknown state"):
+        files.state()
+    files.close()
+
+
+def test_state_files_absent_files(tmp_path: Path) -> None:
+    root = _sysfs(tmp_path)
+    (root / "enable_seq").unlink()  # kernels before 6.12
+    files = sched_ext.StateFiles(root, keep_open=True)
+    try:
+        assert files.enable_seq() is None
+        (root / "hotplug_seq").unlink()
+        with pytest.raises(SchedExtError, match="hotplug_seq is missing"):
+            files.hotplug_seq()
+    finally:
+        files.close()
+    gone = sched_ext.StateFiles(tmp_path / "nowhere", keep_open=True)
+    with pytest.raises(SchedExtUnavailable):
+        gone.state()
+    with pytest.raises(SchedExtUnavailable):
+        gone.ops()
+    with pytest.raises(SchedExtUnavailable):
+        gone.hotplug_seq()
+
+
+def test_state_files_keep_descriptors_only_under_sys(tmp_path: Path) -> None:
+    assert sched_ext.StateFiles().keep_open
+    assert not sched_ext.StateFiles(_sysfs(tmp_path)).keep_open

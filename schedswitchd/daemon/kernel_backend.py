@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -255,9 +256,16 @@ class KernelBackend:
             max_entries=btf_max_entries, max_bytes=btf_max_bytes
         )
         self.root = sched_ext_root
+        #: ``state``/``enable_seq``/``hotplug_seq`` held open, read with one pread(2) each.
+        self.scx_files = scx.StateFiles(sched_ext_root)
+        #: The watch's uevent listener keeps the registry's module generation true
+        #: (see :meth:`fresh`).
+        self._module_events = False
         self.specs = specs or SpecCache()
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        #: The latest attach/detach phases by prefix (see :meth:`_timings`).
+        self._latest: dict[str, dict[str, int]] = {}
         self._link_detach_works = True
         #: Which handle's link each pin name holds: a reload's switch of a running
         #: scheduler to its new form attaches a second handle of the same name, whose pin
@@ -274,11 +282,11 @@ class KernelBackend:
             self._counts[key] = self._counts.get(key, 0) + n
 
     def _timings(self, prefix: str, timings: Mapping[str, int]) -> None:
+        """The latest ``prefix`` phases for :meth:`counters` (``<prefix>.<phase>_ns``),
+        replacing the previous ones; kept as they are and expanded when counters are read:
+        detach calls this inside the no-scheduler gap."""
         with self._lock:
-            for k in [k for k in self._counts if k.startswith(prefix + ".")]:
-                del self._counts[k]
-            for k, v in timings.items():
-                self._counts[f"{prefix}.{k}_ns"] = v
+            self._latest[prefix] = dict(timings)
 
     def counters(self) -> Mapping[str, int]:
         """Registry, spec-cache and backend counters plus the latest phase timings (ns)."""
@@ -307,6 +315,8 @@ class KernelBackend:
         }
         with self._lock:
             out.update(self._counts)
+            for prefix, timings in self._latest.items():
+                out.update({f"{prefix}.{k}_ns": v for k, v in timings.items()})
         out.update(self.profile_stats())
         return out
 
@@ -339,13 +349,10 @@ class KernelBackend:
         the three files a :class:`KernelState` holds (``state``, ``root/ops``,
         ``enable_seq``), not the whole status: the switcher's confirm and the watch poll
         call it on every switch."""
+        files = self.scx_files
         try:
-            state = scx.read_state(self.root)
-            return KernelState(
-                state=str(state),
-                ops=scx.read_ops(self.root),
-                enable_seq=scx.read_enable_seq(self.root),
-            )
+            state = files.state()
+            return KernelState(state=str(state), ops=files.ops(), enable_seq=files.enable_seq())
         except SchedSwitchError:
             return KernelState(state="unavailable")
 
@@ -355,8 +362,8 @@ class KernelBackend:
     def _state_ops(self) -> _StateOps:
         """Only ``state`` and, when enabled, ``root/ops``: these checks sit inside the
         no-scheduler gap, where a full status read (7 files) cost ~3-5 ms each under TCG."""
-        state = scx.read_state(self.root)
-        ops = scx.read_ops(self.root) if state is scx.ScxState.ENABLED else None
+        state = self.scx_files.state()
+        ops = self.scx_files.ops() if state is scx.ScxState.ENABLED else None
         return _StateOps(state, ops)
 
     # --- prepare -----------------------------------------------------------------------------
@@ -488,19 +495,53 @@ class KernelBackend:
         h = cast(KernelPrepared, prepared)
         if h.discarded or h.attached or h.adopted or not h.inputs:
             return False
+        key, module_key, hotplug_then, *profile_then = h.inputs
+        # The object: one stat(2) of the configured path, symlinks followed (what a stale
+        # check costs is on a standby hit's path); the file must be the one opened, unchanged.
+        try:
+            st = os.stat(spec.object)
+        except OSError:
+            return False
+        if not isinstance(key, SpecKey) or (key.dev, key.ino, key.size, key.mtime_ns) != (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+        ):
+            return False
+        if not self._modules_unchanged(module_key):
+            return False
         hotplug: int | None = None
-        if spec.hotplug_seq and scx.available(self.root):
+        if spec.hotplug_seq:
             try:
-                hotplug = scx.read_hotplug_seq(self.root)
+                hotplug = self.scx_files.hotplug_seq()
+            except scx.SchedExtUnavailable:
+                hotplug = None
             except SchedSwitchError:
                 return False
-        now: tuple[object, ...] = (SpecKey.of_path(spec.object), self._module_key(), hotplug)
+        if hotplug != hotplug_then:
+            return False
         if spec.profile_path is not None:
             try:
-                now += (SpecKey.of_path(spec.profile_path), read_topology(self.sysfs_root))
+                now = (SpecKey.of_path(spec.profile_path), read_topology(self.sysfs_root))
             except (SchedSwitchError, OSError):
                 return False
-        return h.inputs == now
+            return tuple(profile_then) == now
+        return not profile_then
+
+    def _modules_unchanged(self, then: object) -> bool:
+        """Whether the module set is the one ``then`` (a ``module_set().key``: the event
+        generation and the ``/sys/kernel/btf`` listing) was taken from. While the watch's
+        uevent listener feeds the registry, every module add or remove and every lost-events
+        overflow moves the generation, so an equal generation answers without listing the
+        directory again (300 entries: ~7 ms under TCG); otherwise the listing is compared."""
+        if (
+            self._module_events
+            and isinstance(then, tuple)
+            and then[0] == self.registry.memo.generation
+        ):
+            return True
+        return self._module_key() == then
 
     def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
         """Open every configured object into the spec cache (see the protocol); a file that
@@ -634,7 +675,7 @@ class KernelBackend:
         t = {"pin": time.perf_counter_ns() - start}
         h.timings_ns["attach.pin"] = t["pin"]
         with self._lock:
-            self._counts["attach.pin_ns"] = t["pin"]
+            self._latest.setdefault("attach", {})["pin"] = t["pin"]
         log.info(
             "attached %s (ops %s): %s",
             h.name,
@@ -975,6 +1016,7 @@ class KernelBackend:
 
             subs.append(listener.subscribe_sched_ext(on_scx))
             subs.append(self.registry.attach(listener))
+            self._module_events = True
         stop_event = threading.Event()
 
         def poll() -> None:
@@ -989,6 +1031,7 @@ class KernelBackend:
         thread.start()
 
         def stop() -> None:
+            self._module_events = False
             stop_event.set()
             for sub in subs:
                 sub.cancel()

@@ -429,7 +429,6 @@ class Switcher:
             try:
                 with _Phase(record, "detach"):
                     self.backend.detach(old, self.timeout_s)
-                _copy_phases(record, old, "detach.")
             except SchedSwitchError as exc:
                 # The old one may still run; keep it as current and give up on the new one.
                 record.result, record.error = FAILED, ErrorBody.of(exc)
@@ -441,6 +440,7 @@ class Switcher:
             self.current_spec = None
             record.gap_ns = None
             if old is not None:
+                _copy_phases(record, old, "detach.")
                 self._harvest_exit(old)
                 self.backend.discard(old)
             return False
@@ -448,6 +448,8 @@ class Switcher:
             with _Phase(record, "attach"):
                 enabled_ns = self.backend.attach(new, self.timeout_s)
         except SchedSwitchError as exc:
+            if old is not None:
+                _copy_phases(record, old, "detach.")
             record.error = ErrorBody.of(exc)
             record.exit = self.backend.exit_info(new)
             if record.exit is not None:
@@ -456,6 +458,10 @@ class Switcher:
             record.result = self._roll_back(record, old)
             return False
         gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
+        # The backend's phases are copied once the new one runs: the detach's, read inside
+        # the gap before, walked every phase of the old handle's prepare.
+        if old is not None:
+            _copy_phases(record, old, "detach.")
         _copy_phases(record, new, "attach.")
         record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new

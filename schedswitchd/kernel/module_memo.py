@@ -225,6 +225,12 @@ class LookupMemo:
         self._checks = self._check_ns = 0
         self._unheard = 0
 
+    @property
+    def generation(self) -> int:
+        """How many module events (and lost-event resyncs) :meth:`bump` counted so far."""
+        with self._lock:
+            return self._gen
+
     def bump(self) -> None:
         """The module set changed (a module uevent or lost events): forget every answer."""
         with self._lock:

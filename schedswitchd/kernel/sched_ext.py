@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import enum
 import errno
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,3 +177,141 @@ def read_status(root: Path = SCHED_EXT_ROOT) -> SchedExtStatus:
         enable_seq=_read_int(root / "enable_seq"),
         events=read_events(root),
     )
+
+
+class StateFiles:
+    """The reads on a switch's path, cheap: ``state``, ``enable_seq`` and ``hotplug_seq``
+    through descriptors opened once, each read with one ``pread(2)`` at offset 0 (a sysfs
+    attribute's ``show`` runs again on every read from offset 0: ``seq_read_iter()`` in
+    ``fs/seq_file.c`` resets its buffer there), and ``root/ops`` opened relative to a
+    descriptor of the root directory (``root/`` belongs to the attached scheduler and goes
+    with it, so it cannot be held). In the TCG VM one ``open(2)`` of a sysfs path cost about
+    as much as two reads (the 2026-12-01 19:33 UTC hint profile: 2.3-2.5 ms per open).
+
+    ``keep_open``: hold the descriptors; default: when ``root`` is under ``/sys``, whose
+    attribute files stay the same files while the kernel runs (a test's directory of plain
+    files may be rewritten by replacing them: there each read is the module's ``read_*``
+    function's). Thread-safe. Errors as those functions':
+    :class:`SchedExtUnavailable` when ``state`` is missing, :class:`SchedExtError` for an
+    unreadable file or an unknown word.
+    """
+
+    def __init__(self, root: Path = SCHED_EXT_ROOT, *, keep_open: bool | None = None) -> None:
+        self.root = root
+        self.keep_open = root.is_relative_to("/sys") if keep_open is None else keep_open
+        #: File name -> descriptor, or -1 for a file that does not exist.
+        self._fds: dict[str, int] = {}
+        self._dir_fd: int | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the held descriptors (later reads open them again)."""
+        with self._lock:
+            fds = [fd for fd in self._fds.values() if fd >= 0]
+            if self._dir_fd is not None:
+                fds.append(self._dir_fd)
+            self._fds.clear()
+            self._dir_fd = None
+        for fd in fds:
+            os.close(fd)
+
+    def _fd(self, name: str) -> int:
+        fd = self._fds.get(name)
+        if fd is not None:
+            return fd
+        with self._lock:
+            fd = self._fds.get(name)
+            if fd is None:
+                try:
+                    fd = os.open(self.root / name, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    fd = -1
+                except OSError as exc:
+                    raise SchedExtError(f"cannot open {self.root / name}: {exc.strerror}") from exc
+                self._fds[name] = fd
+            return fd
+
+    def _text(self, name: str) -> str | None:
+        fd = self._fd(name)
+        if fd < 0:
+            return None
+        try:
+            data = os.pread(fd, 4096, 0)
+        except OSError as exc:
+            raise SchedExtError(f"cannot read {self.root / name}: {exc.strerror}") from exc
+        return data.decode("ascii", "replace").rstrip("\n")
+
+    def state(self) -> ScxState:
+        """As :func:`read_state`."""
+        if not self.keep_open:
+            return read_state(self.root)
+        text = self._text("state")
+        if text is None:
+            _require_root(self.root)
+            raise SchedExtUnavailable(f"{self.root / 'state'} vanished")
+        try:
+            return ScxState(text.strip())
+        except ValueError:
+            raise SchedExtError(
+                f"{self.root / 'state'} holds unknown state {text[:40]!r}"
+            ) from None
+
+    def enable_seq(self) -> int | None:
+        """As :func:`read_enable_seq`."""
+        if not self.keep_open:
+            return read_enable_seq(self.root)
+        return self._int("enable_seq")
+
+    def hotplug_seq(self) -> int:
+        """As :func:`read_hotplug_seq`."""
+        if not self.keep_open:
+            return read_hotplug_seq(self.root)
+        value = self._int("hotplug_seq")
+        if value is None:
+            _require_root(self.root)
+            raise SchedExtError(f"{self.root / 'hotplug_seq'} is missing")
+        return value
+
+    def _int(self, name: str) -> int | None:
+        text = self._text(name)
+        if text is None:
+            return None
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise SchedExtError(f"{self.root / name} holds {text[:40]!r}, not an integer") from None
+
+    def ops(self) -> str | None:
+        """As :func:`read_ops`: the attached scheduler's ops name, ``None`` without one."""
+        if not self.keep_open:
+            return read_ops(self.root)
+        dir_fd = self._dir_fd
+        if dir_fd is None:
+            with self._lock:
+                if self._dir_fd is None:
+                    try:
+                        self._dir_fd = os.open(
+                            self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                        )
+                    except FileNotFoundError:
+                        raise SchedExtUnavailable(f"{self.root} does not exist") from None
+                    except OSError as exc:
+                        raise SchedExtError(f"cannot open {self.root}: {exc.strerror}") from exc
+                dir_fd = self._dir_fd
+        try:
+            fd = os.open("root/ops", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:  # root/ goes while a scheduler detaches
+                return None
+            raise SchedExtError(f"cannot read {self.root / 'root/ops'}: {exc.strerror}") from exc
+        try:
+            data = os.read(fd, 4096)
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                return None
+            raise SchedExtError(f"cannot read {self.root / 'root/ops'}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+        return data.decode("ascii", "replace").rstrip("\n")

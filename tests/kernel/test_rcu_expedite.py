@@ -111,3 +111,38 @@ def test_disabled_never_touches_the_file(tmp_path: Path) -> None:
     with rcu.expedited() as ours:
         assert not ours
         assert (tmp_path / RCU_EXPEDITED).read_text() == "0\n"
+
+
+@pytest.mark.root
+def test_the_held_descriptor_reads_each_new_value(real_rcu: Path, tmp_path: Path) -> None:
+    """The kernel's file is held open and read with pread at offset 0: a value an admin
+    writes between two switches is seen (sysfs runs the attribute's show again), and the
+    marker is made again when its directory went."""
+    rcu = RcuExpediter(Path("/sys"), tmp_path / "run" / "marker")
+    assert rcu.keep_open
+    try:
+        with rcu.expedited() as ours:
+            assert ours and real_rcu.read_text().strip() == "1"
+        assert rcu._fd is not None  # held across switches
+        real_rcu.write_text("1\n")  # an admin's value, by another open file
+        with rcu.expedited() as ours:
+            assert not ours
+        assert real_rcu.read_text().strip() == "1" and rcu.left_alone == 1
+        real_rcu.write_text("0\n")
+        (tmp_path / "run").rmdir()
+        with rcu.expedited() as ours:
+            assert ours and (tmp_path / "run" / "marker").exists()
+        assert real_rcu.read_text().strip() == "0" and rcu.used == 2
+    finally:
+        rcu.close()
+
+
+def test_a_plain_file_is_opened_at_each_access(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    (sysfs / "kernel").mkdir(parents=True)
+    (sysfs / RCU_EXPEDITED).write_text("0\n")
+    rcu = RcuExpediter(sysfs, tmp_path / "marker")
+    assert not rcu.keep_open
+    with rcu.expedited() as ours:
+        assert ours and (sysfs / RCU_EXPEDITED).read_text() == "1\n"
+    assert rcu._fd is None and (sysfs / RCU_EXPEDITED).read_text() == "0\n"

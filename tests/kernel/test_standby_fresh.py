@@ -1,0 +1,136 @@
+"""The standby's freshness check on a hit's path (issue 15): one stat of the object and,
+while the watch's uevent listener keeps the module generation true, no listing of
+/sys/kernel/btf. Host kernel (struct_ops of tcp_congestion_ops), real loads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.daemon.config import SchedulerConfig
+from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
+from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.module_memo import ModuleSet
+from tests.bpf.conftest import BPF_BUILD_DIR
+from tests.build_outputs import missing_build_output
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def backend(bpffs: Path, tmp_path: Path) -> KernelBackend:
+    root = tmp_path / "sched_ext"
+    root.mkdir()
+    for name, text in {"state": "disabled", "hotplug_seq": "7", "enable_seq": "3"}.items():
+        (root / name).write_text(text + "\n")
+    return KernelBackend(
+        pin_dir=bpffs / "pins",
+        registry=KernelBtfRegistry(),
+        sched_ext_root=root,
+        ops_type="tcp_congestion_ops",
+    )
+
+
+@pytest.fixture
+def prepared(
+    backend: KernelBackend, tmp_path: Path
+) -> Iterator[tuple[KernelPrepared, SchedulerConfig, Path]]:
+    src = BPF_BUILD_DIR / "uei.bpf.o"
+    if not src.is_file():
+        missing_build_output(src, "test-objects")
+    obj = tmp_path / "uei.bpf.o"
+    shutil.copyfile(src, obj)
+    cfg = SchedulerConfig.model_validate({"object": str(obj), "hotplug_seq": False})
+    h = backend.prepare("uei", cfg)
+    try:
+        yield h, cfg, obj
+    finally:
+        backend.discard(h)
+
+
+def _count_listings(backend: KernelBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = backend.registry.module_set
+
+    def counted() -> ModuleSet:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(backend.registry, "module_set", counted)
+    return calls
+
+
+def test_with_module_events_a_fresh_check_lists_no_directory(
+    backend: KernelBackend,
+    prepared: tuple[KernelPrepared, SchedulerConfig, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h, cfg, _ = prepared
+    listings = _count_listings(backend, monkeypatch)
+    monkeypatch.setattr(backend, "_module_events", True)
+    assert backend.fresh(h, cfg) and listings == []
+    backend.registry.memo.bump()  # a module came or went (or events were lost)
+    assert not backend.fresh(h, cfg) and listings == [1]
+
+
+def test_without_module_events_the_directory_is_listed(
+    backend: KernelBackend,
+    prepared: tuple[KernelPrepared, SchedulerConfig, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h, cfg, _ = prepared
+    listings = _count_listings(backend, monkeypatch)
+    assert not backend._module_events  # no watch running
+    assert backend.fresh(h, cfg) and listings == [1]
+
+
+def test_a_changed_or_replaced_object_is_stale(
+    backend: KernelBackend,
+    prepared: tuple[KernelPrepared, SchedulerConfig, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    h, cfg, obj = prepared
+    monkeypatch.setattr(backend, "_module_events", True)
+    assert backend.fresh(h, cfg)
+    st = obj.stat()
+    os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # rebuilt in place
+    assert not backend.fresh(h, cfg)
+    os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert backend.fresh(h, cfg)
+    # the same bytes, another file (a new inode under the configured name)
+    copy = tmp_path / "copy.bpf.o"
+    shutil.copy2(obj, copy)
+    os.replace(copy, obj)
+    assert not backend.fresh(h, cfg)
+    obj.unlink()
+    assert not backend.fresh(h, cfg)
+
+
+def test_the_watch_feeds_the_module_generation(backend: KernelBackend) -> None:
+    stop = backend.watch(lambda: None)
+    try:
+        if not backend._module_events:
+            pytest.skip("no uevent socket here: the watch relies on its sysfs check")
+    finally:
+        stop()
+    assert not backend._module_events
+
+
+def test_standby_freshness_without_a_module_key(
+    backend: KernelBackend,
+    prepared: tuple[KernelPrepared, SchedulerConfig, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handle prepared while the module set could not be listed holds ``None``: it is
+    compared with a listing each time, never taken on the generation alone."""
+    h, cfg, _ = prepared
+    h.inputs = (h.inputs[0], None, *h.inputs[2:])
+    monkeypatch.setattr(backend, "_module_events", True)
+    assert not backend.fresh(h, cfg)
+    monkeypatch.setattr(backend, "_module_key", lambda: None)
+    assert backend.fresh(h, cfg)

@@ -215,6 +215,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     worker's until the kernel ran the new scheduler, and on the client's."""
     import asyncio
     import cProfile
+    import gc
     import io
     import pstats
     import threading
@@ -265,10 +266,11 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
     for owner, attr in [
         (Server, "_dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
-        (Server, "_fast_hint"),
+        (Server, "_collect"), (Server, "_client"), (gc, "collect"),
         (proto, "parse_request"), (proto, "encode"), (proto, "parse_reply"),
         (Reconciler, "reconcile_once"), (Reconciler, "_enabled"), (Reconciler, "reply_sent"),
-        (Reconciler, "fast_switch"), (Reconciler, "_on_enabled"),
+        (Reconciler, "direct_switch"), (Reconciler, "_direct_work"), (Reconciler, "standby_hit"),
+        (Reconciler, "_direct_done"), (Reconciler, "_direct_enabled"),
         (switcher_mod.Switcher, "check_ejected"), (switcher_mod.Switcher, "switch_to"),
         (switcher_mod.Switcher, "_settle_in"), (switcher_mod.Switcher, "_record"),
         (standby_mod.StandbyPool, "take"), (KernelBackend, "fresh"),
@@ -789,7 +791,8 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
     phase timings: the pool's take (the freshness check), the gap, its detach and attach,
     the daemon's switch until the kernel ran the new scheduler (``until_enabled``: what
     the reply waits for), the rest of the hint-to-reply time outside the switch (client,
-    socket, request handling, the reconcile pass up to the switch, the reply), and the
+    socket, request handling, the direct path's ejection check up to the switch -- the
+    reconcile pass before 2026-12-01 20:00 UTC --, the reply), and the
     daemon's work after the reply (pins, freeing the old scheduler, the RCU window's end);
     nothing for runs without (e). Runs from before the early reply (no ``until_enabled``)
     count the whole switch record as before the reply."""
@@ -822,8 +825,9 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
         "(e) composition, median ms: hint to reply; the pool's take (freshness check); the gap; "
         "the detach and attach phases (attach = `BPF_LINK_CREATE` + the one confirmation); "
         "the daemon's switch until the kernel ran the new scheduler (the reply is sent "
-        "then); outside the switch (client, socket, request handling, the reconcile pass "
-        "up to the switch, the reply); after the reply, not in the hint's time (pins, "
+        "then); outside the switch (client, socket, request handling, the standby hit's "
+        "direct path up to the switch: the ejection check, the reply); after the reply, "
+        "not in the hint's time (pins, "
         "freeing the old scheduler, the RCU window's end).",
         "",
         "| modules | hint to reply | take | gap | detach | attach | switch until enabled "

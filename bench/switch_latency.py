@@ -220,6 +220,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     import pstats
     import threading
 
+    from schedswitchd.daemon import connection as connection_mod
     from schedswitchd.daemon import protocol as proto
     from schedswitchd.daemon import reconcile as reconcile_mod
     from schedswitchd.daemon import server as server_mod
@@ -264,9 +265,12 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
             setattr(owner, attr, wrapped)
 
     Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
+    Connection = connection_mod.Connection
     for owner, attr in [
         (Server, "_dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
-        (Server, "_collect"), (Server, "_client"), (gc, "collect"),
+        (Server, "_collect"), (gc, "collect"),
+        (Connection, "connection_made"), (Connection, "data_received"),
+        (Connection, "_serve"), (Connection, "_send"),
         (proto, "parse_request"), (proto, "encode"), (proto, "parse_reply"),
         (Reconciler, "reconcile_once"), (Reconciler, "_enabled"), (Reconciler, "reply_sent"),
         (Reconciler, "direct_switch"), (Reconciler, "_direct_work"), (Reconciler, "standby_hit"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from schedswitchd.daemon.config import Config, parse_config
+from schedswitchd.daemon.connection import Cancellable
 from schedswitchd.daemon.reconcile import Reconciler
 from schedswitchd.daemon.server import Server
 
@@ -96,6 +99,51 @@ class FakeClock:
         self.now_ns += int(seconds * 1e9)
 
 
+class _FakeCall:
+    """One call :class:`FakeTimer` holds: ordered by when it is due, then by arming order."""
+
+    __slots__ = ("args", "callback", "cancelled", "key")
+
+    def __init__(self, key: tuple[float, int], callback: Callable[..., object], args: Any) -> None:
+        self.key, self.callback, self.args, self.cancelled = key, callback, args, False
+
+    def __lt__(self, other: _FakeCall) -> bool:
+        return self.key < other.key
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeTimer:
+    """The server's :class:`~schedswitchd.daemon.connection.Timer` (connection timeouts,
+    lease TTLs), standing still until the test moves it with :meth:`Running.advance`; the
+    calls that fall due then run, in order, on the server's loop."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.now = start_s
+        self._calls: list[_FakeCall] = []
+        self._seq = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Cancellable:
+        call = _FakeCall((when, next(self._seq)), callback, args)
+        heapq.heappush(self._calls, call)
+        return call
+
+    def advance(self, seconds: float) -> None:
+        """Move ``seconds`` forward, running each call due by then at its own time. Call it
+        on the server's loop (:meth:`Running.advance` does)."""
+        until = self.now + seconds
+        while self._calls and self._calls[0].key[0] <= until:
+            call = heapq.heappop(self._calls)
+            if not call.cancelled:
+                self.now = max(self.now, call.key[0])
+                call.callback(*call.args)
+        self.now = until
+
+
 class Running:
     """A Server on its own thread and loop, listening in a world-traversable temp dir."""
 
@@ -104,11 +152,15 @@ class Running:
         backend: FakeBackend | None = None,
         *,
         clock: Callable[[], int] | None = None,
+        timer: FakeTimer | None = None,
         **overrides: Any,
     ) -> None:
         """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
-        :class:`FakeClock` the test moves; ``overrides``: :func:`make_config` keywords."""
+        :class:`FakeClock` the test moves; ``timer``: the server's timeouts and lease TTLs
+        (default: the event loop's real time), e.g. a :class:`FakeTimer` the test moves
+        (:meth:`advance`); ``overrides``: :func:`make_config` keywords."""
         self.clock = clock
+        self.timer = timer
         self.dir = Path(tempfile.mkdtemp(prefix="ssd-"))
         os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket
         self.config = make_config(self.dir, **overrides)
@@ -133,7 +185,8 @@ class Running:
         self.server = Server(
             Reconciler(
                 self.config, self.backend, on_change=self.statuses.append, poll_s=0.2, **options
-            )
+            ),
+            timer=self.timer,
         )
         self.loop.run_until_complete(self.server.start(listener))
         ready.set()
@@ -166,6 +219,15 @@ class Running:
 
         for _ in range(n):
             assert self.run(one(), timeout=30), "a reconcile pass did not settle"
+
+    def advance(self, seconds: float) -> None:
+        """Move the :class:`FakeTimer` given at the start ``seconds`` forward, on the
+        server's loop, after one round trip through the loop, so that what clients sent
+        before (to connections the server has accepted) has been read first."""
+        timer = self.timer
+        assert timer is not None, "Running(timer=FakeTimer()) to move time"
+        self.read(lambda s: None)
+        self.read(lambda s: timer.advance(seconds))
 
     def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout

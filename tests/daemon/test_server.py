@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from schedswitchd.daemon import protocol as proto
 from tests import fuzzing
 
 from .fakes import FakeBackend
-from .harness import Client, FakeClock, Running
+from .harness import Client, FakeClock, FakeTimer, Running
 
 
 @pytest.fixture
@@ -474,31 +473,88 @@ def test_oversized_request_answered_then_closed(srv: Running) -> None:
     assert c.recv_line() is None
 
 
-def test_half_written_request_times_out() -> None:
-    r = Running(read_timeout=0.3)
+def _nothing_yet(c: Client) -> bool:
+    """True if the server has neither written to ``c`` nor closed it (a read that does
+    not wait: what the server did within a fake-timer step it did before that returned)."""
+    c.sock.settimeout(0.0)
     try:
-        c = r.client()
-        c.send_raw(b'{"v":1,"op":"sta')
-        start = time.monotonic()
-        reply = c.recv_line()
-        assert reply is not None and reply["error"]["code"] == "timeout"
-        assert time.monotonic() - start > 0.25  # not before the 0.3 s read timeout
-        assert c.recv_line() is None
+        return not c.closed() and not c.buf
     finally:
-        r.stop()
+        c.sock.settimeout(10.0)
 
 
-def test_idle_connection_closed_unless_it_holds_a_lease() -> None:
-    r = Running(idle_timeout=0.3)
-    try:
-        idle, holder = r.client(), r.client()
-        holder.request(op="hint", workload="gaming")
-        reply = idle.recv_line()
-        assert reply is not None and reply["error"]["code"] == "timeout"
-        time.sleep(0.5)
-        assert holder.request(op="status")["ok"] and n_leases(r) == 1
-    finally:
-        r.stop()
+@pytest.fixture
+def timed() -> Iterator[Running]:
+    """A server whose timeouts and TTLs run on a :class:`FakeTimer` (read timeout 0.3 s,
+    idle timeout 0.4 s): tests move time instead of sleeping through it."""
+    running = Running(timer=FakeTimer(), read_timeout=0.3, idle_timeout=0.4)
+    yield running
+    running.stop()
+
+
+def test_half_written_request_times_out(timed: Running) -> None:
+    c = timed.client()
+    c.send_raw(b'{"v":1,"op":"sta')
+    timed.wait_for(lambda s: len(s.connections) == 1)
+    timed.advance(0.29)
+    assert _nothing_yet(c)  # not before the 0.3 s read timeout
+    timed.advance(0.02)
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout"
+    assert "0.3 s" in reply["error"]["message"]
+    assert c.recv_line() is None
+
+
+def test_read_timeout_runs_from_the_first_byte(timed: Running) -> None:
+    """More bytes of the same request do not restart the read timeout."""
+    c = timed.client()
+    c.send_raw(b'{"v":1,')
+    timed.wait_for(lambda s: len(s.connections) == 1)
+    timed.advance(0.2)
+    c.send_raw(b'"op":')
+    timed.advance(0.11)
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout"
+
+
+def test_idle_connection_closed_unless_it_holds_a_lease(timed: Running) -> None:
+    idle, holder = timed.client(), timed.client()
+    holder.request(op="hint", workload="gaming")
+    timed.wait_for(lambda s: len(s.connections) == 2)
+    timed.advance(0.39)
+    assert _nothing_yet(idle)
+    timed.advance(0.02)
+    reply = idle.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout"
+    assert idle.recv_line() is None
+    timed.advance(60)
+    assert holder.request(op="status")["ok"] and n_leases(timed) == 1
+
+
+def test_idle_timeout_runs_from_the_last_request(timed: Running) -> None:
+    c = timed.client()
+    timed.wait_for(lambda s: len(s.connections) == 1)
+    timed.advance(0.3)
+    assert c.request(op="status")["ok"]
+    timed.advance(0.3)  # 0.6 s after the accept, 0.3 s after the request
+    assert _nothing_yet(c)
+    timed.advance(0.11)
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout"
+
+
+def test_a_client_that_does_not_read_its_replies_is_cut_off(timed: Running) -> None:
+    """Replies the client does not take pile up in the daemon only until ``read_timeout_s``
+    after the transport's buffer filled: then the connection is aborted."""
+    c = timed.client()
+    timed.wait_for(lambda s: len(s.connections) == 1)
+    c.send_raw(b'{"v":1,"op":"list"}\n' * 4000)  # ~1 MB of replies, none read
+    timed.wait_for(lambda s: any(conn._drained is not None for conn in s.connections.values()))
+    timed.advance(0.2)
+    assert timed.read(lambda s: len(s.connections)) == 1
+    timed.advance(0.11)
+    timed.wait_for(lambda s: not s.connections)
+    assert c.closed()  # what was sent before, then the end
 
 
 def test_malformed_lines_get_error_replies_and_connection_survives(srv: Running) -> None:
@@ -698,16 +754,19 @@ def _reload_with(r: Running, c: Client, text: str) -> dict[str, Any]:
     return c.request(op="reload")
 
 
-def test_ttl_end_sends_a_final_message_and_closes(srv: Running) -> None:
+def test_ttl_end_sends_a_final_message_and_closes(timed: Running) -> None:
     """A connection whose lease ended on its own is told so and closed (issue 14.1)."""
-    c = srv.client()
-    lease = c.request(op="hint", workload="gaming", ttl_s=0.3)["lease"]
+    c = timed.client()
+    lease = c.request(op="hint", workload="gaming", ttl_s=30)["lease"]
+    timed.advance(29.9)
+    assert _nothing_yet(c) and n_leases(timed) == 1
+    timed.advance(0.2)
     final = c.recv_line()
     assert final is not None, "closed without a final message"
     assert (final["op"], final["lease"], final["why"]) == ("lease_ended", lease, "ttl")
     proto.parse_reply(json.dumps(final).encode())  # a reply the client side can read
     assert c.recv_line() is None
-    srv.wait_for(lambda s: not s.connections and s.switcher.active == "kernel")
+    timed.wait_for(lambda s: not s.connections and s.switcher.active == "kernel")
 
 
 def test_pid_exit_sends_a_final_message_and_closes(srv: Running) -> None:
@@ -740,23 +799,18 @@ def test_hint_cli_with_ttl_exits_when_the_lease_ends(
     srv.wait_for(lambda s: not s.connections)
 
 
-def test_blank_lines_do_not_keep_an_idle_connection() -> None:
+def test_blank_lines_do_not_keep_an_idle_connection(timed: Running) -> None:
     """Bare newlines are not requests: they do not reset the idle timer (issue 14.2)."""
-    r = Running(idle_timeout=0.4)
-    try:
-        c = r.client()
-        c.sock.settimeout(0.05)
-        reply = None
-        for _ in range(200):  # a newline every ~50 ms for up to ~10 s
-            c.send_raw(b"\n")
-            try:
-                reply = c.recv_line()
-            except TimeoutError:
-                continue
-            break
-        assert reply is not None and reply["error"]["code"] == "timeout"
-    finally:
-        r.stop()
+    c = timed.client()
+    timed.wait_for(lambda s: len(s.connections) == 1)
+    for _ in range(3):  # a newline every 0.1 s
+        c.send_raw(b"\n")
+        timed.advance(0.1)
+        assert _nothing_yet(c)
+    c.send_raw(b"\n")
+    timed.advance(0.15)  # 0.45 s after the accept, 0.15 s after the last newline
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout"
 
 
 def test_duplicate_keys_are_refused(srv: Running) -> None:

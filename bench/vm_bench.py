@@ -1,7 +1,8 @@
 """Helpers shared by the benchmarks that run in the sched_ext VM (``switch_latency.py``,
-``gap_profile.py``, ``daemon_rss.py``): the kernel's sched_ext view from sysfs, waiting for
-a state, a process's resident memory, and the host side's common steps (build the sample
-schedulers, get the kernel, describe the VM run and the host's load for a report).
+``gap_profile.py``, ``daemon_rss.py``, ``daemon_flood_vm.py``): the kernel's sched_ext view
+from sysfs, waiting for a state, a process's resident memory, and the host side's common
+steps (build the sample schedulers, get the kernel, describe the VM run and the host's load
+for a report).
 
 Imported by those scripts as ``vm_bench`` (each puts its own directory on ``sys.path``), in
 the VM as on the host. No import of the package here: the VM-side processes time their own

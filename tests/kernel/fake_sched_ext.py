@@ -24,8 +24,9 @@ scheduler is enabled), ``busy_next`` (``EBUSY`` while disabled: a teardown in fl
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import shutil
+import os
 import threading
 from pathlib import Path
 
@@ -41,6 +42,12 @@ TCP_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 def registered_names() -> set[str]:
     """The congestion controls the host kernel has registered now."""
     return set(TCP_LIST.read_text().split())
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
 
 
 class FakeSchedExt(StructOpsLinkCalls):
@@ -62,6 +69,8 @@ class FakeSchedExt(StructOpsLinkCalls):
         self.creates = 0
         self._lock = threading.RLock()
         self._ours: str | None = None  # the congestion control whose link enabled "us"
+        # kept here, so the fake reads no file of the root (tests count the backend's reads)
+        self._state = (root / "state").read_text().strip()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="fake-scx", daemon=True)
 
@@ -77,15 +86,23 @@ class FakeSchedExt(StructOpsLinkCalls):
 
     def state(self) -> str:
         """What ``state`` reads now."""
-        return (self.root / "state").read_text().strip()
+        return self._state
 
     def _write(self, state: str, ops: str | None) -> None:
-        (self.root / "state").write_text(state + "\n")
+        # "enabled" never reads without its ops (root/ops goes after state, comes before
+        # it), and each file is replaced whole: the backend reads them from other threads,
+        # and a sysfs read never sees half a value
+        self._state = state
         if ops is None:
-            shutil.rmtree(self.root / "root", ignore_errors=True)
+            _replace(self.root / "state", state)
+            with contextlib.suppress(FileNotFoundError):  # (rmtree would read the directory)
+                os.remove(self.root / "root" / "ops")
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(self.root / "root")
         else:
             (self.root / "root").mkdir(exist_ok=True)
-            (self.root / "root" / "ops").write_text(ops + "\n")
+            _replace(self.root / "root" / "ops", ops)
+            _replace(self.root / "state", state)
 
     def others_run(self, ops: str) -> None:
         """Another scheduler (``ops``), not made through this object, is enabled."""

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,8 +26,6 @@ from schedswitchd.errors import (
     SchedExtError,
 )
 from schedswitchd.kernel import bpf_uapi, syscall
-from schedswitchd.kernel import loader as loader_mod
-from schedswitchd.kernel import sched_ext as scx
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
@@ -39,6 +36,7 @@ from schedswitchd.kernel.spec_cache import SpecCache
 from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
+from tests.fs_events import FileEvents
 from tests.kernel.fake_sched_ext import TCP_LIST, FakeSchedExt
 
 pytestmark = pytest.mark.root
@@ -113,37 +111,6 @@ def _set_state(scx_root: Path, state: str, ops: str | None) -> None:
     else:
         (scx_root / "root").mkdir(exist_ok=True)
         (scx_root / "root" / "ops").write_text(ops + "\n")
-
-
-class SysfsReads:
-    """Counts the backend's reads of sched_ext sysfs files, by function."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[str] = []
-        self.times_ns: list[int] = []
-        for name in ("read_state", "read_ops", "read_status", "read_enable_seq"):
-            real = getattr(scx, name)
-
-            def counted(*a: object, _real: object = real, _name: str = name) -> object:
-                self.calls.append(_name)
-                self.times_ns.append(time.monotonic_ns())
-                return _real(*a)  # type: ignore[operator]
-
-            monkeypatch.setattr(scx, name, counted)
-
-
-def _record_calls(monkeypatch: pytest.MonkeyPatch, obj: object, method: str) -> list[str]:
-    """Wrap ``obj.method(name, ...)``: the returned list collects the names it was called
-    with."""
-    names: list[str] = []
-    real = getattr(obj, method)
-
-    def wrapper(name: str, *args: object) -> object:
-        names.append(name)
-        return real(name, *args)
-
-    monkeypatch.setattr(obj, method, wrapper)
-    return names
 
 
 def _registered(name: str, want: bool) -> bool:
@@ -359,25 +326,26 @@ def test_attach_when_someone_else_runs_is_undone(
 
 
 def test_attach_undone_when_the_kernel_does_not_run_it(
-    backend: KernelBackend,
-    bpf_object: Callable[[str], Path],
-    scx_root: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:
     # The link is real (tcp_congestion_ops registers); sysfs still reads "disabled" after
     # BPF_LINK_CREATE returned, which on sched_ext means the kernel threw the scheduler out
-    # at once: attach fails without waiting out its timeout and leaves no link, no pin.
+    # at once: attach fails at its first look (one read of state, no wait for "enabled")
+    # and leaves no link, no pin.
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
-    pinned = _record_calls(monkeypatch, backend.pins, "pin")
     try:
         for state in ("disabled", "disabling"):  # thrown out, or being thrown out
             (scx_root / "state").write_text(state + "\n")
-            start = time.monotonic()
-            with pytest.raises(SchedExtError, match="disabled by the kernel right after attach"):
+            with (
+                FileEvents(scx_root) as sysfs,
+                FileEvents(backend.pins.root) as pins,
+                pytest.raises(SchedExtError, match="disabled by the kernel right after attach"),
+            ):
                 backend.attach(h, 5.0)
-            assert time.monotonic() - start < 2.0
+            assert sysfs.paths("read") == ["state"]
             assert h.link() is None and not h.attached
-            assert backend.pins.names() == [] and pinned == []  # never pinned: pins follow
+            # never pinned (no directory made under the pin root): pins follow the attach
+            assert backend.pins.names() == [] and pins.of("os.mkdir") == []
         (scx_root / "state").write_text("disabled\n")
         assert _registered("ssd_uei", False)
         assert backend.counters()["attach_failures"] == 2
@@ -475,12 +443,14 @@ def test_gap_work_is_two_syscalls_and_two_reads(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
     sched_ext: FakeSchedExt,
-    monkeypatch: pytest.MonkeyPatch,
+    scx_root: Path,
 ) -> None:
-    # Inside the no-scheduler gap: detach = BPF_LINK_DETACH and nothing else (no sysfs
-    # read, no unpin); attach up to its confirmation = BPF_LINK_CREATE plus one read of
-    # state and one of root/ops. The struct_ops value was written by prepare: its
-    # BPF_MAP_UPDATE_ELEM (a trampoline per program) is not in the gap.
+    # Inside the no-scheduler gap: detach = BPF_LINK_DETACH and nothing else (no other
+    # bpf(2) call, no sysfs read, nothing touched under the pin root); attach up to its
+    # confirmation = BPF_LINK_CREATE plus one read of state and one of root/ops. The
+    # struct_ops value was written by prepare: its BPF_MAP_UPDATE_ELEM (a trampoline per
+    # program) is not in the gap. (bpf(2) calls counted by syscall.STATS; file reads and
+    # removals seen through audit events, tests/fs_events.py.)
     old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     new = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
@@ -494,29 +464,24 @@ def test_gap_work_is_two_syscalls_and_two_reads(
         assert value is not None and struct.unpack_from("<I", value, 4)[0] == 3
         backend.attach(old, 2.0)
         backend.pin(old)
-        reads = SysfsReads(monkeypatch)
-        unpins = _record_calls(monkeypatch, backend.pins, "unpin")
-        updates: list[object] = []
-        real_update = syscall.map_update_elem
-
-        def update(*a: Any, **kw: Any) -> None:
-            updates.append(a)
-            real_update(*a, **kw)
-
-        monkeypatch.setattr(loader_mod, "map_update_elem", update)
-        backend.detach(old, 2.0)
-        assert reads.calls == [] and unpins == []
-        # the old link is detached; only now may a scheduler of the same name register
-        assert _registered("ssd_uei", False)
-        enabled_ns = backend.attach(new, 2.0)
-        backend.pin(new)
-        assert reads.calls == ["read_state", "read_ops"] and updates == []
-        # the gap ends when BPF_LINK_CREATE returned; the confirming reads come after it
-        assert enabled_ns < reads.times_ns[0]
-        assert backend.pins.names() == ["uei", "uei2"]
-        backend.discard(old)  # after the switch: the old pin goes
-        # (pin() clears its own directory first, after the confirmation)
-        assert unpins == ["uei2", "uei"] and backend.pins.names() == ["uei2"]
+        with FileEvents(scx_root) as sysfs, FileEvents(backend.pins.root) as pins:
+            calls = syscall.STATS.calls
+            backend.detach(old, 2.0)
+            assert syscall.STATS.calls - calls == 1 and sched_ext.detach_calls == 1
+            assert sysfs.paths("read") == [] and pins.events == []
+            # the old link is detached; only now may a scheduler of the same name register
+            assert _registered("ssd_uei", False)
+            calls = syscall.STATS.calls
+            enabled_ns = backend.attach(new, 2.0)
+            assert syscall.STATS.calls - calls == 1 and sched_ext.creates == 2
+            assert sysfs.paths("read") == ["state", "root/ops"] and pins.events == []
+            # the gap ends when BPF_LINK_CREATE returned; the confirming reads come after it
+            assert enabled_ns < sysfs.of("read")[0].time_ns
+            backend.pin(new)  # after the confirmation (the reply): the new pins
+            assert backend.pins.names() == ["uei", "uei2"]
+            pins.clear()
+            backend.discard(old)  # after the switch: the old pin goes, the new one stays
+            assert pins.paths("os.rmdir") == ["uei"] and backend.pins.names() == ["uei2"]
     finally:
         backend.discard(old)
         backend.discard(new)
@@ -527,7 +492,6 @@ def test_detach_falls_back_to_close_without_link_detach(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
     sched_ext: FakeSchedExt,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Kernels before 6.10 answer EOPNOTSUPP to BPF_LINK_DETACH on struct_ops links: unpin,
     # close (the last reference unregisters) and wait for "disabled"; asked once only.
@@ -836,7 +800,6 @@ def test_profiled_prepare_attach_and_stats(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     sched_ext: FakeSchedExt,
 ) -> None:
     """A profile through the real backend: applied at prepare (resize, variables, after-load
@@ -848,10 +811,10 @@ def test_profiled_prepare_attach_and_stats(
     from schedswitchd.profile.topology import read_topology
 
     name = f"ssdb{uuid.uuid4().hex[:8]}"  # tcp_congestion_ops names are kernel-wide
-    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
     (tmp_path / "prof.toml").write_text(PROFILE_TOML.format(name=name))
     config = parse_config(
-        f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'prof.toml'\n"
+        f"[schedulers.p]\nobject = '{obj}'\nprofile = 'prof.toml'\n"
         "hotplug_seq = false\n[hints.h]\nscheduler = 'p'\nmode = 'loud'\n",
         str(tmp_path / "s.toml"),
     )
@@ -892,30 +855,33 @@ nr_cpu_ids = {{ expr = "topo.nr_cpu_ids" }}
 """
 
 
-def _renamed_specs(
-    backend: KernelBackend, monkeypatch: pytest.MonkeyPatch, name: str, ops_map: str
-) -> None:
-    """Serve the object with its struct_ops ``name`` replaced (congestion control names
-    are kernel-wide: each test registers its own)."""
-    import dataclasses
+def _renamed_profile_object(obj: Path, tmp_path: Path, name: str) -> Path:
+    """A copy of the profile test object whose ``tcp_congestion_ops`` is named ``name``
+    instead of ``ssd_prof`` (congestion control names are kernel-wide: each test registers
+    its own). The name is a ``char[16]`` (``TCP_CA_NAME_MAX``) in the initial value of
+    the ``ssd_prof`` variable, in section ``.struct_ops.link``: written there in place."""
+    from elftools.elf.elffile import ELFFile
 
-    from schedswitchd.bpf.customize import set_struct_ops_member
-
-    opener = backend.specs.open
-
-    def renamed(path: str | os.PathLike[str]) -> object:
-        opened = opener(path)
-        spec = set_struct_ops_member(opened.spec, ops_map, "name", name)
-        return dataclasses.replace(opened, spec=spec)
-
-    monkeypatch.setattr(backend.specs, "open", renamed)
+    old, size = b"ssd_prof", 16
+    assert len(name) < size
+    raw = bytearray(obj.read_bytes())
+    with obj.open("rb") as f:
+        sec = ELFFile(f).get_section_by_name(".struct_ops.link")
+        assert sec is not None
+        start, data = sec["sh_offset"], sec.data()
+    at = data.find(old + b"\0")
+    assert at >= 0 and data.find(old + b"\0", at + 1) < 0, "one ops name in the section"
+    assert data[at + len(old) : at + size] == bytes(size - len(old))  # the rest of the array
+    raw[start + at : start + at + size] = name.encode().ljust(size, b"\0")
+    out = tmp_path / "profile.bpf.o"
+    out.write_bytes(raw)
+    return out
 
 
 def test_profiled_standby_freshness_follows_profile_file_and_topology(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A prepared profiled scheduler is fresh only while its profile file and the topology
     its values came from are unchanged (a CPU going offline, a profile edited)."""
@@ -925,14 +891,13 @@ def test_profiled_standby_freshness_follows_profile_file_and_topology(
     from tests.profile.fakesys import fake_sysfs
 
     name = f"ssdf{uuid.uuid4().hex[:8]}"
-    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
     sysfs = fake_sysfs(tmp_path / "sys", possible=range(4))
     backend.sysfs_root = Path(sysfs)
     prof = tmp_path / "fresh.toml"
     prof.write_text(FRESH_PROFILE.format(name=name))
     config = parse_config(
-        f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'fresh.toml'\n"
-        "hotplug_seq = false\n",
+        f"[schedulers.p]\nobject = '{obj}'\nprofile = 'fresh.toml'\nhotplug_seq = false\n",
         str(tmp_path / "s.toml"),
     )
     cfg = config.schedulers["p"]
@@ -957,7 +922,6 @@ def test_profile_step_failures_leave_nothing(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     sched_ext: FakeSchedExt,
 ) -> None:
     """A before-attach run returning what the profile does not expect fails the prepare
@@ -967,15 +931,14 @@ def test_profile_step_failures_leave_nothing(
     from schedswitchd.daemon.config import parse_config
 
     name = f"ssdg{uuid.uuid4().hex[:8]}"
-    _renamed_specs(backend, monkeypatch, name, "ssd_prof")
+    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
     base = f'[profile]\nname = "bad"\nops_name = "{name}"\n'
     for when, step in (("before_attach", "prepare"), ("after_attach", "attach")):
         (tmp_path / "bad.toml").write_text(
             base + f'[[run]]\nprogram = "returns_seven"\nwhen = "{when}"\n'
         )
         config = parse_config(
-            f"[schedulers.p]\nobject = '{bpf_object('profile')}'\nprofile = 'bad.toml'\n"
-            "hotplug_seq = false\n",
+            f"[schedulers.p]\nobject = '{obj}'\nprofile = 'bad.toml'\nhotplug_seq = false\n",
             str(tmp_path / "s.toml"),
         )
         if step == "prepare":

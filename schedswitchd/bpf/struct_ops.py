@@ -80,9 +80,16 @@ def struct_ops_maps(
             members = []
             for m in st.members:
                 off = m.bit_offset // 8
-                is_fp = btf.is_func_pointer(m.type)
+                # a pointer (through typedefs and modifiers) has the pointer size, and is a
+                # program's slot when it points to a FUNC_PROTO: decided from the kinds,
+                # without size_of's walk for the ~40 function pointers of sched_ext_ops
+                is_ptr = btf.kind(btf.skip_mods_and_typedefs(m.type)) is Kind.PTR
+                is_fp = is_ptr and btf.is_func_pointer(m.type)
+                if m.bitfield_size:
+                    size = (m.bitfield_size + 7) // 8
+                else:
+                    size = btf.pointer_size() if is_ptr else btf.size_of(m.type)
                 prog = bound.pop(off, None) if is_fp else None
-                size = (m.bitfield_size + 7) // 8 if m.bitfield_size else btf.size_of(m.type)
                 members.append(StructOpsMember(m.name, off, size, m.type, is_fp, prog))
             if bound:
                 off = next(iter(bound))

@@ -38,7 +38,6 @@ from schedswitchd.bpf.btf.types import (
     VAR_STATIC,
     Datasec,
     Func,
-    FuncProto,
     Int,
     Kind,
     Var,
@@ -59,6 +58,7 @@ KCONFIG_SEC = ".kconfig"
 DUMMY_KSYM_NAME = "dummy_ksym"
 
 _U32 = struct.Struct("<I")
+_PARAM = struct.Struct("<II")  # struct btf_param: name_off, type
 _HDR = struct.Struct("<HBBIIIII")
 
 
@@ -78,7 +78,8 @@ def fixup_object_btf(
     raw = bytearray(btf.raw)
     _, _, _, hdr_len, type_off, type_len, str_off, str_len = _HDR.unpack_from(raw)
     types = bytearray(raw[hdr_len + type_off : hdr_len + type_off + type_len])
-    strings = bytearray(raw[hdr_len + str_off : hdr_len + str_off + str_len])
+    orig_strings = bytes(raw[hdr_len + str_off : hdr_len + str_off + str_len])
+    strings = bytearray(orig_strings)
     tbase = hdr_len + type_off
     new_types: list[bytes] = []
     next_id = btf.end_id
@@ -139,7 +140,7 @@ def fixup_object_btf(
                 kind = btf.kind(vsi.type)
                 if kind == Kind.FUNC:
                     did, dname = need_dummy()
-                    _name_params(btf, vsi.type, dname, types, tbase)
+                    _name_params(btf, vsi.type, dname, types, tbase, orig_strings)
                     _set_linkage(btf, vsi.type, FUNC_GLOBAL, types, tbase)
                     entries.append((did, 4 * i, 4))
                 elif kind == Kind.VAR:
@@ -227,14 +228,27 @@ def _set_linkage(btf: Btf, func_id: int, linkage: int, types: bytearray, tbase: 
     _U32.pack_into(types, off, (info & ~0xFFFF) | linkage)
 
 
-def _name_params(btf: Btf, func_id: int, name_off: int, types: bytearray, tbase: int) -> None:
+def _name_params(
+    btf: Btf, func_id: int, name_off: int, types: bytearray, tbase: int, strings: bytes
+) -> None:
+    """Give the unnamed parameters of FUNC ``func_id``'s FUNC_PROTO the name at
+    ``name_off`` in ``types`` (all but a trailing ``void``: varargs). The prototype is
+    read from ``btf``'s records as they are (kfuncs may share one), not decoded: a
+    scheduler declares tens of kfuncs, whose prototypes nothing else reads at open;
+    ``strings`` is ``btf``'s own string section."""
     func = btf.type(func_id)
     if not isinstance(func, Func):
         raise BtfError(f"type {func_id} is not a FUNC", where=f"type id {func_id}")
-    proto = btf.type(func.type)
-    if not isinstance(proto, FuncProto):
+    if btf.kind(func.type) is not Kind.FUNC_PROTO:
         raise BtfError(f"FUNC {func.name!r} has no FUNC_PROTO", where=f"type id {func_id}")
-    base = btf.type_offset(func.type) - tbase
-    for i, p in enumerate(proto.params):
-        if not p.name and not (p.type == 0 and i == len(proto.params) - 1):
+    at = btf.type_offset(func.type)
+    raw = btf.raw
+    (info,) = _U32.unpack_from(raw, at + 4)
+    vlen = info & 0xFFFF
+    base = at - tbase
+    for i, (p_name, p_type) in enumerate(_PARAM.iter_unpack(raw[at + 12 : at + 12 + 8 * vlen])):
+        if p_name >= len(strings):
+            btf.string(p_name)  # raises BtfError: past the object's string section
+        # unnamed: offset 0, or an offset of the empty string
+        if strings[p_name] == 0 and not (p_type == 0 and i == vlen - 1):
             _U32.pack_into(types, base + 12 + 8 * i, name_off)

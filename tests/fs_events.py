@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 _recorders: list[FileEvents] = []
 _lock = threading.Lock()
+_seen = threading.Condition(_lock)
 _installed = False
 
 
@@ -54,6 +55,7 @@ def _hook(event: str, args: tuple[object, ...]) -> None:
             rel = os.path.relpath(full, rec.root)
             if rel == "." or not rel.startswith(".."):
                 rec.events.append(FileEvent(event, rel, now))
+        _seen.notify_all()
 
 
 _EVENTS = {"open", "os.mkdir", "os.remove", "os.rmdir", "os.scandir", "os.listdir"}
@@ -95,6 +97,15 @@ class FileEvents:
     def paths(self, *events: str) -> list[str]:
         """The paths of :meth:`of`."""
         return [e.path for e in self.of(*events)]
+
+    def wait_for(self, event: str, path: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` s until ``event`` on ``path`` (relative to the root) was
+        recorded (while active); False if it was not."""
+        with _seen:
+            return _seen.wait_for(
+                lambda: any(e.event == event and e.path == path for e in self.events),
+                timeout_s,
+            )
 
     def clear(self) -> None:
         with _lock:

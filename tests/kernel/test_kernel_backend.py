@@ -621,14 +621,16 @@ def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path
     assert (st.state, st.ops, st.enable_seq) == ("disabled", None, 3)
     assert KernelBackend(sched_ext_root=tmp_path / "absent").kernel_state().state == ("unavailable")
     hits = threading.Event()
-    stop = backend.watch(hits.set)
+    with FileEvents(scx_root) as reads:
+        stop = backend.watch(hits.set)
+        # the sysfs check has taken its first look (what it compares with) once it opened
+        # enable_seq, the last of its three files (state, root/ops, enable_seq): change
+        # state only then
+        assert reads.wait_for("read", "enable_seq", 5.0)
     try:
-        time.sleep(0.1)
         hits.clear()
-        start = time.monotonic()
         (scx_root / "state").write_text("enabled\n")
         assert hits.wait(1.0), "a sysfs change was not noticed within 1 s"
-        assert time.monotonic() - start < 1.0
     finally:
         stop()
 
@@ -879,7 +881,9 @@ def _renamed_profile_object(obj: Path, tmp_path: Path, name: str) -> Path:
 
 
 def test_profiled_standby_freshness_follows_profile_file_and_topology(
-    backend: KernelBackend,
+    registry: KernelBtfRegistry,
+    bpffs: Path,
+    scx_root: Path,
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
@@ -893,7 +897,13 @@ def test_profiled_standby_freshness_follows_profile_file_and_topology(
     name = f"ssdf{uuid.uuid4().hex[:8]}"
     obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
     sysfs = fake_sysfs(tmp_path / "sys", possible=range(4))
-    backend.sysfs_root = Path(sysfs)
+    backend = KernelBackend(  # its topology read from a sysfs tree of 4 CPUs
+        pin_dir=bpffs / "pins",
+        registry=registry,
+        sched_ext_root=scx_root,
+        ops_type=TCP,
+        sysfs_root=sysfs,
+    )
     prof = tmp_path / "fresh.toml"
     prof.write_text(FRESH_PROFILE.format(name=name))
     config = parse_config(

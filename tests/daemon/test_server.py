@@ -785,18 +785,34 @@ def test_pid_exit_sends_a_final_message_and_closes(srv: Running) -> None:
 
 
 def test_hint_cli_with_ttl_exits_when_the_lease_ends(
-    srv: Running, capsys: pytest.CaptureFixture[str]
+    timed: Running, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``schedswitchctl hint --ttl`` (its main, in this process) returns once the daemon
-    ends the lease at its TTL."""
+    """``schedswitchctl hint --ttl`` (its main, in this process: it sets a SIGTERM handler,
+    so it runs on the main thread) returns once the daemon ends the lease at its TTL, which
+    a helper thread reaches by moving the server's timer."""
+
+    leases_at_29_9: list[int] = []
+
+    def end_the_ttl() -> None:
+        try:
+            timed.wait_for(lambda s: bool(s.policy.leases), timeout=60)
+            timed.advance(29.9)
+            leases_at_29_9.append(n_leases(timed))
+        finally:
+            timed.advance(0.2)  # always: the command waits for the lease's end
+
+    mover = threading.Thread(target=end_the_ttl)
     previous = signal.getsignal(signal.SIGTERM)  # the hold sets its own SIGTERM handler
+    mover.start()
     try:
-        assert ctl_main(["hint", "gaming", "--ttl", "0.3", "--socket", srv.path]) == 0
+        assert ctl_main(["hint", "gaming", "--ttl", "30", "--socket", timed.path]) == 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+        mover.join(60)
     err = capsys.readouterr().err
     assert "lease" in err and "ttl" in err
-    srv.wait_for(lambda s: not s.connections)
+    assert leases_at_29_9 == [1]
+    timed.wait_for(lambda s: not s.connections)
 
 
 def test_blank_lines_do_not_keep_an_idle_connection(timed: Running) -> None:

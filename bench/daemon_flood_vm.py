@@ -18,7 +18,8 @@ Writes ``daemon_flood_vm.md`` and ``daemon_flood_vm.json`` under ``--out`` (defa
 within 2 MiB of before (the issue's target), 2 when it completed above that, 1 on failure.
 
 Usage: ``python bench/daemon_flood_vm.py [--clients N] [--seconds S] [--out DIR]
-[--timeout S]``. Internal sub-command (in the VM): ``_vm``.
+[--timeout S] [--from-json FILE]`` (``--from-json``: only redo the page from a saved
+JSON). Internal sub-command (in the VM): ``_vm``.
 """
 
 from __future__ import annotations
@@ -148,11 +149,12 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
                 f"{raw['clients']} clients as uid 65534 for {raw['seconds']:.0f} s "
                 "(tests/daemon/flood.py), root's `status` every 0.2 s meanwhile. RSS = `VmRSS`.",
                 "",
-                "| clients x s | replies | admin statuses | RSS before | at the end | after | "
-                "after - before |",
-                "|---|---:|---:|---:|---:|---:|---:|",
+                "| clients x s | replies | admin statuses | daemon's open fds before / most "
+                "| RSS before | at the end | after | after - before |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
                 f"| {raw['clients']} x {raw['seconds']:.0f} | {raw['replies']} | "
-                f"{raw['statuses']} | {raw['before'] / 1024:.1f} MiB | {raw['peak'] / 1024:.1f} MiB"
+                f"{raw['statuses']} | {raw.get('fds_before', '-')} / {raw.get('fds_peak', '-')} "
+                f"| {raw['before'] / 1024:.1f} MiB | {raw['peak'] / 1024:.1f} MiB"
                 f" | {raw['after'] / 1024:.1f} MiB | {delta:+d} KiB |",
                 "",
                 f"Target (issue 14.10): after within {SLACK_KIB} KiB of before: {verdict}. The "
@@ -166,6 +168,14 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
 
 
 def host_main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        text = report(saved["raw"], saved["meta"])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "daemon_flood_vm.md").write_text(text)
+        print(text)
+        return 0
     from tools import vm
 
     kernel = host_prepare()
@@ -181,7 +191,6 @@ def host_main(args: argparse.Namespace) -> int:
     result = vm.run_in_vm(
         script, kernel=kernel, timeout=args.timeout, cwd=str(REPO), memory_mib=2048, cpus=2
     )
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if result.returncode != 0 or "flood.raw.json" not in result.files:
         print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
@@ -216,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--from-json", help="only redo the page from a daemon_flood_vm.json")
     args = parser.parse_args(argv)
     if args.cmd == "_vm":
         return vm_main(args)

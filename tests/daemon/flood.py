@@ -54,6 +54,8 @@ class FloodResult:
     before: int
     peak: int
     after: int
+    fds_before: int = 0
+    fds_peak: int = 0
 
     def line(self) -> str:
         """The figures as one line."""
@@ -61,7 +63,8 @@ class FloodResult:
             f"flood: {self.clients} clients x {self.seconds:.0f} s, {self.replies} replies, "
             f"{self.statuses} admin statuses; daemon RSS before {self.before / 1024:.1f} MiB, "
             f"at the end {self.peak / 1024:.1f} MiB, after {self.after / 1024:.1f} MiB "
-            f"({self.after - self.before:+d} KiB)"
+            f"({self.after - self.before:+d} KiB); open fds {self.fds_before} before, "
+            f"at most {self.fds_peak} during"
         )
 
 
@@ -137,6 +140,11 @@ def _flood_as_nobody(path: str, clients: int, seconds: float, workload: str) -> 
     return pid, read_fd
 
 
+def fd_count(pid: int) -> int:
+    """Open file descriptors of ``pid`` (``/proc/PID/fd``)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def warm_up(path: str, workload: str) -> None:
     """Every request kind once, so lazily built things (validators, imports) exist."""
     c = Client(path, timeout=120.0)
@@ -172,6 +180,7 @@ def measure(
         assert held["ok"], held
         time.sleep(settle_s)
         before = rss_kib(daemon_pid)
+        fds_before = fds_peak = fd_count(daemon_pid)
         pid, done_fd = _flood_as_nobody(path, clients, seconds, workload)
         statuses = 0
         waited = 0
@@ -185,6 +194,7 @@ def measure(
                     reply = admin.exchange({"op": "status"})
                 assert reply["ok"], reply
                 statuses += 1
+                fds_peak = max(fds_peak, fd_count(daemon_pid))
                 waited, status = os.waitpid(pid, os.WNOHANG)
                 if waited:
                     break
@@ -204,4 +214,6 @@ def measure(
         after = rss_kib(daemon_pid)
     finally:
         game.close()
-    return FloodResult(clients, seconds, replies, statuses, held, before, peak, after)
+    return FloodResult(
+        clients, seconds, replies, statuses, held, before, peak, after, fds_before, fds_peak
+    )

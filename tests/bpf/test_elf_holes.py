@@ -1,6 +1,7 @@
-"""Arena globals in holes: opening a file reads only the parts of ``.addr_space.1`` the file
-system reports as data (``SEEK_DATA``/``SEEK_HOLE``), and finds the same initialised
-prefix as a read of every byte (the ``bytes`` path, which scans the whole section).
+"""What opening a file reads: of ``.addr_space.1`` only the parts the file system reports
+as data (``SEEK_DATA``/``SEEK_HOLE``), finding the same initialised prefix as a read of
+every byte (the ``bytes`` path, which scans the whole section); the kept sections in a few
+``pread`` calls, adjacent ones together, and not the DWARF.
 
 Linkers leave an arena's zero globals as holes: the corpus's lavd has 21 MiB of them in
 0.8 MiB on disk, and reading the zeros through ``pread`` was ~4 ms of its open.
@@ -89,3 +90,26 @@ def test_data_after_a_hole_is_found(bpf_object: Obj, tmp_path: Path) -> None:
     assert from_file.data == from_bytes.data
     assert from_file.data[mid] == 0x7F and from_file.data[-1] == 0x7F
     assert from_file.data_size == size
+
+
+def test_adjacent_sections_are_read_together(
+    bpf_object: Obj, pread_bytes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # struct_ops.bpf.o has 33 sections, DWARF among them: the kept ones are read in a few
+    # runs (one pread each, besides the headers), and no DWARF section of more than the
+    # gap is read
+    path = bpf_object("struct_ops")
+    calls = [0]
+    counted = os.pread
+
+    def counting(fd: int, n: int, off: int) -> bytes:
+        calls[0] += 1
+        return counted(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counting)
+    spec = open_object(path)
+    assert spec.programs and calls[0] <= 12, calls[0]
+    elf = read_elf(path.read_bytes())
+    dwarf = sum(s.size for s in elf.sections if s.name.startswith(".debug"))
+    assert dwarf > 64 << 10  # the object has DWARF worth skipping
+    assert pread_bytes[0] < path.stat().st_size - dwarf + (64 << 10)

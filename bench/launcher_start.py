@@ -16,7 +16,11 @@ so that the host's drift hits every case alike:
 each of the two three ways: through the console script of a regular install (what a user
 runs, and what the targets are judged on), through the development venv's console script
 (``site`` runs its editable install's import finder), and as ``python -S`` with the
-checkout on ``sys.path`` (what the package's own code costs).
+checkout on ``sys.path`` (what the package's own code costs); and ``schedswitch-run``
+once more through the regular install's venv with the wrapper an older pip writes (pip 26
+writes one that imports ``sys`` alone; older ones, such as Debian 12's pip 23.0.1, use
+distlib's template, which imports ``re`` to strip ``.exe`` from ``argv[0]``), written
+here as such a wrapper.
 
 The regular install is built from this checkout at every run: its package files, copied
 into the bench's temporary directory, are made into a wheel with the development venv's
@@ -77,6 +81,16 @@ RUN_S = "schedswitch-run start to exec, python -S"
 STATUS = "schedswitchctl status, regular install"
 STATUS_DEV = "schedswitchctl status, development console script"
 STATUS_S = "schedswitchctl status, python -S"
+RUN_OLD_PIP = "schedswitch-run start to exec, regular install, older pip's wrapper (re)"
+#: A console script as older pips write it (distlib's template): it imports re.
+OLD_PIP_WRAPPER = """#!{python}
+import re
+import sys
+from schedswitchd.cli.run import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
 #: What a wheel of the package is built from (pyproject.toml names the readme and licence).
 PACKAGE_FILES = ("pyproject.toml", "README.md", "LICENSE", "schedswitchd")
 
@@ -157,6 +171,9 @@ def measure(runs: int, tmp: Path) -> dict[str, list[tuple[float, float]]]:
     """Every case's ``runs`` samples of (wall ms, CPU ms), interleaved, against a daemon
     started here."""
     installed = regular_install(tmp)
+    old_pip = installed / "schedswitch-run-older-pip"
+    old_pip.write_text(OLD_PIP_WRAPPER.format(python=installed / "python"))
+    old_pip.chmod(0o755)
     conf, sock = tmp / "c.toml", tmp / "s.sock"
     conf.write_text(CONFIG)
     ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
@@ -182,6 +199,7 @@ def measure(runs: int, tmp: Path) -> dict[str, list[tuple[float, float]]]:
             STATUS: lambda: wall_ms([str(installed / "schedswitchctl"), *status_args]),
             STATUS_DEV: lambda: wall_ms([str(BIN / "schedswitchctl"), *status_args]),
             STATUS_S: lambda: wall_ms(no_site("schedswitchd.cli.ctl", *status_args)),
+            RUN_OLD_PIP: lambda: exec_ms([str(old_pip), *run_args]),
         }
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
         for _ in range(2):  # fill the bytecode cache, unmeasured

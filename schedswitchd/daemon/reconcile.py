@@ -230,6 +230,11 @@ class Reconciler:
         self.kick()
 
     @property
+    def busy(self) -> bool:
+        """A reconcile pass or a direct switch is under way."""
+        return self._in_pass or self._direct
+
+    @property
     def active_stale(self) -> bool:
         """The running scheduler is an earlier form of its (reloaded) configuration entry."""
         return self.stale is not None and self.stale[0] == self.switcher.active

@@ -380,3 +380,42 @@ def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way() -> None:
         c.close()
     finally:
         srv.stop()
+
+
+def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The garbage collection due once no connection is left runs
+    ``COLLECT_IDLE_DELAY_S`` later, not in the close: a hint sent right after a
+    launcher's requests is switched first."""
+    from schedswitchd.daemon import server as server_mod
+
+    monkeypatch.setattr(server_mod, "COLLECT_IDLE_DELAY_S", 2.0)
+    srv = Running(FakeBackend(), default="fifo")
+    try:
+        server = srv.read(lambda s: s)
+        real = server._collect
+
+        def collect() -> None:
+            srv.backend.calls.append("collect")
+            real()
+
+        monkeypatch.setattr(server, "_collect", collect)
+        c = srv.client()
+        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        c.close()
+        srv.wait_for(lambda s: not s.connections)
+        for _ in range(server_mod.COLLECT_IDLE):  # closed connections: a collection is due
+            one = srv.client()
+            assert one.request(op="status")["ok"]
+            one.close()
+            srv.wait_for(lambda s: not s.connections)
+        assert "collect" not in srv.backend.calls  # not in the close
+        hint = srv.client()
+        assert hint.request(op="hint", workload="gaming")["switch"]["standby"] is True
+        hint.close()
+        srv.wait_for(lambda s: "collect" in srv.backend.calls, timeout=10.0)
+        calls = srv.backend.calls
+        assert calls.index("attach gaming") < calls.index("collect")
+    finally:
+        srv.stop()

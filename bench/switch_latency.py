@@ -45,7 +45,9 @@ which the daemon reports as ``bpf_syscall_ns`` in its status counters) and the d
 Outputs under ``--out`` (default ``bench/results``): ``switch_latency.json`` (every sample),
 ``switch_latency.md`` (the table), ``switch_latency.png`` (latency against module count) and
 ``switch_profile_{c,d}.txt`` (cProfile of warm switches through the daemon's Switcher and
-KernelBackend at the largest count).
+KernelBackend at the largest count) and, with ``--hint-profile N``, ``switch_profile_e.txt``
+(the standby hit's whole path in one process: a timeline of marks by thread and cProfile of
+the event loop's, the worker's and the client's threads).
 
 Targets (issue 8): (c) and (d) flat within 5% from the smallest to the largest count; (d) at
 300 at most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm

@@ -178,9 +178,13 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
     srv: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After the kernel runs the hinted scheduler, the worker waits (bounded; 10 s here so
-    that a loaded host cannot reorder it) until the hint's reply is written, then pins."""
+    that a loaded host cannot reorder it) until the hint's reply is written, then pins.
+    The safety-net poll is quieted first: a poll pass that began just before the hint's
+    lease switches to it without releasing the hint's waiter (registered for the next
+    pass), so that pass pins at once and the reply follows from the next pass."""
     from schedswitchd.daemon import reconcile
 
+    _quiet_poll(srv)
     monkeypatch.setattr(reconcile, "REPLY_WAIT_S", 10.0)
     rec = srv.read(lambda s: s.reconciler)
     real = rec.reply_sent

@@ -144,6 +144,8 @@ class Reconciler:
         self._foreign: str | None = None
         #: A reconcile pass is deciding or switching (the direct path then stays out).
         self._in_pass = False
+        #: Reconcile passes begun since the start (status ``counters.reconcile_passes``).
+        self.passes = 0
         #: A direct switch (standby hit) is under way.
         self._direct = False
         self._apply_backoff_config()
@@ -349,6 +351,7 @@ class Reconciler:
             gen = self._pass_gen = self._gen
             seq = self.switcher.history[-1].seq if self.switcher.history else 0
             self._in_pass = True
+            self.passes += 1
             try:
                 await self.reconcile_once()
             except Exception:

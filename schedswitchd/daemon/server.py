@@ -613,7 +613,11 @@ class Server:
                 )
                 for e in self.switcher.standby
             ],
-            counters={**counters, **self._standby_counters()},
+            counters={
+                **counters,
+                **self._standby_counters(),
+                "reconcile_passes": self.reconciler.passes,
+            },
             profile=profile,
             pid=os.getpid(),
             version=__version__,

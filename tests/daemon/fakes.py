@@ -45,6 +45,9 @@ class FakeBackend:
     #: When set, ``pin`` waits for it (at most 10 s): the switch is held after its
     #: ``on_enabled`` moment.
     pin_event: threading.Event | None = None
+    #: When set, called with the call's name (``attach gaming``, ``pin gaming``) as
+    #: ``attach`` and ``pin`` begin, on the worker thread: what a test sees at that moment.
+    on_call: Callable[[str], None] | None = None
     #: When given, ``prepare`` sets ``preparing`` and then blocks until the test sets
     #: ``gate``: a switch held on the worker thread while the test talks to the daemon.
     gate: threading.Event | None = None
@@ -86,6 +89,8 @@ class FakeBackend:
     def attach(self, prepared: Prepared, timeout_s: float) -> int | None:
         prepared = cast(FakePrepared, prepared)
         self.calls.append(f"attach {prepared.name}")
+        if self.on_call is not None:
+            self.on_call(f"attach {prepared.name}")
         assert not prepared.discarded, "attach of a discarded handle"
         with self.lock:
             if self.state != "disabled":
@@ -110,6 +115,8 @@ class FakeBackend:
     def pin(self, prepared: Prepared) -> None:
         prepared = cast(FakePrepared, prepared)
         self.calls.append(f"pin {prepared.name}")
+        if self.on_call is not None:
+            self.on_call(f"pin {prepared.name}")
         assert prepared.attached, "pin of a handle that is not attached"
         if self.pin_event is not None:  # a test holds the switch here, after the reply
             self.pin_event.wait(10)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import json
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -178,27 +181,30 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
     srv: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After the kernel runs the hinted scheduler, the worker waits (bounded; 10 s here so
-    that a loaded host cannot reorder it) until the hint's reply is written, then pins.
-    The safety-net poll is quieted first: a poll pass that began just before the hint's
-    lease switches to it without releasing the hint's waiter (registered for the next
-    pass), so that pass pins at once and the reply follows from the next pass."""
+    that a loaded host cannot reorder it) until the hint's reply is written, then pins:
+    the client's socket holds no reply as attach begins and holds it as pin begins (the
+    client reads it only once the switch is over). The safety-net poll is quieted first:
+    a poll pass that began just before the hint's lease switches to it without releasing
+    the hint's waiter (registered for the next pass), so that pass pins at once and the
+    reply follows from the next pass."""
     from schedswitchd.daemon import reconcile
 
     _quiet_poll(srv)
     monkeypatch.setattr(reconcile, "REPLY_WAIT_S", 10.0)
-    rec = srv.read(lambda s: s.reconciler)
-    real = rec.reply_sent
-
-    def sent() -> None:
-        srv.backend.calls.append("reply sent")
-        real()
-
-    monkeypatch.setattr(rec, "reply_sent", sent)
     c = srv.client()
-    assert c.request(op="hint", workload="battery")["active"] == "fifo"
-    srv.wait_for(lambda s: s.switcher.history[-1].finished)
-    calls = srv.backend.calls
-    assert calls.index("attach fifo") < calls.index("reply sent") < calls.index("pin fifo")
+    seen: list[tuple[str, bool]] = []
+
+    def reply_waiting(call: str) -> None:
+        readable, _, _ = select.select([c.sock], [], [], 0)
+        seen.append((call, bool(readable)))
+
+    srv.backend.on_call = reply_waiting
+    c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "battery"}).encode() + b"\n")
+    srv.wait_for(lambda s: any(r.target == "fifo" and r.finished for r in s.switcher.history))
+    srv.backend.on_call = None
+    reply = c.recv_line()
+    assert reply is not None and reply["active"] == "fifo", reply
+    assert seen == [("attach fifo", False), ("pin fifo", True)]
     c.close()
 
 
@@ -213,29 +219,19 @@ def _quiet_poll(srv: Running) -> None:
     time.sleep(0.3)  # the poll's current sleep ends; its next one is the hour
 
 
-def _count_passes(srv: Running, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every reconcile pass from now on appends ``pass`` to the backend's call list."""
-    rec = srv.read(lambda s: s.reconciler)
-    real = rec.reconcile_once
-
-    async def counted() -> None:
-        srv.backend.calls.append("pass")
-        await real()
-
-    monkeypatch.setattr(rec, "reconcile_once", counted)
-
-
-def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The hint of a held standby goes straight to the switch: no pass runs between the
-    request and the attach; one runs after the reply (the standby refill, STATUS=)."""
+def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply() -> None:
+    """The hint of a held standby goes straight to the switch: no pass begins between the
+    request and the attach (the reconciler's pass count, as status shows it, read as
+    attach begins); one runs after the reply (the standby refill, STATUS=)."""
     srv = Running(FakeBackend(), default="fifo")
     try:
         c = srv.client()
         assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
         _quiet_poll(srv)
-        _count_passes(srv, monkeypatch)
+        rec = srv.read(lambda s: s.reconciler)
+        passes = c.request(op="status")["status"]["counters"]["reconcile_passes"]
+        at_attach: list[int] = []
+        srv.backend.on_call = lambda call: at_attach.append(rec.passes)
         start = len(srv.backend.calls)
         statuses = len(srv.statuses)
         hint = c.request(op="hint", workload="gaming")
@@ -244,9 +240,12 @@ def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply(
         assert hint["switch"]["reason"].startswith("lease ") and hint["desired"] == "gaming"
         calls = srv.backend.calls[start:]
         assert calls[: calls.index("attach gaming") + 1] == ["detach fifo", "attach gaming"]
+        assert at_attach[0] == passes, (at_attach, passes)
         # the bookkeeping pass after the reply: fifo (the default) held as the standby now
         srv.wait_for(lambda s: "fifo" in s.switcher.standby.entries)
-        assert "pass" in srv.backend.calls[start:]
+        srv.backend.on_call = None
+        after = c.request(op="status")["status"]["counters"]["reconcile_passes"]
+        assert after > passes
         assert len(srv.statuses) > statuses and srv.statuses[-1].startswith("running gaming")
         history = c.request(op="history")["entries"]
         assert [(e["previous"], e["target"]) for e in history[-1:]] == [("fifo", "gaming")]
@@ -396,15 +395,17 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
 
     monkeypatch.setattr(server_mod, "COLLECT_IDLE_DELAY_S", 2.0)
     srv = Running(FakeBackend(), default="fifo")
-    try:
-        server = srv.read(lambda s: s)
-        real = server._collect
 
-        def collect() -> None:
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
             srv.backend.calls.append("collect")
-            real()
 
-        monkeypatch.setattr(server, "_collect", collect)
+    # The server's collection is a full gc.collect(): seen through the interpreter's own
+    # gc callbacks, with the automatic collections off so that none is taken for it.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(on_gc)
+    try:
         c = srv.client()
         assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
         c.close()
@@ -422,4 +423,7 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
         calls = srv.backend.calls
         assert calls.index("attach gaming") < calls.index("collect")
     finally:
+        gc.callbacks.remove(on_gc)
+        if was_enabled:
+            gc.enable()
         srv.stop()

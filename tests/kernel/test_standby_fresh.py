@@ -14,9 +14,10 @@ import pytest
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
-from schedswitchd.kernel.module_memo import ModuleSet
+from schedswitchd.kernel.uevents import UeventListener
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
+from tests.fs_events import FileEvents
 
 pytestmark = pytest.mark.root
 
@@ -52,50 +53,57 @@ def prepared(
         backend.discard(h)
 
 
-def _count_listings(backend: KernelBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = backend.registry.module_set
+@pytest.fixture
+def module_events(backend: KernelBackend) -> Iterator[None]:
+    """The backend's watch running, its uevent listener feeding the module generation (what
+    the daemon runs); skips where no uevent socket can be opened."""
+    probe = UeventListener()
+    try:
+        probe.start()
+    except (OSError, TimeoutError) as exc:
+        pytest.skip(f"no uevent socket here ({exc}): the watch relies on its sysfs check")
+    probe.stop()
+    stop = backend.watch(lambda: None)
+    try:
+        yield
+    finally:
+        stop()
 
-    def counted() -> ModuleSet:
-        calls.append(1)
-        return real()
 
-    monkeypatch.setattr(backend.registry, "module_set", counted)
-    return calls
+def _listings(events: FileEvents) -> int:
+    """How often the BTF root itself was opened (a ``getdents64`` listing, or the
+    ``os.scandir`` of the fallback), seen through audit events."""
+    return sum(1 for e in events.of("read", "os.scandir", "os.listdir") if e.path == ".")
 
 
 def test_with_module_events_a_fresh_check_lists_no_directory(
     backend: KernelBackend,
     prepared: tuple[KernelPrepared, SchedulerConfig, Path],
-    monkeypatch: pytest.MonkeyPatch,
+    module_events: None,
 ) -> None:
     h, cfg, _ = prepared
-    listings = _count_listings(backend, monkeypatch)
-    monkeypatch.setattr(backend, "_module_events", True)
-    assert backend.fresh(h, cfg) and listings == []
-    backend.registry.memo.bump()  # a module came or went (or events were lost)
-    assert not backend.fresh(h, cfg) and listings == [1]
+    with FileEvents(backend.registry.btf_root) as btf:
+        assert backend.fresh(h, cfg) and _listings(btf) == 0
+        backend.registry.memo.bump()  # a module came or went (or events were lost)
+        assert not backend.fresh(h, cfg) and _listings(btf) == 1
 
 
 def test_without_module_events_the_directory_is_listed(
     backend: KernelBackend,
     prepared: tuple[KernelPrepared, SchedulerConfig, Path],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     h, cfg, _ = prepared
-    listings = _count_listings(backend, monkeypatch)
-    assert not backend._module_events  # no watch running
-    assert backend.fresh(h, cfg) and listings == [1]
+    with FileEvents(backend.registry.btf_root) as btf:  # no watch running
+        assert backend.fresh(h, cfg) and _listings(btf) == 1
 
 
 def test_a_changed_or_replaced_object_is_stale(
     backend: KernelBackend,
     prepared: tuple[KernelPrepared, SchedulerConfig, Path],
-    monkeypatch: pytest.MonkeyPatch,
+    module_events: None,
     tmp_path: Path,
 ) -> None:
     h, cfg, obj = prepared
-    monkeypatch.setattr(backend, "_module_events", True)
     assert backend.fresh(h, cfg)
     st = obj.stat()
     os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # rebuilt in place
@@ -124,13 +132,23 @@ def test_the_watch_feeds_the_module_generation(backend: KernelBackend) -> None:
 def test_standby_freshness_without_a_module_key(
     backend: KernelBackend,
     prepared: tuple[KernelPrepared, SchedulerConfig, Path],
-    monkeypatch: pytest.MonkeyPatch,
+    bpffs: Path,
+    tmp_path: Path,
 ) -> None:
     """A handle prepared while the module set could not be listed holds ``None``: it is
-    compared with a listing each time, never taken on the generation alone."""
+    compared with a listing each time, never taken on the generation alone (checked by a
+    backend whose BTF root cannot be listed either: then it matches)."""
     h, cfg, _ = prepared
     h.inputs = (h.inputs[0], None, *h.inputs[2:])
-    monkeypatch.setattr(backend, "_module_events", True)
-    assert not backend.fresh(h, cfg)
-    monkeypatch.setattr(backend, "_module_key", lambda: None)
-    assert backend.fresh(h, cfg)
+    stop = backend.watch(lambda: None)
+    try:
+        assert not backend.fresh(h, cfg)
+    finally:
+        stop()
+    unlistable = KernelBackend(
+        pin_dir=bpffs / "pins-unlistable",
+        registry=KernelBtfRegistry(btf_root=tmp_path / "no-btf-here"),
+        sched_ext_root=tmp_path / "sched_ext",
+        ops_type="tcp_congestion_ops",
+    )
+    assert unlistable.fresh(h, cfg)

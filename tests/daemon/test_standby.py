@@ -183,7 +183,8 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
     """After the kernel runs the hinted scheduler, the worker waits (bounded; 10 s here so
     that a loaded host cannot reorder it) until the hint's reply is written, then pins:
     the client's socket holds no reply as attach begins and holds it as pin begins (the
-    client reads it only once the switch is over). The safety-net poll is quieted first:
+    client reads it only once the switch is over; the loop is kept busy after the attach,
+    so that the reply is late). The safety-net poll is quieted first:
     a poll pass that began just before the hint's lease switches to it without releasing
     the hint's waiter (registered for the next pass), so that pass pins at once and the
     reply follows from the next pass."""
@@ -197,6 +198,10 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
     def reply_waiting(call: str) -> None:
         readable, _, _ = select.select([c.sock], [], [], 0)
         seen.append((call, bool(readable)))
+        if call.startswith("attach "):
+            # the loop is busy for 0.3 s more: a worker that did not wait for the reply
+            # would begin the pin before it is written, every time
+            srv.loop.call_soon_threadsafe(time.sleep, 0.3)
 
     srv.backend.on_call = reply_waiting
     c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "battery"}).encode() + b"\n")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from schedswitchd.cli.exits import UsageError
+from schedswitchd.cli.exits import EXIT_INTERRUPTED, UsageError
 from schedswitchd.daemon.launcher_wire import (
     DEFAULT_SOCKET,
     MAX_HINT_TTL_S,
@@ -403,21 +403,28 @@ def _history(args: argparse.Namespace) -> int:
 @_reads_reply
 def _hint(args: argparse.Namespace) -> int:
     request = make_request("hint", workload=args.workload, pid=args.pid, ttl_s=args.ttl)
-    with ControlConnection(args.socket) as client:
-        reply, line = client.exchange_line(request)
-        if args.json:
-            print(line.decode(), flush=True)
-        else:
-            print(_hint_line(args.workload, reply), flush=True)
-            print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
-        # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends.
-        import signal
+    import signal
 
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        try:
+    # SIGTERM ends the hold like Ctrl-C does: the connection closes, the lease ends. Set
+    # before the request: a launcher that reads the reply line and stops the hold at once
+    # must not find SIGTERM's default action still in place (that death was exit -15).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    held = False
+    try:
+        with ControlConnection(args.socket) as client:
+            reply, line = client.exchange_line(request)
+            held = True
+            if args.json:
+                print(line.decode(), flush=True)
+            else:
+                print(_hint_line(args.workload, reply), flush=True)
+                print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
             final = client.wait_closed()
-        except KeyboardInterrupt:
+    except KeyboardInterrupt:
+        if held:
             return 0
+        print("interrupted before the daemon answered", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if final is not None:  # --ttl passed or --pid exited: the hold did its job
         print(f"lease {final.get('lease')} ended: {final.get('why')}", file=sys.stderr)
         return 0

@@ -13,6 +13,8 @@ status      meaning
             daemon shutting down (``shutting_down``)
 4           the daemon refused the request: ``denied`` (not allowed for this uid)
             or ``limit`` (a per-uid connection or lease limit)
+130         ``hint`` interrupted (Ctrl-C or ``SIGTERM``) before the daemon answered,
+            as for a ``SIGINT`` death; once answered, ending the hold so is success
 141         the output pipe was closed (``| head``), as for a ``SIGPIPE`` death
 ==========  =====================================================================
 
@@ -52,9 +54,11 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 EXIT_REFUSED: Final = 4
+EXIT_INTERRUPTED: Final = 130
 __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
@@ -69,7 +73,8 @@ __all__ = [
 HELP_TEXT: Final = (
     "Exit status: 0 success; 1 the request failed (an error reply, or a local error);\n"
     "2 bad usage; 3 the daemon is unreachable (or shutting down); 4 the daemon refused\n"
-    "(denied, limit); 141 the output pipe was closed. With --json an error is also printed\n"
+    "(denied, limit); 130 a hint interrupted before the daemon answered; 141 the output\n"
+    "pipe was closed. With --json an error is also printed\n"
     'on stdout as {"error": {"code": ..., "message": ..., "verifier_log": ...}}.'
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -205,3 +206,54 @@ def test_exit_and_counter_texts() -> None:
     text = _counters_text({"btf_cache_hits": 3, "prepares": 2, "attach.link_ns": 5})
     assert text == "btf_cache_hits=3 prepares=2 (+1 more with --json)"
     assert _counters_text({}) == "-"
+
+
+def _caught_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` has a handler for (``SigCgt`` of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            mask = int(line.split()[1], 16)
+            return {n + 1 for n in range(64) if mask >> n & 1}
+    raise AssertionError("no SigCgt line")
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_hint_cli_takes_sigterm_from_the_moment_it_asks(tmp_path: Path, answered: bool) -> None:
+    """A launcher may stop ``schedswitchctl hint`` as soon as the reply line is out: the
+    SIGTERM handler is in place when the request reaches the daemon (a listening socket
+    here, which reads the client's SigCgt), so SIGTERM right after the reply ends the hold
+    with 0 (with the handler set after the print, that was a death by SIGTERM, -15), and
+    SIGTERM before any reply gives 130 with a line saying so."""
+    path = tmp_path / "d.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        listener.settimeout(120)  # a hang guard
+        proc = subprocess.Popen(
+            [str(BIN / "schedswitchctl"), "hint", "gaming", "--socket", str(path), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(120)
+                request = json.loads(conn.makefile("rb").readline())
+                assert request["op"] == "hint"
+                assert signal.SIGTERM in _caught_signals(proc.pid)
+                if answered:
+                    reply = {"v": 1, "ok": True, "op": "hint", "lease": "l1", "active": "gaming"}
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                    assert proc.stdout is not None
+                    assert json.loads(proc.stdout.readline())["lease"] == "l1"
+                proc.send_signal(signal.SIGTERM)
+                out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+    if answered:
+        assert proc.returncode == 0, err
+    else:
+        assert proc.returncode == 130, err
+        assert out == "" and "interrupted before the daemon answered" in err

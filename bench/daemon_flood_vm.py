@@ -36,7 +36,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vm_bench import REPO, SCHED_DIR, host_prepare, load_text, machine, utc_now, wait_scx
+from vm_bench import (
+    REPO,
+    SCHED_DIR,
+    host_prepare,
+    load_text,
+    machine,
+    redo_page,
+    save_run,
+    utc_now,
+    vm_run_failed,
+    wait_scx,
+)
 
 sys.path.insert(0, str(REPO))
 
@@ -170,12 +181,9 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
 def host_main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        text = report(saved["raw"], saved["meta"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "daemon_flood_vm.md").write_text(text)
-        print(text)
-        return 0
+        return redo_page(
+            args.from_json, out, "daemon_flood_vm.md", lambda s: report(s["raw"], s["meta"])
+        )
     from tools import vm
 
     kernel = host_prepare()
@@ -191,11 +199,7 @@ def host_main(args: argparse.Namespace) -> int:
     result = vm.run_in_vm(
         script, kernel=kernel, timeout=args.timeout, cwd=str(REPO), memory_mib=2048, cpus=2
     )
-    out.mkdir(parents=True, exist_ok=True)
-    if result.returncode != 0 or "flood.raw.json" not in result.files:
-        print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
-        if "daemon.log" in result.files:
-            print(result.text("daemon.log")[-6000:], file=sys.stderr)
+    if vm_run_failed(result, "flood.raw.json", ["daemon.log"]):
         return 1
     raw = json.loads(result.text("flood.raw.json"))
     meta = {
@@ -205,10 +209,8 @@ def host_main(args: argparse.Namespace) -> int:
         "load_end": load_text(),
         "vm_wall_s": f"{time.monotonic() - t0:.0f}",
     }
-    (out / "daemon_flood_vm.json").write_text(json.dumps({"meta": meta, "raw": raw}, indent=1))
-    text = report(raw, meta)
-    (out / "daemon_flood_vm.md").write_text(text)
-    print(text)
+    save_run(out, "daemon_flood_vm.json", {"meta": meta, "raw": raw}, report(raw, meta),
+             "daemon_flood_vm.md")  # fmt: skip
     print(f"(VM run {meta['vm_wall_s']} s)")
     return 0 if raw["after"] - raw["before"] <= SLACK_KIB else 2
 

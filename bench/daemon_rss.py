@@ -52,9 +52,12 @@ from vm_bench import (
     host_prepare,
     load_text,
     machine,
+    redo_page,
     repo_relative,
     rss_mib,
+    save_run,
     utc_now,
+    vm_run_failed,
 )
 from vm_bench import wait_scx as _wait_scx
 
@@ -339,12 +342,9 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
 def host_main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        text = report(saved["raw"], saved["meta"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "daemon_rss_vm.md").write_text(text)
-        print(text)
-        return 0
+        return redo_page(
+            args.from_json, out, "daemon_rss_vm.md", lambda s: report(s["raw"], s["meta"])
+        )
     from tools import vm
     from tools.ramroot import RamRootSpec
 
@@ -376,11 +376,7 @@ def host_main(args: argparse.Namespace) -> int:
             + tuple(Path(p) for k, p in extra.items() if k in CORPUS_OBJECTS)
         ),
     )
-    out.mkdir(parents=True, exist_ok=True)
-    if result.returncode != 0 or "daemon_rss.raw.json" not in result.files:
-        print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
-        if "daemon_rss.log" in result.files:
-            print(result.text("daemon_rss.log"), file=sys.stderr)
+    if vm_run_failed(result, "daemon_rss.raw.json", ["daemon_rss.log"]):
         return 1
     raw = json.loads(result.text("daemon_rss.raw.json"))
     # The VM was given absolute paths (the same in the VM as here); the JSON keeps them
@@ -392,10 +388,8 @@ def host_main(args: argparse.Namespace) -> int:
         "load": load,
         "vm_wall_s": f"{time.monotonic() - t0:.0f}",
     }
-    (out / "daemon_rss_vm.json").write_text(json.dumps({"meta": meta, "raw": raw}, indent=1))
-    text = report(raw, meta)
-    (out / "daemon_rss_vm.md").write_text(text)
-    print(text)
+    save_run(out, "daemon_rss_vm.json", {"meta": meta, "raw": raw}, report(raw, meta),
+             "daemon_rss_vm.md")  # fmt: skip
     print(f"(VM run {meta['vm_wall_s']} s)")
     return 0
 

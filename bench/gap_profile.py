@@ -56,7 +56,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vm_bench import REPO, SCHED_DIR, host_prepare, load_text, utc_now
+from vm_bench import (
+    REPO,
+    SCHED_DIR,
+    host_prepare,
+    load_text,
+    redo_page,
+    save_run,
+    utc_now,
+    vm_run_failed,
+)
 
 sys.path.insert(0, str(REPO))
 
@@ -507,12 +516,10 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
 
 def host_main(args: argparse.Namespace) -> int:
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        text = report(saved["runs"], saved["meta"])
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        Path(args.out, "gap_profile.txt").write_text(text)
-        print(text)
-        return 0
+        return redo_page(
+            args.from_json, Path(args.out), "gap_profile.txt",
+            lambda s: report(s["runs"], s["meta"]),
+        )  # fmt: skip
     from tools import vm
 
     kernel = host_prepare()
@@ -538,8 +545,8 @@ def host_main(args: argparse.Namespace) -> int:
             cwd=str(REPO), memory_mib=2048,
         )  # fmt: skip
         accel = result.accel
-        if result.returncode != 0 or "gap.json" not in result.files:
-            print(f"VM run ({label}) failed\n{result.tail(60)}", file=sys.stderr)
+        if vm_run_failed(result, "gap.json"):
+            print(f"(the {label} configuration)", file=sys.stderr)
             return 1
         runs[label] = json.loads(result.text("gap.json"))
         trace = runs[label].get("trace")
@@ -560,10 +567,8 @@ def host_main(args: argparse.Namespace) -> int:
         "load": load,
         "switches": str(args.switches),
     }
-    (out / "gap_profile.json").write_text(json.dumps({"meta": meta, "runs": runs}))
-    text = report(runs, meta)
-    (out / "gap_profile.txt").write_text(text)
-    print(text)
+    save_run(out, "gap_profile.json", {"meta": meta, "runs": runs}, report(runs, meta),
+             "gap_profile.txt")  # fmt: skip
     return 0
 
 

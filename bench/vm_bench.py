@@ -2,7 +2,8 @@
 ``gap_profile.py``, ``daemon_rss.py``, ``daemon_flood_vm.py``): the kernel's sched_ext view
 from sysfs, waiting for a state, a process's resident memory, and the host side's common
 steps (build the sample schedulers, get the kernel, describe the VM run and the host's load
-for a report).
+for a report, tell a failed VM run, save a run's data and report, redo a report from the
+saved data with ``--from-json``).
 
 Imported by those scripts as ``vm_bench`` (each puts its own directory on ``sys.path``), in
 the VM as on the host. No import of the package here: the VM-side processes time their own
@@ -11,9 +12,12 @@ imports.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,3 +124,38 @@ def machine(result: Any, kernel: SidKernel, memory_mib: float = 2048) -> str:
 def utc_now() -> str:
     """The report's date: ``YYYY-MM-DD HH:MM UTC``."""
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def redo_page(from_json: str, out: Path, page: str, render: Callable[[dict[str, Any]], str]) -> int:
+    """``--from-json``: write ``out/page`` again from a run's saved JSON (``render`` gets the
+    whole saved object, as :func:`save_run` wrote it) and print it; returns exit status 0.
+    Lets a report's wording change without another VM run."""
+    text = render(json.loads(Path(from_json).read_text()))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / page).write_text(text)
+    print(text)
+    return 0
+
+
+def vm_run_failed(
+    result: Any, needed: str, logs: Sequence[str] = (), log_chars: int = 6000
+) -> bool:
+    """Whether the VM run ``result`` (:func:`tools.vm.run_in_vm`) failed: a non-zero exit or
+    no ``needed`` file among its results. On failure prints the console's tail and the last
+    ``log_chars`` characters of each of ``logs`` it brought back, to stderr."""
+    if result.returncode == 0 and needed in result.files:
+        return False
+    print(f"VM run failed\n{result.tail(60)}", file=sys.stderr)
+    for name in logs:
+        if name in result.files:
+            print(result.text(name)[-log_chars:], file=sys.stderr)
+    return True
+
+
+def save_run(out: Path, name: str, saved: dict[str, Any], text: str, page: str) -> None:
+    """Write a run's data as ``out/name`` (JSON, what :func:`redo_page` reads back) and its
+    report as ``out/page``, and print the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(saved, indent=1))
+    (out / page).write_text(text)
+    print(text)

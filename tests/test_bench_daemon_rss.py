@@ -90,3 +90,43 @@ def test_paths_are_shown_relative_to_the_checkout(dr: ModuleType) -> None:
     assert vb.repo_relative(vb.SCHED_DIR / "vtime.bpf.o") == "build/bpf/vtime.bpf.o"
     assert vb.repo_relative(vb.CORPUS / "lavd.bpf.o") == "../shared/corpus/lavd.bpf.o"
     assert vb.repo_relative("/elsewhere/x.bpf.o") == "x.bpf.o"
+
+
+class _Result:
+    """The parts of tools.vm's run result that vm_bench reads."""
+
+    def __init__(self, returncode: int, files: dict[str, bytes]) -> None:
+        self.returncode, self.files = returncode, files
+
+    def tail(self, n: int) -> str:
+        return f"console tail {n}"
+
+    def text(self, name: str) -> str:
+        return self.files[name].decode()
+
+
+def test_a_vm_run_fails_without_its_results_and_shows_its_logs(
+    dr: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vb = sys.modules["vm_bench"]
+    assert not vb.vm_run_failed(_Result(0, {"r.json": b"{}"}), "r.json", ["d.log"])
+    assert capsys.readouterr().err == ""
+    assert vb.vm_run_failed(_Result(0, {"d.log": b"x" * 10 + b"the end"}), "r.json", ["d.log"], 7)
+    err = capsys.readouterr().err
+    assert "VM run failed\nconsole tail 60" in err and err.endswith("the end\n")
+    assert "x" not in err.split("\n", 2)[2]
+    assert vb.vm_run_failed(_Result(1, {"r.json": b"{}"}), "r.json")
+
+
+def test_a_saved_run_renders_again_from_its_json(dr: ModuleType, tmp_path: Path) -> None:
+    vb = sys.modules["vm_bench"]
+    saved = {"meta": {"date": "d"}, "raw": [1, 2]}
+    vb.save_run(tmp_path / "a", "r.json", saved, "page one\n", "r.md")
+    assert (tmp_path / "a" / "r.md").read_text() == "page one\n"
+
+    def render(s: dict[str, Any]) -> str:
+        return f"{s['meta']['date']} {sum(s['raw'])}\n"
+
+    out = tmp_path / "b" / "c"
+    assert vb.redo_page(str(tmp_path / "a" / "r.json"), out, "r.md", render) == 0
+    assert (out / "r.md").read_text() == "d 3\n"

@@ -7,8 +7,9 @@ another), and prints one markdown table with ours next to libbpf measured in the
   libbpf 1.1 ``btf__parse``, fresh process per run) and the RSS it adds;
 * ``bench/kmod_btf.py``: the declared module's BTF ready with 1/10/100/300 real module BTFs
   present (libbpf's way: parse every module; ours cold and warm);
-* ``bench/object_open.py``: open (ELF + BTF + linking) of the largest test object, ours cold
-  and from the spec cache, vs libbpf ``bpf_object__open_file``;
+* ``bench/object_open.py``: open (ELF, BTF, relocations; programs linked at first use) of
+  the largest test object, ours cold and from the spec cache, vs libbpf
+  ``bpf_object__open_file``;
 * ``bench/load_attach.py``: load + attach + detach of the ``tcp_congestion_ops`` test
   object, ours with kernel BTF already parsed vs libbpf through ctypes, and the share of
   our time inside ``bpf(2)``.

@@ -2,9 +2,13 @@
 
 Pure (no syscalls, no kernel facts). The order follows libbpf's ``bpf_object_open``: read
 the ELF, collect externs, fix up the object BTF, read ``.BTF.ext``, find programs, build
-maps (``.maps``, data sections, ``.kconfig``, struct_ops), classify relocations, link each
-entry program with its subprograms, and read ``license``, ``version`` and ``.kmod_btfs``.
-The sections and their order follow libbpf's ``bpf_object__open`` (``src/libbpf.c``).
+maps (``.maps``, data sections, ``.kconfig``, struct_ops), classify relocations, and read
+``license``, ``version`` and ``.kmod_btfs``. The sections and their order follow libbpf's
+``bpf_object__open`` (``src/libbpf.c``). Each entry program is linked with its subprograms
+when its code is first read (:class:`~schedswitchd.bpf.spec.ProgramSpec`), as libbpf links
+at load (``bpf_object__relocate``) rather than at open; the daemon links every program
+right after opening (:meth:`~schedswitchd.bpf.spec.ObjectSpec.link_programs`, in
+:class:`~schedswitchd.kernel.spec_cache.SpecCache`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import BinaryIO
 
 from schedswitchd.bpf.btf.ext import BtfExt, parse_btf_ext
@@ -35,6 +40,7 @@ from schedswitchd.bpf.progtypes import classify
 from schedswitchd.bpf.spec import (
     PROG_TYPE_STRUCT_OPS,
     ExternKind,
+    LinkedCode,
     MapKind,
     MapSpec,
     ObjectSpec,
@@ -75,6 +81,10 @@ def open_object(
     for any malformed or unsupported part of the ELF file (naming the section, symbol or
     offset) and :class:`~schedswitchd.errors.BtfError` for malformed ``.BTF``; never
     anything else for bad input. An unreadable path raises ``ObjectError`` naming it.
+    Programs are linked when first used: malformed code (a call into the middle of a
+    function, a cut-off ``ld_imm64``, misaligned ``.BTF.ext`` records) raises
+    ``ObjectError`` from that use, or from :meth:`ObjectSpec.link_programs
+    <schedswitchd.bpf.spec.ObjectSpec.link_programs>`, named as open's errors are.
     """
     return open_object_noted(source, name=name)[0]
 
@@ -111,13 +121,13 @@ def _open_source(
     source: str | os.PathLike[str] | bytes | BinaryIO, name: str | None
 ) -> tuple[ObjectSpec, str | None]:
     if isinstance(source, bytes):
-        return _open(_read(source), name or "obj"), None
+        return _open(_read(source), name or "obj", None), None
     if not isinstance(source, str | os.PathLike):
-        return _open_file(source, name or "obj", "object")
+        return _open_file(source, name or "obj", "object", None)
     path = os.fspath(source)
     try:
         with open(path, "rb") as f:
-            return _open_file(f, name or _object_name(path), path)
+            return _open_file(f, name or _object_name(path), path, path)
     except OSError as exc:
         raise ObjectError(f"cannot read BPF object {path!r}: {exc}") from exc
     except (ObjectError, BtfError) as exc:  # name the file: callers open many
@@ -126,16 +136,19 @@ def _open_source(
         raise type(exc)(f"{path}: {exc}") from exc
 
 
-def _open_file(f: BinaryIO, obj_name: str, what: str) -> tuple[ObjectSpec, str | None]:
+def _open_file(
+    f: BinaryIO, obj_name: str, what: str, where: str | None
+) -> tuple[ObjectSpec, str | None]:
     """An executable embedding the object is read whole and the object cut out of it;
-    a plain object is read from the file (only what the spec keeps)."""
+    a plain object is read from the file (only what the spec keeps). ``where`` (the path,
+    or ``None``) prefixes the errors of deferred linking."""
     start = f.tell()
     head = f.read(64)
     f.seek(start)
     if is_program(head):
         data, note = select_object(f.read(), what)
-        return _open(_read(data), obj_name), note
-    return _open(_read(f), obj_name), None
+        return _open(_read(data), obj_name, where), note
+    return _open(_read(f), obj_name, where), None
 
 
 def _read(source: bytes | BinaryIO) -> ElfObject:
@@ -145,7 +158,7 @@ def _read(source: bytes | BinaryIO) -> ElfObject:
         raise ObjectError(f"cannot read the object: {exc}") from exc
 
 
-def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
+def _open(elf: ElfObject, obj_name: str, where: str | None) -> ObjectSpec:
     btf_sec = elf.section_by_name(".BTF")
     orig_btf = Btf.from_bytes(btf_sec.data, name=obj_name) if btf_sec is not None else None
     externs, kconfig_size = collect_externs(elf, orig_btf)
@@ -230,25 +243,18 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
     linker = Linker(text_funcs, relos, ext)
     for f in entries:
         sec_name = f.section.name
-        autoload = not sec_name.startswith("?")
         kind = classify(sec_name.removeprefix("?"))
-        linked = linker.link(f)
-        func_id = (btf.find(f.name, Kind.FUNC) or 0) if btf is not None else 0
         programs.append(
-            ProgramSpec(
-                name=f.name,
-                section=sec_name,
-                prog_type=kind.prog_type,
-                expected_attach_type=kind.expected_attach_type,
-                attach_to=kind.attach_to,
-                sleepable=kind.sleepable,
-                autoload=autoload,
-                insns=linked.insns,
-                fixups=linked.fixups,
-                ext_info=linked.ext_info,
-                core_relos=linked.core_relos,
-                subprograms=linked.subprograms,
-                btf_func_id=func_id,
+            ProgramSpec.deferred(
+                f.name,
+                sec_name,
+                kind.prog_type,
+                kind.expected_attach_type,
+                kind.attach_to,
+                kind.sleepable,
+                not sec_name.startswith("?"),
+                (btf.find(f.name, Kind.FUNC) or 0) if btf is not None else 0,
+                partial(_link, linker, f, where),
             )
         )
     kinds = {p.name: p.prog_type for p in programs}
@@ -272,6 +278,18 @@ def _open(elf: ElfObject, obj_name: str) -> ObjectSpec:
         externs=externs,
         kmod_btfs=_kmod_btfs(elf, btf),
     )
+
+
+def _link(linker: Linker, entry: Function, where: str | None) -> LinkedCode:
+    """Link ``entry`` (a program's deferred linking, see :class:`ProgramSpec`); its errors
+    name the file as :func:`open_object`'s do (``where``: the path, or ``None``)."""
+    try:
+        with _collector_paused():  # as at open: thousands of small tuples, no cycles
+            return linker.link(entry)
+    except ObjectError as exc:
+        if where is None or str(exc).startswith(where):
+            raise
+        raise ObjectError(f"{where}: {exc}") from exc
 
 
 def _license(elf: ElfObject) -> str:

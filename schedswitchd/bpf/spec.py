@@ -2,7 +2,8 @@
 
 :func:`schedswitchd.bpf.object.open_object` builds an :class:`ObjectSpec`; the kernel
 loader turns it into maps, programs and links in one pass. Every record here is immutable:
-a frozen dataclass, or a named tuple for the per-instruction records (:class:`Fixup`,
+a frozen dataclass (:class:`ProgramSpec` links its code when first asked for it), or a
+named tuple for the per-instruction records (:class:`Fixup`,
 :class:`FuncInfo`, :class:`LineInfo`; a large scheduler's programs carry tens of
 thousands), or :class:`ExtInfo`, which keeps a program's func_info and line_info
 undecoded until its load; customisation (:mod:`schedswitchd.bpf.customize`) returns
@@ -17,8 +18,8 @@ program (:mod:`schedswitchd.bpf.insn`); sizes and offsets are in bytes.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -366,6 +367,22 @@ class ExtInfo:
 NO_EXT_INFO = ExtInfo()
 
 
+class LinkedCode(NamedTuple):
+    """What linking an entry program with its subprograms gives (:class:`ProgramSpec`'s
+    linked fields): ``insns`` (bytes), ``fixups``, ``ext_info``, ``core_relos`` indexed into
+    ``insns``, ``subprograms`` (the appended ``.text`` functions' names, in order)."""
+
+    insns: bytes
+    fixups: tuple[Fixup, ...]
+    ext_info: ExtInfo
+    core_relos: tuple[CoreRelo, ...]
+    subprograms: tuple[str, ...]
+
+
+#: :class:`ProgramSpec`'s fields that linking computes (:class:`LinkedCode`'s).
+_LINKED_FIELDS = frozenset(LinkedCode._fields)
+
+
 @dataclass(frozen=True, slots=True)
 class ProgramSpec:
     """An entry program, linked with the ``.text`` subprograms it calls.
@@ -379,6 +396,15 @@ class ProgramSpec:
     struct_ops member name for ``struct_ops/NAME``, ``""`` when none); ``autoload`` is false
     for ``?``-prefixed sections; ``subprograms`` names the appended ``.text`` functions in
     order.
+
+    A program :func:`~schedswitchd.bpf.object.open_object` made is linked (its
+    :class:`LinkedCode` fields computed) when one of them is first read -- directly, or
+    through comparison, hashing, ``repr`` or ``dataclasses.replace`` -- or by :meth:`link`
+    / :meth:`ObjectSpec.link_programs`, once: libbpf, too, links subprograms at load
+    (``bpf_object__relocate``), not at open. Linking raises
+    :class:`~schedswitchd.errors.ObjectError` for malformed code (a call into the middle of
+    a function, a cut-off ``ld_imm64``, misaligned ``.BTF.ext`` records), at each read until
+    the program is linked.
     """
 
     name: str
@@ -394,6 +420,66 @@ class ProgramSpec:
     core_relos: tuple[CoreRelo, ...] = ()
     subprograms: tuple[str, ...] = ()
     btf_func_id: int = 0
+    #: computes the linked fields of a :meth:`deferred` program; ``None`` once they are set
+    _link: Callable[[], LinkedCode] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @classmethod
+    def deferred(
+        cls,
+        name: str,
+        section: str,
+        prog_type: int,
+        expected_attach_type: int,
+        attach_to: str,
+        sleepable: bool,
+        autoload: bool,
+        btf_func_id: int,
+        link: Callable[[], LinkedCode],
+    ) -> ProgramSpec:
+        """A program whose :class:`LinkedCode` fields ``link()`` computes when first
+        needed (it may raise ``ObjectError``, then again at the next read). What
+        :func:`~schedswitchd.bpf.object.open_object` builds."""
+        self = cls.__new__(cls)
+        init = object.__setattr__
+        init(self, "name", name)
+        init(self, "section", section)
+        init(self, "prog_type", prog_type)
+        init(self, "expected_attach_type", expected_attach_type)
+        init(self, "attach_to", attach_to)
+        init(self, "sleepable", sleepable)
+        init(self, "autoload", autoload)
+        init(self, "btf_func_id", btf_func_id)
+        init(self, "_link", link)
+        return self  # the linked fields' slots stay empty until linked
+
+    def link(self) -> LinkedCode:
+        """The linked fields, linking the program now if it is not yet. Raises
+        :class:`~schedswitchd.errors.ObjectError` for malformed code (see the class)."""
+        link = self._link
+        if link is not None:
+            code = link()
+            init = object.__setattr__
+            # Two threads may link at once: their results are equal, either may stay.
+            for name, value in zip(LinkedCode._fields, code, strict=True):
+                init(self, name, value)
+            init(self, "_link", None)  # drops the linker's references
+            return code
+        return LinkedCode(self.insns, self.fixups, self.ext_info, self.core_relos, self.subprograms)
+
+    @property
+    def is_linked(self) -> bool:
+        """Whether the linked fields are set (linking has run, or was not needed)."""
+        return self._link is None
+
+    if not TYPE_CHECKING:  # (for mypy every field is always there, as it is to readers)
+
+        def __getattr__(self, name: str) -> object:
+            # Called only for an empty slot: a linked field of a program not linked yet.
+            if name in _LINKED_FIELDS and object.__getattribute__(self, "_link") is not None:
+                return getattr(self.link(), name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def func_info(self) -> tuple[FuncInfo, ...]:
@@ -435,6 +521,16 @@ class ObjectSpec:
     externs: tuple[ExternSpec, ...] = ()
     kmod_btfs: tuple[str, ...] | None = None
     assigned: frozenset[str] = frozenset()
+
+    def link_programs(self) -> ObjectSpec:
+        """Link every program now, in program order (see :class:`ProgramSpec`), and return
+        this spec: what the daemon does at open, so that a malformed object is refused
+        there, as :func:`~schedswitchd.bpf.object.open_object` did when it linked eagerly.
+        Raises :class:`~schedswitchd.errors.ObjectError` for the first program that does
+        not link."""
+        for p in self.programs:
+            p.link()
+        return self
 
     def program(self, name: str) -> ProgramSpec:
         """The program called ``name``; ``KeyError`` if absent."""

@@ -55,6 +55,7 @@ from schedswitchd.bpf.spec import (
     ExtPiece,
     Fixup,
     FixupKind,
+    LinkedCode,
 )
 from schedswitchd.errors import ObjectError
 
@@ -118,17 +119,6 @@ class Relo(NamedTuple):
     fixup: FixupKind | None = None
     src: int = 0
     hi: bytes = b"\0\0\0\0"
-
-
-@dataclass(frozen=True, slots=True)
-class Linked:
-    """One linked entry program."""
-
-    insns: bytes
-    fixups: tuple[Fixup, ...]
-    ext_info: ExtInfo
-    core_relos: tuple[CoreRelo, ...]
-    subprograms: tuple[str, ...]
 
 
 def collect_functions(elf: ElfObject) -> dict[int, list[Function]]:
@@ -456,7 +446,7 @@ class Linker:
             hit = self._candidates[sec.index] = [m.start() for m in _CANDIDATE.finditer(codes)]
         return hit
 
-    def link(self, entry: Function) -> Linked:
+    def link(self, entry: Function) -> LinkedCode:
         """Link ``entry``: its own instructions, then each ``.text`` function it reaches
         (through calls or callback pointers, transitively) once, depth-first in libbpf's
         order (its recursive ``bpf_object__reloc_code``), so the linked layout and the
@@ -510,7 +500,7 @@ class Linker:
                     stack.append((prep, base, k))
                     stack.append((callee, at, 0))
                     break
-        return Linked(
+        return LinkedCode(
             bytes(out),
             tuple(fixups),
             ExtInfo(tuple(finfo), tuple(linfo)),

@@ -324,6 +324,7 @@ def _text(d: dict[str, Any]) -> str:
 
 def _inspect(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.path)
+    spec.link_programs()  # a malformed program is reported as opening's errors are
     vmlinux = None
     if not args.no_core and any(p.core_relos for p in spec.programs):
         try:
@@ -427,6 +428,7 @@ def _load(args: argparse.Namespace) -> int:
 
 def _load_and_print(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.object)
+    spec.link_programs()  # a malformed program is reported before anything is loaded
     registry = KernelBtfRegistry()
     profiled: ProfiledSpec | None = None
     if args.profile:

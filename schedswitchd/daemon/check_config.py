@@ -75,6 +75,7 @@ def inspect_object(
     notes: list[str] = []
     try:
         obj, embedded = open_object_noted(spec.object)
+        obj.link_programs()  # its programs' code is checked too, as the daemon's open does
         if embedded:
             notes.append(embedded)
         ops_map = sched_ext_map(obj)

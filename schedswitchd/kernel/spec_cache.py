@@ -79,7 +79,8 @@ class SpecCache:
         )
 
     def open(self, path: str | os.PathLike[str]) -> OpenedSpec:
-        """The spec of the object at ``path`` (from the cache when the file is unchanged).
+        """The spec of the object at ``path`` (from the cache when the file is unchanged),
+        its programs linked (:meth:`~schedswitchd.bpf.spec.ObjectSpec.link_programs`).
 
         Raises :class:`~schedswitchd.errors.ObjectError` when the file cannot be read or is
         not a valid BPF object, :class:`~schedswitchd.errors.BtfError` for bad ``.BTF``.
@@ -96,6 +97,10 @@ class SpecCache:
                 # from the open file: only what the spec keeps is read (not an arena's
                 # megabytes of zero globals, not DWARF), and these are the bytes identified
                 spec, note = open_object_noted(f, name=object_name(real))
+                # Programs are linked now, not at their first load: a malformed program is
+                # refused here, before any switch (the daemon pre-opens configured objects
+                # after READY), and a prepare finds the spec complete.
+                spec.link_programs()
         except OSError as exc:
             raise ObjectError(
                 f"cannot read BPF object {os.fspath(path)!r}: {exc.strerror}"

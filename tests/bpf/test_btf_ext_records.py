@@ -20,6 +20,7 @@ from schedswitchd.bpf.elf import read_elf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import ObjectError
+from schedswitchd.kernel.spec_cache import SpecCache
 
 Obj = Callable[[str], Path]
 _HDR = struct.Struct("<HBBIIIII")
@@ -114,10 +115,21 @@ def test_records_out_of_file_order_are_sorted(bpf_object: Obj) -> None:
     assert _records(open_object(bytes(moved))) == want
 
 
-def test_misaligned_line_info_is_refused_at_open(bpf_object: Obj) -> None:
+def test_misaligned_line_info_is_refused_when_linked(bpf_object: Obj, tmp_path: Path) -> None:
+    """A function's records are checked when a program pulling it in is linked: at the
+    program's first use, by ``link_programs``, and so by the daemon's open (``SpecCache``),
+    before any switch -- linking moved from ``open_object`` to first use (as libbpf's)."""
     raw = bytearray(bpf_object("shared_subprogs").read_bytes())
     at, size, num = _line_info_group(bytes(raw), ".text")
     (off,) = struct.unpack_from("<I", raw, at + size * (num // 2))
     struct.pack_into("<I", raw, at + size * (num // 2), off + 4)
-    with pytest.raises(ObjectError, match=r"line_info record at offset \d+ of .* is misaligned"):
-        open_object(bytes(raw))
+    misaligned = r"line_info record at offset \d+ of .* is misaligned"
+    spec = open_object(bytes(raw))
+    with pytest.raises(ObjectError, match=misaligned):
+        spec.link_programs()
+    with pytest.raises(ObjectError, match=misaligned):  # again: a failed link is not kept
+        spec.link_programs()
+    path = tmp_path / "misaligned.bpf.o"
+    path.write_bytes(raw)
+    with pytest.raises(ObjectError, match=misaligned):
+        SpecCache().open(path)

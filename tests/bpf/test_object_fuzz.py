@@ -1,7 +1,8 @@
 """Mutated objects (truncated files and sections, bad relocation offsets, symbol indices
 out of range, inconsistent .BTF.ext, broken section headers, and size fields: BTF array
 ``nelems``, DATASEC/VAR/struct sizes, section and NOBITS sizes, symbol values) make
-``open_object`` raise only ``ObjectError``/``BtfError`` -- never another exception, never
+``open_object`` and the linking of its programs (``ObjectSpec.link_programs``, which the
+daemon runs at open) raise only ``ObjectError``/``BtfError`` -- never another exception, never
 a hang, never an allocation of what the file does not hold (each input runs with 1 GiB of
 address space to spare: ``tests.fuzzing.address_space_headroom``). A mutation may leave an
 object that still opens; where it cannot (the file cut inside its section header table, a
@@ -113,7 +114,7 @@ def _open_or_typed_error(blob: bytes, test: str = "elf") -> ObjectError | BtfErr
     assert the error. Each outcome is counted under ``test`` (``tests.fuzzing.record``)."""
     try:
         with _deadline(10.0):
-            open_object(blob, name="fuzz")
+            open_object(blob, name="fuzz").link_programs()  # linking is deferred to use
     except (ObjectError, BtfError) as exc:
         fuzzing.record(test, type(exc).__name__)
         return exc

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from schedswitchd.bpf.elf import read_elf
 from schedswitchd.daemon import check_config
 from schedswitchd.daemon.config import Config, json_schema, load_config, parse_config
 from schedswitchd.errors import ConfigError
@@ -156,9 +158,27 @@ def test_check_accepts_scheduler_object(bpf_object: Path) -> None:
     assert "ops name 'test'" in result.notes
 
 
+def _misaligned_line_info(raw: bytes) -> bytes:
+    """``raw`` with its first line_info record 4 bytes off its instruction: refused when
+    the program using it is linked (at first use, not in open_object)."""
+    ext = read_elf(raw).section_by_name(".BTF.ext")
+    assert ext is not None
+    (hdr_len,) = struct.unpack_from("<I", ext.data, 4)  # struct btf_ext_header
+    (li_off,) = struct.unpack_from("<I", ext.data, 16)
+    first = raw.index(ext.data) + hdr_len + li_off + 4 + 8  # rec_size, group header
+    out = bytearray(raw)
+    struct.pack_into("<I", out, first, struct.unpack_from("<I", out, first)[0] + 4)
+    return bytes(out)
+
+
 def test_check_rejects_bad_objects(bpf_object: Path, tmp_path: Path) -> None:
     junk = tmp_path / "junk.o"
     junk.write_bytes(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 20)
+    linked = Path(__file__).resolve().parents[2] / "build/tests/bpf/shared_subprogs.bpf.o"
+    if not linked.exists():
+        missing_build_output(linked)
+    bad_code = tmp_path / "bad_code.bpf.o"
+    bad_code.write_bytes(_misaligned_line_info(linked.read_bytes()))
     exe = Path(__file__).resolve().parents[2] / "build" / "tests" / "embed" / "no_obj"
     if not exe.exists():
         missing_build_output(exe)
@@ -168,6 +188,7 @@ def test_check_rejects_bad_objects(bpf_object: Path, tmp_path: Path) -> None:
         (conf_for(bpf_object, "rodata = { nope = 1 }"), "rodata.nope: no such .rodata variable"),
         (conf_for(bpf_object, "struct_ops = { flags = 1 }"), "sched_ext_ops has no member 'flags'"),
         (conf_for(junk), "truncated ELF file"),
+        (conf_for(bad_code), "is misaligned"),
     ]
     for config, problem in cases:
         [result] = check_config.check_config(config, None)

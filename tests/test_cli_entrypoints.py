@@ -97,3 +97,38 @@ def test_ctl_status_does_not_import_the_loader_or_the_profile_engine(tmp_path: P
         [sys.executable, "-c", code, sock], capture_output=True, text=True, check=False
     )
     assert out.stdout.strip().splitlines()[-1] == "none", out.stdout + out.stderr
+
+
+def test_every_command_says_its_exit_statuses() -> None:
+    """A packager's or a launcher's script needs them: each of the three says them in
+    ``--help`` (and so in its man page, generated from the same parser)."""
+    tops = {name: text for name, text in _all_helps() if " " not in name}
+    assert set(tops) == {"schedswitchctl", "schedswitchd", "schedswitch-run"}
+    for name, text in tops.items():
+        assert "Exit status:" in text, f"{name} --help says no exit status:\n{text}"
+    assert "$SCHEDSWITCHD_CONFIG" in tops["schedswitchd"]  # --config's real default
+
+
+def test_a_command_familys_summary_names_its_subcommands() -> None:
+    """``schedswitchctl --help`` sums up ``object`` and ``profile`` by their sub-commands:
+    each sub-command is named (the profile line once promised a ``check`` there is not,
+    and left ``topology`` out), and each family's own --help says what it is."""
+    parser = ctl.build_parser()
+    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    summaries = {c.dest: c.help or "" for c in top._choices_actions}
+    for family in ("object", "profile"):
+        group = top.choices[family]
+        nested = next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))
+        words = set(summaries[family].replace(",", " ").split())
+        assert set(nested.choices) <= words, (family, summaries[family])
+        assert "check" not in words or "check" in nested.choices, summaries[family]
+        assert group.description, f"schedswitchctl {family} --help has no description"
+
+
+def test_module_profile_usage_names_the_module_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from schedswitchd.cli import profile_cmd
+
+    with pytest.raises(SystemExit):
+        profile_cmd.main(["show", "--help"])
+    usage = capsys.readouterr().out.splitlines()[0]
+    assert usage.startswith("usage: python -m schedswitchd.profile show "), usage

@@ -86,6 +86,20 @@ def test_closed_stdout_is_quiet(prog: str, args: list[str]) -> None:
     assert proc.returncode in expected, (proc.returncode, proc.stderr)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["schedswitchd.bpf.btf", "/sys/kernel/btf/vmlinux"], ["schedswitchd.profile", "list"]],
+    ids=lambda a: " ".join(a),
+)
+def test_module_entry_points_into_a_closed_pipe_are_quiet(args: list[str]) -> None:
+    """The ``python -m`` tools the docs show (``... | head``) end as the commands do."""
+    if not Path(args[-1]).exists() and args[-1].startswith("/"):
+        pytest.skip(f"{args[-1]} is absent: this kernel has no BTF")
+    proc = _run_into_closed_pipe([sys.executable, "-m", *args])
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == EXIT_BROKEN_PIPE, (proc.returncode, proc.stderr)
+
+
 def test_print_schema_into_head_is_quiet() -> None:
     """The reported case, as a shell runs it: ``--print-schema | head -n 1``."""
     exe = BIN / "schedswitchd"

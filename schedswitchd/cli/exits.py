@@ -74,8 +74,8 @@ HELP_TEXT: Final = (
     "Exit status: 0 success; 1 the request failed (an error reply, or a local error);\n"
     "2 bad usage; 3 the daemon is unreachable (or shutting down); 4 the daemon refused\n"
     "(denied, limit); 130 a hint interrupted before the daemon answered; 141 the output\n"
-    "pipe was closed. With --json an error is also printed\n"
-    'on stdout as {"error": {"code": ..., "message": ..., "verifier_log": ...}}.'
+    "pipe was closed. With --json an error is also printed on stdout as\n"
+    '{"error": {"code": ..., "message": ..., "verifier_log": ...}}.'
 )
 
 _REFUSED = frozenset({DENIED, LIMIT})

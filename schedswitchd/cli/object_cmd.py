@@ -84,7 +84,8 @@ MAP_TYPES = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``object`` command family."""
-    obj = sub.add_parser("object", help="inspect, load and unload BPF objects")
+    about = "inspect, load and unload BPF objects"
+    obj = sub.add_parser("object", help=about, description=about[0].upper() + about[1:] + ".")
     osub = obj.add_subparsers(dest="object_command", metavar="SUBCOMMAND", required=True)
     ins = osub.add_parser("inspect", help="show what a BPF object holds and needs")
     ins.add_argument(

@@ -45,9 +45,17 @@ def kernel_facts(vmlinux: str | None) -> KernelFacts:
     return KernelFacts(lookup, vmlinux)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``profile`` command family to a parser."""
-    p = sub.add_parser("profile", help="scheduler profiles: list, show resolved values, check")
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: str | None = None
+) -> None:
+    """Add the ``profile`` command family to a parser; ``prog``: the family's name in its
+    usage lines (default: the parent's, then ``profile``)."""
+    about = "scheduler profiles: list, show resolved values, topology"
+    description = about[0].upper() + about[1:] + "."
+    if prog is None:
+        p = sub.add_parser("profile", help=about, description=description)
+    else:
+        p = sub.add_parser("profile", help=about, description=description, prog=prog)
     psub = p.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
     lst = psub.add_parser("list", help="profiles found (installed, then shipped)")
     lst.set_defaults(handler=_list)
@@ -172,15 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m schedswitchd.profile``."""
     parser = argparse.ArgumentParser(prog="python -m schedswitchd.profile")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    register(sub)
+    # Its usage lines say "python -m schedswitchd.profile show", not "... profile profile show".
+    register(sub, prog=parser.prog)
     args = parser.parse_args(["profile", *(argv if argv is not None else sys.argv[1:])])
     try:
         return int(args.handler(args))
     except SchedSwitchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "ends when the command ends. If the daemon is unreachable the command runs anyway.",
         usage="%(prog)s [--socket PATH] [--quiet] WORKLOAD -- CMD [ARGS...]\n"
         "       %(prog)s [--socket PATH] [--quiet] --prepare-only WORKLOAD [--ttl S]",
+        epilog="Exit status: the command's (128+N if a signal N killed it); 127 the command "
+        "cannot be started; 2 bad usage. With --prepare-only: 0 prepared, 1 not (the daemon "
+        "is unreachable, refuses, or cannot prepare the scheduler).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(

@@ -276,18 +276,35 @@ async def _watchdog(server: Server, interval: float) -> None:
             notify("WATCHDOG=1")
 
 
+#: ``--help``'s last paragraph (and the man page's): signals and exit statuses, as
+#: :func:`_main` returns them.
+_EPILOG = (
+    "SIGTERM or SIGINT stops the daemon (an attached scheduler stays pinned and running);\n"
+    "SIGHUP re-reads the configuration.\n"
+    "\n"
+    "Exit status: 0 stopped by a signal, or --print-schema, or --check-config found every\n"
+    "scheduler fine; 1 the configuration does not load, --check-config found a problem, or\n"
+    "the daemon could not start (its socket, the kernel side); 2 bad usage; 141 the output\n"
+    "pipe was closed."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``schedswitchd`` argument parser (also what the man page is generated from)."""
     parser = argparse.ArgumentParser(
         prog="schedswitchd",
         description="The schedswitchd service: switches sched_ext CPU schedulers on workload "
         "hints received on its Unix socket (normally started by systemd).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--config",
         default=os.environ.get("SCHEDSWITCHD_CONFIG", DEFAULT_CONFIG),
-        help="configuration file (default: %(default)s)",
+        # Not %(default)s: the man page is generated from this text, and the environment
+        # of whoever generates it is not the reader's.
+        help=f"configuration file (default: $SCHEDSWITCHD_CONFIG or {DEFAULT_CONFIG})",
     )
     parser.add_argument("--print-schema", action="store_true", help="print the JSON Schema")
     parser.add_argument(

@@ -32,6 +32,7 @@ from schedswitchd.daemon.launcher_wire import (
     PID_MAX_LIMIT,
     ControlConnection,
     DaemonError,
+    hint_summary,
 )
 from schedswitchd.errors import ProtocolError
 
@@ -417,7 +418,7 @@ def _hint(args: argparse.Namespace) -> int:
             if args.json:
                 print(line.decode(), flush=True)
             else:
-                print(_hint_line(args.workload, reply), flush=True)
+                print(hint_summary(args.workload, reply), flush=True)
                 print("holding the hint; Ctrl-C to release", file=sys.stderr, flush=True)
             final = client.wait_closed()
     except KeyboardInterrupt:
@@ -430,26 +431,6 @@ def _hint(args: argparse.Namespace) -> int:
         return 0
     print("the daemon closed the connection; the lease has ended", file=sys.stderr)
     return 1
-
-
-def _hint_line(workload: str, reply: Reply) -> str:
-    """What a hint (its ``HintReply`` object) achieved, for people: the running scheduler
-    and, when it is not the workload's, why (a failed switch and its error, a better
-    lease, backoff, pending)."""
-    text = f"lease {reply['lease']}: {workload} -> running {reply['active']}"
-    wanted = reply.get("scheduler")
-    sw = reply.get("switch")
-    if sw is not None and sw["result"] not in ("ok", "adopted"):
-        error = f": {sw['error']['message']}" if sw.get("error") is not None else ""
-        text += f" (switch to {sw['target']} {sw['result']}{error})"
-    elif reply.get("pending"):
-        text += f" (switch to {reply['desired']} still in progress)"
-    elif wanted is not None and reply["active"] != wanted:
-        if reply["desired"] != wanted:
-            text += f" ({wanted} not chosen: a higher-priority lease, an override or backoff)"
-        else:
-            text += f" (not {wanted}: see `schedswitchctl status`)"
-    return text
 
 
 @_reads_reply

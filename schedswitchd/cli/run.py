@@ -28,7 +28,12 @@ import os
 import sys
 
 from schedswitchd import __version__
-from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, LauncherConnection, LauncherRefused
+from schedswitchd.daemon.launcher_wire import (
+    DEFAULT_SOCKET,
+    LauncherConnection,
+    LauncherRefused,
+    hint_summary,
+)
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
@@ -80,7 +85,7 @@ class HintHolder:
             self.say(f"no hint ({exc}); running without it")
             return False
         self.client = client
-        self.say(f"lease {reply.get('lease')}: {self.workload} -> {reply.get('active')}")
+        self.say(hint_summary(self.workload, reply))
         return True
 
     def start(self) -> None:

@@ -289,6 +289,29 @@ def check_reply(raw: bytes, op: object) -> dict[str, Any]:
     return reply
 
 
+def hint_summary(workload: str, reply: dict[str, Any]) -> str:
+    """One line for people on what a hint achieved, from its reply object (the protocol's
+    ``HintReply``: ``lease``, ``scheduler``, ``desired``, ``active``, ``switch``,
+    ``pending``): the lease and the running scheduler and, when it is not the workload's,
+    why (the failed switch and its error, a better lease, an override or backoff, a
+    switch still in progress). ``schedswitchctl hint`` and ``schedswitch-run`` print it."""
+    text = f"lease {reply.get('lease')}: {workload} -> running {reply.get('active')}"
+    wanted = reply.get("scheduler")
+    sw = reply.get("switch")
+    if isinstance(sw, dict) and sw.get("result") not in ("ok", "adopted"):
+        error = sw.get("error")
+        cause = f": {error.get('message')}" if isinstance(error, dict) else ""
+        text += f" (switch to {sw.get('target')} {sw.get('result')}{cause})"
+    elif reply.get("pending"):
+        text += f" (switch to {reply.get('desired')} still in progress)"
+    elif wanted is not None and reply.get("active") != wanted:
+        if reply.get("desired") != wanted:
+            text += f" ({wanted} not chosen: a higher-priority lease, an override or backoff)"
+        else:
+            text += f" (not {wanted}: see `schedswitchctl status`)"
+    return text
+
+
 class LauncherConnection(LineConnection):
     """One connection to the daemon, blocking, for one launcher.
 

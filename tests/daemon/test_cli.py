@@ -100,7 +100,7 @@ def test_schedswitch_run_holds_hint_for_command(srv: Running) -> None:
     assert srv.backend.kernel_state().ops == "gaming_ops"
     assert proc.wait(20) == 3
     srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel")
-    assert proc.stderr is not None and "gaming -> gaming" in proc.stderr.read()
+    assert proc.stderr is not None and "gaming -> running gaming" in proc.stderr.read()
 
 
 def test_schedswitch_run_command_inherits_fds_and_default_sigpipe(
@@ -164,7 +164,7 @@ def test_status_without_sched_ext(
 def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from schedswitchd.cli import daemon_cmds
+    from schedswitchd.daemon import launcher_wire
     from schedswitchd.daemon import protocol as proto
 
     r = Running(FakeBackend(fail_prepare={"gaming"}))
@@ -173,7 +173,7 @@ def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
         raw = holder.request(op="hint", workload="gaming")
         reply = proto.parse_reply(json.dumps(raw).encode())
         assert isinstance(reply, proto.HintReply) and reply.scheduler == "gaming"
-        line = daemon_cmds._hint_line("gaming", raw)
+        line = launcher_wire.hint_summary("gaming", raw)
         assert line.startswith(f"lease {reply.lease}: gaming -> running kernel")
         assert "(switch to gaming failed: gaming: kfunc scx_bpf_nope not found" in line
         assert ctl.main(["status", "--socket", r.path]) == 0
@@ -181,6 +181,22 @@ def test_hint_line_shows_a_failed_switch_and_status_shows_live_leases(
         assert "lease        none of the 1 live lease(s) decides what runs" in table
         assert f"  {reply.lease}  gaming -> gaming (priority 50)" in table
         assert "lease        -" not in table
+    finally:
+        r.stop()
+
+
+def test_schedswitch_run_says_why_its_workloads_scheduler_does_not_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A gamer sees the failed switch and its cause on the launch line, as with
+    ``schedswitchctl hint`` (it once said only "gaming -> kernel")."""
+    r = Running(FakeBackend(fail_prepare={"gaming"}))
+    try:
+        assert run.main(["--socket", r.path, "gaming", "--", "true"]) == 0
+        err = capsys.readouterr().err
+        assert "gaming -> running kernel (switch to gaming failed: gaming: kfunc scx_bpf_nope" in (
+            err
+        ), err
     finally:
         r.stop()
 

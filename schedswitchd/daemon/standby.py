@@ -22,9 +22,10 @@ bytes and the entries.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,35 @@ if TYPE_CHECKING:  # the switcher imports this module
     from schedswitchd.daemon.switcher import Prepared, SchedulerBackend
 
 log = logging.getLogger("schedswitchd")
+
+#: After a standby's prepare fails, the pool tries it again no sooner than this (s), then
+#: twice as long after each further failure, up to :data:`RETRY_MAX_S`. The daemon's
+#: safety-net pass asks for its standbys every second: without the hold, a scheduler that
+#: cannot be prepared (no sched_ext in this kernel, a verifier rejection, a missing module
+#: BTF) was prepared again, and a warning logged, every second for as long as it was wanted.
+RETRY_BASE_S = 10.0
+RETRY_MAX_S = 600.0
+
+
+def _file_key(path: str) -> tuple[int, int, int, int] | None:
+    """``(dev, inode, size, mtime ns)`` of ``path`` (symlinks followed), ``None`` if absent:
+    a rebuilt object ends a failed standby's hold."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Failure:
+    """A standby whose prepare failed: what it was tried with, and when to try again."""
+
+    spec: SchedulerConfig
+    file_key: tuple[int, int, int, int] | None
+    message: str
+    count: int
+    retry_at_ns: int
 
 
 class StandbyError(SchedSwitchError):
@@ -69,20 +99,33 @@ class StandbyPool:
     Not thread-safe: the switcher's worker thread is its only user. ``hits``: switches
     served from the pool; ``misses``: switches that had to prepare; ``dropped_stale``:
     entries dropped because their inputs changed; ``failures``: standby prepares that
-    failed (the error is also logged; the pool does not retry a failing one until its
-    inputs change or it is asked again).
+    failed (each logged). A scheduler whose prepare failed is not prepared again for
+    :data:`RETRY_BASE_S` seconds, doubling with each further failure up to
+    :data:`RETRY_MAX_S`, unless its configuration or its object file changes first (a
+    loaded module is not watched here: the hold bounds the wait). While it is held back,
+    :meth:`fill` returns ``None`` at once and ``last_error`` gives the last failure with
+    the time of the next try. ``clock``: monotonic ns (tests pass their own).
     """
 
-    def __init__(self, backend: SchedulerBackend, max_entries: int, max_kernel_bytes: int) -> None:
+    def __init__(
+        self,
+        backend: SchedulerBackend,
+        max_entries: int,
+        max_kernel_bytes: int,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.backend = backend
         self.max_entries = max_entries
         self.max_kernel_bytes = max_kernel_bytes
+        self.clock = clock
         self.entries: OrderedDict[str, StandbyEntry] = OrderedDict()
         self.hits = 0
         self.misses = 0
         self.dropped_stale = 0
         self.failures = 0
         self.last_error: tuple[str, str] | None = None
+        self._failed: dict[str, _Failure] = {}
 
     def __iter__(self) -> Iterator[StandbyEntry]:
         return iter(list(self.entries.values()))
@@ -139,14 +182,38 @@ class StandbyPool:
             self.entries.move_to_end(name)
             return entry
         self.drop(name, "replaced")
+        failed = self._failed.get(name)
+        file_key = _file_key(spec.object)
+        if failed is not None and (failed.spec != spec or failed.file_key != file_key):
+            failed = None  # its inputs changed: a fresh start
+        now = self.clock()
+        if failed is not None and now < failed.retry_at_ns:
+            wait_s = (failed.retry_at_ns - now) / 1e9
+            self.last_error = (
+                name,
+                f"{failed.message} (failed {failed.count} time(s); next try in {wait_s:.0f} s)",
+            )
+            return None
         start = time.perf_counter_ns()
         try:
             prepared = self.backend.prepare(name, spec)
         except SchedSwitchError as exc:
             self.failures += 1
+            count = failed.count + 1 if failed is not None else 1
+            hold_s = min(RETRY_BASE_S * 2 ** (count - 1), RETRY_MAX_S)
+            self._failed[name] = _Failure(
+                spec, file_key, str(exc), count, self.clock() + int(hold_s * 1e9)
+            )
             self.last_error = (name, str(exc))
-            log.warning("standby %s not prepared: %s", name, exc, extra={"SCHEDULER": name})
+            log.warning(
+                "standby %s not prepared: %s (next try in %.0f s)",
+                name,
+                exc,
+                hold_s,
+                extra={"SCHEDULER": name},
+            )
             return None
+        self._failed.pop(name, None)
         entry = StandbyEntry(
             name,
             spec,

@@ -132,3 +132,14 @@ def test_module_profile_usage_names_the_module_once(capsys: pytest.CaptureFixtur
         profile_cmd.main(["show", "--help"])
     usage = capsys.readouterr().out.splitlines()[0]
     assert usage.startswith("usage: python -m schedswitchd.profile show "), usage
+
+
+def test_a_malformed_set_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """``object load --set bad`` exits 2 (bad usage, per the exit table), before the object
+    is even looked for; it exited 1, as a failed load does."""
+    with pytest.raises(SystemExit) as info:
+        ctl.main(["object", "load", "/nonexistent.bpf.o", "--set", "bad"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--set: wants VAR=VALUE or MAP.MEMBER=VALUE, got 'bad'" in err, err
+    assert "nonexistent" not in err.splitlines()[-1]

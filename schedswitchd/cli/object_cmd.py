@@ -114,6 +114,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="VAR=VALUE",
         action="append",
         default=[],
+        type=_assignment,
         help="set a global variable or a struct_ops member (MAP.MEMBER=VALUE) before load",
     )
     load.add_argument(
@@ -353,6 +354,15 @@ def parse_value(text: str) -> object:
         return int(text, 0)
     except ValueError:
         return text
+
+
+def _assignment(text: str) -> str:
+    """``--set``'s argument as given, once it has the ``NAME=VALUE`` shape: a malformed one
+    is bad usage (exit 2, before anything is opened), as the exit table says."""
+    name, sep, _ = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"wants VAR=VALUE or MAP.MEMBER=VALUE, got {text!r}")
+    return text
 
 
 def apply_sets(spec: ObjectSpec, sets: list[str]) -> ObjectSpec:

@@ -195,7 +195,10 @@ class Server:
             return proto.error_reply(exc.code, str(exc), op=exc.op, id=exc.id)
         try:
             if request.op in proto.ADMIN_OPS and not self.is_admin(conn.peer):
-                raise proto.RequestError(proto.DENIED, f"{request.op} is for admins only")
+                raise proto.RequestError(
+                    proto.DENIED,
+                    f"{request.op} is for admins only ([auth] admin_uids, admin_gids)",
+                )
             reply: proto.Reply
             match request:
                 case proto.HintRequest():
@@ -304,7 +307,11 @@ class Server:
         ``workload`` has a hint rule. Raises :class:`~schedswitchd.daemon.protocol.
         RequestError` (``denied`` / ``unknown_workload``)."""
         if not self.may_hint(peer):
-            raise proto.RequestError(proto.DENIED, f"uid {peer.uid} may not send hints")
+            raise proto.RequestError(
+                proto.DENIED,
+                f"uid {peer.uid} may not send hints (the configuration's [auth] hint_uids, "
+                "hint_gids)",
+            )
         if workload not in self.config.hints:
             raise proto.RequestError(
                 proto.UNKNOWN_WORKLOAD,

@@ -390,6 +390,8 @@ def test_unprivileged_user_refused_admin_ops(srv: Running) -> None:
         ]
 
     assert as_user(srv, 12345, act) == [True, "denied", "denied", "denied"]
+    stop = as_user(srv, 12345, lambda c: c.request(op="stop"))
+    assert "stop is for admins only ([auth] admin_uids, admin_gids)" in stop["error"]["message"]
     assert [c for c in srv.backend.calls if not c.startswith("pre-open")] == []
 
 
@@ -397,6 +399,8 @@ def test_unprivileged_user_refused_admin_ops(srv: Running) -> None:
 def test_hint_needs_rights(srv: Running) -> None:
     reply = as_user(srv, 12345, lambda c: c.request(op="hint", workload="gaming"))
     assert reply["error"]["code"] == "denied" and "12345" in reply["error"]["message"]
+    # the refusal names what grants the right: a user must not need the source to find it
+    assert "[auth] hint_uids, hint_gids" in reply["error"]["message"]
     # uid 65534 may hint (hint_uids), but only for itself or its descendants
     assert as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming")["ok"])
     foreign = as_user(srv, 65534, lambda c: c.request(op="hint", workload="gaming", pid=1))

@@ -453,14 +453,22 @@ def _switch_line(info: proto.SwitchInfo | None) -> str:
         if info.exit is not None:
             line += f" ({_exit_text(info.exit)})"
         return line
-    total = info.phases_ns.get("total", 0) / 1e6
     gap = "-" if info.gap_ns is None else f"{info.gap_ns / 1e6:.1f} ms"
     phases = ", ".join(
         f"{k} {v / 1e6:.1f}"
         for k, v in info.phases_ns.items()
         if k in ("prepare", "detach", "attach", "pin", "rollback")
     )
-    line = f"{info.previous} -> {info.target}: {info.result} in {total:.1f} ms"
+    total = info.phases_ns.get("total")
+    if total is not None:
+        took = f" in {total / 1e6:.1f} ms"
+    else:
+        # A hint's reply comes once the kernel runs the new scheduler, before the pin: the
+        # record is live and has no total yet (it printed "ok in 0.0 ms").
+        until = info.phases_ns.get("until_enabled")
+        took = ", no total yet" if until is None else f", enabled after {until / 1e6:.1f} ms"
+        took += ", pin still to come" if not info.finished else ""
+    line = f"{info.previous} -> {info.target}: {info.result}{took}"
     line += f" (gap {gap}; {phases} ms)"
     if info.error is not None:
         line += f"\n    error {info.error.code}: {info.error.message}"

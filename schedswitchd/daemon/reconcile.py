@@ -10,7 +10,12 @@ ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
 thread (so switches are serialised and the event loop never blocks on the kernel).
 
 Requests that change what runs wait, bounded, for the pass that covers them
-(:meth:`Reconciler.settle_records`), so their replies say what runs. A hint waits only
+(:meth:`Reconciler.settle_records`), so their replies say what runs. A pass covers a request
+when it asked the policy after the request's change (a lease added or ended, an override,
+a reload; each kicks the loop in the same step as it is made): a pass under way covers a
+hint that landed while it waited for the worker before its decision, or before a failed
+switch's next candidate was chosen, and answers it; a hint that landed after the decision
+is answered by the next pass. A hint waits only
 until that pass's switch has the new scheduler running (``early``): the switcher calls back
 the moment the kernel confirmed it ``enabled``, and the reply goes out while the worker
 pins it, frees the previous one, finishes the pass and refills the standby pool. Should
@@ -114,9 +119,10 @@ class Reconciler:
         self.adopted = False
         self.last_pass_ns = clock()
         self._grace_until_ns = 0
+        #: Kicks so far: the generation of the newest change (:meth:`kick`).
         self._gen = 0
-        self._settled = 0
-        #: The generation the running pass covers (read by the worker's ``on_enabled``).
+        #: The generation the running pass covers: :attr:`_gen` when it last read what
+        #: requests change (:meth:`_cover`); read by the worker's ``on_enabled``.
         self._pass_gen = 0
         self._wake = asyncio.Event()
         #: Requests waiting in :meth:`settle_records`: (generation, early, future).
@@ -291,6 +297,12 @@ class Reconciler:
         ]
         return made, settled
 
+    def _cover(self) -> None:
+        """The running pass reads what requests change (leases, the override, the config)
+        now, in the same step as its decision: it covers every change kicked so far (each
+        change and its kick are made in one step on the loop, so none can fall between)."""
+        self._pass_gen = self._gen
+
     def _release_waiters(self, gen: int, *, early_only: bool) -> int:
         """Answer the waiters covered by pass ``gen`` (with ``early_only``: the early ones);
         returns how many."""
@@ -348,7 +360,7 @@ class Reconciler:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            gen = self._pass_gen = self._gen
+            self._cover()
             seq = self.switcher.history[-1].seq if self.switcher.history else 0
             self._in_pass = True
             self.passes += 1
@@ -358,9 +370,9 @@ class Reconciler:
                 log.exception("reconcile pass failed")
             finally:
                 self._in_pass = False
-            self._settled = gen
             self.last_pass_ns = self.clock()
-            self._release_waiters(gen, early_only=False)
+            # What its last decision read: the requests changed up to then are answered.
+            self._release_waiters(self._pass_gen, early_only=False)
             switched = bool(self.switcher.history) and self.switcher.history[-1].seq != seq
             if self._preopen_pending:
                 # After the pass's replies: the first hint to each configured scheduler then
@@ -570,7 +582,10 @@ class Reconciler:
         self.kick()
 
     async def reconcile_once(self) -> None:
-        """One pass (see the module docstring)."""
+        """One pass (see the module docstring). Each decision is marked with
+        :meth:`_cover`, so the pass answers the requests its last decision read; one that
+        waits (an adopted scheduler's grace, another program's scheduler) answers those
+        made before it began."""
         loop = asyncio.get_running_loop()
         ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
         now = self.clock()
@@ -591,6 +606,9 @@ class Reconciler:
         for _ in range(len(self.config.schedulers) + 2):
             if wait:
                 break
+            # What landed while the pass waited for the worker, the kernel's state or a
+            # failed switch is read here too.
+            self._cover()
             decision = self.policy.decide(self.clock())
             target = decision.scheduler
             if decision.lease is not None and target != KERNEL:

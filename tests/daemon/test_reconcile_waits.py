@@ -1,0 +1,175 @@
+"""Which reconcile pass answers a request: the first one whose decision read it.
+
+A hint changes the lease table and waits for a pass that *covers* it: one that asked the
+policy after the lease was recorded. A pass already under way covers a hint that landed
+before its decision (while it was still waiting for the worker, or while a failed switch's
+next candidate was not chosen yet), and then answers it the moment its switch runs; a hint
+that landed after the decision is answered by the next pass, with that pass's switch.
+
+Observed through the live server (fake backend): the reconciler's worker is held by a call
+of the test's own (as a refill or a heap trim queued there holds it) so that a pass waits in
+its first step; the backend's ``gate`` holds a switch in its prepare; the backend's
+``on_call`` holds a switch at its pin, after its ``on_enabled``, and the hint's reply is
+looked for on the client's socket meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .fakes import FakeBackend
+from .harness import Client, Running
+
+#: How long a reply that should be there already is looked for, s (only a failing run waits).
+REPLY_S = 5.0
+
+
+@pytest.fixture
+def srv() -> Iterator[Running]:
+    running = Running(FakeBackend(fail_attach={"broken"}), default="kernel")
+    yield running
+    running.stop()
+
+
+def _quiet(srv: Running) -> Client:
+    """fifo runs for a battery lease (held by the returned client) and the safety-net poll
+    is quiet, so that only the test's kicks and requests start passes."""
+    from .test_standby import _quiet_poll
+
+    keep = srv.client()
+    assert keep.request(op="hint", workload="battery")["active"] == "fifo"
+    _quiet_poll(srv)
+    return keep
+
+
+def _send_hint(srv: Running, workload: str) -> Client:
+    """Send a hint for ``workload`` and wait until the server recorded its lease."""
+    c = srv.client()
+    c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": workload}).encode() + b"\n")
+    srv.wait_for(lambda s: any(lease.workload == workload for lease in s.policy.leases.values()))
+    return c
+
+
+def _hold_pin(srv: Running, name: str) -> tuple[threading.Event, threading.Event]:
+    """(pinning, release): the switch to ``name`` stops as its pin begins (after the kernel
+    runs it and its ``on_enabled``) until ``release`` is set; ``pinning`` says it got there."""
+    pinning, release = threading.Event(), threading.Event()
+
+    def on_call(call: str) -> None:
+        if call == f"pin {name}":
+            pinning.set()
+            release.wait(10)
+
+    srv.backend.on_call = on_call
+    return pinning, release
+
+
+def _reply_while_held(c: Client, pinning: threading.Event, release: threading.Event) -> bool:
+    """True if ``c``'s reply is on its socket while the held switch waits in its pin."""
+    try:
+        assert pinning.wait(10), "the switch never reached its pin"
+        readable, _, _ = select.select([c.sock], [], [], REPLY_S)
+        return bool(readable)
+    finally:
+        release.set()
+
+
+def _reply(c: Client) -> dict[str, Any]:
+    reply = c.recv_line()
+    assert reply is not None
+    return reply
+
+
+def test_a_hint_before_the_passs_decision_is_answered_by_that_passs_switch(
+    srv: Running,
+) -> None:
+    """A pass has begun and waits for the worker (busy with other work) before it asks the
+    policy; a hint lands meanwhile. That pass switches to the hint's scheduler, and the
+    reply goes out as the kernel runs it, while the pass's switch is in its pin: not only
+    from a later pass."""
+    keep = _quiet(srv)
+    rec = srv.read(lambda s: s.reconciler)
+    busy = threading.Event()
+    rec.worker.submit(busy.wait, 10)  # the worker's queue: the pass's first step waits
+    passes = srv.read(lambda s: s.reconciler.passes)
+    srv.read(lambda s: s.reconciler.kick())  # a pass begins, as the poll's does
+    srv.wait_for(lambda s: s.reconciler.passes == passes + 1)
+    pinning, release = _hold_pin(srv, "gaming")
+    try:
+        c = _send_hint(srv, "gaming")
+    finally:
+        busy.set()
+    assert _reply_while_held(c, pinning, release), "the hint waited for a later pass"
+    srv.backend.on_call = None
+    reply = _reply(c)
+    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    assert reply["switch"]["finished"] is False  # answered from the running switch
+    history = srv.read(lambda s: [(r.target, r.result) for r in s.switcher.history])
+    assert history[-1] == ("gaming", "ok") and [t for t, _ in history].count("gaming") == 1
+    keep.close()
+    c.close()
+
+
+def test_a_hint_during_a_failed_switch_is_answered_by_the_same_passs_next_candidate(
+    srv: Running,
+) -> None:
+    """A pass switches to ``broken`` (held in its prepare) when a gaming hint lands; the
+    attach fails, and the same pass asks the policy again: gaming now, whose switch answers
+    the gaming hint at once (and the broken hint, with its failure)."""
+    keep = _quiet(srv)
+    gate = srv.backend.gate = threading.Event()
+    srv.backend.preparing.clear()
+    broken = _send_hint(srv, "broken")
+    pinning, release = _hold_pin(srv, "gaming")
+    try:
+        assert srv.backend.preparing.wait(10)  # the pass's switch to broken is under way
+        gaming = _send_hint(srv, "gaming")
+    finally:
+        gate.set()
+    assert _reply_while_held(gaming, pinning, release), "the hint waited for a later pass"
+    srv.backend.on_call = None
+    reply = _reply(gaming)
+    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    first = _reply(broken)
+    assert (first["switch"]["target"], first["switch"]["result"]) == ("broken", "rolled_back")
+    keep.close()
+    broken.close()
+    gaming.close()
+
+
+def test_a_hint_after_the_passs_decision_is_answered_by_the_next_pass(srv: Running) -> None:
+    """A pass decided for video-call (vtime) and switches (held in its prepare) when a
+    gaming hint lands: vtime's switch answers the video-call hint only; the gaming hint's
+    reply is the next pass's, and reports the switch to gaming."""
+    keep = _quiet(srv)
+    gate = srv.backend.gate = threading.Event()
+    srv.backend.preparing.clear()
+    video = _send_hint(srv, "video-call")
+    pinning, release = _hold_pin(srv, "vtime")
+    try:
+        assert srv.backend.preparing.wait(10)
+        gaming = _send_hint(srv, "gaming")
+    finally:
+        gate.set()
+    try:
+        assert pinning.wait(10), "the switch to vtime never reached its pin"
+        assert select.select([video.sock], [], [], REPLY_S)[0], "no video-call reply"
+        # released with vtime's, the gaming reply would be written in the same turn
+        assert not select.select([gaming.sock], [], [], 0.2)[0], "gaming answered by vtime's"
+    finally:
+        release.set()
+    first = _reply(video)
+    assert first["switch"]["target"] == "vtime", first
+    srv.backend.on_call = None
+    reply = _reply(gaming)
+    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    assert reply["switch"]["previous"] == "vtime"
+    keep.close()
+    video.close()
+    gaming.close()

@@ -58,7 +58,8 @@ class Cancellable(Protocol):
 
 
 class Timer(Protocol):
-    """Where the server's timeouts are scheduled: ``time()`` is now in seconds on a monotonic
+    """Where the server's timeouts (and the reconciler's safety-net poll) are scheduled:
+    ``time()`` is now in seconds on a monotonic
     clock, ``call_at(when, callback, *args)`` runs ``callback(*args)`` on the event loop's
     thread once ``time()`` reaches ``when``. An :class:`asyncio.AbstractEventLoop` is one
     (through :class:`LoopTimer`); tests use one that moves only when they say."""

@@ -38,7 +38,9 @@ expire), then the configured default, then the most recent hint's scheduler, as 
 ``[standby]`` allows (see :mod:`schedswitchd.daemon.standby`).
 
 Time: ``clock`` (monotonic ns, default :func:`time.monotonic_ns`) is what every decision
-and status figure reads; timers are the event loop's.
+and status figure reads; the safety-net poll is armed on ``timer`` (a
+:class:`~schedswitchd.daemon.connection.Timer`: the event loop's unless a test gives one it
+moves); deadlines (a TTL, a backoff hold ending) are the event loop's.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
+from schedswitchd.daemon.connection import Cancellable, LoopTimer, Timer
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
 from schedswitchd.daemon.standby import StandbyError
@@ -78,7 +81,8 @@ SCX_ECODE_ACT_RESTART = 1 << 48
 MAX_RESTARTS = 5
 RESTART_WINDOW_NS = 60 * NS_PER_S
 #: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
-#: to be written before it goes on (pins, freeing the old scheduler), s.
+#: to be written before it goes on (pins, freeing the old scheduler), s: the default of
+#: ``Reconciler(reply_wait_s=...)``.
 REPLY_WAIT_S = 0.25
 #: What the direct path's worker call returns when another program's scheduler runs.
 _FOREIGN = "foreign"
@@ -90,7 +94,10 @@ class Reconciler:
     ``config``: validated config (replaced by :meth:`apply_config`); ``backend``: the kernel
     side; ``on_change``: called on the loop with a one-line status after every pass
     (systemd ``STATUS=``); ``poll_s``: interval of the safety-net pass besides the
-    backend's notifications (s); ``clock``: monotonic ns.
+    backend's notifications (s); ``clock``: monotonic ns; ``timer``: where the safety-net
+    poll is armed (default: the event loop :meth:`start` runs on; tests pass one they
+    move); ``reply_wait_s``: how long a switch's worker waits, at most, for the replies its
+    ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`).
     """
 
     def __init__(
@@ -101,12 +108,18 @@ class Reconciler:
         on_change: Callable[[str], None] | None = None,
         poll_s: float = 1.0,
         clock: Clock = time.monotonic_ns,
+        timer: Timer | None = None,
+        reply_wait_s: float = REPLY_WAIT_S,
     ) -> None:
         self.config = config
         self.backend = backend
         self.on_change = on_change
         self.poll_s = poll_s
         self.clock = clock
+        self._timer = timer
+        self.reply_wait_s = reply_wait_s
+        #: The safety-net poll's next call on ``timer`` (:meth:`_poll`).
+        self._poll_call: Cancellable | None = None
         self.policy = Policy(rules=config.hints, default=config.default)
         self.switcher = Switcher(
             backend, config.limits.switch_timeout_s, config.daemon.history_size, clock=clock
@@ -178,13 +191,15 @@ class Reconciler:
     def start(self) -> None:
         """Start the backend's notifications, the reconcile task and the safety-net poll."""
         loop = self._loop = asyncio.get_running_loop()
+        if self._timer is None:
+            self._timer = LoopTimer(loop)
 
         def notify() -> None:
             loop.call_soon_threadsafe(self.kick)
 
         self._stop_watch = self.backend.watch(notify)
         self._tasks.append(asyncio.create_task(self._reconciler(), name="reconcile"))
-        self._tasks.append(asyncio.create_task(self._poller(), name="poll"))
+        self._arm_poll()
 
     def begin_grace(self) -> None:
         """The socket serves: an adopted scheduler is kept ``adopt_grace_s`` from now
@@ -199,6 +214,9 @@ class Reconciler:
         """Stop the notifications and the tasks, finish any switch in progress."""
         if self._stop_watch is not None:
             self._stop_watch()
+        if self._poll_call is not None:
+            self._poll_call.cancel()
+            self._poll_call = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -315,7 +333,7 @@ class Reconciler:
 
     def _on_enabled(self, record: SwitchRecord) -> None:
         """The switcher's callback (worker thread): the pass's new scheduler runs. Waits,
-        at most :data:`REPLY_WAIT_S`, until the replies it releases are written: the
+        at most ``reply_wait_s``, until the replies it releases are written: the
         switch's remaining work would otherwise share the CPU (and the GIL) with them,
         and on a machine with few cores that work delayed the replies it follows."""
         loop, gen = self._loop, self._pass_gen
@@ -326,7 +344,7 @@ class Reconciler:
             loop.call_soon_threadsafe(self._enabled, gen, written)
         except RuntimeError:  # the loop is closed: the daemon is stopping
             return
-        written.wait(REPLY_WAIT_S)
+        written.wait(self.reply_wait_s)
 
     def _enabled(self, gen: int, written: threading.Event) -> None:
         released = self._release_waiters(gen, early_only=True)
@@ -349,12 +367,16 @@ class Reconciler:
 
     # --- the passes ---------------------------------------------------------------------------
 
-    async def _poller(self) -> None:
+    def _arm_poll(self) -> None:
+        timer = self._timer
+        assert timer is not None, "the reconciler has not started"
+        self._poll_call = timer.call_at(timer.time() + self.poll_s, self._poll)
+
+    def _poll(self) -> None:
         # Safety net behind the backend's notifications: also catches ejections whose event
         # was lost, and keeps the watchdog honest (a stuck worker stops the passes).
-        while True:
-            await asyncio.sleep(self.poll_s)
-            self.kick()
+        self._arm_poll()
+        self.kick()
 
     async def _reconciler(self) -> None:
         while True:
@@ -496,7 +518,7 @@ class Reconciler:
         an ejection as the pass would (:meth:`Switcher.check_ejected`), checks that no
         other program's scheduler runs when the daemon has none attached, and switches.
         Returns like :meth:`settle_records` with ``early``: as soon as the kernel runs
-        ``target`` (the record is live; the worker waits, at most :data:`REPLY_WAIT_S`,
+        ``target`` (the record is live; the worker waits, at most ``reply_wait_s``,
         until :meth:`reply_sent`), or once the switch failed or could not be made here;
         then what a pass does next is done by a normal pass (an ejection is recorded and
         backed off first, a failed target is backed off and the next candidate tried)
@@ -512,7 +534,7 @@ class Reconciler:
                 loop.call_soon_threadsafe(self._direct_enabled, running, record, written)
             except RuntimeError:  # the loop is closed: the daemon is stopping
                 return
-            written.wait(REPLY_WAIT_S)
+            written.wait(self.reply_wait_s)
 
         try:
             work = loop.run_in_executor(

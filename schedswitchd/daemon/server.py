@@ -59,6 +59,7 @@ COLLECT_IDLE = 8
 #: ... and then this long after (s), with no connection and no switch under way: run in the
 #: close itself, the collection (116 ms in the TCG VM, the 2026-12-01 20:25 UTC hint profile)
 #: blocked the loop right when a launcher's hint followed its status or prepare request.
+#: The default of ``Server(collect_idle_delay_s=...)``.
 COLLECT_IDLE_DELAY_S = 0.5
 
 
@@ -75,11 +76,20 @@ class Server:
     others here are the reconciler's.
     """
 
-    def __init__(self, reconciler: Reconciler, *, timer: Timer | None = None) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        *,
+        timer: Timer | None = None,
+        collect_idle_delay_s: float = COLLECT_IDLE_DELAY_S,
+    ) -> None:
         """``timer``: where connection timeouts and lease TTLs are scheduled (default: the
-        event loop :meth:`start` runs on; tests pass one they move)."""
+        event loop :meth:`start` runs on; tests pass one they move);
+        ``collect_idle_delay_s``: how long after the last connection closed the idle
+        garbage collection runs (s, :data:`COLLECT_IDLE_DELAY_S`; see :meth:`_collect`)."""
         self.reconciler = reconciler
         self._timer = timer
+        self.collect_idle_delay_s = collect_idle_delay_s
         self.backend = reconciler.backend
         self.clock = reconciler.clock
         self.policy = reconciler.policy
@@ -241,13 +251,13 @@ class Server:
             )
 
     def _collect_when_idle(self) -> None:
-        """:meth:`_collect` :data:`COLLECT_IDLE_DELAY_S` from now (again from now if one
+        """:meth:`_collect` ``collect_idle_delay_s`` from now (again from now if one
         was due), if then no connection is open and no switch is under way; else a later
         close (or the switch's end) arms it again."""
         if self._collect_timer is not None:
             self._collect_timer.cancel()
         self._collect_timer = self.timer.call_at(
-            self.timer.time() + COLLECT_IDLE_DELAY_S, self._idle_collect
+            self.timer.time() + self.collect_idle_delay_s, self._idle_collect
         )
 
     def _idle_collect(self) -> None:

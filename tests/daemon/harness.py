@@ -25,6 +25,9 @@ from .fakes import FakeBackend
 
 T = TypeVar("T")
 
+#: The reconciler's safety-net poll interval in these tests, s (the daemon's is 1 s).
+POLL_S = 0.2
+
 BASE_CONFIG = """
 default = "{default}"
 [auth]
@@ -132,6 +135,10 @@ class FakeTimer:
         heapq.heappush(self._calls, call)
         return call
 
+    def pending(self) -> list[float]:
+        """When the calls armed and not cancelled are due, soonest first (s)."""
+        return sorted(call.key[0] for call in self._calls if not call.cancelled)
+
     def advance(self, seconds: float) -> None:
         """Move ``seconds`` forward, running each call due by then at its own time. Call it
         on the server's loop (:meth:`Running.advance` does)."""
@@ -153,14 +160,33 @@ class Running:
         *,
         clock: Callable[[], int] | None = None,
         timer: FakeTimer | None = None,
+        poll_timer: FakeTimer | None = None,
+        reply_wait_s: float | None = None,
+        collect_idle_delay_s: float | None = None,
         **overrides: Any,
     ) -> None:
         """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
         :class:`FakeClock` the test moves; ``timer``: the server's timeouts and lease TTLs
         (default: the event loop's real time), e.g. a :class:`FakeTimer` the test moves
-        (:meth:`advance`); ``overrides``: :func:`make_config` keywords."""
+        (:meth:`advance`); ``poll_timer``: the reconciler's safety-net poll, every
+        :data:`POLL_S` (default: the event loop's real time), e.g. a :class:`FakeTimer` that
+        stands still, so that only the test's requests and kicks start passes, or that the
+        test moves (:meth:`advance_poll`); ``reply_wait_s``, ``collect_idle_delay_s``: the
+        reconciler's and the server's (default: theirs); ``overrides``: :func:`make_config`
+        keywords."""
         self.clock = clock
         self.timer = timer
+        self.poll_timer = poll_timer
+        self._reconciler_options: dict[str, Any] = {}
+        if clock is not None:
+            self._reconciler_options["clock"] = clock
+        if poll_timer is not None:
+            self._reconciler_options["timer"] = poll_timer
+        if reply_wait_s is not None:
+            self._reconciler_options["reply_wait_s"] = reply_wait_s
+        self._server_options: dict[str, Any] = {}
+        if collect_idle_delay_s is not None:
+            self._server_options["collect_idle_delay_s"] = collect_idle_delay_s
         self.dir = Path(tempfile.mkdtemp(prefix="ssd-"))
         os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket
         self.config = make_config(self.dir, **overrides)
@@ -181,13 +207,14 @@ class Running:
         listener.bind(self.path)
         os.chmod(self.path, 0o666)
         listener.listen(128)
-        options: dict[str, Any] = {"clock": self.clock} if self.clock is not None else {}
-        self.server = Server(
-            Reconciler(
-                self.config, self.backend, on_change=self.statuses.append, poll_s=0.2, **options
-            ),
-            timer=self.timer,
+        reconciler = Reconciler(
+            self.config,
+            self.backend,
+            on_change=self.statuses.append,
+            poll_s=POLL_S,
+            **self._reconciler_options,
         )
+        self.server = Server(reconciler, timer=self.timer, **self._server_options)
         self.loop.run_until_complete(self.server.start(listener))
         ready.set()
         self.loop.run_forever()
@@ -227,6 +254,13 @@ class Running:
         timer = self.timer
         assert timer is not None, "Running(timer=FakeTimer()) to move time"
         self.read(lambda s: None)
+        self.read(lambda s: timer.advance(seconds))
+
+    def advance_poll(self, seconds: float) -> None:
+        """Move the :class:`FakeTimer` given as ``poll_timer`` ``seconds`` forward on the
+        server's loop: the safety-net poll kicks a pass for every :data:`POLL_S` passed."""
+        timer = self.poll_timer
+        assert timer is not None, "Running(poll_timer=FakeTimer()) to move the poll"
         self.read(lambda s: timer.advance(seconds))
 
     def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:

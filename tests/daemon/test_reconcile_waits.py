@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from .fakes import FakeBackend
-from .harness import Client, Running
+from .harness import POLL_S, Client, FakeTimer, Running
 
 #: How long a reply that should be there already is looked for, s (only a failing run waits).
 REPLY_S = 5.0
@@ -32,19 +32,19 @@ REPLY_S = 5.0
 
 @pytest.fixture
 def srv() -> Iterator[Running]:
-    running = Running(FakeBackend(fail_attach={"broken"}), default="kernel")
+    """A server whose safety-net poll stands still (until the test moves it): only the
+    test's kicks and requests start passes."""
+    running = Running(FakeBackend(fail_attach={"broken"}), poll_timer=FakeTimer())
     yield running
     running.stop()
 
 
 def _quiet(srv: Running) -> Client:
-    """fifo runs for a battery lease (held by the returned client) and the safety-net poll
-    is quiet, so that only the test's kicks and requests start passes."""
-    from .test_standby import _quiet_poll
-
+    """fifo runs for a battery lease (held by the returned client), and a pass after it
+    has settled."""
     keep = srv.client()
     assert keep.request(op="hint", workload="battery")["active"] == "fifo"
-    _quiet_poll(srv)
+    srv.passes(1)
     return keep
 
 
@@ -173,3 +173,29 @@ def test_a_hint_after_the_passs_decision_is_answered_by_the_next_pass(srv: Runni
     keep.close()
     video.close()
     gaming.close()
+
+
+def test_the_safety_net_poll_runs_a_pass_on_its_timer(srv: Running) -> None:
+    """The poll is armed on the reconciler's timer: a pass begins once that timer reaches
+    ``poll_s`` (and then every ``poll_s``), and it notices an ejection no event announced."""
+    keep = _quiet(srv)
+    assert srv.poll_timer is not None
+    timer = srv.poll_timer
+    due = srv.read(lambda s: timer.pending())
+    assert len(due) == 1 and timer.now < due[0] <= timer.now + POLL_S, due
+    watchers = srv.backend.watchers
+    srv.backend.watchers = []  # no uevent reaches the daemon
+    try:
+        srv.backend.eject()
+    finally:
+        srv.backend.watchers = watchers
+    passes = srv.read(lambda s: s.reconciler.passes)
+    srv.advance_poll(due[0] - timer.now - 0.01)
+    # a kick starts its pass before the loop runs a later call: this read would see it
+    assert srv.read(lambda s: s.reconciler.passes) == passes
+    srv.advance_poll(0.01)
+    assert srv.read(lambda s: s.reconciler.passes) == passes + 1
+    srv.wait_for(lambda s: any(r.result == "ejected" for r in s.switcher.history))
+    assert srv.read(lambda s: timer.pending()) == [due[0] + POLL_S]  # the next one
+    keep.close()
+

@@ -1,4 +1,8 @@
-"""Standbys and launcher intents through the live server (fake backend)."""
+"""Standbys and launcher intents through the live server (fake backend).
+
+Every server here has a safety-net poll that stands still (a :class:`FakeTimer` nobody
+moves): only the test's requests and kicks start reconcile passes.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ import json
 import select
 import threading
 import time
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 
@@ -17,14 +21,48 @@ from schedswitchd.daemon.policy import NS_PER_S
 from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend, FakePrepared
-from .harness import Running
+from .harness import Client, FakeTimer, Running
+
+Start = Callable[..., Running]
 
 
 @pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running(FakeBackend())
-    yield running
-    running.stop()
+def start() -> Iterator[Start]:
+    """``start(backend=None, **options)``: a :class:`Running` server (a new
+    :class:`FakeBackend` unless given; ``options`` as :class:`Running` takes them) whose
+    poll stands still; each is stopped after the test."""
+    started: list[Running] = []
+
+    def make(backend: FakeBackend | None = None, **options: Any) -> Running:
+        running = Running(backend or FakeBackend(), poll_timer=FakeTimer(), **options)
+        started.append(running)
+        return running
+
+    yield make
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def srv(start: Start) -> Running:
+    return start()
+
+
+def _prepared(srv: Running) -> Client:
+    """A client that announced gaming (held as a standby for 30 s), once a pass after
+    that has settled, so that none is under way when the test's hint comes."""
+    c = srv.client()
+    assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    srv.passes(1)
+    return c
+
+
+@pytest.fixture
+def held(start: Start) -> tuple[Running, Client]:
+    """A server with fifo as the default (running) and gaming held as a standby, and the
+    client that announced it."""
+    srv = start(default="fifo")
+    return srv, _prepared(srv)
 
 
 def test_intent_prepares_then_the_hint_is_served_from_the_standby(srv: Running) -> None:
@@ -65,17 +103,14 @@ def test_intent_needs_hint_rights_and_a_known_workload(srv: Running) -> None:
     c.close()
 
 
-def test_a_failing_prepare_is_the_intents_error() -> None:
-    running = Running(FakeBackend(verifier_reject={"gaming"}))
-    try:
-        c = running.client()
-        reply = c.request(op="prepare", workload="gaming")
-        assert not reply["ok"] and reply["error"]["code"] == "standby", reply
-        assert "gaming" in reply["error"]["message"]
-        assert running.backend.kernel_state().state == "disabled"
-        c.close()
-    finally:
-        running.stop()
+def test_a_failing_prepare_is_the_intents_error(start: Start) -> None:
+    running = start(FakeBackend(verifier_reject={"gaming"}))
+    c = running.client()
+    reply = c.request(op="prepare", workload="gaming")
+    assert not reply["ok"] and reply["error"]["code"] == "standby", reply
+    assert "gaming" in reply["error"]["message"]
+    assert running.backend.kernel_state().state == "disabled"
+    c.close()
 
 
 def test_an_expired_intent_is_no_longer_wanted(srv: Running) -> None:
@@ -92,22 +127,18 @@ def test_an_expired_intent_is_no_longer_wanted(srv: Running) -> None:
     c.close()
 
 
-def test_standby_zero_holds_nothing() -> None:
-    running = Running(FakeBackend())
-    try:
-        running.read(lambda s: s.switcher.configure_standby(0, 0))
-        c = running.client()
-        assert c.request(op="hint", workload="gaming")["ok"]
-        lease = c.request(op="status")["status"]["lease"]["lease"]
-        assert c.request(op="release", lease=lease)["ok"]
-        server = running.server
-        assert server is not None
-        running.run(server.reconciler._refill_standby())  # a refill pass, deterministically
-        assert not running.read(lambda s: list(s.switcher.standby.entries))
-        assert running.backend.calls.count("prepare gaming") == 1
-        c.close()
-    finally:
-        running.stop()
+def test_standby_zero_holds_nothing(srv: Running) -> None:
+    srv.read(lambda s: s.switcher.configure_standby(0, 0))
+    c = srv.client()
+    assert c.request(op="hint", workload="gaming")["ok"]
+    lease = c.request(op="status")["status"]["lease"]["lease"]
+    assert c.request(op="release", lease=lease)["ok"]
+    server = srv.server
+    assert server is not None
+    srv.run(server.reconciler._refill_standby())  # a refill pass, deterministically
+    assert not srv.read(lambda s: list(s.switcher.standby.entries))
+    assert srv.backend.calls.count("prepare gaming") == 1
+    c.close()
 
 
 def test_ctl_prepare_and_status_show_the_standby(
@@ -177,21 +208,13 @@ def test_a_hint_is_answered_once_it_runs_and_a_later_pin_failure_rolls_back(
     c.close()
 
 
-def test_the_switch_goes_on_once_the_hint_reply_is_written(
-    srv: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_switch_goes_on_once_the_hint_reply_is_written(start: Start) -> None:
     """After the kernel runs the hinted scheduler, the worker waits (bounded; 10 s here so
     that a loaded host cannot reorder it) until the hint's reply is written, then pins:
     the client's socket holds no reply as attach begins and holds it as pin begins (the
     client reads it only once the switch is over; the loop is kept busy after the attach,
-    so that the reply is late). The safety-net poll is quieted first:
-    a poll pass that began just before the hint's lease switches to it without releasing
-    the hint's waiter (registered for the next pass), so that pass pins at once and the
-    reply follows from the next pass."""
-    from schedswitchd.daemon import reconcile
-
-    _quiet_poll(srv)
-    monkeypatch.setattr(reconcile, "REPLY_WAIT_S", 10.0)
+    so that the reply is late)."""
+    srv = start(reply_wait_s=10.0)
     c = srv.client()
     seen: list[tuple[str, bool]] = []
 
@@ -216,76 +239,64 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(
 # --- the direct path of a standby hit --------------------------------------------------------
 
 
-def _quiet_poll(srv: Running) -> None:
-    """No safety-net pass from now on (the poll sleeps for an hour after its current
-    0.2 s), so that only the requests' own passes run."""
-    srv.read(lambda s: setattr(s.reconciler, "poll_s", 3600.0))
-    srv.passes(1)
-    time.sleep(0.3)  # the poll's current sleep ends; its next one is the hour
-
-
-def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply() -> None:
+def test_a_standby_hit_switches_without_a_reconcile_pass_before_the_reply(
+    held: tuple[Running, Client],
+) -> None:
     """The hint of a held standby goes straight to the switch: no pass begins between the
     request and the attach (the reconciler's pass count, as status shows it, read as
     attach begins); one runs after the reply (the standby refill, STATUS=)."""
-    srv = Running(FakeBackend(), default="fifo")
-    try:
-        c = srv.client()
-        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-        _quiet_poll(srv)
-        rec = srv.read(lambda s: s.reconciler)
-        passes = c.request(op="status")["status"]["counters"]["reconcile_passes"]
-        at_attach: list[int] = []
-        srv.backend.on_call = lambda call: at_attach.append(rec.passes)
-        start = len(srv.backend.calls)
-        statuses = len(srv.statuses)
-        hint = c.request(op="hint", workload="gaming")
-        assert hint["ok"] and hint["active"] == "gaming", hint
-        assert hint["switch"]["standby"] is True and hint["switch"]["result"] == "ok"
-        assert hint["switch"]["reason"].startswith("lease ") and hint["desired"] == "gaming"
-        calls = srv.backend.calls[start:]
-        assert calls[: calls.index("attach gaming") + 1] == ["detach fifo", "attach gaming"]
-        assert at_attach[0] == passes, (at_attach, passes)
-        # the bookkeeping pass after the reply: fifo (the default) held as the standby now
-        srv.wait_for(lambda s: "fifo" in s.switcher.standby.entries)
-        srv.backend.on_call = None
-        after = c.request(op="status")["status"]["counters"]["reconcile_passes"]
-        assert after > passes
-        assert len(srv.statuses) > statuses and srv.statuses[-1].startswith("running gaming")
-        history = c.request(op="history")["entries"]
-        assert [(e["previous"], e["target"]) for e in history[-1:]] == [("fifo", "gaming")]
-        c.close()
-    finally:
-        srv.stop()
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    passes = c.request(op="status")["status"]["counters"]["reconcile_passes"]
+    at_attach: list[int] = []
+    srv.backend.on_call = lambda call: at_attach.append(rec.passes)
+    start = len(srv.backend.calls)
+    statuses = len(srv.statuses)
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["active"] == "gaming", hint
+    assert hint["switch"]["standby"] is True and hint["switch"]["result"] == "ok"
+    assert hint["switch"]["reason"].startswith("lease ") and hint["desired"] == "gaming"
+    calls = srv.backend.calls[start:]
+    assert calls[: calls.index("attach gaming") + 1] == ["detach fifo", "attach gaming"]
+    assert at_attach[0] == passes, (at_attach, passes)
+    # the bookkeeping pass after the reply: fifo (the default) held as the standby now
+    srv.wait_for(lambda s: "fifo" in s.switcher.standby.entries)
+    srv.backend.on_call = None
+    after = c.request(op="status")["status"]["counters"]["reconcile_passes"]
+    assert after > passes
+    assert len(srv.statuses) > statuses and srv.statuses[-1].startswith("running gaming")
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"]) for e in history[-1:]] == [("fifo", "gaming")]
+    c.close()
 
 
-def _failed_hint(standby: bool) -> tuple[dict[str, object], dict[str, object], list[str]]:
+def _failed_hint(
+    start: Start, standby: bool
+) -> tuple[dict[str, object], dict[str, object], list[str]]:
     """A hint for ``gaming``, whose attach fails, with fifo running: reply, status, and the
     backend's calls from the hint on; with ``standby``, gaming is held as a standby."""
-    srv = Running(FakeBackend(fail_attach={"gaming"}), default="fifo")
-    try:
+    srv = start(FakeBackend(fail_attach={"gaming"}), default="fifo")
+    if standby:
+        c = _prepared(srv)
+    else:
         c = srv.client()
-        if standby:
-            assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-        _quiet_poll(srv)
-        start = len(srv.backend.calls)
-        hint = c.request(op="hint", workload="gaming")
-        srv.wait_for(lambda s: s.switcher.history[-1].finished)
         srv.passes(1)
-        status = c.request(op="status")["status"]
-        calls = srv.backend.calls[start:]
-        assert srv.backend.kernel_state().ops == "fifo_ops"
-        c.close()
-        return hint, status, calls
-    finally:
-        srv.stop()
+    calls_before = len(srv.backend.calls)
+    hint = c.request(op="hint", workload="gaming")
+    srv.wait_for(lambda s: s.switcher.history[-1].finished)
+    srv.passes(1)
+    status = c.request(op="status")["status"]
+    calls = srv.backend.calls[calls_before:]
+    assert srv.backend.kernel_state().ops == "fifo_ops"
+    c.close()
+    return hint, status, calls
 
 
-def test_a_failed_direct_attach_falls_back_like_the_pass() -> None:
+def test_a_failed_direct_attach_falls_back_like_the_pass(start: Start) -> None:
     """The standby's attach fails: the old scheduler runs on (rolled back), the target is
     backed off, and the reply and status say what a hint without a standby says."""
-    direct, direct_status, calls = _failed_hint(standby=True)
-    normal, normal_status, _ = _failed_hint(standby=False)
+    direct, direct_status, calls = _failed_hint(start, standby=True)
+    normal, normal_status, _ = _failed_hint(start, standby=False)
     assert direct["switch"]["standby"] is True and normal["switch"]["standby"] is False  # type: ignore[index]
     assert calls[:2] == ["detach fifo", "attach gaming"]
     for reply in (direct, normal):
@@ -301,105 +312,89 @@ def test_a_failed_direct_attach_falls_back_like_the_pass() -> None:
     assert backoff == [(b["scheduler"], b["failures"]) for b in normal_status["backoff"]]  # type: ignore[attr-defined]
 
 
-def test_a_stale_standby_is_not_taken_by_the_direct_path() -> None:
+def test_a_stale_standby_is_not_taken_by_the_direct_path(held: tuple[Running, Client]) -> None:
     """A held standby whose inputs changed (object rebuilt, module set) is discarded by the
-    take, and the hint's switch prepares the scheduler anew."""
-    srv = Running(FakeBackend(), default="fifo")
-    try:
-        c = srv.client()
-        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-        _quiet_poll(srv)  # no pass prunes it first: the hint's own take finds it stale
-        held = srv.read(lambda s: cast(FakePrepared, s.switcher.standby.entries["gaming"].prepared))
-        srv.backend.stale.add("gaming")
-        hint = c.request(op="hint", workload="gaming")
-        assert hint["ok"] and hint["active"] == "gaming", hint
-        assert hint["switch"]["standby"] is False and "prepare" in hint["switch"]["phases_ns"]
-        assert held.discarded and srv.backend.attached_handle is not held
-        c.close()
-    finally:
-        srv.stop()
+    take, and the hint's switch prepares the scheduler anew (no pass prunes it first: the
+    poll stands still, so the hint's own take finds it stale)."""
+    srv, c = held
+    handle = srv.read(lambda s: cast(FakePrepared, s.switcher.standby.entries["gaming"].prepared))
+    srv.backend.stale.add("gaming")
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["active"] == "gaming", hint
+    assert hint["switch"]["standby"] is False and "prepare" in hint["switch"]["phases_ns"]
+    assert handle.discarded and srv.backend.attached_handle is not handle
+    c.close()
 
 
-def test_the_direct_path_notices_an_ejection_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_direct_path_notices_an_ejection_first(
+    held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The running scheduler was ejected and no event said so yet: the direct path records
     the ejection and backs it off as a pass does, then the hint is switched (by a pass)."""
-    srv = Running(FakeBackend(), default="fifo")
-    try:
-        c = srv.client()
-        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-        _quiet_poll(srv)
-        watchers = srv.backend.watchers
-        monkeypatch.setattr(srv.backend, "watchers", [])  # no uevent reaches the daemon
-        srv.backend.eject()
-        srv.backend.watchers = watchers
-        hint = c.request(op="hint", workload="gaming")
-        assert hint["ok"] and hint["active"] == "gaming", hint
-        assert hint["switch"]["previous"] == "kernel" and hint["switch"]["standby"] is True
-        history = c.request(op="history")["entries"]
-        assert [(e["previous"], e["target"], e["result"]) for e in history[-2:]] == [
-            ("fifo", "kernel", "ejected"),
-            ("kernel", "gaming", "ok"),
-        ]
-        status = c.request(op="status")["status"]
-        assert [b["scheduler"] for b in status["backoff"]] == ["fifo"]
-        c.close()
-    finally:
-        srv.stop()
+    srv, c = held
+    watchers = srv.backend.watchers
+    monkeypatch.setattr(srv.backend, "watchers", [])  # no uevent reaches the daemon
+    srv.backend.eject()
+    srv.backend.watchers = watchers
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["active"] == "gaming", hint
+    assert hint["switch"]["previous"] == "kernel" and hint["switch"]["standby"] is True
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"], e["result"]) for e in history[-2:]] == [
+        ("fifo", "kernel", "ejected"),
+        ("kernel", "gaming", "ok"),
+    ]
+    status = c.request(op="status")["status"]
+    assert [b["scheduler"] for b in status["backoff"]] == ["fifo"]
+    c.close()
 
 
-def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way() -> None:
+def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
+    held: tuple[Running, Client],
+) -> None:
     """:meth:`Reconciler.standby_hit` picks the direct path only when the policy chooses
     the new lease itself, its scheduler is held and not running, and no pass or other
     direct switch is under way."""
     from schedswitchd.daemon.policy import Lease
 
-    srv = Running(FakeBackend(), default="fifo")
-    try:
-        c = srv.client()
-        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-        _quiet_poll(srv)
-        rec = srv.read(lambda s: s.reconciler)
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
 
-        def probe(workload: str, seq: int, **state: bool) -> object:
-            def check(s: Server) -> object:
-                lease = Lease(f"p{seq}", workload, 0, 0, None, 0, None, seq)
-                s.policy.add(lease)
-                saved = {k: getattr(rec, k) for k in state}
-                for k, v in state.items():
+    def probe(workload: str, seq: int, **state: bool) -> object:
+        def check(s: Server) -> object:
+            lease = Lease(f"p{seq}", workload, 0, 0, None, 0, None, seq)
+            s.policy.add(lease)
+            saved = {k: getattr(rec, k) for k in state}
+            for k, v in state.items():
+                setattr(rec, k, v)
+            try:
+                return rec.standby_hit(lease)
+            finally:
+                for k, v in saved.items():
                     setattr(rec, k, v)
-                try:
-                    return rec.standby_hit(lease)
-                finally:
-                    for k, v in saved.items():
-                        setattr(rec, k, v)
-                    s.policy.remove(lease.id)
+                s.policy.remove(lease.id)
 
-            return srv.read(check)
+        return srv.read(check)
 
-        hit = probe("gaming", 10**6)
-        assert isinstance(hit, tuple) and hit[0] == "gaming" and hit[2] == "lease p1000000 gaming"
-        assert probe("gaming", 10**6, _in_pass=True) is None
-        assert probe("gaming", 10**6, _direct=True) is None
-        assert probe("video-call", 10**6) is None  # vtime is not held
-        assert probe("battery", 10**6) is None  # fifo runs already
-        # a lease of lower priority than a live one is not what the policy picks
-        assert c.request(op="hint", workload="broken")["ok"] is True
-        assert probe("gaming", 10**6) is None
-        c.close()
-    finally:
-        srv.stop()
+    hit = probe("gaming", 10**6)
+    assert isinstance(hit, tuple) and hit[0] == "gaming" and hit[2] == "lease p1000000 gaming"
+    assert probe("gaming", 10**6, _in_pass=True) is None
+    assert probe("gaming", 10**6, _direct=True) is None
+    assert probe("video-call", 10**6) is None  # vtime is not held
+    assert probe("battery", 10**6) is None  # fifo runs already
+    # a lease of lower priority than a live one is not what the policy picks
+    assert c.request(op="hint", workload="broken")["ok"] is True
+    assert probe("gaming", 10**6) is None
+    c.close()
 
 
-def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(start: Start) -> None:
     """The garbage collection due once no connection is left runs
-    ``COLLECT_IDLE_DELAY_S`` later, not in the close: a hint sent right after a
+    ``collect_idle_delay_s`` later (2 s here), not in the close: a hint sent right after a
     launcher's requests is switched first."""
-    from schedswitchd.daemon import server as server_mod
+    from schedswitchd.daemon.server import COLLECT_IDLE
 
-    monkeypatch.setattr(server_mod, "COLLECT_IDLE_DELAY_S", 2.0)
-    srv = Running(FakeBackend(), default="fifo")
+    srv = start(default="fifo", collect_idle_delay_s=2.0)
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start" and info["generation"] == 2:
@@ -411,11 +406,10 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
     gc.disable()
     gc.callbacks.append(on_gc)
     try:
-        c = srv.client()
-        assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+        c = _prepared(srv)
         c.close()
         srv.wait_for(lambda s: not s.connections)
-        for _ in range(server_mod.COLLECT_IDLE):  # closed connections: a collection is due
+        for _ in range(COLLECT_IDLE):  # closed connections: a collection is due
             one = srv.client()
             assert one.request(op="status")["ok"]
             one.close()
@@ -431,4 +425,3 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(
         gc.callbacks.remove(on_gc)
         if was_enabled:
             gc.enable()
-        srv.stop()

@@ -199,3 +199,29 @@ def test_the_safety_net_poll_runs_a_pass_on_its_timer(srv: Running) -> None:
     assert srv.read(lambda s: timer.pending()) == [due[0] + POLL_S]  # the next one
     keep.close()
 
+
+def test_a_hint_during_a_direct_switch_is_answered_by_the_pass_after_it(srv: Running) -> None:
+    """A standby hit's direct switch to gaming is under way (its reply is out, the worker
+    is held in the pin) when a broken hint lands: that one takes a normal pass, which
+    begins only after the direct switch, and its reply reports its own (failed) switch."""
+    keep = _quiet(srv)
+    assert keep.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    srv.passes(1)
+    pinning, release = _hold_pin(srv, "gaming")
+    gaming = srv.client()
+    gaming.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+    try:
+        assert pinning.wait(10)
+        first = _reply(gaming)  # answered as the kernel runs it, before its pin
+        assert first["switch"]["standby"] is True and first["switch"]["finished"] is False
+        broken = _send_hint(srv, "broken")
+        assert not select.select([broken.sock], [], [], 0.2)[0], "answered by the direct switch"
+    finally:
+        release.set()
+    srv.backend.on_call = None
+    reply = _reply(broken)
+    assert (reply["switch"]["target"], reply["switch"]["result"]) == ("broken", "rolled_back")
+    assert reply["switch"]["previous"] == "gaming" and reply["active"] == "gaming", reply
+    keep.close()
+    gaming.close()
+    broken.close()

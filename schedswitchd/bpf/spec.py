@@ -17,6 +17,7 @@ program (:mod:`schedswitchd.bpf.insn`); sizes and offsets are in bytes.
 
 from __future__ import annotations
 
+import gc
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -528,8 +529,19 @@ class ObjectSpec:
         there, as :func:`~schedswitchd.bpf.object.open_object` did when it linked eagerly.
         Raises :class:`~schedswitchd.errors.ObjectError` for the first program that does
         not link."""
-        for p in self.programs:
-            p.link()
+        # The cyclic collector is held off for the whole loop, as open_object holds it off
+        # for the open (each program's linking does too): the programs' fixups and record
+        # pieces are tens of thousands of small tuples and no cycles, and collections
+        # between programs walked what the programs before had built (lavd: +8% CPU).
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            for p in self.programs:
+                p.link()
+        finally:
+            if paused:
+                gc.enable()
         return self
 
     def program(self, name: str) -> ProgramSpec:

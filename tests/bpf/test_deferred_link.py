@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import pickle
 import struct
 from collections.abc import Callable
@@ -131,3 +132,20 @@ def test_a_deferred_program_is_still_a_frozen_dataclass(bpf_object: Obj) -> None
                        p.sleepable, p.autoload, *p.link(), btf_func_id=p.btf_func_id)  # fmt: skip
     assert made == eager and made.is_linked
     assert isinstance(made.link(), LinkedCode)
+
+
+def test_linking_leaves_the_collector_as_it_was(bpf_object: Obj) -> None:
+    """``link_programs`` holds the cyclic collector off while it links (as the open does)
+    and gives it back as it found it, also when a program does not link."""
+    bad = open_object(_misaligned_line_info(bpf_object("shared_subprogs").read_bytes()))
+    good = open_object(bpf_object("shared_subprogs"))
+    assert gc.isenabled()
+    with pytest.raises(ObjectError, match=MISALIGNED):
+        bad.link_programs()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        good.link_programs()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -235,3 +235,29 @@ def test_overflow_reopens_socket_and_notifies() -> None:
         _trigger_lo()
         assert _wait(lambda: len(got) > n)
     assert ev.stats.overflows >= 1
+
+
+@needs_root_uevent
+def test_a_paused_listener_reads_nothing_until_resumed() -> None:
+    # While paused the reader is held (it reads no datagram, so it takes no CPU); what the
+    # kernel sent meanwhile waits in the socket and is dispatched, in order, on resume.
+    got: list[Uevent] = []
+    with UeventListener() as ev:
+        ev.subscribe(lambda e: e.devpath.endswith("/net/lo"), got.append)
+        _trigger_lo()
+        assert _wait(lambda: len(got) == 1)
+        ev.pause()
+        ev.pause()  # idempotent
+        assert _wait(lambda: ev.held)
+        events = ev.stats.events
+        _trigger_lo()  # the kernel queues its datagram before the write returns
+        _trigger_lo()
+        assert ev.held and ev.stats.events == events and len(got) == 1
+        ev.resume()
+        assert _wait(lambda: len(got) == 3)
+        assert _wait(lambda: not ev.held)
+        seqnums = [e.seqnum or 0 for e in got]
+        assert seqnums == sorted(set(seqnums)) and seqnums[0] > 0
+        ev.pause()  # stopping a paused listener ends the hold
+        assert _wait(lambda: ev.held)
+    assert not ev.running and not any(t.name == "uevents" for t in threading.enumerate())

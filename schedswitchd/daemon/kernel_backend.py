@@ -49,8 +49,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, cast
@@ -274,6 +273,10 @@ class KernelBackend:
         #: The kernel's ``scx_enable_helper`` pids (made on the first enable since boot and
         #: kept), for profiles with an attach CPU; looked up by prepare.
         self._enable_helpers: list[int] = []
+        #: Switch windows open now (:meth:`switch_window`): the watch reads nothing then.
+        self._quiet = 0
+        #: The watch's uevent listener (paused during a switch window), when it runs.
+        self._listener: UeventListener | None = None
 
     # --- counters ----------------------------------------------------------------------------
 
@@ -335,12 +338,44 @@ class KernelBackend:
                 return {}
             return {f"profile.{k}": v for k, v in stats.items()}
 
-    def switch_window(self) -> AbstractContextManager[bool]:
-        """Expedited RCU grace periods while the switcher detaches and attaches (see
-        :mod:`schedswitchd.kernel.rcu_expedite`); yields whether they took effect."""
-        if self.rcu is None:
-            return contextlib.nullcontext(False)
-        return self.rcu.expedited()
+    @contextlib.contextmanager
+    def switch_window(self) -> Iterator[bool]:
+        """Held by the switcher from before the old scheduler's detach until the new one
+        runs and the waiting replies are written: expedited RCU grace periods (see
+        :mod:`schedswitchd.kernel.rcu_expedite`; yields whether they took effect), and a
+        quiet :meth:`watch`. The switch's own sched_ext uevents and state changes would
+        otherwise wake the watch's threads right inside the no-scheduler gap and on the
+        way to the reply: under TCG every Python instruction there is time taken from the
+        kernel's work (the watch added 69 ms to the gap in bench/results/gap_profile), and
+        the daemon's passes they kick find nothing the switch does not already know. So
+        the uevent reader does not read during the window (the kernel's datagrams wait in
+        its socket and are dispatched in order once it ends: an ejection's event is
+        delivered then) and the sysfs check skips its reads (its next one, at most
+        :data:`WATCH_POLL_S` s after the window, compares with its last look as always).
+        Windows may nest (the watch is quiet until the outermost ends)."""
+        self._hush()
+        try:
+            if self.rcu is None:
+                yield False
+            else:
+                with self.rcu.expedited() as took:
+                    yield took
+        finally:
+            self._unhush()
+
+    def _hush(self) -> None:
+        with self._lock:
+            self._quiet += 1
+            listener = self._listener if self._quiet == 1 else None
+        if listener is not None:
+            listener.pause()
+
+    def _unhush(self) -> None:
+        with self._lock:
+            self._quiet -= 1
+            listener = self._listener if self._quiet == 0 else None
+        if listener is not None:
+            listener.resume()
 
     # --- kernel view -------------------------------------------------------------------------
 
@@ -1017,11 +1052,18 @@ class KernelBackend:
             subs.append(listener.subscribe_sched_ext(on_scx))
             subs.append(self.registry.attach(listener))
             self._module_events = True
+            with self._lock:
+                self._listener = listener
+                if self._quiet:  # a switch window is open already
+                    listener.pause()
         stop_event = threading.Event()
 
         def poll() -> None:
             last = self.kernel_state()
             while not stop_event.wait(WATCH_POLL_S):
+                if self._quiet:  # our own switch (switch_window): look after it
+                    self._count("watch_checks_held")
+                    continue
                 now = self.kernel_state()
                 if now != last:
                     last = now
@@ -1032,6 +1074,9 @@ class KernelBackend:
 
         def stop() -> None:
             self._module_events = False
+            with self._lock:
+                if self._listener is listener:
+                    self._listener = None
             stop_event.set()
             for sub in subs:
                 sub.cancel()

@@ -30,7 +30,10 @@ scheduler runs) and then the switch, whose ``on_enabled`` answers the hint. The 
 bookkeeping (logging the switch, a failure's backoff, the deadline, ``STATUS=``, the standby
 refill) follows the reply; whatever the direct call could not do (an ejection noticed, a
 foreign scheduler, a failed switch's next candidate) is left to a normal pass, so the
-outcome is the one the pass would have reached.
+outcome is the one the pass would have reached. Backend notifications that come while the
+direct switch is under way (its own sched_ext uevents, or an ejection) start no pass of
+their own: the pass that follows the switch looks at the kernel after them, so an ejection
+during or right after the switch is recorded and handled there.
 
 After each pass (and after the replies it settles), the standby pool is refilled on the
 same worker thread: schedulers announced by launchers (``prepare`` intents, until they
@@ -167,6 +170,9 @@ class Reconciler:
         self.passes = 0
         #: A direct switch (standby hit) is under way.
         self._direct = False
+        #: Backend notifications that came during a direct switch, left to the pass that
+        #: follows it (status ``counters.notifications_held``).
+        self.notes_held = 0
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -195,6 +201,13 @@ class Reconciler:
             self._timer = LoopTimer(loop)
 
         def notify() -> None:
+            # Any thread. While a direct switch is under way its own end runs a pass
+            # (_direct_done), which looks at the kernel after everything that notified
+            # meanwhile -- the switch's own uevents above all: a pass begun now would only
+            # wait for the worker, and take the CPU from the switch and the reply.
+            if self._direct:
+                self.notes_held += 1
+                return
             loop.call_soon_threadsafe(self.kick)
 
         self._stop_watch = self.backend.watch(notify)
@@ -525,8 +538,9 @@ class Reconciler:
         and its records follow. The switch's log line, the deadline, ``STATUS=`` and the
         standby refill come after the reply (a pass kicked once the worker is done)."""
         loop = asyncio.get_running_loop()
-        self._direct = True
-        running: asyncio.Future[SwitchRecord] = loop.create_future()
+        # The running record, or None once the worker's call ended without one (or the
+        # wait timed out): one future, so that the reply is one loop step from on_enabled.
+        running: asyncio.Future[SwitchRecord | None] = loop.create_future()
 
         def on_enabled(record: SwitchRecord) -> None:  # the worker thread
             written = threading.Event()
@@ -536,21 +550,37 @@ class Reconciler:
                 return
             written.wait(self.reply_wait_s)
 
+        def done(work: asyncio.Future[Any]) -> None:
+            self._direct_done(work, target)
+            if not running.done():
+                running.set_result(None)
+
+        def expire() -> None:
+            if not running.done():
+                running.set_result(None)
+
+        timer = loop.call_later(2 * self.config.limits.switch_timeout_s + 5, expire)
+        self._direct = True
         try:
+            # Submitted last: the worker waits for this thread to let go of the GIL, which
+            # it does once the loop sleeps.
             work = loop.run_in_executor(
                 self.worker, self._direct_work, target, spec, reason, on_enabled
             )
         except RuntimeError:  # the worker was shut down
             self._direct = False
+            timer.cancel()
             return [], False
-        work.add_done_callback(lambda done: self._direct_done(done, target))
-        timeout = 2 * self.config.limits.switch_timeout_s + 5
-        await asyncio.wait((running, work), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            return [running.result()], True
+        work.add_done_callback(done)
+        try:
+            record = await running
+        finally:
+            timer.cancel()
+        if record is not None:
+            return [record], True
         if not work.done():
             return [], False
-        outcome = work.result() if work.exception() is None else None
+        outcome = work.result() if not work.cancelled() and work.exception() is None else None
         made = [outcome] if isinstance(outcome, SwitchRecord) else []
         # Not switched, or failed: a normal pass takes it from here, as it would have.
         later, settled = await self.settle_records(early=True)
@@ -572,7 +602,10 @@ class Reconciler:
         return self.switcher.switch_to(target, spec, reason, on_enabled)
 
     def _direct_enabled(
-        self, running: asyncio.Future[SwitchRecord], record: SwitchRecord, written: threading.Event
+        self,
+        running: asyncio.Future[SwitchRecord | None],
+        record: SwitchRecord,
+        written: threading.Event,
     ) -> None:
         """On the loop: the direct switch's scheduler runs; answer the hint, and let the
         worker go on once its reply is written (:meth:`reply_sent`)."""

@@ -634,6 +634,7 @@ class Server:
                 **counters,
                 **self._standby_counters(),
                 "reconcile_passes": self.reconciler.passes,
+                "notifications_held": self.reconciler.notes_held,
             },
             profile=profile,
             pid=os.getpid(),

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 KERNEL_GROUP: Final = 1
 #: Largest uevent the kernel builds (``UEVENT_BUFFER_SIZE`` in ``include/linux/kobject.h``).
 UEVENT_BUFFER_SIZE: Final = 2048
+#: Longest a :meth:`UeventListener.pause` holds the reader (s): a bound, should the
+#: window that paused it never end; the daemon's windows last well under a second.
+PAUSE_MAX_S: Final = 30.0
 
 MODULE_SUBSYSTEM: Final = "module"
 SCHED_EXT_SUBSYSTEM: Final = "sched_ext"
@@ -265,6 +268,10 @@ class UeventListener:
         self._task: asyncio.Task[None] | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: Set while :meth:`pause` holds the reader: its gate, and whether the reader is
+        #: inside the hold (tests and :attr:`held` read it).
+        self._gate: threading.Event | None = None
+        self._holding = threading.Event()
 
     # --- subscriptions ---------------------------------------------------------------------
 
@@ -443,11 +450,52 @@ class UeventListener:
             loop.close()
             self._thread_loop = None
 
+    def pause(self) -> None:
+        """Stop reading the socket until :meth:`resume` (thread mode; idempotent): the
+        kernel's datagrams wait in the socket's receive buffer, none is lost unless it
+        overflows (then the usual reopen and ``on_overflow``), and they are dispatched in
+        order once reading resumes. For a short window in which the reader must not take
+        the CPU (the daemon's switch: see
+        :meth:`~schedswitchd.daemon.kernel_backend.KernelBackend.switch_window`). The
+        reader's thread is woken once to enter the hold; it holds at most
+        :data:`PAUSE_MAX_S` s."""
+        with self._lock:
+            if self._gate is not None:
+                return
+            gate = self._gate = threading.Event()
+            loop = self._thread_loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the reader's loop closed: nothing to hold
+            loop.call_soon_threadsafe(self._hold, gate)
+
+    def resume(self) -> None:
+        """End :meth:`pause`: the reader reads (and dispatches) what arrived meanwhile."""
+        with self._lock:
+            gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.set()
+
+    @property
+    def held(self) -> bool:
+        """True while the reader is inside a :meth:`pause` (reads nothing)."""
+        return self._holding.is_set()
+
+    def _hold(self, gate: threading.Event) -> None:
+        # On the reader's own loop: blocks it (the only work of that loop is this socket).
+        self._holding.set()
+        try:
+            if not gate.wait(PAUSE_MAX_S):
+                log.warning("uevent reader held %.0f s; reading again", PAUSE_MAX_S)
+        finally:
+            self._holding.clear()
+
     def stop(self, *, timeout_s: float = 5.0) -> None:
         """Stop a reader started by :meth:`start`; idempotent."""
         thread = self._thread
         if thread is None:
             return
+        self.resume()  # a held reader could not take the cancellation
         loop, task = self._thread_loop, self._task
         if loop is not None and task is not None:
             with contextlib.suppress(RuntimeError):  # loop already closed

@@ -349,6 +349,43 @@ def test_the_direct_path_notices_an_ejection_first(
     c.close()
 
 
+def test_notifications_during_a_direct_switch_are_left_to_the_pass_after_it(
+    held: tuple[Running, Client],
+) -> None:
+    """A backend notification while a direct switch is under way (here: the kernel ejects
+    the new scheduler while the worker pins it, after the reply) begins no pass of its
+    own; the pass that follows the switch records the ejection and backs the scheduler
+    off, and the default comes back."""
+    srv, c = held
+    pinning, hold = threading.Event(), threading.Event()
+    srv.backend.pin_event = hold
+    srv.backend.on_call = lambda call: pinning.set() if call == "pin gaming" else None
+    try:
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["switch"]["standby"] is True, hint
+        assert pinning.wait(5)
+        passes = srv.read(lambda s: s.reconciler.passes)
+        srv.backend.eject()  # its notify() now, from this thread
+        srv.read(lambda s: None)  # a pass it kicked would have begun by the second
+        assert srv.read(lambda s: s.reconciler.passes) == passes
+        status = c.request(op="status")["status"]
+        assert status["counters"]["notifications_held"] == 1
+        assert status["counters"]["reconcile_passes"] == passes
+    finally:
+        srv.backend.on_call = None
+        hold.set()
+    srv.wait_for(lambda s: s.switcher.active == "fifo" and s.switcher.history[-1].finished)
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"], e["result"]) for e in history[-3:]] == [
+        ("fifo", "gaming", "ok"),
+        ("gaming", "kernel", "ejected"),
+        ("kernel", "fifo", "ok"),
+    ]
+    status = c.request(op="status")["status"]
+    assert [b["scheduler"] for b in status["backoff"]] == ["gaming"]
+    c.close()
+
+
 def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
     held: tuple[Running, Client],
 ) -> None:

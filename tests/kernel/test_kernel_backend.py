@@ -635,6 +635,46 @@ def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path
         stop()
 
 
+def test_the_watch_is_quiet_in_a_switch_window(backend: KernelBackend, scx_root: Path) -> None:
+    """While the switcher holds its switch window (detach to the reply), the watch's sysfs
+    check reads nothing and its uevent reader reads no datagram; a change made inside the
+    window (an ejection, say) is noticed by the first check after it."""
+    hits = threading.Event()
+
+    def held_checks() -> int:
+        return backend.counters().get("watch_checks_held", 0)
+
+    def wait(pred: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + 5.0
+        while not pred():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    with FileEvents(scx_root) as reads:
+        stop = backend.watch(hits.set)
+        assert reads.wait_for("read", "enable_seq", 5.0)  # its first look
+    try:
+        listener = backend._listener  # None where no uevent socket opens
+        with FileEvents(scx_root) as reads, backend.switch_window():
+            if listener is not None:
+                assert wait(lambda: listener.held), "the uevent reader still reads"
+            before = held_checks()
+            assert wait(lambda: held_checks() > before), "no check was held back"
+            # the check now sees the window at each tick: nothing it reads can race this
+            hits.clear()
+            reads.clear()
+            (scx_root / "state").write_text("enabled\n")
+            now = held_checks()
+            assert wait(lambda: held_checks() >= now + 2)
+            assert reads.paths("read") == [] and not hits.is_set()
+        assert listener is None or wait(lambda: not listener.held)
+        assert hits.wait(1.0), "the change made in the window was not noticed after it"
+    finally:
+        stop()
+
+
 def test_standby_freshness_and_kernel_bytes(
     backend: KernelBackend, bpf_object: Callable[[str], Path], tmp_path: Path
 ) -> None:

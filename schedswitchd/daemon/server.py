@@ -487,7 +487,10 @@ class Server:
     async def _switch(self, request: proto.SwitchRequest | proto.StopRequest) -> proto.Reply:
         target = KERNEL if isinstance(request, proto.StopRequest) else request.scheduler
         if target not in (KERNEL, AUTO) and target not in self.config.schedulers:
-            raise proto.RequestError(proto.UNKNOWN_SCHEDULER, f"no scheduler {target!r}")
+            known = ", ".join([*self.config.schedulers, KERNEL, AUTO])
+            raise proto.RequestError(
+                proto.UNKNOWN_SCHEDULER, f"no scheduler {target!r} (known: {known})"
+            )
         log.info("admin override: %s", target, extra={"SCHEDULER": target})
         self.reconciler.set_override(None if target == AUTO else target)
         made, _ = await self.reconciler.settle_records()

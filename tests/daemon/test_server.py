@@ -290,7 +290,11 @@ def test_admin_switch_stop_auto(srv: Running) -> None:
     assert c.request(op="stop")["active"] == "kernel"
     assert srv.backend.kernel_state().state == "disabled"
     assert c.request(op="switch", scheduler="auto")["active"] == "gaming"
-    assert c.request(op="switch", scheduler="nope")["error"]["code"] == "unknown_scheduler"
+    unknown = c.request(op="switch", scheduler="nope")["error"]
+    assert unknown["code"] == "unknown_scheduler"
+    # what may be asked for, as an unknown hint's error lists the hint rules
+    names = ", ".join([*srv.config.schedulers, "kernel", "auto"])
+    assert unknown["message"] == f"no scheduler 'nope' (known: {names})", unknown
 
 
 def test_admin_switch_reports_verifier_log() -> None:

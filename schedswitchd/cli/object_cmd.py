@@ -32,9 +32,11 @@ verifier log to stderr and ``--json`` prints
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ from schedswitchd.errors import (
     ObjectError,
     SchedSwitchError,
 )
+from schedswitchd.kernel import sched_ext
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.pins import pin_object, unpin_directory
@@ -437,6 +440,26 @@ def _load(args: argparse.Namespace) -> int:
         raise LoadError(f"{exc} (--verbose prints the full verifier log)") from exc
 
 
+@contextlib.contextmanager
+def _sched_ext_note(spec: ObjectSpec) -> Iterator[None]:
+    """A :class:`LoadError` of a sched_ext scheduler on a kernel without sched_ext (its
+    kfuncs and ``sched_ext_ops`` are absent from vmlinux) says so, as the daemon does,
+    rather than leaving the user to infer it from a missing kfunc."""
+    try:
+        yield
+    except LoadError as exc:
+        is_scheduler = any(
+            m.struct_ops is not None and m.struct_ops.type_name == "sched_ext_ops"
+            for m in spec.struct_ops_maps
+        )
+        if not is_scheduler or sched_ext.available() or getattr(exc, "verifier_log", None):
+            raise
+        raise LoadError(
+            f"{exc} (this kernel has no sched_ext: {sched_ext.SCHED_EXT_ROOT} is missing, "
+            "CONFIG_SCHED_CLASS_EXT is not set; `object inspect` works without it)"
+        ) from exc
+
+
 def _load_and_print(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.object)
     spec.link_programs()  # a malformed program is reported before anything is loaded
@@ -459,9 +482,12 @@ def _load_and_print(args: argparse.Namespace) -> int:
     targets = registry.targets(spec.kmod_btfs)
     pins: dict[str, str] = {}
     stats: dict[str, int] = {}
-    with load_object(
-        spec, targets, open_btf_object=registry.open_btf_object, fill_enums=args.fill_enums
-    ) as obj:
+    with (
+        _sched_ext_note(spec),
+        load_object(
+            spec, targets, open_btf_object=registry.open_btf_object, fill_enums=args.fill_enums
+        ) as obj,
+    ):
         if profiled is not None:
             run_before_attach(obj, profiled.plan)
         if obj.struct_ops_values:

@@ -140,3 +140,23 @@ def test_required_ops_flag_refused_on_a_kernel_without_sched_ext(
     assert "required flag SCX_OPS_ENQ_LAST" in err and "no enum scx_ops_flags" in err, err
     assert main(["object", "load", _obj(), "--ops-flag", "SCX_OPS_ENQ_LAST"]) == 1
     assert "no struct sched_ext_ops" in capsys.readouterr().err
+
+
+def test_a_scheduler_on_a_kernel_without_sched_ext_says_why_it_cannot_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On the host kernel a sched_ext scheduler fails at its first kfunc; the one-line error
+    says the kernel has no sched_ext (as the daemon does), still code ``load``. An object
+    that is not a scheduler loads as before (test_load_without_pin_leaves_nothing)."""
+    if Path("/sys/kernel/sched_ext").exists():
+        pytest.skip("this kernel has sched_ext")
+    fifo = OBJ.parents[2] / "bpf" / "fifo.bpf.o"
+    if not fifo.is_file():
+        missing_build_output(fifo, "schedulers")
+    assert main(["object", "load", str(fifo)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not found in kernel BTF" in err, err
+    assert "this kernel has no sched_ext" in err and "CONFIG_SCHED_CLASS_EXT" in err, err
+    assert main(["object", "load", str(fifo), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["code"] == "load" and "no sched_ext" in out["error"]["message"]

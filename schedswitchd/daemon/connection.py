@@ -289,7 +289,10 @@ class Connection(asyncio.Protocol):
                 del data
                 if self.early_reply:  # a hint answered while its switch goes on
                     self.early_reply = False
-                    server.reconciler.reply_sent()
+                    transport = self._transport
+                    server.reconciler.reply_sent(
+                        transport.get_extra_info("socket") if transport is not None else None
+                    )
                 if not sent or self._closing:
                     break
                 self._idle_since = server.timer.time()

@@ -17,8 +17,10 @@ hint that landed while it waited for the worker before its decision, or before a
 switch's next candidate was chosen, and answers it; a hint that landed after the decision
 is answered by the next pass. A hint waits only
 until that pass's switch has the new scheduler running (``early``): the switcher calls back
-the moment the kernel confirmed it ``enabled``, and the reply goes out while the worker
-pins it, frees the previous one, finishes the pass and refills the standby pool. Should
+the moment the kernel confirmed it ``enabled``, and the reply goes out; once it is written
+and its client has read it (bounded: :data:`REPLY_WAIT_S`, :data:`REPLY_TAKEN_WAIT_S`),
+the worker pins it, frees the previous one, finishes the pass and refills the standby
+pool. Should
 that rest fail (a pin), the switch rolls back as before and the pass backs the scheduler
 off; ``status`` shows the final record.
 
@@ -50,7 +52,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -87,6 +92,14 @@ RESTART_WINDOW_NS = 60 * NS_PER_S
 #: to be written before it goes on (pins, freeing the old scheduler), s: the default of
 #: ``Reconciler(reply_wait_s=...)``.
 REPLY_WAIT_S = 0.25
+#: ... and then, at most, until their clients took them (read them from their sockets), s
+#: (the default of ``Reconciler(reply_taken_wait_s=...)``): on a machine with few cores
+#: the switch's remaining work (the RCU window's end, the watch's reads, pins, freeing the
+#: old scheduler) otherwise shares the CPU with the client reading its reply. A client
+#: that reads at once (any machine with a core to spare) is not waited for.
+REPLY_TAKEN_WAIT_S = 0.05
+#: How often the worker looks whether a written reply was taken, s.
+REPLY_TAKEN_POLL_S = 0.002
 #: What the direct path's worker call returns when another program's scheduler runs.
 _FOREIGN = "foreign"
 
@@ -100,7 +113,9 @@ class Reconciler:
     backend's notifications (s); ``clock``: monotonic ns; ``timer``: where the safety-net
     poll is armed (default: the event loop :meth:`start` runs on; tests pass one they
     move); ``reply_wait_s``: how long a switch's worker waits, at most, for the replies its
-    ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`).
+    ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`);
+    ``reply_taken_wait_s``: then, at most, for their clients to read them (s,
+    :data:`REPLY_TAKEN_WAIT_S`).
     """
 
     def __init__(
@@ -113,6 +128,7 @@ class Reconciler:
         clock: Clock = time.monotonic_ns,
         timer: Timer | None = None,
         reply_wait_s: float = REPLY_WAIT_S,
+        reply_taken_wait_s: float = REPLY_TAKEN_WAIT_S,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -121,6 +137,7 @@ class Reconciler:
         self.clock = clock
         self._timer = timer
         self.reply_wait_s = reply_wait_s
+        self.reply_taken_wait_s = reply_taken_wait_s
         #: The safety-net poll's next call on ``timer`` (:meth:`_poll`).
         self._poll_call: Cancellable | None = None
         self.policy = Policy(rules=config.hints, default=config.default)
@@ -353,26 +370,32 @@ class Reconciler:
         if loop is None:
             return
         written = threading.Event()
+        taken: list[Any] = []
         try:
-            loop.call_soon_threadsafe(self._enabled, gen, written)
+            loop.call_soon_threadsafe(self._enabled, gen, written, taken)
         except RuntimeError:  # the loop is closed: the daemon is stopping
             return
-        written.wait(self.reply_wait_s)
+        if written.wait(self.reply_wait_s):
+            _wait_taken(taken, self.reply_taken_wait_s)
 
-    def _enabled(self, gen: int, written: threading.Event) -> None:
+    def _enabled(self, gen: int, written: threading.Event, taken: list[Any]) -> None:
         released = self._release_waiters(gen, early_only=True)
         if self._reply_gate is not None:
             self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
-        self._reply_gate = [released, written] if released else None
+        self._reply_gate = [released, written, taken] if released else None
         if not released:
             written.set()
 
-    def reply_sent(self) -> None:
-        """The server wrote the reply of a request that waited with ``early``: once all
-        the replies a switch released are out, its worker goes on."""
+    def reply_sent(self, sock: Any = None) -> None:
+        """The server wrote the reply of a request that waited with ``early`` to ``sock``
+        (the connection's socket, or ``None``): once all the replies a switch released are
+        out, its worker goes on -- once their clients read them from their sockets, or
+        after ``reply_taken_wait_s`` at most."""
         gate = self._reply_gate
         if gate is None:
             return
+        if sock is not None:
+            gate[2].append(sock)
         gate[0] -= 1
         if gate[0] <= 0:
             gate[1].set()
@@ -544,11 +567,13 @@ class Reconciler:
 
         def on_enabled(record: SwitchRecord) -> None:  # the worker thread
             written = threading.Event()
+            taken: list[Any] = []
             try:
-                loop.call_soon_threadsafe(self._direct_enabled, running, record, written)
+                loop.call_soon_threadsafe(self._direct_enabled, running, record, written, taken)
             except RuntimeError:  # the loop is closed: the daemon is stopping
                 return
-            written.wait(self.reply_wait_s)
+            if written.wait(self.reply_wait_s):
+                _wait_taken(taken, self.reply_taken_wait_s)
 
         def done(work: asyncio.Future[Any]) -> None:
             self._direct_done(work, target)
@@ -606,6 +631,7 @@ class Reconciler:
         running: asyncio.Future[SwitchRecord | None],
         record: SwitchRecord,
         written: threading.Event,
+        taken: list[Any],
     ) -> None:
         """On the loop: the direct switch's scheduler runs; answer the hint, and let the
         worker go on once its reply is written (:meth:`reply_sent`)."""
@@ -615,7 +641,7 @@ class Reconciler:
             self._reply_gate = None
             written.set()
             return
-        self._reply_gate = [1, written]
+        self._reply_gate = [1, written, taken]
         running.set_result(record)
 
     def _direct_done(self, work: asyncio.Future[Any], target: str) -> None:
@@ -842,3 +868,30 @@ class Reconciler:
         if self.policy.override is not None:
             text += f"; admin override {self.policy.override}"
         return text
+
+
+def _unread(sock: Any) -> int:
+    """Bytes written to ``sock`` (a connected ``AF_UNIX`` stream socket, or asyncio's view
+    of one) that its peer has not read yet: ``SIOCOUTQ`` (``unix(7)``: for a Unix socket
+    the data stays charged to the sender until the receiver consumed it). 0 once the socket
+    is closed or the call fails."""
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return 0
+        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    value: int = struct.unpack("i", out)[0]
+    return value
+
+
+def _wait_taken(socks: list[Any], bound_s: float) -> bool:
+    """On the worker, after its replies were written: until their clients read them from
+    ``socks``, at most ``bound_s`` s; True if they did."""
+    deadline = time.monotonic() + bound_s
+    while any(_unread(sock) for sock in socks):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(REPLY_TAKEN_POLL_S)
+    return True

@@ -162,6 +162,7 @@ class Running:
         timer: FakeTimer | None = None,
         poll_timer: FakeTimer | None = None,
         reply_wait_s: float | None = None,
+        reply_taken_wait_s: float | None = None,
         collect_idle_delay_s: float | None = None,
         **overrides: Any,
     ) -> None:
@@ -171,9 +172,9 @@ class Running:
         (:meth:`advance`); ``poll_timer``: the reconciler's safety-net poll, every
         :data:`POLL_S` (default: the event loop's real time), e.g. a :class:`FakeTimer` that
         stands still, so that only the test's requests and kicks start passes, or that the
-        test moves (:meth:`advance_poll`); ``reply_wait_s``, ``collect_idle_delay_s``: the
-        reconciler's and the server's (default: theirs); ``overrides``: :func:`make_config`
-        keywords."""
+        test moves (:meth:`advance_poll`); ``reply_wait_s``, ``reply_taken_wait_s``,
+        ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
+        ``overrides``: :func:`make_config` keywords."""
         self.clock = clock
         self.timer = timer
         self.poll_timer = poll_timer
@@ -184,6 +185,8 @@ class Running:
             self._reconciler_options["timer"] = poll_timer
         if reply_wait_s is not None:
             self._reconciler_options["reply_wait_s"] = reply_wait_s
+        if reply_taken_wait_s is not None:
+            self._reconciler_options["reply_taken_wait_s"] = reply_taken_wait_s
         self._server_options: dict[str, Any] = {}
         if collect_idle_delay_s is not None:
             self._server_options["collect_idle_delay_s"] = collect_idle_delay_s

@@ -6,9 +6,12 @@ moves): only the test's requests and kicks start reconcile passes.
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import select
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -233,6 +236,35 @@ def test_the_switch_goes_on_once_the_hint_reply_is_written(start: Start) -> None
     reply = c.recv_line()
     assert reply is not None and reply["active"] == "fifo", reply
     assert seen == [("attach fifo", False), ("pin fifo", True)]
+    c.close()
+
+
+@pytest.mark.parametrize("standby", [False, True], ids=["pass", "standby-hit"])
+def test_the_switch_goes_on_once_the_client_took_its_reply(start: Start, standby: bool) -> None:
+    """After the hint's reply is written, the worker waits (bounded; 10 s here) until the
+    client has read it before it goes on (the RCU window's end, pin, freeing the old
+    scheduler): a client that reads its reply 0.3 s late has nothing left unread on its
+    socket when the pin begins. Through a pass and through a standby hit's direct path."""
+    srv = start(default="fifo", reply_taken_wait_s=10.0)
+    c = _prepared(srv) if standby else srv.client()
+    unread_at_pin: list[int] = []
+
+    def at_call(call: str) -> None:
+        if call == "pin gaming":
+            got = fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            unread_at_pin.append(struct.unpack("i", got)[0])
+
+    srv.backend.on_call = at_call
+    c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+    readable, _, _ = select.select([c.sock], [], [], 10)
+    assert readable
+    time.sleep(0.3)  # a slow client: a worker that did not wait would pin meanwhile
+    reply = c.recv_line()
+    assert reply is not None and reply["active"] == "gaming", reply
+    assert reply["switch"]["standby"] is standby
+    srv.wait_for(lambda s: s.switcher.history[-1].finished)
+    srv.backend.on_call = None
+    assert unread_at_pin == [0]
     c.close()
 
 

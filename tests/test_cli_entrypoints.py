@@ -143,3 +143,13 @@ def test_a_malformed_set_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> Non
     err = capsys.readouterr().err
     assert "--set: wants VAR=VALUE or MAP.MEMBER=VALUE, got 'bad'" in err, err
     assert "nonexistent" not in err.splitlines()[-1]
+
+
+def test_profile_list_keeps_its_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every shipped profile's path starts in the same column (lavd's five modes pushed its
+    path out of line when the modes column had a fixed width)."""
+    assert ctl.main(["profile", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 9 and any(line.startswith("lavd ") for line in lines)
+    starts = {line.index("/") for line in lines}
+    assert len(starts) == 1, lines

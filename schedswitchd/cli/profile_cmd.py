@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from schedswitchd.errors import SchedSwitchError
@@ -77,13 +78,23 @@ def register(
 
 
 def _list(args: argparse.Namespace) -> int:
+    rows: list[tuple[str, str, Path]] = []
     for name, path in shipped_profiles().items():
         try:
             prof = load_profile(path)
-            modes = ", ".join(prof.modes) or "-"
-            print(f"{name:14} modes: {modes:32} {path}")
         except SchedSwitchError as exc:
-            print(f"{name:14} INVALID: {exc}")
+            rows.append((name, f"INVALID: {exc}", path))
+            continue
+        rows.append((name, "modes: " + (", ".join(prof.modes) or "-"), path))
+    # Columns as wide as their longest entry: a fixed width let a long mode list (lavd's
+    # five) push its path out of line.
+    name_w = max((len(n) for n, _, _ in rows), default=0)
+    modes_w = max((len(m) for _, m, _ in rows if not m.startswith("INVALID")), default=0)
+    for name, modes, path in rows:
+        if modes.startswith("INVALID"):
+            print(f"{name:{name_w}}  {modes} ({path})")
+        else:
+            print(f"{name:{name_w}}  {modes:{modes_w}}  {path}")
     return 0
 
 

@@ -237,8 +237,10 @@ class Running:
 
     def passes(self, n: int = 1) -> None:
         """Run ``n`` reconcile passes now, one after the other: each kicks the reconciler and
-        waits until that pass has settled. What the safety-net poll does every ``poll_s``,
-        without sleeping for it (tests that say "nothing happens on later passes")."""
+        waits until a pass that decided after the kick has settled. What the safety-net
+        poll does every ``poll_s``, without sleeping for it (tests that say "nothing happens
+        on later passes"). Returns once no pass is under way or kicked: a pass already under
+        way can settle a kick (it decided after it), and the pass the kick started follows."""
         assert self.server is not None
         reconciler = self.server.reconciler
 
@@ -249,6 +251,8 @@ class Running:
 
         for _ in range(n):
             assert self.run(one(), timeout=30), "a reconcile pass did not settle"
+        # The reconciler's own kick flag, read (a pass begins as soon as it is set).
+        self.wait_for(lambda s: not s.reconciler.busy and not s.reconciler._wake.is_set())
 
     def advance(self, seconds: float) -> None:
         """Move the :class:`FakeTimer` given at the start ``seconds`` forward, on the

@@ -7,6 +7,16 @@ code (``SchedSwitchError.code``), so the branches are part of the wire contract.
 from __future__ import annotations
 
 
+def unreadable(exc: OSError, expected: str) -> str:
+    """Why a file could not be opened or read, and what was expected there, without the
+    file's path: the caller names the path once, in its own words. ``exc.strerror`` (e.g.
+    ``No such file or directory``, from errno) is used rather than ``str(exc)``, which
+    repeats the path (``[Errno 2] No such file or directory: '/x.o'``).
+    -> ``"No such file or directory (expected a BPF ELF object)"``."""
+    reason = exc.strerror or type(exc).__name__
+    return f"{reason} (expected {expected})"
+
+
 class SchedSwitchError(Exception):
     """Root of every error schedswitchd raises on purpose.
 

@@ -54,9 +54,11 @@ from schedswitchd.bpf.subprogs import (
     classify_relocs,
     collect_functions,
 )
-from schedswitchd.errors import BtfError, ObjectError
+from schedswitchd.errors import BtfError, ObjectError, unreadable
 
 ARENA_SEC = ".addr_space.1"
+#: What a scheduler's ``object`` path must hold, said when the file cannot be read.
+OBJECT_FILE = "a .bpf.o BPF ELF object, or an executable embedding one"
 
 __all__ = ["open_object", "open_object_noted"]
 
@@ -129,7 +131,8 @@ def _open_source(
         with open(path, "rb") as f:
             return _open_file(f, name or _object_name(path), path, path)
     except OSError as exc:
-        raise ObjectError(f"cannot read BPF object {path!r}: {exc}") from exc
+        why = unreadable(exc, OBJECT_FILE)
+        raise ObjectError(f"cannot read BPF object {path!r}: {why}") from exc
     except (ObjectError, BtfError) as exc:  # name the file: callers open many
         if str(exc).startswith(path):
             raise

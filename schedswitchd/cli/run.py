@@ -35,7 +35,7 @@ from schedswitchd.daemon.launcher_wire import (
     hint_summary,
 )
 from schedswitchd.entry import run_entry
-from schedswitchd.errors import SchedSwitchError
+from schedswitchd.errors import SchedSwitchError, unreadable
 
 # Neither argparse nor typing is imported on the usual launch line (see _quick_parse);
 # annotations are strings (PEP 563) and mypy reads this block.
@@ -272,7 +272,8 @@ def _run(workload: str, socket: str | None, quiet: bool, command: list[str]) -> 
         )
     except OSError as exc:
         holder.release()
-        print(f"schedswitch-run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        why = unreadable(exc, "an executable: a path, or a name found in $PATH")
+        print(f"schedswitch-run: cannot run {command[0]}: {why}", file=sys.stderr)
         return 127
     reaped = False
 

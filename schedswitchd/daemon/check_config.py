@@ -108,8 +108,21 @@ def inspect_object(
         )
         notes.extend(flag_notes)
     except SchedSwitchError as exc:
-        problems.extend(str(exc).splitlines())
+        problems.extend(_path_dropped(str(exc), spec.object).splitlines())
     return problems, notes
+
+
+def _path_dropped(message: str, path: str) -> str:
+    """``message`` without the object's path where it leads: the report's line for the
+    scheduler names the path already (``fifo: FAILED [object] PATH``), so its problem
+    lines need not say it again. Other paths (a profile's, a module's) stay."""
+    for prefix, instead in (
+        (f"{path}: ", ""),
+        (f"cannot read BPF object {path!r}: ", "cannot read: "),
+    ):
+        if message.startswith(prefix):
+            return instead + message.removeprefix(prefix)
+    return message
 
 
 def check_config(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from schedswitchd.bpf.ops_flags import OpsFlag
 from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR as MODE_SEPARATOR
 from schedswitchd.daemon.launcher_wire import NAME_PATTERN as NAME_PATTERN
-from schedswitchd.errors import ConfigError
+from schedswitchd.errors import ConfigError, unreadable
 
 #: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
 KERNEL = "kernel"
@@ -515,7 +515,8 @@ def load_config(path: str | Path) -> Config:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        why = unreadable(exc, "the daemon's TOML configuration file")
+        raise ConfigError(f"{path}: cannot read: {why}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8") from None
     try:

@@ -585,7 +585,7 @@ class KernelBackend:
             try:
                 opened = self.specs.open(cfg.object)
             except SchedSwitchError as exc:
-                log.warning("cannot pre-open %s (%s): %s", name, cfg.object, exc)
+                log.warning("cannot pre-open %s: %s", name, exc)  # the error names the file
                 continue
             if not opened.cached:
                 self._count("preopens")

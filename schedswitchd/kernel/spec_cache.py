@@ -13,9 +13,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from schedswitchd.bpf.object import open_object_noted
+from schedswitchd.bpf.object import OBJECT_FILE, open_object_noted
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.errors import ObjectError
+from schedswitchd.errors import BtfError, ObjectError, unreadable
 from schedswitchd.kernel.lru import BoundedLru, LruStats
 
 #: Default bounds: a daemon config names a handful of schedulers.
@@ -83,7 +83,8 @@ class SpecCache:
         its programs linked (:meth:`~schedswitchd.bpf.spec.ObjectSpec.link_programs`).
 
         Raises :class:`~schedswitchd.errors.ObjectError` when the file cannot be read or is
-        not a valid BPF object, :class:`~schedswitchd.errors.BtfError` for bad ``.BTF``.
+        not a valid BPF object, :class:`~schedswitchd.errors.BtfError` for bad ``.BTF``;
+        either names ``path`` once.
         """
         real = os.path.realpath(path)
         start = time.perf_counter_ns()
@@ -103,8 +104,12 @@ class SpecCache:
                 spec.link_programs()
         except OSError as exc:
             raise ObjectError(
-                f"cannot read BPF object {os.fspath(path)!r}: {exc.strerror}"
+                f"cannot read BPF object {os.fspath(path)!r}: {unreadable(exc, OBJECT_FILE)}"
             ) from exc
+        except (ObjectError, BtfError) as exc:
+            # opened from the file, so the error does not say which one: name it once, as
+            # open_object(path) does (a daemon opens many)
+            raise type(exc)(f"{os.fspath(path)}: {exc}") from exc
         self._lru.put(key, (spec, note), st.st_size)
         return OpenedSpec(spec, key, False, time.perf_counter_ns() - start, note)
 

@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from schedswitchd.errors import ProfileError
+from schedswitchd.errors import ProfileError, unreadable
 from schedswitchd.profile.expr import CompiledExpr, ExprError, compile_expr
 
 __all__ = [
@@ -61,6 +61,8 @@ INSTALLED_DIR = Path("/etc/schedswitchd/profiles")
 #: The profiles shipped in the source tree (``config/profiles``).
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "config" / "profiles"
 
+#: What a profile path must hold, said when it cannot be read (docs/profiles.md).
+PROFILE_FILE = "a scheduler profile's .toml file"
 FOR_EACH_KINDS = ("cpu", "online_cpu", "smt_pair", "core", "llc", "node")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SECTION = re.compile(r"^\.(data|bss|rodata)\.[A-Za-z0-9_.]{1,120}$")
@@ -387,7 +389,7 @@ def load_profile(path: str | Path) -> Profile:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ProfileError(f"{path}: cannot read: {unreadable(exc, PROFILE_FILE)}") from None
     return parse_profile(data, str(path))
 
 
@@ -413,7 +415,8 @@ def find_profile(
         if not p.is_absolute() and base is not None:
             p = base / p
         if not p.is_file():
-            raise ProfileError(f"profile file {str(p)!r} does not exist")
+            why = "is not a regular file" if p.exists() else "does not exist"
+            raise ProfileError(f"profile file {str(p)!r} {why} (expected {PROFILE_FILE})")
         return p.resolve()
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", ref):
         raise ProfileError(f"{ref!r} is neither a profile name nor a path")

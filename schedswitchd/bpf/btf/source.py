@@ -12,10 +12,12 @@ import mmap
 import os
 import struct
 
-from schedswitchd.errors import BtfError
+from schedswitchd.errors import BtfError, unreadable
 
 __all__ = ["elf_section", "load_btf_bytes"]
 
+#: What a BTF path must hold, said when it cannot be read.
+BTF_FILE = "raw BTF, or an ELF file with a .BTF section, also xz-compressed"
 _ELF_MAGIC = b"\x7fELF"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 _SHT_NOBITS = 8
@@ -34,7 +36,7 @@ def load_btf_bytes(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
     try:
         fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise BtfError(f"cannot open BTF file: {e.strerror}", where=p) from e
+        raise BtfError(f"cannot open BTF file: {unreadable(e, BTF_FILE)}", where=p) from e
     try:
         head = os.pread(fd, 8, 0)
         if head.startswith(_XZ_MAGIC):
@@ -63,7 +65,7 @@ def load_btf_bytes(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
         except (OSError, ValueError):
             return _read_all(fd, p)
     except OSError as e:
-        raise BtfError(f"cannot read BTF file: {e.strerror}", where=p) from e
+        raise BtfError(f"cannot read BTF file: {unreadable(e, BTF_FILE)}", where=p) from e
     finally:
         os.close(fd)
 

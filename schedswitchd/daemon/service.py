@@ -283,9 +283,9 @@ _EPILOG = (
     "SIGHUP re-reads the configuration.\n"
     "\n"
     "Exit status: 0 stopped by a signal, or --print-schema, or --check-config found every\n"
-    "scheduler fine; 1 the configuration does not load, --check-config found a problem, or\n"
-    "the daemon could not start (its socket, the kernel side); 2 bad usage; 141 the output\n"
-    "pipe was closed."
+    "scheduler fine; 1 the configuration (or --sysfs's topology) does not load,\n"
+    "--check-config found a problem, or the daemon could not start (its socket, the kernel\n"
+    "side); 2 bad usage; 141 the output pipe was closed."
 )
 
 
@@ -367,6 +367,15 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
     if args.check_config:
         backend: SchedulerBackend | None = None
         if args.sysfs != "/sys":
+            # A tree asked for by name must be one, whether or not a scheduler has a profile
+            # to resolve for it: a mistyped path would otherwise pass unnoticed.
+            from schedswitchd.profile.topology import TopologyError, read_topology
+
+            try:
+                read_topology(args.sysfs)
+            except TopologyError as exc:
+                print(f"schedswitchd: --sysfs: {exc}", file=sys.stderr)
+                return 1
             # Profiles resolved for another machine's topology: loading them here would
             # compute this machine's values instead (the backend reads /sys).
             print(f"schedswitchd: profiles resolved for {args.sysfs}; static checks only")

@@ -284,9 +284,12 @@ def _groups(members: dict[int, list[int]], nbytes: int) -> tuple[CpuGroup, ...]:
 
 def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:
     """Read the topology under ``sysfs_root`` (its ``devices/system/cpu`` and
-    ``devices/system/node``). Raises :class:`TopologyError` when ``possible`` or
-    ``online`` is missing or a file does not parse."""
+    ``devices/system/node``). Raises :class:`TopologyError` when ``sysfs_root`` is not a
+    directory, ``possible`` or ``online`` is missing or a file does not parse."""
     root = Path(sysfs_root)
+    if not root.is_dir():
+        why = "is not a directory" if root.exists() else "does not exist"
+        raise TopologyError(f"{root} {why} (expected a sysfs tree: devices/system/cpu/possible)")
     cpu_root = root / "devices" / "system" / "cpu"
     possible_txt = _read(cpu_root / "possible")
     if possible_txt is None:

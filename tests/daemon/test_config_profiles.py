@@ -231,3 +231,28 @@ def test_check_config_command_with_another_sysfs(
     )
     assert main(["--config", str(path), "--check-config", "--sysfs", str(sysfs)]) == 1
     assert "demo@gaming: FAILED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["missing", "not sysfs"])
+def test_check_config_refuses_a_sysfs_tree_that_is_not_one(
+    obj: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """``--sysfs ROOT`` names a tree that does not exist, or holds no topology: exit 1 (as
+    for a configuration that does not load) with the reason, also when no scheduler has a
+    profile to resolve for it (the old code then checked the objects and exited 0)."""
+    from schedswitchd.daemon.service import main
+
+    root = tmp_path / "nosys"
+    if kind == "not sysfs":
+        root.mkdir()
+    path = tmp_path / "s.toml"
+    path.write_text(f"[schedulers.demo]\nobject = '{obj}'\n")  # no profile
+    assert main(["--config", str(path), "--check-config", "--sysfs", str(root)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing was checked
+    expected = (
+        f"{root} does not exist (expected a sysfs tree: devices/system/cpu/possible)"
+        if kind == "missing"
+        else f"{root}/devices/system/cpu/possible is missing: not a sysfs tree"
+    )
+    assert captured.err == f"schedswitchd: --sysfs: {expected}\n"

@@ -49,7 +49,7 @@ void BPF_PROG(ss_fifo_enqueue, struct task_struct *p, u64 enq_flags)
 	u64 n = __sync_fetch_and_add(&nr_enqueued, 1) + 1;
 
 	if (error_after && n == error_after)
-		scx_error("ss_fifo: injected error after %llu enqueues", n);
+		scx_error("injected error after %llu enqueues", n);
 	scx_bpf_dsq_insert(p, SCX_DSQ_GLOBAL, slice_ns, enq_flags);
 }
 

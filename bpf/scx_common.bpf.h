@@ -79,7 +79,9 @@ extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
 
 /*
  * scx_error(fmt, args...): make the kernel eject this scheduler with SCX_EXIT_ERROR_BPF and
- * the formatted message (at most 12 u64 arguments, as bpf_seq_printf()).
+ * the formatted message (at most 12 u64 arguments, as bpf_seq_printf()). The kernel logs
+ * it after the scheduler's name ("sched_ext: ss_fifo: MESSAGE", the disable path of
+ * kernel/sched/ext.c), so a message need not name the scheduler.
  */
 #define scx_error(fmt, args...)                                                        \
 	({                                                                              \

@@ -170,4 +170,8 @@ def test_error_injection_ejects(vm_steps: vm.StepsResult) -> None:
     assert uei["recorded"] == 1
     assert uei["kind"] == 1025  # SCX_EXIT_ERROR_BPF
     assert uei["reason"] == "scx_bpf_error"
-    assert uei["msg"] == f"ss_fifo: injected error after {ERROR_AFTER} enqueues"
+    message = f"injected error after {ERROR_AFTER} enqueues"
+    assert uei["msg"] == message
+    # the kernel logs the message after the scheduler's name: once, not "ss_fifo: ss_fifo:"
+    assert f"sched_ext: ss_fifo: {message}" in out
+    assert "ss_fifo: ss_fifo:" not in out

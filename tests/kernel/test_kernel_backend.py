@@ -38,10 +38,13 @@ from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
 from tests.fs_events import FileEvents
 from tests.kernel.fake_sched_ext import TCP_LIST, FakeSchedExt
+from tests.kernel.unique_ops import ca_name, unique_object
 
 pytestmark = pytest.mark.root
 
 TCP = "tcp_congestion_ops"
+#: The congestion controls this process registers (kernel-wide names: unique_ops.py).
+UEI, HOOKS = ca_name("ssd_uei"), ca_name("ssd_hooks")
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +54,15 @@ def registry() -> KernelBtfRegistry:
 
 @pytest.fixture(scope="session")
 def bpf_object() -> Callable[[str], Path]:
-    """``bpf_object("uei")`` -> ``build/tests/bpf/uei.bpf.o`` (built by ``make test``)."""
+    """``bpf_object("uei")`` -> a copy of ``build/tests/bpf/uei.bpf.o`` (built by ``make
+    test``) whose congestion controls carry this process's names (:data:`UEI`, ...:
+    tests/kernel/unique_ops.py), so that a suite running beside this one registers others."""
 
     def find(name: str) -> Path:
         obj = BPF_BUILD_DIR / f"{name}.bpf.o"
         if not obj.is_file():
             missing_build_output(obj, "test-objects")
-        return obj
+        return unique_object(obj)
 
     return find
 
@@ -140,7 +145,7 @@ def test_prepare_loads_with_config_and_timings(
     )
     h = backend.prepare("uei", cfg)
     try:
-        assert h.ops_name == "ssd_uei" and h.ops_map == "ssd_uei"
+        assert h.ops_name == UEI and h.ops_map == "ssd_uei"  # the name, the variable
         assert h.loaded is not None and set(h.loaded.programs) >= {"ssd_uei_ssthresh"}
         for phase in ("open", "customize", "kmod_btfs", "load", "load.maps"):
             assert h.timings_ns[phase] >= 0, phase
@@ -278,7 +283,7 @@ def test_uei_layout_absent_and_names(bpf_object: Callable[[str], Path]) -> None:
     spec = SpecCache().open(bpf_object("struct_ops")).spec
     assert uei_layout(spec) is None
     uspec = SpecCache().open(bpf_object("uei")).spec
-    assert ops_name_of(uspec, sched_ext_map(uspec, TCP)) == "ssd_uei"
+    assert ops_name_of(uspec, sched_ext_map(uspec, TCP)) == UEI
 
 
 def test_attach_refused_with_ebusy_says_what_runs(
@@ -295,7 +300,7 @@ def test_attach_refused_with_ebusy_says_what_runs(
         ):
             backend.attach(h, 0.2)
         assert not _attached(h) and h.link() is None
-        assert backend.pins.names() == [] and _registered("ssd_uei", False)
+        assert backend.pins.names() == [] and _registered(UEI, False)
         sched_ext.disable()
         sched_ext.busy_next = True  # EBUSY while disabled: a teardown in flight
         with pytest.raises(SchedExtError, match="refused with EBUSY"):
@@ -304,7 +309,7 @@ def test_attach_refused_with_ebusy_says_what_runs(
         assert backend.counters()["attach_failures"] == 2 and sched_ext.creates == 0
         # nothing of the refusals stays in the way: once sched_ext lets it, it attaches
         backend.attach(h, 2.0)
-        assert _attached(h) and _registered("ssd_uei", True)
+        assert _attached(h) and _registered(UEI, True)
     finally:
         backend.discard(h)
 
@@ -315,11 +320,11 @@ def test_attach_when_someone_else_runs_is_undone(
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
         _set_state(scx_root, "enabled", "other_sched")
-        with pytest.raises(SchedExtError, match="the kernel runs 'other_sched', not 'ssd_uei'"):
+        with pytest.raises(SchedExtError, match=f"the kernel runs 'other_sched', not '{UEI}'"):
             backend.attach(h, 0.2)
         assert not h.attached and h.link() is None
         assert backend.pins.names() == []
-        assert _registered("ssd_uei", False)
+        assert _registered(UEI, False)
     finally:
         _set_state(scx_root, "disabled", None)
         backend.discard(h)
@@ -347,7 +352,7 @@ def test_attach_undone_when_the_kernel_does_not_run_it(
             # never pinned (no directory made under the pin root): pins follow the attach
             assert backend.pins.names() == [] and pins.of("os.mkdir") == []
         (scx_root / "state").write_text("disabled\n")
-        assert _registered("ssd_uei", False)
+        assert _registered(UEI, False)
         assert backend.counters()["attach_failures"] == 2
     finally:
         (scx_root / "state").write_text("disabled\n")
@@ -381,14 +386,14 @@ def test_attach_detach_pins_and_reattach(
                 assert syscall.link_info(pinned).type == bpf_uapi.LinkType.STRUCT_OPS
             finally:
                 pinned.close()
-            assert _registered("ssd_uei", True)
+            assert _registered(UEI, True)
             assert {"attach.link", "attach.confirm", "attach.pin"} <= set(h.timings_ns)
             assert {"attach.link_ns", "attach.confirm_ns", "attach.pin_ns"} <= set(
                 backend.counters()
             )
             backend.detach(h, 2.0)
             assert not _attached(h) and h.release_pending
-            assert _registered("ssd_uei", False)  # synchronous, although still pinned
+            assert _registered(UEI, False)  # synchronous, although still pinned
             assert backend.pins.names() == ["uei"]
             pinned = syscall.obj_get(backend.pins.path("uei") / "link")
             try:
@@ -432,7 +437,7 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
             assert syscall.link_info(pinned).id == syscall.link_info(new_link).id
         finally:
             pinned.close()
-        assert _registered("ssd_uei", True)
+        assert _registered(UEI, True)
     finally:
         backend.discard(old)
         backend.discard(new)
@@ -470,7 +475,7 @@ def test_gap_work_is_two_syscalls_and_two_reads(
             assert syscall.STATS.calls - calls == 1 and sched_ext.detach_calls == 1
             assert sysfs.paths("read") == [] and pins.events == []
             # the old link is detached; only now may a scheduler of the same name register
-            assert _registered("ssd_uei", False)
+            assert _registered(UEI, False)
             calls = syscall.STATS.calls
             enabled_ns = backend.attach(new, 2.0)
             assert syscall.STATS.calls - calls == 1 and sched_ext.creates == 2
@@ -503,7 +508,7 @@ def test_detach_falls_back_to_close_without_link_detach(
             backend.detach(h, 2.0)
             assert not _attached(h) and not h.release_pending and h.link() is None
             assert backend.pins.names() == []
-            assert _registered("ssd_uei", False)
+            assert _registered(UEI, False)
             assert {"detach.unpin", "detach.link_close", "detach.disable_wait"} <= set(h.timings_ns)
             assert "detach.link_detach" not in h.timings_ns
         assert sched_ext.detach_calls == 1
@@ -523,7 +528,7 @@ def test_pins_survive_the_handle_and_adopt_cleans_stale(
     (backend.pins.root / "junk").mkdir()
     link_id = syscall.link_info(link).id
     h.close()  # as if the daemon died: only the pins hold the link now
-    assert _registered("ssd_uei", True)
+    assert _registered(UEI, True)
     pinned = PinDir(backend.pins.root).open("uei")
     assert pinned is not None and pinned.exit_map is not None
     assert syscall.link_info(pinned.link).id == link_id
@@ -534,7 +539,7 @@ def test_pins_survive_the_handle_and_adopt_cleans_stale(
     assert backend.adopt(cfg) is None
     assert backend.pins.names() == []
     assert backend.counters()["stale_pins_removed"] == 2
-    assert _registered("ssd_uei", False)
+    assert _registered(UEI, False)
 
 
 def test_adopt_reopens_a_running_pinned_scheduler(
@@ -553,34 +558,34 @@ def test_adopt_reopens_a_running_pinned_scheduler(
         rec = struct.pack("<iiq128s1024s", 1, 1026, 0, b"stall", b"m")
         h.loaded.write_variable("uei", rec)
         h.close()
-        assert (scx_root / "root" / "ops").read_text() == "ssd_uei\n"
+        assert (scx_root / "root" / "ops").read_text() == f"{UEI}\n"
 
     previous_daemon()
     # pinned under a name the configuration no longer has: stale, removed
     assert backend.adopt({"other": cfg}) is None
     assert backend.pins.names() == []
-    assert _registered("ssd_uei", False)  # its last reference was the pin
+    assert _registered(UEI, False)  # its last reference was the pin
     previous_daemon()
     got = backend.adopt({"uei": cfg})
     assert isinstance(got, KernelPrepared)
     try:
-        assert got.adopted and got.attached and got.ops_name == "ssd_uei"
-        assert _registered("ssd_uei", True)
+        assert got.adopted and got.attached and got.ops_name == UEI
+        assert _registered(UEI, True)
         info = backend.exit_info(got)
         assert info is not None and (info.kind_name, info.reason) == ("ERROR_STALL", "stall")
         assert backend.pins.names() == ["uei"]
         backend.detach(got, 1.0)  # detaches the adopted link in the kernel
-        assert _registered("ssd_uei", False)
+        assert _registered(UEI, False)
         # an adopted handle attaches again (rollback) from the struct_ops map it holds,
         # replacing the detached link and its pin
         backend.attach(got, 2.0)
         backend.pin(got)
         assert backend.pins.names() == ["uei"]
-        assert _registered("ssd_uei", True)
+        assert _registered(UEI, True)
     finally:
         backend.discard(got)
     assert backend.pins.names() == []
-    assert _registered("ssd_uei", False)
+    assert _registered(UEI, False)
 
 
 def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
@@ -597,15 +602,15 @@ def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
         h = backend.prepare("uei", cfg)
         assert h.loaded is not None
         backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
-        h.close()  # the previous daemon died; the pin keeps ssd_uei registered
+        h.close()  # the previous daemon died; the pin keeps UEI registered
         got = backend.adopt({"uei": _cfg(now_on_disk, hotplug_seq=False)})
         assert isinstance(got, KernelPrepared), now_on_disk
         try:
-            assert got.ops_name == "ssd_uei" and got.attached
-            assert backend.pins.names() == ["uei"] and _registered("ssd_uei", True)
+            assert got.ops_name == UEI and got.attached
+            assert backend.pins.names() == ["uei"] and _registered(UEI, True)
         finally:
             backend.discard(got)
-        assert _registered("ssd_uei", False)
+        assert _registered(UEI, False)
     # a live pinned link that is not what runs (ejected, another scheduler enabled since)
     h = backend.prepare("uei", cfg)
     assert h.loaded is not None
@@ -613,7 +618,7 @@ def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
     h.close()
     sched_ext.others_run("someone_else")
     assert backend.adopt({"uei": cfg}) is None
-    assert backend.pins.names() == [] and _registered("ssd_uei", False)
+    assert backend.pins.names() == [] and _registered(UEI, False)
 
 
 def test_kernel_state_and_watch(backend: KernelBackend, scx_root: Path, tmp_path: Path) -> None:
@@ -757,21 +762,21 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
     with syscall.obj_get(d / "progs" / "hk_sys_enter", expect=LinkFd) as pinned:
         assert syscall.link_info(pinned).id == prog_link
     h.close()  # the daemon dies: only the pins hold the links
-    assert _registered("ssd_hooks", True) and _link_alive(prog_link)
+    assert _registered(HOOKS, True) and _link_alive(prog_link)
     got = backend.adopt({"hooks": cfg})
     assert isinstance(got, KernelPrepared)
     try:
         assert set(got.program_links()) == {"hk_sys_enter"}
         assert syscall.link_info(got.program_links()["hk_sys_enter"]).id == prog_link
         backend.detach(got, 1.0)
-        assert _registered("ssd_hooks", False)
+        assert _registered(HOOKS, False)
         backend.attach(got, 2.0)  # rollback: the hooks were kept, and are pinned again
         backend.pin(got)
         assert os.listdir(d / "progs") == ["hk_sys_enter"]
     finally:
         backend.discard(got)
     assert backend.pins.names() == []
-    assert _registered("ssd_hooks", False)
+    assert _registered(HOOKS, False)
     assert _gone(prog_link)
 
 
@@ -898,13 +903,14 @@ nr_cpu_ids = {{ expr = "topo.nr_cpu_ids" }}
 
 
 def _renamed_profile_object(obj: Path, tmp_path: Path, name: str) -> Path:
-    """A copy of the profile test object whose ``tcp_congestion_ops`` is named ``name``
-    instead of ``ssd_prof`` (congestion control names are kernel-wide: each test registers
-    its own). The name is a ``char[16]`` (``TCP_CA_NAME_MAX``) in the initial value of
-    the ``ssd_prof`` variable, in section ``.struct_ops.link``: written there in place."""
+    """A copy of the profile test object (``bpf_object("profile")``, its ops named
+    ``ca_name("ssd_prof")``) whose ``tcp_congestion_ops`` is named ``name`` (congestion
+    control names are kernel-wide: each test registers its own). The name is a
+    ``char[16]`` (``TCP_CA_NAME_MAX``) in the initial value of the ``ssd_prof`` variable,
+    in section ``.struct_ops.link``: written there in place."""
     from elftools.elf.elffile import ELFFile
 
-    old, size = b"ssd_prof", 16
+    old, size = ca_name("ssd_prof").encode(), 16
     assert len(name) < size
     raw = bytearray(obj.read_bytes())
     with obj.open("rb") as f:

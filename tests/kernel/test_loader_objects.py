@@ -23,6 +23,7 @@ from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.kconfig import Tristate, kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from tests.build_outputs import missing_build_output
+from tests.kernel.unique_ops import ca_name, unique_object
 from tests.libbpf_ref import LibbpfError, libbpf_xlated
 from tests.xlated import differences
 
@@ -34,11 +35,17 @@ OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
-def _obj(name: str) -> ObjectSpec:
+def _path(name: str) -> Path:
+    """The build's object ``name``, its congestion controls named for this process (they
+    are kernel-wide: tests/kernel/unique_ops.py)."""
     path = OBJ_DIR / f"{name}.bpf.o"
     if not path.is_file():
         missing_build_output(path, "test-objects")
-    return open_object(path)
+    return unique_object(path)
+
+
+def _obj(name: str) -> ObjectSpec:
+    return open_object(_path(name))
 
 
 @pytest.fixture(scope="module")
@@ -91,18 +98,19 @@ def test_subprograms_callbacks_and_tracing_attach(registry: KernelBtfRegistry) -
 
 def test_struct_ops_object_attaches_both_forms(registry: KernelBtfRegistry) -> None:
     spec = _obj("struct_ops")
+    plain, link = ca_name("ssd_plain"), ca_name("ssd_link")  # the registered names
     with _load(spec, registry) as obj:
         names = CA_LIST.read_text().split()
-        assert "ssd_plain" not in names and "ssd_link" not in names
+        assert plain not in names and link not in names
         links = obj.attach_struct_ops()
-        assert set(links) == {"ssd_link"}
+        assert set(links) == {"ssd_link"}  # the map
         names = CA_LIST.read_text().split()
-        assert "ssd_plain" in names and "ssd_link" in names
+        assert plain in names and link in names
         # ssd_release comes from a '?' section but is used by ssd_link, so it was loaded
         assert "ssd_release" in obj.programs
         obj.detach_struct_ops("ssd_link")
-        assert "ssd_link" not in CA_LIST.read_text().split()
-    assert "ssd_plain" not in CA_LIST.read_text().split()
+        assert link not in CA_LIST.read_text().split()
+    assert plain not in CA_LIST.read_text().split()
 
 
 # --- same result as libbpf -------------------------------------------------------------------
@@ -137,7 +145,7 @@ def test_xlated_same_as_libbpf(
 ) -> None:
     spec = _obj(name)
     try:
-        theirs = libbpf_xlated(OBJ_DIR / f"{name}.bpf.o", libbpf_pins)
+        theirs = libbpf_xlated(_path(name), libbpf_pins)
     except LibbpfError as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip() and "failed to load" not in ln]
         last = lines[-1:] or ["?"]

@@ -12,17 +12,20 @@ from schedswitchd.cli.ctl import main
 from schedswitchd.cli.object_cmd import apply_sets, parse_value
 from schedswitchd.errors import CustomizationError
 from tests.build_outputs import missing_build_output
+from tests.kernel.unique_ops import ca_name, unique_object
 
 pytestmark = pytest.mark.root
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+#: The congestion controls registered, named for this process (tests/kernel/unique_ops.py).
+PLAIN, LINK, CLI = ca_name("ssd_plain"), ca_name("ssd_link"), ca_name("ssd_cli")
 
 
 def _obj() -> str:
     if not OBJ.is_file():
         missing_build_output(OBJ, "test-objects")
-    return str(OBJ)
+    return str(unique_object(OBJ))
 
 
 def test_load_pin_then_unload(bpffs: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +40,7 @@ def test_load_pin_then_unload(bpffs: Path, capsys: pytest.CaptureFixture[str]) -
                 str(pin_dir),
                 "--json",
                 "--set",
-                "ssd_link.name=ssd_cli",
+                f"ssd_link.name={CLI}",
             ]
         )
         == 0
@@ -47,18 +50,18 @@ def test_load_pin_then_unload(bpffs: Path, capsys: pytest.CaptureFixture[str]) -
     assert all(p["id"] > 0 for p in out["programs"])
     assert out["links"] == ["ssd_link"]
     assert {"btf", "maps"} <= set(out["timings_ns"]) and "attach" in out["timings_ns"]
-    assert "ssd_cli" in CA_LIST.read_text().split()  # live after the command returned
+    assert CLI in CA_LIST.read_text().split()  # live after the command returned
     assert main(["object", "unload", str(pin_dir)]) == 0
-    assert "ssd_cli" not in CA_LIST.read_text().split()
-    assert "ssd_plain" not in CA_LIST.read_text().split()
+    assert CLI not in CA_LIST.read_text().split()
+    assert PLAIN not in CA_LIST.read_text().split()
     assert not pin_dir.exists()
 
 
 def test_load_without_pin_leaves_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["object", "load", _obj()]) == 0
     assert "unloaded" in capsys.readouterr().out
-    assert "ssd_link" not in CA_LIST.read_text().split()
-    assert "ssd_plain" not in CA_LIST.read_text().split()
+    assert LINK not in CA_LIST.read_text().split()
+    assert PLAIN not in CA_LIST.read_text().split()
 
 
 def test_set_parsing() -> None:
@@ -79,7 +82,7 @@ def test_pin_to_a_missing_directory_off_bpffs(
     err = capsys.readouterr().err
     assert "not on a bpf filesystem" in err and err.count("\n") == 1
     assert not (tmp_path / "a").exists()  # nothing created off bpffs
-    assert "ssd_link" not in CA_LIST.read_text().split()
+    assert LINK not in CA_LIST.read_text().split()
 
 
 def test_second_load_of_a_registered_struct_ops_names_it(
@@ -91,11 +94,11 @@ def test_second_load_of_a_registered_struct_ops_names_it(
     try:
         assert main(["object", "load", _obj()]) == 1
         err = capsys.readouterr().err
-        assert "tcp_congestion_ops 'ssd_" in err and "is already registered" in err
+        assert f"tcp_congestion_ops '{PLAIN}'" in err and "is already registered" in err
         assert "EEXIST" not in err and err.count("\n") == 1
     finally:
         assert main(["object", "unload", str(pin_dir)]) == 0
-    assert "ssd_link" not in CA_LIST.read_text().split()
+    assert LINK not in CA_LIST.read_text().split()
 
 
 def _failing_spec(monkeypatch: pytest.MonkeyPatch) -> None:

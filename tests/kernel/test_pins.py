@@ -15,11 +15,14 @@ from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 from schedswitchd.kernel.pins import is_bpffs, open_pinned, pin_object, unpin_directory
 from tests.build_outputs import missing_build_output
+from tests.kernel.unique_ops import ca_name, unique_object
 
 pytestmark = pytest.mark.root
 
 OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+#: The congestion controls registered, named for this process (tests/kernel/unique_ops.py).
+PLAIN, LINK = ca_name("ssd_plain"), ca_name("ssd_link")
 
 
 def _cas() -> list[str]:
@@ -30,7 +33,7 @@ def test_pinned_struct_ops_outlive_fds_and_unpin(bpffs: Path, tmp_path: Path) ->
     if not OBJ.is_file():
         missing_build_output(OBJ, "test-objects")
     reg = KernelBtfRegistry()
-    spec = open_object(OBJ)
+    spec = open_object(unique_object(OBJ))
     targets = reg.targets(spec.kmod_btfs)  # parses (and maps) vmlinux BTF once
     fds_before = len(os.listdir("/proc/self/fd"))
     pin_dir = bpffs / "ssd"
@@ -41,13 +44,13 @@ def test_pinned_struct_ops_outlive_fds_and_unpin(bpffs: Path, tmp_path: Path) ->
     assert {"link_ssd_link", "prog_ssd_ssthresh", "map_ssd_plain"} <= set(made)
     assert len(os.listdir("/proc/self/fd")) == fds_before
     # every fd is closed: the pins keep both forms registered
-    assert "ssd_link" in _cas() and "ssd_plain" in _cas()
+    assert LINK in _cas() and PLAIN in _cas()
     with open_pinned(pin_dir) as pinned:
         assert syscall.link_info(pinned.links["ssd_link"]).id == link_id
         assert set(pinned.maps) == {"ssd_plain", "ssd_link"}
     removed = unpin_directory(pin_dir)
     assert "link_ssd_link" in removed and not pin_dir.exists()
-    assert "ssd_link" not in _cas() and "ssd_plain" not in _cas()
+    assert LINK not in _cas() and PLAIN not in _cas()
 
 
 def test_pin_outside_bpffs_is_refused(tmp_path: Path) -> None:

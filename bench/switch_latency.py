@@ -33,6 +33,11 @@ smallest step is ``uinput`` alone). At each step, ``--reps`` repetitions of, in 
     ``[standby] recent = false`` so that they stay warm prepares; the intent of (e) keeps
     its own scheduler entry held the whole run.
 
+Every (c)-(e) hint is sent once the daemon's ``status`` says ``idle`` (no reconcile pass,
+nor the standby refill after it, running or kicked, no direct switch, nothing queued on
+its worker thread; for (e) also with the standby held), as a launcher's hint meets a
+daemon at rest, not the tail of the round that refilled the pool after the sample before.
+
 Per switch it also records: the no-scheduler gap (c, d: the daemon's own record, from the
 old scheduler's detach starting to the return of ``BPF_LINK_CREATE`` for the new one,
 whose ``enabled`` state the daemon confirms right after; a, b cannot prepare
@@ -100,6 +105,14 @@ COLUMNS = {
 FLAT_TARGET = 0.05
 HALF_TARGET = 0.5
 GAP_TARGET = 0.2
+#: The report's line on when each (c)-(e) hint is sent (runs with ``hint_when: idle``).
+IDLE_NOTE = (
+    "Each (c)-(e) hint is sent once the daemon's status says `idle` (no reconcile pass, nor "
+    "the standby refill after it, running or kicked, no direct switch, nothing queued on "
+    "its worker; for (e) with `lat_standby` held), as a launcher's hint meets a daemon at "
+    "rest; runs before 2026-12-02 sent it as soon as the pool held `lat_standby`, while "
+    "the round that refilled it could still run."
+)
 STANDBY_GAP_TARGET = 1.15
 STANDBY_VS_LIBBPF_TARGET = 0.25
 RSS_TARGET_MIB = 48.0
@@ -318,17 +331,19 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
         server = Server(reconciler)
         await server.start(own_socket(sock_path, 0o600, None))
 
-        def status() -> Any:
-            with DaemonClient(sock_path, timeout_s=120) as c:
-                return getattr(c.request(proto.StatusRequest()), "status")  # noqa: B009
-
         def client() -> None:
             _wait("enabled", BASE_OPS, timeout_s=300)
             for rep in range(2 * reps + 1):  # one warm-up, reps timed, reps profiled
                 with DaemonClient(sock_path, timeout_s=120) as c:
                     c.request(proto.PrepareRequest(workload=HINTS["e"], ttl_s=3600))
-                while not any(e.scheduler == "lat_standby" for e in status().standby):
-                    time.sleep(0.2)
+                # As the timed hints do (Daemon.wait_idle): until the pool holds it and
+                # the daemon is idle, the round that refilled it over.
+                with DaemonClient(sock_path, timeout_s=120) as poll:
+                    while True:
+                        st = getattr(poll.request(proto.StatusRequest()), "status")  # noqa: B009
+                        if st.idle and any(e.scheduler == "lat_standby" for e in st.standby):
+                            break
+                        time.sleep(0.2)
                 profiled = rep > reps
                 if profiled:
                     profiling.set()
@@ -366,6 +381,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
         f"Standby hit ss_fifo -> ss_latency, {reps} hints timed, {reps} profiled; "
         f"hint to reply (client) median {statistics.median(totals):.1f} ms "
         f"({', '.join(f'{t:.1f}' for t in totals)})",
+        "Each hint sent once status said `idle` with lat_standby held (as the timed ones).",
         "",
         "Median offset of each mark from the client's send, ms (first occurrence per hint):",
     ]
@@ -504,29 +520,40 @@ class Daemon:
         """The daemon's ``VmRSS`` and its parts in KiB (:func:`vm_bench.rss_kib`)."""
         return rss_kib(self.proc.pid)
 
-    def hold_standby(self) -> None:
+    def hold_standby(self) -> Any:
         """(e)'s set-up, not timed: the intent (``prepare``) for ``bench-e``, then until the
         daemon's worker holds ``lat_standby`` prepared again (it refills the pool after a
-        release, in the background)."""
+        release, in the background) and the daemon is idle; returns that status."""
         self._admin(self.proto.PrepareRequest(workload=HINTS["e"], ttl_s=3600))
-        self.wait_standby()
+        return self.wait_idle(standby="lat_standby")
 
-    def wait_standby(self, timeout_s: float = 300.0) -> None:
-        """Until the pool holds ``lat_standby`` again. After an (e) sample the worker
-        prepares in the background (the default while ``lat_standby`` runs, then
-        ``lat_standby`` once ``ss_fifo`` is back): the next sample, of any column, must not
-        share the emulated CPUs with that prepare or queue behind it. Polled every 0.2 s:
-        each ``status`` costs the daemon CPU time under TCG too."""
+    def wait_idle(self, standby: str | None = None, timeout_s: float = 300.0) -> Any:
+        """Until status says the daemon is ``idle`` (no reconcile pass, nor its standby
+        refill, running or kicked, no direct switch, nothing queued on its worker) and its
+        pool holds the scheduler ``standby`` names, if given: a launcher's hint meets the daemon
+        at rest, not in the tail of the round that refilled the pool (its pin, its log
+        line, its heap trim), and no sample shares the emulated CPUs with the work the one
+        before left behind. Polled every 0.2 s on one connection (each ``status`` costs the
+        daemon CPU time under TCG too; each closed connection counts towards its
+        collection of closed connections' garbage), closed before this returns the idle
+        status (its counters are the sample's "before": no request between it and the
+        hint)."""
         deadline = time.monotonic() + timeout_s
-        while not any(e.scheduler == "lat_standby" for e in self._status().standby):
-            if time.monotonic() > deadline:
-                raise RuntimeError("lat_standby was not held as a standby")
-            time.sleep(0.2)
+        with self.client_cls(self.sock, timeout_s=120) as client:
+            while True:
+                st: Any = getattr(client.request(self.proto.StatusRequest()), "status")  # noqa: B009
+                held = standby is None or any(e.scheduler == standby for e in st.standby)
+                if st.idle and held:
+                    return st
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"daemon not idle with {standby or 'nothing'} held in {timeout_s} s "
+                        f"(idle {st.idle}, standby {[e.scheduler for e in st.standby]})"
+                    )
+                time.sleep(0.2)
 
     def hint(self, col: str) -> dict[str, Any]:
-        if col == "e":
-            self.hold_standby()
-        before = self._status().counters
+        before = (self.hold_standby() if col == "e" else self.wait_idle()).counters
         client = self.client_cls(self.sock, timeout_s=120)
         t0 = _now_ns()
         reply = client.request(self.proto.HintRequest(workload=HINTS[col]))
@@ -545,7 +572,8 @@ class Daemon:
             raise RuntimeError(f"hint {HINTS[col]}: standby {sw.standby} in {reply!r}")
         _wait("enabled", BASE_OPS, timeout_s=300)
         if col == "e":
-            self.wait_standby()
+            # lat_standby prepared again before the next sample, of any column, begins.
+            self.wait_idle(standby="lat_standby")
         ph = sw.phases_ns
         return {
             "total_ns": t1 - t0,
@@ -568,13 +596,15 @@ class Daemon:
     def _final_record(self, seq: int, timeout_s: float = 120.0) -> Any:
         """Switch record ``seq`` once the daemon finished it (status' ``last_switch``)."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            last = self._status().last_switch
-            if last is not None and last.seq == seq and last.finished:
-                return last
-            if (last is not None and last.seq > seq) or time.monotonic() > deadline:
-                raise RuntimeError(f"switch {seq} not finished; last {last!r}")
-            time.sleep(0.05)
+        with self.client_cls(self.sock, timeout_s=120) as client:  # one connection: as above
+            while True:
+                reply: Any = client.request(self.proto.StatusRequest())
+                last = reply.status.last_switch
+                if last is not None and last.seq == seq and last.finished:
+                    return last
+                if (last is not None and last.seq > seq) or time.monotonic() > deadline:
+                    raise RuntimeError(f"switch {seq} not finished; last {last!r}")
+                time.sleep(0.05)
 
     def close(self) -> None:
         """Back to the kernel's scheduler (the daemon leaves a pinned scheduler running
@@ -939,7 +969,8 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
         "a/b cannot prepare while a scheduler runs: their gap is the whole switch). "
         "bpf() share: time inside our `bpf()` wrapper / whole switch. "
         f"(b): {meta['cold_reps']} runs per step; interpreter start-up and imports are "
-        f"{meta['cold_startup_share']} of it.",
+        f"{meta['cold_startup_share']} of it."
+        + (f" {IDLE_NOTE}" if meta.get("hint_when") == "idle" else ""),
         "",
         *(f"- {'met' if ok else 'MISSED'}: {w}" for w, ok in checks),
     ]
@@ -1077,6 +1108,7 @@ def host_main(args: argparse.Namespace) -> int:
         "cold_reps": str(args.cold_reps),
         "cold_startup_share": _startup_share(raw),
         "vm_wall_s": f"{time.monotonic() - t0:.0f}",
+        "hint_when": "idle",  # Daemon.wait_idle before every hint
     }
     status = write_outputs(raw, meta, out)
     print(f"(VM run {meta['vm_wall_s']} s; results in {out})")

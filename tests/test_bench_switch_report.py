@@ -147,3 +147,49 @@ def test_standby_column_checks_and_composition(sl: ModuleType) -> None:
         for x in step["samples"]["e"]:
             x["phases_ns"] = {k: v for k, v in x["phases_ns"].items() if k != "until_enabled"}
     assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 62 | 18 | 0 |" in sl.build_report(raw, META)[0]
+
+
+def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    assert sl.IDLE_NOTE not in sl.build_report(raw, META)[0]  # a run from before
+    table = sl.build_report(raw, {**META, "hint_when": "idle"})[0]
+    assert sl.IDLE_NOTE in table and "`idle`" in sl.IDLE_NOTE
+
+
+def test_wait_idle_returns_once_the_refill_is_done(sl: ModuleType) -> None:
+    """Daemon.wait_idle against the live server (fake backend): while the round after a
+    lease's end refills the pool (held in its prepare), it waits, though a pass is over;
+    it returns that idle status once the refill holds the scheduler."""
+    import threading
+
+    from schedswitchd.daemon import protocol as proto
+    from schedswitchd.daemon.client import DaemonClient
+
+    from .daemon.fakes import FakeBackend
+    from .daemon.harness import FakeTimer, Running
+
+    srv = Running(FakeBackend(), poll_timer=FakeTimer(), default="fifo")
+    try:
+        daemon = object.__new__(sl.Daemon)
+        daemon.sock, daemon.proto, daemon.client_cls = srv.path, proto, DaemonClient
+        c = srv.client()
+        assert c.request(op="hint", workload="gaming")["active"] == "gaming"
+        assert daemon.wait_idle(standby="fifo", timeout_s=10).idle is True
+        gate = srv.backend.gate = threading.Event()
+        srv.backend.preparing.clear()
+        c.close()  # back to fifo; the round then prepares gaming (the recent hint's)
+        assert srv.backend.preparing.wait(10)
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(daemon.wait_idle(standby="gaming")))
+        waiter.start()
+        waiter.join(0.6)  # three polls
+        assert waiter.is_alive() and not got, "returned while the refill was under way"
+        gate.set()
+        waiter.join(10)
+        assert got and got[0].idle and [e.scheduler for e in got[0].standby] == ["gaming"]
+        with pytest.raises(RuntimeError, match="not idle with nope held"):
+            daemon.wait_idle(standby="nope", timeout_s=0.3)
+    finally:
+        if srv.backend.gate is not None:
+            srv.backend.gate.set()
+        srv.stop()

@@ -421,6 +421,12 @@ class StatusBody(_Wire):
     reload: ReloadInfo | None = None
     backoff: list[BackoffInfo] = Field(default_factory=list)
     standby: list[StandbyInfo] = Field(default_factory=list)
+    idle: bool = Field(
+        default=False,
+        description="Nothing was under way or due when status was read: no reconcile pass "
+        "(nor the standby refill after it) running or kicked, no standby hit's switch, no "
+        "call queued or running on the switch worker. A hint then meets the daemon at rest.",
+    )
     counters: dict[str, int] = Field(default_factory=dict)
     profile: ProfileStatus | None = Field(
         default=None, description="The active scheduler's profile, mode and counters."

@@ -59,8 +59,8 @@ import termios
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.connection import Cancellable, LoopTimer, Timer
@@ -103,6 +103,44 @@ REPLY_TAKEN_POLL_S = 0.002
 #: What the direct path's worker call returns when another program's scheduler runs.
 _FOREIGN = "foreign"
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class _Worker(ThreadPoolExecutor):
+    """The switcher's one thread, which knows whether it is :attr:`idle`: no call
+    submitted to it is queued or running. Only the event loop submits (passes, refills,
+    heap trims, direct switches), so an idle worker stays idle for as long as the loop
+    does not give up its turn: the loop may then use the switcher itself."""
+
+    def __init__(self) -> None:
+        super().__init__(1, thread_name_prefix="switcher")
+        self._pending = 0
+        self._count = threading.Lock()
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        with self._count:
+            self._pending += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._gone()
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[Any]) -> None:
+        self._gone()
+
+    def _gone(self) -> None:
+        with self._count:
+            self._pending -= 1
+
+    @property
+    def idle(self) -> bool:
+        """No call is queued or running on the worker."""
+        return self._pending == 0
+
 
 class Reconciler:
     """Owns the policy, the switcher and the worker thread; runs the reconcile passes.
@@ -144,7 +182,7 @@ class Reconciler:
         self.switcher = Switcher(
             backend, config.limits.switch_timeout_s, config.daemon.history_size, clock=clock
         )
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="switcher")
+        self.worker = _Worker()
         #: One thread for the kernel's view (``kernel_state``, ``counters``): the default
         #: executor would grow to several threads under a burst of ``status`` requests,
         #: and their stacks and C-heap use stay resident after it.
@@ -187,6 +225,8 @@ class Reconciler:
         self.passes = 0
         #: A direct switch (standby hit) is under way.
         self._direct = False
+        #: The reconcile task is in a round: a pass, then its pre-open and standby refill.
+        self._round = False
         #: Backend notifications that came during a direct switch, left to the pass that
         #: follows it (status ``counters.notifications_held``).
         self.notes_held = 0
@@ -289,6 +329,13 @@ class Reconciler:
     def busy(self) -> bool:
         """A reconcile pass or a direct switch is under way."""
         return self._in_pass or self._direct
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is under way or due: no reconcile round (a pass, its pre-open, its
+        standby refill) running or kicked, no direct switch, no call queued or running on
+        the worker (a heap trim, a refill). What a hint usually meets (status ``idle``)."""
+        return not self._round and not self._direct and not self._wake.is_set() and self.worker.idle
 
     @property
     def active_stale(self) -> bool:
@@ -416,8 +463,10 @@ class Reconciler:
 
     async def _reconciler(self) -> None:
         while True:
+            self._round = False
             await self._wake.wait()
             self._wake.clear()
+            self._round = True
             self._cover()
             seq = self.switcher.history[-1].seq if self.switcher.history else 0
             self._in_pass = True

@@ -633,6 +633,7 @@ class Server:
                 )
                 for e in self.switcher.standby
             ],
+            idle=self.reconciler.idle,
             counters={
                 **counters,
                 **self._standby_counters(),

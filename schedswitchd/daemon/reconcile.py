@@ -43,9 +43,10 @@ expire), then the configured default, then the most recent hint's scheduler, as 
 ``[standby]`` allows (see :mod:`schedswitchd.daemon.standby`).
 
 Time: ``clock`` (monotonic ns, default :func:`time.monotonic_ns`) is what every decision
-and status figure reads; the safety-net poll is armed on ``timer`` (a
+and status figure reads; the safety-net poll and the deadlines (a lease's TTL or an
+intent's end, a backoff hold ending, the adoption grace's end) are armed on ``timer`` (a
 :class:`~schedswitchd.daemon.connection.Timer`: the event loop's unless a test gives one it
-moves); deadlines (a TTL, a backoff hold ending) are the event loop's.
+moves); a deadline N ns away on ``clock`` is armed N / 1e9 s away on the timer.
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ class Reconciler:
     side; ``on_change``: called on the loop with a one-line status after every pass
     (systemd ``STATUS=``); ``poll_s``: interval of the safety-net pass besides the
     backend's notifications (s); ``clock``: monotonic ns; ``timer``: where the safety-net
-    poll is armed (default: the event loop :meth:`start` runs on; tests pass one they
-    move); ``reply_wait_s``: how long a switch's worker waits, at most, for the replies its
-    ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`);
+    poll and the deadlines are armed (default: the event loop :meth:`start` runs on; tests
+    pass one they move); ``reply_wait_s``: how long a switch's worker waits, at most, for
+    the replies its ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`);
     ``reply_taken_wait_s``: then, at most, for their clients to read them (s,
     :data:`REPLY_TAKEN_WAIT_S`).
     """
@@ -202,7 +203,8 @@ class Reconciler:
         #: [replies still to be written, the worker's event] of the switch whose
         #: ``on_enabled`` released them (see :meth:`reply_sent`).
         self._reply_gate: list[Any] | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        #: The next deadline's call on ``timer`` (:meth:`_arm_deadline`).
+        self._deadline: Cancellable | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_watch: Callable[[], None] | None = None
         #: Launcher intents: workload -> expiry (``clock`` ns).
@@ -879,7 +881,9 @@ class Reconciler:
             self._deadline = None
         if deadline is not None:
             delay = max(0.0, (deadline - now) / NS_PER_S)
-            self._deadline = asyncio.get_running_loop().call_later(delay, self.kick)
+            timer = self._timer
+            assert timer is not None, "the reconciler has not started"
+            self._deadline = timer.call_at(timer.time() + delay, self.kick)
 
     def _log_switch(self, record: SwitchRecord) -> None:
         total = record.phases_ns.get("total", 0)

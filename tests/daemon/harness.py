@@ -161,6 +161,7 @@ class Running:
         clock: Callable[[], int] | None = None,
         timer: FakeTimer | None = None,
         poll_timer: FakeTimer | None = None,
+        poll_s: float = POLL_S,
         reply_wait_s: float | None = None,
         reply_taken_wait_s: float | None = None,
         collect_idle_delay_s: float | None = None,
@@ -169,15 +170,18 @@ class Running:
         """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
         :class:`FakeClock` the test moves; ``timer``: the server's timeouts and lease TTLs
         (default: the event loop's real time), e.g. a :class:`FakeTimer` the test moves
-        (:meth:`advance`); ``poll_timer``: the reconciler's safety-net poll, every
-        :data:`POLL_S` (default: the event loop's real time), e.g. a :class:`FakeTimer` that
-        stands still, so that only the test's requests and kicks start passes, or that the
-        test moves (:meth:`advance_poll`); ``reply_wait_s``, ``reply_taken_wait_s``,
+        (:meth:`advance`); ``poll_timer``: the reconciler's timer: its safety-net poll, every
+        ``poll_s`` (s, default :data:`POLL_S`), and its deadlines (a TTL, a backoff hold's
+        end, ...) are armed there (default: the event loop's real time), e.g. a
+        :class:`FakeTimer` that stands still, so that only the test's requests and kicks
+        start passes, or that the test moves (:meth:`advance_poll`; a large ``poll_s``
+        leaves only the deadlines to fire); ``reply_wait_s``, ``reply_taken_wait_s``,
         ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
         ``overrides``: :func:`make_config` keywords."""
         self.clock = clock
         self.timer = timer
         self.poll_timer = poll_timer
+        self.poll_s = poll_s
         self._reconciler_options: dict[str, Any] = {}
         if clock is not None:
             self._reconciler_options["clock"] = clock
@@ -214,7 +218,7 @@ class Running:
             self.config,
             self.backend,
             on_change=self.statuses.append,
-            poll_s=POLL_S,
+            poll_s=self.poll_s,
             **self._reconciler_options,
         )
         self.server = Server(reconciler, timer=self.timer, **self._server_options)
@@ -265,10 +269,20 @@ class Running:
 
     def advance_poll(self, seconds: float) -> None:
         """Move the :class:`FakeTimer` given as ``poll_timer`` ``seconds`` forward on the
-        server's loop: the safety-net poll kicks a pass for every :data:`POLL_S` passed."""
+        server's loop: the safety-net poll kicks a pass for every ``poll_s`` passed, and
+        each deadline passed kicks one."""
         timer = self.poll_timer
         assert timer is not None, "Running(poll_timer=FakeTimer()) to move the poll"
         self.read(lambda s: timer.advance(seconds))
+
+    def advance_reconciler(self, seconds: float) -> None:
+        """Move the reconciler's :class:`FakeClock` (``clock``) and then its
+        :class:`FakeTimer` (``poll_timer``) ``seconds`` forward, as real time moves both: a
+        deadline that falls due kicks a pass that reads the moved clock."""
+        clock = self.clock
+        assert isinstance(clock, FakeClock), "Running(clock=FakeClock()) to move the clock"
+        clock.advance(seconds)
+        self.advance_poll(seconds)
 
     def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout

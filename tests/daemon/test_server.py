@@ -121,21 +121,52 @@ def test_hinted_pid_exit_ends_lease(srv: Running) -> None:
         child.kill()
 
 
+def _deadlines_only(backend: FakeBackend | None = None, **options: Any) -> Running:
+    """A server on the reconciler's fake clock and timer whose safety-net poll is an hour
+    away: only requests and the deadlines the reconciler arms on that timer start passes."""
+    return Running(backend, clock=FakeClock(), poll_timer=FakeTimer(), poll_s=3600, **options)
+
+
+def _due(r: Running) -> list[float]:
+    """When the reconciler's timer calls are due, seconds from now."""
+    timer = r.poll_timer
+    assert timer is not None
+    return r.read(lambda s: [round(t - timer.now, 3) for t in timer.pending()])
+
+
 def test_ttl_ends_lease() -> None:
-    """On the reconciler's clock: the lease holds until its TTL has passed, then ends."""
-    clock = FakeClock()
-    r = Running(clock=clock)
+    """The lease's TTL is a deadline on the reconciler's timer: the lease holds until it
+    falls due, and the pass it kicks ends the lease (no kick, no poll: an hour away)."""
+    r = _deadlines_only()
     try:
         c = r.client()
         assert c.request(op="hint", workload="gaming", ttl_s=30)["active"] == "gaming"
-        clock.advance(29.9)
-        assert r.server is not None
-        r.read(lambda s: s.reconciler.kick())
-        r.run(r.server.reconciler.settle())  # a pass at 29.9 s: the lease still holds
+        r.wait_for(lambda s: not s.reconciler.busy)
+        assert _due(r) == [30.0, 3600.0]
+        r.advance_reconciler(29.9)
         assert r.read(lambda s: s.switcher.active == "gaming" and len(s.policy.leases) == 1)
-        clock.advance(0.2)
-        r.read(lambda s: s.reconciler.kick())
+        r.advance_reconciler(0.2)
         r.wait_for(lambda s: s.switcher.active == "kernel" and not s.policy.leases, 5)
+    finally:
+        r.stop()
+
+
+def test_the_end_of_a_backoff_hold_retries() -> None:
+    """A failed switch backs its scheduler off (base_s 30): the hold's end is a deadline
+    on the reconciler's timer, whose pass tries the scheduler the lease still asks for."""
+    backend = FakeBackend(fail_prepare={"gaming"})
+    r = _deadlines_only(backend)
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["active"] == "kernel"  # it failed
+        r.wait_for(lambda s: not s.reconciler.busy and "gaming" in s.policy.backoff)
+        assert 30.0 in _due(r)
+        backend.fail_prepare.clear()
+        tries = backend.calls.count("prepare gaming")
+        r.advance_reconciler(29.9)
+        assert backend.calls.count("prepare gaming") == tries  # still held back
+        r.advance_reconciler(0.2)
+        r.wait_for(lambda s: s.switcher.active == "gaming", 5)
     finally:
         r.stop()
 
@@ -322,23 +353,23 @@ def test_reload(srv: Running) -> None:
 
 
 def test_adoption_and_grace() -> None:
-    """On the reconciler's clock: the adopted scheduler is kept through the grace period
-    and, with no lease, replaced by the default once it has passed."""
+    """On the reconciler's clock and timer: the adopted scheduler is kept through the grace
+    period and, with no lease, replaced by the default once it has passed: the grace's end
+    is a deadline on the timer, whose pass (no kick, no poll) brings the default back."""
     backend = FakeBackend()
     backend.preload("gaming")
-    clock = FakeClock()
-    r = Running(backend, clock=clock, grace=30.0)
+    r = _deadlines_only(backend, grace=30.0)
     try:
         status = r.client().request(op="status")["status"]
         assert status["adopted"] and status["active"] == "gaming"
         assert status["kernel"]["ops"] == "gaming_ops" and status["kernel"]["enable_seq"] == 1
-        clock.advance(29.9)
-        r.passes(2)
+        r.wait_for(lambda s: not s.reconciler.busy)
+        assert _due(r) == [30.0, 3600.0]
+        r.advance_reconciler(29.9)
         assert r.read(lambda s: s.switcher.active) == "gaming"
         # no lease arrived within the grace period: back to the default
-        clock.advance(0.2)
-        r.passes(1)
-        assert r.read(lambda s: s.switcher.active) == "kernel"
+        r.advance_reconciler(0.2)
+        r.wait_for(lambda s: s.switcher.active == "kernel", 5)
     finally:
         r.stop()
 

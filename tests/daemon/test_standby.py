@@ -24,7 +24,7 @@ from schedswitchd.daemon.policy import NS_PER_S
 from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend, FakePrepared
-from .harness import Client, FakeTimer, Running
+from .harness import Client, FakeClock, FakeTimer, Running
 
 Start = Callable[..., Running]
 
@@ -127,6 +127,23 @@ def test_an_expired_intent_is_no_longer_wanted(srv: Running) -> None:
     assert "gaming" in srv.read(lambda s: [n for n, _, _ in s.reconciler.standby_wanted(0)])
 
     assert "gaming" not in srv.read(wanted_later)
+    c.close()
+
+
+def test_the_end_of_an_intent_drops_its_standby(start: Start) -> None:
+    """An intent's end is a deadline on the reconciler's timer: the pass it kicks (no poll:
+    an hour away) no longer wants the intent's standby, and the refill lets it go."""
+    srv = start(clock=FakeClock(), poll_s=3600)
+    c = srv.client()
+    assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    srv.wait_for(lambda s: not s.reconciler.busy and "gaming" in s.switcher.standby.entries)
+    timer = srv.poll_timer
+    assert timer is not None
+    assert srv.read(lambda s: [round(t - timer.now, 3) for t in timer.pending()]) == [30, 3600]
+    srv.advance_reconciler(29.9)
+    assert srv.read(lambda s: list(s.switcher.standby.entries)) == ["gaming"]
+    srv.advance_reconciler(0.2)
+    srv.wait_for(lambda s: not s.switcher.standby.entries and not s.reconciler.intents)
     c.close()
 
 

@@ -906,6 +906,18 @@ class KernelBackend:
             kind=rec.kind, exit_code=rec.exit_code, reason=rec.reason, message=rec.message
         )
 
+    def exit_recorded(self, prepared: Prepared) -> bool:
+        """Whether the handle keeps an exit record :meth:`exit_info` can read: its object
+        has a ``uei`` variable and its data map is open (an adopted handle whose data map
+        was not pinned has none). Reads nothing."""
+        h = cast(KernelPrepared, prepared)
+        return (
+            h.uei is not None
+            and h.spec is not None
+            and not h.discarded
+            and h.exit_map_fd() is not None
+        )
+
     # --- adopt -------------------------------------------------------------------------------
 
     def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> KernelPrepared | None:

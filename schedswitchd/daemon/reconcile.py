@@ -28,7 +28,12 @@ A hint whose scheduler the pool holds prepared (a *standby hit*) takes a direct 
 instead (:meth:`Reconciler.standby_hit`, :meth:`Reconciler.direct_switch`): the same policy
 decides, and when it picks that scheduler for this very lease, one call on the worker does
 what the pass would do before it switches (notice an ejection, wait while another program's
-scheduler runs) and then the switch, whose ``on_enabled`` answers the hint. The pass's
+scheduler runs) and then the switch, whose ``on_enabled`` answers the hint. When the worker
+is idle and the running scheduler keeps an exit record, the event loop itself does the
+switch up to the new scheduler running (detach, ``BPF_LINK_CREATE``, its confirmation: the
+loop blocks for the no-scheduler gap and a few ms) and answers in the same step; the worker
+then reads the old scheduler's exit record -- an ejection before the detach shows there,
+and is recorded and backed off --, pins and frees, after the reply. The pass's
 bookkeeping (logging the switch, a failure's backoff, the deadline, ``STATUS=``, the standby
 refill) follows the reply; whatever the direct call could not do (an ejection noticed, a
 foreign scheduler, a failed switch's next candidate) is left to a normal pass, so the
@@ -61,6 +66,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
@@ -71,6 +77,7 @@ from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import (
     NO_SCHED_EXT,
     UNAVAILABLE,
+    PendingSwitch,
     SchedulerBackend,
     Switcher,
     SwitchRecord,
@@ -141,6 +148,15 @@ class _Worker(ThreadPoolExecutor):
     def idle(self) -> bool:
         """No call is queued or running on the worker."""
         return self._pending == 0
+
+
+@dataclass
+class _DirectFinished:
+    """What the worker's end of a standby hit run on the loop returns: the switch's record
+    (final) and the old scheduler's ejection its exit record showed, if any."""
+
+    record: SwitchRecord
+    gone: tuple[SwitchRecord, int] | None
 
 
 class Reconciler:
@@ -601,16 +617,101 @@ class Reconciler:
         self, target: str, spec: SchedulerConfig, reason: str
     ) -> tuple[list[SwitchRecord], bool]:
         """Switch to a held standby (``target``, ``spec``, ``reason`` from
-        :meth:`standby_hit`) without a reconcile pass first: one call on the worker notices
-        an ejection as the pass would (:meth:`Switcher.check_ejected`), checks that no
-        other program's scheduler runs when the daemon has none attached, and switches.
-        Returns like :meth:`settle_records` with ``early``: as soon as the kernel runs
-        ``target`` (the record is live; the worker waits, at most ``reply_wait_s``,
-        until :meth:`reply_sent`), or once the switch failed or could not be made here;
-        then what a pass does next is done by a normal pass (an ejection is recorded and
-        backed off first, a failed target is backed off and the next candidate tried)
-        and its records follow. The switch's log line, the deadline, ``STATUS=`` and the
-        standby refill come after the reply (a pass kicked once the worker is done)."""
+        :meth:`standby_hit`) without a reconcile pass first. Returns like
+        :meth:`settle_records` with ``early``: as soon as the kernel runs ``target`` (the
+        record is live; the rest of the switch -- the window's end, pin, freeing the old
+        scheduler -- waits, at most ``reply_wait_s``, until :meth:`reply_sent`), or once
+        the switch failed or could not be made here; then what a pass does next is done
+        by a normal pass (an ejection is recorded and backed off first, a failed target
+        is backed off and the next candidate tried) and its records follow. The switch's
+        log line, the deadline, ``STATUS=`` and the standby refill come after the reply
+        (a pass kicked once the switch is over).
+
+        Two ways, with the same outcome. When the worker is idle and the running
+        scheduler keeps an exit record (:meth:`Switcher.late_check_ok`), this loop does
+        the switch's first half itself (:meth:`_direct_on_loop`): no hop to the worker
+        and back on the way to the reply. Otherwise (a standby refill or a heap trim on
+        the worker, a scheduler without an exit record, none of ours running) one call
+        on the worker notices an ejection as the pass would (:meth:`Switcher.
+        check_ejected`), checks that no other program's scheduler runs when the daemon
+        has none attached, and switches."""
+        pool = True
+        if self.worker.idle and self.switcher.late_check_ok():
+            done = await self._direct_on_loop(target, spec, reason)
+            if done is not None:
+                return done
+            pool = False  # the pool held nothing fresh: prepare it on the worker
+        return await self._direct_on_worker(target, spec, reason, pool)
+
+    async def _direct_on_loop(
+        self, target: str, spec: SchedulerConfig, reason: str
+    ) -> tuple[list[SwitchRecord], bool] | None:
+        """The standby hit's first half on the event loop: the pool's take, the switch
+        window, the old scheduler's detach and the new one's attach with its
+        confirmation (:meth:`Switcher.begin_standby`). The loop is blocked for that
+        long: the kernel's no-scheduler gap plus a few ms (under TCG ~80 ms; every wait
+        in it is bounded by ``switch_timeout_s``), which no request could have been
+        answered in sooner anyway, since the worker it would otherwise have waited for
+        does the same. If the new scheduler runs, the reply goes out in this same loop
+        step and the second half (:meth:`PendingSwitch.finish`: the old scheduler's exit
+        record, which tells whether the kernel had ejected it before the detach; pin;
+        freeing it) runs on the worker after the reply. ``None`` when the pool held no
+        fresh standby (nothing done)."""
+        self._direct = True
+        try:
+            pending = self.switcher.begin_standby(target, spec, reason)
+        except Exception:
+            self._direct = False
+            log.exception("direct switch to %s failed", target)
+            self.kick()
+            return await self.settle_records(early=True)
+        if pending is None:
+            self._direct = False
+            return None
+        record = pending.record
+        if not pending.running:
+            # Failed and rolled back: the window's end here (no pin, nothing to free),
+            # then a normal pass takes it from here, as the worker's path would.
+            try:
+                finished = _DirectFinished(record, pending.finish())
+            except Exception as exc:
+                self._direct_end(None, exc, target)
+            else:
+                self._direct_end(finished, None, target)
+            later, settled = await self.settle_records(early=True)
+            return [record, *later], settled
+        if self._reply_gate is not None:
+            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
+        written = threading.Event()
+        taken: list[Any] = []
+        self._reply_gate = [1, written, taken]
+        # After this step, in which the reply is written: the worker, woken now, would
+        # take the GIL from the reply's encoding.
+        asyncio.get_running_loop().call_soon(self._direct_rest, pending, target, written, taken)
+        return [record], True
+
+    def _direct_rest(
+        self, pending: PendingSwitch, target: str, written: threading.Event, taken: list[Any]
+    ) -> None:
+        """On the loop, after the reply's step: the second half on the worker."""
+
+        def rest() -> _DirectFinished:
+            if written.wait(self.reply_wait_s):
+                _wait_taken(taken, self.reply_taken_wait_s)
+            return _DirectFinished(pending.record, pending.finish())
+
+        try:
+            work = asyncio.get_running_loop().run_in_executor(self.worker, rest)
+        except RuntimeError:  # the worker was shut down: the daemon is stopping
+            pending.finish()
+            self._direct = False
+            return
+        work.add_done_callback(lambda w: self._direct_done(w, target))
+
+    async def _direct_on_worker(
+        self, target: str, spec: SchedulerConfig, reason: str, pool: bool
+    ) -> tuple[list[SwitchRecord], bool]:
+        """The standby hit through one call on the worker (see :meth:`direct_switch`)."""
         loop = asyncio.get_running_loop()
         # The running record, or None once the worker's call ended without one (or the
         # wait timed out): one future, so that the reply is one loop step from on_enabled.
@@ -641,7 +742,7 @@ class Reconciler:
             # Submitted last: the worker waits for this thread to let go of the GIL, which
             # it does once the loop sleeps.
             work = loop.run_in_executor(
-                self.worker, self._direct_work, target, spec, reason, on_enabled
+                self.worker, self._direct_work, target, spec, reason, on_enabled, pool
             )
         except RuntimeError:  # the worker was shut down
             self._direct = False
@@ -663,7 +764,12 @@ class Reconciler:
         return made + later, settled
 
     def _direct_work(
-        self, target: str, spec: SchedulerConfig, reason: str, on_enabled: Callable[..., None]
+        self,
+        target: str,
+        spec: SchedulerConfig,
+        reason: str,
+        on_enabled: Callable[..., None],
+        pool: bool = True,
     ) -> SwitchRecord | tuple[SwitchRecord, int] | str | None:
         """The worker's part of :meth:`direct_switch`: an ejection found (returned, not
         switched), :data:`_FOREIGN` (another program's scheduler runs), or the switch's
@@ -675,7 +781,7 @@ class Reconciler:
             kernel = self.backend.kernel_state()
             if kernel.state in ("enabled", "enabling"):
                 return _FOREIGN
-        return self.switcher.switch_to(target, spec, reason, on_enabled)
+        return self.switcher.switch_to(target, spec, reason, on_enabled, pool=pool)
 
     def _direct_enabled(
         self,
@@ -696,18 +802,33 @@ class Reconciler:
         running.set_result(record)
 
     def _direct_done(self, work: asyncio.Future[Any], target: str) -> None:
-        """On the loop, once the direct switch's worker call returned: the bookkeeping a
-        pass does after a switch, then a pass (the rest: deadline, ``STATUS=``, refill)."""
-        self._direct = False
+        """On the loop, once the direct switch's worker call returned: :meth:`_direct_end`
+        with its outcome."""
         error = None if work.cancelled() else work.exception()
         outcome = None if work.cancelled() or error is not None else work.result()
+        self._direct_end(outcome, error, target)
+
+    def _direct_end(self, outcome: object, error: BaseException | None, target: str) -> None:
+        """The bookkeeping a pass does after a switch, then a pass (the rest: deadline,
+        ``STATUS=``, refill). ``outcome``: what the direct switch ended with (an ejection
+        found before it, a record, a :class:`_DirectFinished`, ...)."""
+        self._direct = False
         if error is not None:
             log.error("direct switch to %s failed", target, exc_info=error)
-        if isinstance(outcome, tuple):
+        record: SwitchRecord | None = None
+        if isinstance(outcome, _DirectFinished):
+            record = outcome.record
+            if outcome.gone is not None:
+                # The old scheduler had been ejected before the switch from it: recorded
+                # and backed off (or restarted, had it asked) as check_ejected's would be.
+                self._note_ejection(outcome.gone, self.clock())
+        elif isinstance(outcome, tuple):
             self._note_ejection(outcome, self.clock())
         elif isinstance(outcome, SwitchRecord):
-            self._log_switch(outcome)
-            if outcome.ok:
+            record = outcome
+        if record is not None:
+            self._log_switch(record)
+            if record.ok:
                 self.stale = None
             else:
                 self.policy.record_failure(target, self.clock())

@@ -28,6 +28,7 @@ any thread at any time (they only read sysfs and counters).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -143,6 +144,11 @@ class SchedulerBackend(Protocol):
     ``exit_info(prepared) -> ExitInfo | None``
         The exit record the scheduler's ``ops.exit`` wrote to its data map, or ``None`` if it
         has none or it was never written (kind 0).
+    ``exit_recorded(prepared) -> bool``
+        Whether ``exit_info`` of the handle can tell, after a ``detach``, how it ended: it
+        keeps a readable exit record (the ``uei`` variable of its data map). Cheap (no
+        syscall); for a standby hit, which then reads the old scheduler's exit after the
+        switch instead of the kernel's state before it.
     ``adopt(schedulers) -> Prepared | None``
         At daemon start: if a link pinned by a previous daemon is still enabled and names a
         scheduler in ``schedulers``, return an attached handle for it (``detach`` works on
@@ -182,6 +188,8 @@ class SchedulerBackend(Protocol):
 
     def exit_info(self, prepared: Prepared) -> ExitInfo | None: ...
 
+    def exit_recorded(self, prepared: Prepared) -> bool: ...
+
     def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> Prepared | None: ...
 
     def counters(self) -> Mapping[str, int]: ...
@@ -205,6 +213,11 @@ SwitchRecord = SwitchInfo
 #: ``on_enabled`` of :meth:`Switcher.switch_to`: called with the live record the moment
 #: the new scheduler runs.
 OnEnabled = Callable[[SwitchInfo], None]
+
+#: ``SCX_EXIT_UNREG`` (``enum scx_exit_kind``, ``kernel/sched/ext/internal.h``): the exit
+#: kind of a scheduler user space unregistered -- what its ``ops.exit`` records when the
+#: daemon detaches it.
+SCX_EXIT_UNREG = 64
 
 #: Prefixes of a handle's ``timings_ns`` entries that ``attach``/``detach`` record.
 _BACKEND_PHASES = ("attach.", "detach.")
@@ -242,6 +255,76 @@ class _Phase:
         self.record.phases_ns[self.name] = time.monotonic_ns() - self.begin
 
 
+class PendingSwitch:
+    """A switch between its two halves (:meth:`Switcher.begin_standby`): the old scheduler
+    detached and the new one attached (``running``: it runs now; ``record`` is live), the
+    switch window still open; :meth:`finish` does the rest. Not thread-safe: the switcher's
+    rules hold (one thread at a time; the first half may run on one thread and
+    :meth:`finish` on another, one after the other)."""
+
+    def __init__(self, switcher: Switcher, record: SwitchRecord, clock: _Clock) -> None:
+        self.switcher = switcher
+        self.record = record
+        self.running = False
+        self._clock = clock
+        self._window: contextlib.ExitStack | None = None
+        self._old: Prepared | None = None
+        self._new: Prepared | None = None
+        self._old_spec: SchedulerConfig | None = None
+        self._check_old = False
+        self._old_attached_ns = 0
+        self._detached_ns = 0
+        self._gone: tuple[SwitchRecord, int] | None = None
+        self._finished = False
+
+    def swap(self, new: Prepared | None, spec: SchedulerConfig | None, *, check_old: bool) -> None:
+        """Open the switch window, detach the attached scheduler and attach ``new``
+        (``None``: the kernel's own). ``check_old``: whether the old one's exit record is
+        read once it is detached (see :meth:`Switcher.begin_standby`)."""
+        sw = self.switcher
+        old = sw.current
+        self._old, self._new, self._old_spec = old, new, sw.current_spec
+        self._check_old = check_old and old is not None
+        self._old_attached_ns = sw.attached_ns
+        self._window = contextlib.ExitStack()
+        self.record.expedited = self._window.enter_context(sw.backend.switch_window())
+        self._detached_ns = sw.clock()
+        self.running = sw._swap(self.record, old, new, spec, self)
+        if self.running:
+            # How long the switch took until the new scheduler ran (what a waiting hint's
+            # reply waits for); the rest of ``total`` comes after it.
+            self.record.phases_ns["until_enabled"] = time.monotonic_ns() - self._clock.start
+
+    def old_gone(self, old: Prepared) -> tuple[SwitchRecord, int] | None:
+        """With ``check_old``: whether ``old`` (detached) had been ejected before, from its
+        exit record (:meth:`Switcher._ejected_before`); remembered for :meth:`finish`."""
+        if not self._check_old or self._gone is not None:
+            return self._gone
+        self._gone = self.switcher._ejected_before(old, self._old_attached_ns, self._detached_ns)
+        return self._gone
+
+    def finish(self) -> tuple[SwitchRecord, int] | None:
+        """Close the switch window; if the new scheduler runs, read the old one's exit
+        record (with ``check_old``), pin the new one and free the old one (a pin failure
+        rolls back, never to an old scheduler the kernel had ejected). Returns the old
+        scheduler's ejection found from its exit record (its ``ejected`` record, already in
+        the history, and how long it ran, ``clock`` ns) or ``None``; the caller backs it
+        off as a pass does for :meth:`Switcher.check_ejected`'s. Idempotent."""
+        if self._finished:
+            return self._gone
+        self._finished = True
+        try:
+            if self._window is not None:
+                self._window.close()
+            if self.running and self._new is not None:
+                gone = self.old_gone(self._old) if self._old is not None else None
+                self.switcher._settle_in(self.record, self._old, self._new, self._old_spec, gone)
+        finally:
+            self._clock.finish()
+            self.record.finished = True
+        return self._gone
+
+
 class Switcher:
     """Owns the attached scheduler's handle and the switch history.
 
@@ -276,6 +359,9 @@ class Switcher:
         #: Prepared schedulers held for instant switches; bounded by :meth:`configure_standby`.
         self.standby = StandbyPool(backend, 0, 0)
         self._seq = 0
+        #: Schedulers whose detach left no exit record (``ops.exit`` keeps none): a switch
+        #: away from them looks for an ejection before, as a pass does.
+        self._exit_unrecorded: set[str] = set()
 
     def configure_standby(self, max_entries: int, max_kernel_bytes: int) -> None:
         """Bound the standby pool (``[standby]``); entries beyond a smaller bound go."""
@@ -329,6 +415,8 @@ class Switcher:
         spec: SchedulerConfig | None,
         reason: str,
         on_enabled: OnEnabled | None = None,
+        *,
+        pool: bool = True,
     ) -> SwitchRecord | None:
         """Make ``target`` (a scheduler name, with its ``spec``; or ``kernel`` with ``None``)
         run. Returns ``None`` if it already runs from this ``spec``, else the record (check
@@ -338,21 +426,23 @@ class Switcher:
         ``on_enabled(record)`` is called (on this thread) the moment the kernel confirmed
         ``target`` enabled, before the new one is pinned and the old one freed; the record
         is live (``finished`` False) and may still turn ``rolled_back``. Not called for a
-        switch to ``kernel`` or one that fails before that moment.
+        switch to ``kernel`` or one that fails before that moment. ``pool``: False when
+        the standby pool was asked already (:meth:`begin_standby` found nothing fresh):
+        ``target`` is prepared without asking it again.
         Never raises a :class:`SchedSwitchError`; it lands in ``record.error``.
         """
         if target == self.active:
             if target == KERNEL:
                 return None
             if spec is not None and spec != self.current_spec:
-                return self._switch_recorded(target, spec, reason, on_enabled)
+                return self._switch_recorded(target, spec, reason, on_enabled, pool)
             # Whether it runs or the kernel is ejecting it (mid-transition, or just done since
             # check_ejected() looked): never re-attach it here. check_ejected() on the next
             # pass records the ejection and its exit info and backs the scheduler off.
             return None
         if target != KERNEL and spec is None:
             raise ValueError(f"switch_to({target!r}) needs the scheduler's spec")
-        return self._switch_recorded(target, spec, reason, on_enabled)
+        return self._switch_recorded(target, spec, reason, on_enabled, pool)
 
     def _switch_recorded(
         self,
@@ -360,60 +450,88 @@ class Switcher:
         spec: SchedulerConfig | None,
         reason: str,
         on_enabled: OnEnabled | None,
+        pool: bool,
     ) -> SwitchRecord:
         record = self._record(target, OK, reason)
         record.finished = False
-        clock = _Clock(record)
-
-        def enabled(rec: SwitchRecord) -> None:
-            # How long the switch took until the new scheduler ran (what a waiting hint's
-            # reply waits for); the rest of ``total`` comes after it.
-            rec.phases_ns["until_enabled"] = time.monotonic_ns() - clock.start
-            if on_enabled is not None:
-                on_enabled(rec)
-
+        pending = PendingSwitch(self, record, _Clock(record))
         try:
-            self._switch(record, target, spec, enabled)
-        finally:
-            clock.finish()
-            record.finished = True
-        return record
-
-    def _switch(
-        self,
-        record: SwitchRecord,
-        target: str,
-        spec: SchedulerConfig | None,
-        on_enabled: OnEnabled,
-    ) -> None:
-        new: Prepared | None = None
-        if target != KERNEL:
-            assert spec is not None
-            start = time.monotonic_ns()
-            new = self.standby.take(target, spec)
-            if new is not None:
-                record.standby = True
-                record.phases_ns["standby"] = time.monotonic_ns() - start
-            else:
-                try:
-                    with _Phase(record, "prepare"):
-                        new = self.backend.prepare(target, spec)
-                except SchedSwitchError as exc:
-                    record.result, record.error = FAILED, ErrorBody.of(exc)
-                    return
-                for phase, ns in new.timings_ns.items():
-                    if not phase.startswith(_BACKEND_PHASES):
-                        record.phases_ns[f"prepare.{phase}"] = ns
-        old, old_spec = self.current, self.current_spec
-        with self.backend.switch_window() as expedited:
-            record.expedited = expedited
-            running = self._swap(record, old, new, spec)
-            if running:
+            new: Prepared | None = None
+            if target != KERNEL:
+                assert spec is not None
+                start = time.monotonic_ns()
+                new = self.standby.take(target, spec) if pool else None
+                if new is not None:
+                    record.standby = True
+                    record.phases_ns["standby"] = time.monotonic_ns() - start
+                else:
+                    try:
+                        with _Phase(record, "prepare"):
+                            new = self.backend.prepare(target, spec)
+                    except SchedSwitchError as exc:
+                        record.result, record.error = FAILED, ErrorBody.of(exc)
+                        return record
+                    for phase, ns in new.timings_ns.items():
+                        if not phase.startswith(_BACKEND_PHASES):
+                            record.phases_ns[f"prepare.{phase}"] = ns
+            pending.swap(new, spec, check_old=False)
+            if pending.running and on_enabled is not None:
                 # The new scheduler runs: a waiting request is answered now, while the
                 # rest (the window's end, pins, freeing the old one) goes on here.
                 on_enabled(record)
-        if running and new is not None:
-            self._settle_in(record, old, new, old_spec)
+        finally:
+            pending.finish()
+        return record
+
+    def begin_standby(
+        self, target: str, spec: SchedulerConfig, reason: str
+    ) -> PendingSwitch | None:
+        """The first half of a switch to ``target``'s held standby, for a caller that answers
+        a request between the halves on its own thread (a standby hit on the event loop):
+        take the standby (``None``, nothing else done, when the pool holds none fresh for
+        ``spec``: :meth:`switch_to` with ``pool=False`` prepares it), open the switch
+        window, detach the old scheduler and attach the new one. Returns the pending
+        switch: its record is live (``finished`` False; ``ok`` unless the swap failed and
+        rolled back), ``running`` says whether ``target`` runs now, and
+        :meth:`PendingSwitch.finish` -- on any one thread, once -- does the rest (the
+        window's end; pin; free the old scheduler). Only the kernel's detach and attach
+        (and a confirmation) run in between: nothing sleeps but their bounded waits
+        (``timeout_s``).
+
+        When the old scheduler keeps an exit record (``exit_recorded``), the kernel's
+        state is not read before its detach: ``finish`` reads its exit record instead,
+        which tells whether the kernel had disabled it before the detach (any kind but
+        ``SCX_EXIT_UNREG``, whose ``ops.exit`` the detach itself causes) -- see
+        :meth:`PendingSwitch.finish`. Without one the caller must run
+        :meth:`check_ejected` first, as a pass does. Never raises a
+        :class:`SchedSwitchError`. ``target`` must not be the running scheduler."""
+        start = time.monotonic_ns()
+        new = self.standby.take(target, spec)
+        if new is None:
+            return None
+        record = self._record(target, OK, reason)
+        record.finished = False
+        record.standby = True
+        clock = _Clock(record)
+        clock.start = start
+        record.phases_ns["standby"] = time.monotonic_ns() - start
+        pending = PendingSwitch(self, record, clock)
+        try:
+            pending.swap(new, spec, check_old=self.late_check_ok())
+        except BaseException:
+            pending.finish()
+            raise
+        return pending
+
+    def late_check_ok(self) -> bool:
+        """Whether a switch away from the attached scheduler may notice its ejection after
+        the switch (from its exit record) instead of before it (``check_ejected``)."""
+        current = self.current
+        return (
+            current is not None
+            and current.name not in self._exit_unrecorded
+            and self.backend.exit_recorded(current)
+        )
 
     def _swap(
         self,
@@ -421,9 +539,12 @@ class Switcher:
         old: Prepared | None,
         new: Prepared | None,
         spec: SchedulerConfig | None,
+        pending: PendingSwitch | None = None,
     ) -> bool:
         """Detach ``old``, attach ``new``. True when ``new`` runs (confirmed by the
-        backend's attach); then :meth:`_settle_in` must follow."""
+        backend's attach); then :meth:`_settle_in` must follow. ``pending``: the switch
+        this is part of, asked whether a detached ``old`` had been ejected before (then a
+        failed attach does not roll back to it)."""
         gap_start = time.monotonic_ns()
         if old is not None:
             try:
@@ -455,6 +576,10 @@ class Switcher:
             if record.exit is not None:
                 self.last_exit = record.exit  # newer than anything read before it
             self.backend.discard(new)
+            if old is not None and pending is not None and pending.old_gone(old) is not None:
+                self.current_spec = None
+                self.backend.discard(old)
+                old = None
             record.result = self._roll_back(record, old)
             return False
         gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
@@ -475,11 +600,13 @@ class Switcher:
         old: Prepared | None,
         new: Prepared,
         old_spec: SchedulerConfig | None,
+        gone: tuple[SwitchRecord, int] | None = None,
     ) -> None:
         """After the new scheduler runs (and ``on_enabled``): pin it, then free the old
         one. A pin that fails rolls back as a failed attach does: the new one is
         discarded, the old one attached again (the record says ``rolled_back``, or
-        ``rollback_failed``); that is what a status after the reply shows."""
+        ``rollback_failed``); that is what a status after the reply shows. ``gone``: the
+        old one had been ejected by the kernel before the switch (not attached again)."""
         try:
             with _Phase(record, "pin"):
                 self.backend.pin(new)
@@ -487,10 +614,45 @@ class Switcher:
             record.error = ErrorBody.of(exc)
             self.current, self.current_spec = None, old_spec
             self.backend.discard(new)
+            if gone is not None and old is not None:
+                self.current_spec = None
+                self.backend.discard(old)
+                old = None
             record.result = self._roll_back(record, old)
             return
         if old is not None:
             self.backend.discard(old)
+
+    def _ejected_before(
+        self, old: Prepared, attached_ns: int, detached_ns: int
+    ) -> tuple[SwitchRecord, int] | None:
+        """After a switch away from ``old`` that skipped ``check_ejected``: its exit record
+        says how it ended. ``SCX_EXIT_UNREG`` is the ``ops.exit`` our own detach caused
+        (``bpf_scx_unreg()`` -> ``scx_disable(SCX_EXIT_UNREG)``); any other kind means the
+        kernel had claimed its exit first (``scx_claim_exit()`` in ``kernel/sched/ext.c``
+        takes the first kind only, and the detach flushes the disable work, so the record
+        is final when the detach returned): an ejection, recorded as ``check_ejected``
+        records one (``previous`` ``old``, result ``ejected``, its exit info), with how long
+        it ran (``clock`` ns, until the detach). No record at all: its ``ops.exit`` does
+        not keep one, so the next switch away from it looks at the kernel before."""
+        info = self.backend.exit_info(old)
+        if info is None:
+            self._exit_unrecorded.add(old.name)
+            log.warning(
+                "%s left no exit record on its detach; its ejections are looked for before "
+                "its switches from now on",
+                old.name,
+            )
+            return None
+        if info.kind == SCX_EXIT_UNREG:
+            return None
+        self.last_exit = info
+        record = self._record(
+            KERNEL, EJECTED, f"kernel reports {info.kind_name} (before the switch from it)"
+        )
+        record.previous = old.name
+        record.exit = info
+        return record, detached_ns - attached_ns
 
     def _roll_back(self, record: SwitchRecord, old: Prepared | None) -> str:
         if old is None:

@@ -70,6 +70,9 @@ class FakeBackend:
     stale: set[str] = field(default_factory=set)
     #: Kernel bytes each handle holds, by scheduler name (default 4096).
     handle_bytes: dict[str, int] = field(default_factory=dict)
+    #: Scheduler names whose handles keep no exit record (``exit_recorded`` says False for
+    #: them; a real scheduler without a ``uei`` variable), though ``exit_info`` knows.
+    no_exit_record: set[str] = field(default_factory=set)
 
     def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
         self.calls.append(f"prepare {name}")
@@ -152,6 +155,9 @@ class FakeBackend:
 
     def exit_info(self, prepared: Prepared) -> ExitInfo | None:
         return cast(FakePrepared, prepared).exit
+
+    def exit_recorded(self, prepared: Prepared) -> bool:
+        return prepared.name not in self.no_exit_record
 
     def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> FakePrepared | None:
         pinned, self.pinned = self.pinned, None

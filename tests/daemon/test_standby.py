@@ -378,9 +378,11 @@ def test_a_stale_standby_is_not_taken_by_the_direct_path(held: tuple[Running, Cl
 def test_the_direct_path_notices_an_ejection_first(
     held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The running scheduler was ejected and no event said so yet: the direct path records
-    the ejection and backs it off as a pass does, then the hint is switched (by a pass)."""
+    """The running scheduler was ejected and no event said so yet, and it keeps no exit
+    record: the direct path records the ejection (from the kernel's state) and backs it off
+    as a pass does, then the hint is switched (by a pass)."""
     srv, c = held
+    srv.backend.no_exit_record.add("fifo")
     watchers = srv.backend.watchers
     monkeypatch.setattr(srv.backend, "watchers", [])  # no uevent reaches the daemon
     srv.backend.eject()
@@ -395,6 +397,128 @@ def test_the_direct_path_notices_an_ejection_first(
     ]
     status = c.request(op="status")["status"]
     assert [b["scheduler"] for b in status["backoff"]] == ["fifo"]
+    c.close()
+
+
+def _eject_unnoticed(srv: Running, monkeypatch: pytest.MonkeyPatch, **exit_: Any) -> None:
+    """The kernel ejects the running scheduler and no event reaches the daemon."""
+    watchers = srv.backend.watchers
+    monkeypatch.setattr(srv.backend, "watchers", [])
+    srv.backend.eject(**exit_)
+    srv.backend.watchers = watchers
+
+
+def test_a_standby_hit_notices_an_ejection_from_the_old_schedulers_exit_record(
+    held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running scheduler (which keeps an exit record) was ejected and no event said so
+    yet: the standby hit reads no kernel state before its detach; after the switch the old
+    scheduler's exit record (a stall, not the SCX_EXIT_UNREG its detach would have left)
+    shows the ejection, which is recorded after the switch and backed off as a pass does."""
+    srv, c = held
+    _eject_unnoticed(srv, monkeypatch)
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["active"] == "gaming", hint
+    sw = hint["switch"]
+    assert (sw["previous"], sw["standby"], sw["result"]) == ("fifo", True, "ok")
+    srv.wait_for(lambda s: s.switcher.history[-1].result == "ejected")
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"], e["result"]) for e in history[-2:]] == [
+        ("fifo", "gaming", "ok"),
+        ("fifo", "kernel", "ejected"),
+    ]
+    assert history[-1]["exit"]["kind_name"] == "ERROR_STALL"
+    srv.wait_for(lambda s: bool(s.policy.backoff))
+    status = c.request(op="status")["status"]
+    assert [b["scheduler"] for b in status["backoff"]] == ["fifo"]
+    assert status["active"] == "gaming" and status["last_exit"]["kind_name"] == "ERROR_STALL"
+    c.close()
+
+
+def test_a_standby_hit_after_our_own_detach_records_no_ejection(
+    held: tuple[Running, Client],
+) -> None:
+    """The old scheduler's exit record after the standby hit's detach says SCX_EXIT_UNREG
+    (the detach's own): no ejection recorded, nothing backed off."""
+    srv, c = held
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    srv.wait_for(lambda s: "fifo" in s.switcher.standby.entries)
+    history = c.request(op="history")["entries"]
+    assert [e["result"] for e in history] == ["ok", "ok"]
+    assert c.request(op="status")["status"]["backoff"] == []
+    c.close()
+
+
+def test_a_failed_pin_after_an_ejection_found_late_does_not_roll_back_to_it(
+    held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old scheduler had been ejected before the standby hit and the new one's pin
+    fails after the reply: the switch does not attach the ejected one again (the kernel's
+    own scheduler runs); the ejection is recorded and both are backed off, and the pass
+    after it finds nothing to run but the kernel's."""
+    srv, c = held
+    _eject_unnoticed(srv, monkeypatch)
+    srv.backend.fail_pin.add("gaming")
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    srv.wait_for(lambda s: len(s.policy.backoff) == 2)
+    srv.passes(1)
+    attaches = [call for call in srv.backend.calls if call.startswith("attach")]
+    assert attaches[-1] == "attach gaming", srv.backend.calls
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"], e["result"]) for e in history[-2:]] == [
+        ("fifo", "gaming", "rolled_back"),
+        ("fifo", "kernel", "ejected"),
+    ]
+    status = c.request(op="status")["status"]
+    assert status["active"] == "kernel" and srv.backend.kernel_state().state == "disabled"
+    assert sorted(b["scheduler"] for b in status["backoff"]) == ["fifo", "gaming"]
+    c.close()
+
+
+def test_a_standby_hit_switches_on_the_event_loop_when_the_worker_is_idle(
+    held: tuple[Running, Client],
+) -> None:
+    """With the worker idle, the standby hit's detach and attach run on the event loop's
+    thread (no hop to the worker and back before the reply), and its pin and the old
+    scheduler's freeing on the worker, after the reply. A hint that comes while the worker
+    is busy (held in a call of the test's) goes through the worker, as before."""
+    srv, c = held
+    threads: list[tuple[str, str]] = []
+    srv.backend.on_call = lambda call: threads.append((call, threading.current_thread().name))
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    srv.wait_for(lambda s: s.switcher.history[-1].finished)
+    srv.backend.on_call = None
+    loop_thread = srv.read(lambda s: threading.current_thread().name)
+    assert threads[0] == ("attach gaming", loop_thread), threads
+    assert threads[1][0] == "pin gaming" and threads[1][1].startswith("switcher"), threads
+    # back to the default (fifo, held as a standby by the pass after the switch), with the
+    # worker held busy: the hit goes through the worker
+    assert c.request(op="release", lease=hint["lease"])["ok"]
+    srv.wait_for(lambda s: s.switcher.active == "fifo" and "gaming" in s.switcher.standby.entries)
+    srv.passes(1)
+    hold, holding = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        holding.set()
+        hold.wait(10)
+
+    srv.read(lambda s: s.reconciler.worker.submit(busy))
+    assert holding.wait(5)
+    threads.clear()
+    srv.backend.on_call = lambda call: threads.append((call, threading.current_thread().name))
+    try:
+        c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+        time.sleep(0.2)
+        assert threads == []  # waiting for the worker
+    finally:
+        hold.set()
+    reply = c.recv_line()
+    assert reply is not None and reply["active"] == "gaming", reply
+    srv.backend.on_call = None
+    assert threads[0][0] == "attach gaming" and threads[0][1].startswith("switcher"), threads
     c.close()
 
 

@@ -1,0 +1,71 @@
+"""A standby hit's two halves with the real backend in the sched_ext VM (one boot, driver
+``tests/vm/switch_driver.py``): what the kernel leaves in an old scheduler's exit record
+after the hit's detach tells an ejection before it from the detach itself, so the hit needs
+no read of the kernel's state before its detach. ss_fifo detached by the hit left
+``SCX_EXIT_UNREG`` (no ejection found); ss_fifo with ``error_after``, ejected by the kernel
+with nobody watching, left ``SCX_EXIT_ERROR_BPF``, which the hit's second half records as
+an ejection after switching to ss_vtime."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools import vm
+
+pytestmark = pytest.mark.vm
+
+
+@pytest.fixture(scope="module")
+def observed(vm_run: Callable[..., vm.VmResult], sched_objects: Path) -> dict[str, Any]:
+    script = (
+        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.switch_driver '
+        '"$REPO/build/bpf" "$RESULTS/switch.json"\n'
+    )
+    res = vm_run(script, timeout=420)
+    res.check()
+    out: dict[str, Any] = json.loads(res.text("switch.json"))
+    return out
+
+
+def _part(observed: dict[str, Any], key: str) -> dict[str, Any]:
+    part: dict[str, Any] = observed[key]
+    assert "exception" not in part, part.get("tb")
+    return part
+
+
+def test_a_standby_hit_from_a_running_scheduler(observed: dict[str, Any]) -> None:
+    o = _part(observed, "ours")
+    assert o["first"] == "ok" and o["held"] and o["late_check_ok"]
+    assert o["kernel_reads_in_first_half"] == 0
+    assert o["running"]
+    assert o["kernel_after_first_half"]["state"] == "enabled"
+    assert o["kernel_after_first_half"]["ops"] == "ss_vtime"
+    assert o["record"] == {"result": "ok", "previous": "fifo", "finished": True}
+    assert o["gone"] is None  # its own detach: SCX_EXIT_UNREG
+    assert o["kernel_after"]["ops"] == "ss_vtime"
+    assert o["end"] == "ok"
+
+
+def test_an_ejection_before_the_hit_is_found_in_the_exit_record(observed: dict[str, Any]) -> None:
+    o = _part(observed, "ejected")
+    assert o["first"] == "ok" and o["ejected_by_kernel"], o
+    assert o["kernel_before_hit"]["state"] != "enabled"
+    assert o["late_check_ok"] and o["kernel_reads_in_first_half"] == 0
+    assert o["running"] and o["kernel_after_first_half"]["ops"] == "ss_vtime"
+    assert o["record"] == {"result": "ok", "previous": "faulty", "finished": True}
+    gone = o["gone"]
+    assert gone is not None, o
+    assert (gone["previous"], gone["result"], gone["kind_name"]) == (
+        "faulty",
+        "ejected",
+        "ERROR_BPF",
+    )
+    assert gone["ran_for_ns"] > 0
+    assert o["history"][-2:] == [["faulty", "vtime", "ok"], ["faulty", "kernel", "ejected"]]
+    assert o["kernel_after"]["ops"] == "ss_vtime"
+    assert o["end"] == "ok"

@@ -148,6 +148,8 @@ class KernelPrepared:
     plan: ProfilePlan | None = None
     #: What creates its struct_ops link (the backend's :attr:`KernelBackend.links`).
     links: StructOpsLinkCalls = KERNEL_LINKS
+    #: Attached at least once: its exit record may hold an earlier exit's kind.
+    was_attached: bool = False
 
     @property
     def adopted(self) -> bool:
@@ -648,6 +650,9 @@ class KernelBackend:
             self._release(h)
         t: dict[str, int] = {}
         self._count("attaches")
+        # Its exit record is still the zeros of its load (see _confirmed_by_exit_record).
+        first = not h.was_attached
+        h.was_attached = True
         start = time.perf_counter_ns()
         try:
             if h.loaded is not None and not h.loaded.program_links:
@@ -676,7 +681,8 @@ class KernelBackend:
         t["link"] = time.perf_counter_ns() - start
         try:
             start = time.perf_counter_ns()
-            self._confirm_enabled(h, timeout_s)
+            if not (first and self._confirmed_by_exit_record(h)):
+                self._confirm_enabled(h, timeout_s)
             t["confirm"] = time.perf_counter_ns() - start
             if h.plan is not None and h.loaded is not None:
                 start = time.perf_counter_ns()
@@ -739,6 +745,46 @@ class KernelBackend:
             f"cannot attach {h.name}: the kernel refused with EBUSY (another scheduler was "
             "being enabled or disabled)"
         )
+
+    def _confirmed_by_exit_record(self, h: KernelPrepared) -> bool:
+        """Right after ``BPF_LINK_CREATE`` of a handle attached for the first time: True
+        when ``state`` reads ``enabled`` and the scheduler's own exit record is still
+        empty -- then the scheduler the kernel runs is this one. The kernel calls
+        ``ops.exit`` once per enabled-or-failed scheduler instance, and an enable that
+        failed (``ops.init``, a stale ``hotplug_seq``, an error during it) returns from
+        ``BPF_LINK_CREATE`` only after its disable work ran (``scx_root_enable_workfn()``
+        then ``scx_root_disable()`` on the ``scx_enable_helper`` kthread, flushed by
+        ``bpf_scx_reg()``; ``kernel/sched/ext/ext.c``), so a failed enable has written its
+        record by now; so has an ejection right after the enable. One ``pread(2)`` of the
+        held ``state`` descriptor and one ``BPF_MAP_LOOKUP_ELEM`` instead of opening
+        ``root/ops`` (an ``open(2)`` of sysfs cost ~2.5 ms under TCG). Raises
+        ``SchedExtError`` when the record shows the exit. False (nothing decided: the
+        caller confirms from sysfs) when the handle keeps no record its ``ops.exit``
+        writes, or the state or record cannot be read, or ``state`` is not ``enabled``."""
+        if h.uei is None or h.spec is None or h.loaded is None:
+            return False
+        so = h.spec.map(h.ops_map).struct_ops
+        member = so.member("exit") if so is not None else None
+        if member is None or member.program is None:
+            return False  # no ops.exit: nothing would write the record
+        fd = h.exit_map_fd()
+        if fd is None:
+            return False
+        try:
+            if self.scx_files.state() is not scx.ScxState.ENABLED:
+                return False
+            value = syscall.map_lookup_elem(fd, _KEY0, h.spec.map(h.uei.map_name).value_size)
+            rec = h.uei.decode(value) if value is not None else None
+        except (SchedSwitchError, ValueError, KeyError):
+            return False
+        if value is None:
+            return False
+        if rec is not None:
+            raise SchedExtError(
+                f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach "
+                f"({ExitInfo(kind=rec.kind).kind_name}: {rec.reason})"
+            )
+        return True
 
     def _confirm_enabled(self, h: KernelPrepared, timeout_s: float) -> None:
         # BPF_LINK_CREATE returns once scx_root_enable_workfn() finished: "enabled" then,

@@ -7,6 +7,11 @@ the second half (no ejection found: the old one's record says ``SCX_EXIT_UNREG``
 ``ejected``: ss_fifo with ``error_after`` runs until the kernel ejects it (nobody watches);
 a standby hit to ss_vtime then reads no kernel state before the detach, and its second half
 finds the ejection from the old scheduler's exit record (``SCX_EXIT_ERROR_BPF``).
+``confirm``: the backend's confirmation of an enable. A handle attached for the first time
+is confirmed from ``state`` and its own (empty) exit record, without opening ``root/ops``;
+one attached again (its record holds the earlier exit) from ``state`` and ``root/ops``; and
+an enable the kernel fails (a ``hotplug_seq`` one off: ``check_hotplug_seq()`` exits it) is
+reported as failed, not enabled.
 Observations only (JSON to the path given); the host test asserts.
 """
 
@@ -22,6 +27,7 @@ from typing import Any
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.kernel_backend import KernelBackend
 from schedswitchd.daemon.switcher import Switcher
+from schedswitchd.errors import SchedSwitchError
 from schedswitchd.kernel import sched_ext as scx
 
 PIN_DIR = Path("/sys/fs/bpf/ssd-switch-test")
@@ -109,10 +115,56 @@ def ejected(objects: Path) -> dict[str, Any]:
     return out
 
 
+def confirm(objects: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"initial": _kernel()}
+    backend = KernelBackend(pin_dir=PIN_DIR)
+    fifo = SchedulerConfig.model_validate({"object": str(objects / "fifo.bpf.o")})
+    files = backend.scx_files
+    real_ops = files.ops
+    reads = {"ops": 0}
+
+    def counted_ops() -> str | None:
+        reads["ops"] += 1
+        return real_ops()
+
+    files.ops = counted_ops  # type: ignore[method-assign]
+    h = backend.prepare("fifo", fifo)
+    backend.attach(h, 10.0)
+    out["ops_reads_first"] = reads["ops"]
+    out["kernel_first"] = _kernel()
+    backend.detach(h, 10.0)
+    reads["ops"] = 0
+    backend.attach(h, 10.0)
+    out["ops_reads_again"] = reads["ops"]
+    out["kernel_again"] = _kernel()
+    backend.detach(h, 10.0)
+    backend.discard(h)
+    files.ops = real_ops  # type: ignore[method-assign]
+    # the backend's prepare reads it through this module: a CPU hotplug "since" the load
+    real_seq = scx.read_hotplug_seq
+    setattr(scx, "read_hotplug_seq", lambda root=scx.SCHED_EXT_ROOT: real_seq(root) + 7)  # noqa: B010
+    try:
+        stale = backend.prepare(
+            "stale", SchedulerConfig.model_validate({"object": str(objects / "fifo.bpf.o")})
+        )
+    finally:
+        setattr(scx, "read_hotplug_seq", real_seq)  # noqa: B010
+    try:
+        backend.attach(stale, 10.0)
+        out["failed_enable"] = "reported enabled"
+    except SchedSwitchError as exc:
+        out["failed_enable"] = f"{type(exc).__name__}: {exc}"
+    out["kernel_after_failed"] = _kernel()
+    info = backend.exit_info(stale)
+    out["failed_exit"] = info.kind_name if info is not None else None
+    backend.discard(stale)
+    return out
+
+
 def main() -> int:
     objects, dest = Path(sys.argv[1]), Path(sys.argv[2])
     result: dict[str, Any] = {}
-    for name, part in (("ours", ours), ("ejected", ejected)):
+    for name, part in (("ours", ours), ("ejected", ejected), ("confirm", confirm)):
         try:
             result[name] = part(objects)
         except Exception as exc:

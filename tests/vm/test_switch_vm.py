@@ -69,3 +69,18 @@ def test_an_ejection_before_the_hit_is_found_in_the_exit_record(observed: dict[s
     assert o["history"][-2:] == [["faulty", "vtime", "ok"], ["faulty", "kernel", "ejected"]]
     assert o["kernel_after"]["ops"] == "ss_vtime"
     assert o["end"] == "ok"
+
+
+def test_a_first_enable_is_confirmed_from_its_exit_record(observed: dict[str, Any]) -> None:
+    o = _part(observed, "confirm")
+    assert o["initial"]["state"] == "disabled"
+    assert o["kernel_first"]["ops"] == "ss_fifo" and o["ops_reads_first"] == 0
+    # attached again, its record holds the detach's SCX_EXIT_UNREG: sysfs confirms
+    assert o["kernel_again"]["ops"] == "ss_fifo" and o["ops_reads_again"] == 1
+
+
+def test_a_failed_enable_is_not_reported_enabled(observed: dict[str, Any]) -> None:
+    o = _part(observed, "confirm")
+    assert o["failed_enable"] != "reported enabled", o
+    assert o["kernel_after_failed"]["state"] == "disabled"
+    assert o["failed_exit"] == "UNREG_KERN", o

@@ -53,10 +53,12 @@ def srv(start: Start) -> Running:
 
 def _prepared(srv: Running) -> Client:
     """A client that announced gaming (held as a standby for 30 s), once a pass after
-    that has settled, so that none is under way when the test's hint comes."""
+    that has settled and the worker is idle (the refill's heap trim done), so that
+    nothing is under way when the test's hint comes."""
     c = srv.client()
     assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
     srv.passes(1)
+    srv.wait_for(lambda s: s.reconciler.worker.idle)
     return c
 
 

@@ -1088,6 +1088,14 @@ class KernelBackend:
 
     # --- watching ----------------------------------------------------------------------------
 
+    @property
+    def module_events(self) -> bool:
+        """True while a :meth:`watch` runs with its uevent listener attached to the BTF
+        registry, so the registry's module generation follows every module add and remove
+        (and :meth:`fresh` trusts it); False without a watch, or when no uevent socket
+        could be opened and the watch relies on its sysfs check."""
+        return self._module_events
+
     def watch(self, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` on every sched_ext uevent (``SCXOPS``) and whenever a sysfs
         check (every :data:`WATCH_POLL_S` s) sees ``state``/``ops``/``enable_seq`` change,

@@ -170,7 +170,9 @@ class Reconciler:
     pass one they move); ``reply_wait_s``: how long a switch's worker waits, at most, for
     the replies its ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`);
     ``reply_taken_wait_s``: then, at most, for their clients to read them (s,
-    :data:`REPLY_TAKEN_WAIT_S`).
+    :data:`REPLY_TAKEN_WAIT_S`); ``trim``: what gives the C heap back after a switch or a
+    standby's prepare, on the worker (default
+    :func:`~schedswitchd.daemon.memory_tuning.trim_heap`).
     """
 
     def __init__(
@@ -184,6 +186,7 @@ class Reconciler:
         timer: Timer | None = None,
         reply_wait_s: float = REPLY_WAIT_S,
         reply_taken_wait_s: float = REPLY_TAKEN_WAIT_S,
+        trim: Callable[[], object] = trim_heap,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -193,6 +196,7 @@ class Reconciler:
         self._timer = timer
         self.reply_wait_s = reply_wait_s
         self.reply_taken_wait_s = reply_taken_wait_s
+        self.trim = trim
         #: The safety-net poll's next call on ``timer`` (:meth:`_poll`).
         self._poll_call: Cancellable | None = None
         self.policy = Policy(rules=config.hints, default=config.default)
@@ -521,7 +525,7 @@ class Reconciler:
                 # Give back what the temporaries of a prepare left free in the C heap (see
                 # schedswitchd.daemon.memory_tuning); queued behind the worker.
                 with contextlib.suppress(RuntimeError):  # the worker was shut down
-                    asyncio.get_running_loop().run_in_executor(self.worker, trim_heap)
+                    asyncio.get_running_loop().run_in_executor(self.worker, self.trim)
 
     # --- standbys -----------------------------------------------------------------------------
 

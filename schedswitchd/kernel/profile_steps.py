@@ -183,19 +183,22 @@ def enable_helper_pids(proc: str = "/proc") -> list[int]:
 
 
 @contextlib.contextmanager
-def helper_on_cpu(cpu: int | None, pids: list[int] | None = None) -> Iterator[list[int]]:
+def helper_on_cpu(
+    cpu: int | None, pids: list[int] | None = None, *, proc: str = "/proc"
+) -> Iterator[list[int]]:
     """Bind the kernel's ``scx_enable_helper`` thread(s) to ``cpu`` for the ``with`` body
     and restore their masks after; yields the pids bound. Since 6.18 the kernel runs
     ``ops.init`` there, so a scheduler whose ``ops.init`` must run on one CPU
     (scx_central's ``central_init``: "init from non-central CPU") gets it only this way;
     the attaching thread's own pin no longer decides it. ``pids``: the helpers found
     earlier (:func:`enable_helper_pids`; the kernel keeps its helper once made), so that
-    the ``/proc`` walk stays out of the no-scheduler gap; ``None`` or empty: walked now.
+    the ``/proc`` walk stays out of the no-scheduler gap; ``None`` or empty: ``proc``
+    walked now.
     A helper that cannot be bound (``EINVAL``/``EPERM``) is left as it is; none yet (first
     enable since boot): nothing."""
     bound: list[tuple[int, set[int]]] = []
     if cpu is not None:
-        for pid in pids or enable_helper_pids():
+        for pid in pids or enable_helper_pids(proc):
             try:
                 old = os.sched_getaffinity(pid)
                 os.sched_setaffinity(pid, {cpu})

@@ -165,6 +165,7 @@ class Running:
         reply_wait_s: float | None = None,
         reply_taken_wait_s: float | None = None,
         collect_idle_delay_s: float | None = None,
+        trim: Callable[[], object] | None = None,
         **overrides: Any,
     ) -> None:
         """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
@@ -176,7 +177,7 @@ class Running:
         :class:`FakeTimer` that stands still, so that only the test's requests and kicks
         start passes, or that the test moves (:meth:`advance_poll`; a large ``poll_s``
         leaves only the deadlines to fire); ``reply_wait_s``, ``reply_taken_wait_s``,
-        ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
+        ``trim``, ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
         ``overrides``: :func:`make_config` keywords."""
         self.clock = clock
         self.timer = timer
@@ -191,6 +192,8 @@ class Running:
             self._reconciler_options["reply_wait_s"] = reply_wait_s
         if reply_taken_wait_s is not None:
             self._reconciler_options["reply_taken_wait_s"] = reply_taken_wait_s
+        if trim is not None:
+            self._reconciler_options["trim"] = trim
         self._server_options: dict[str, Any] = {}
         if collect_idle_delay_s is not None:
             self._server_options["collect_idle_delay_s"] = collect_idle_delay_s

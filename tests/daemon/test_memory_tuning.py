@@ -43,9 +43,7 @@ def test_trim_returns_freed_heap_pages_to_the_kernel() -> None:
     assert released > (count * block >> 10) // 2, f"only {released} KiB released"
 
 
-def test_server_trims_after_a_switch_not_after_an_idle_pass(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_server_trims_after_a_switch_not_after_an_idle_pass() -> None:
     calls: list[str] = []
     trimmed = threading.Event()
 
@@ -54,8 +52,10 @@ def test_server_trims_after_a_switch_not_after_an_idle_pass(
         trimmed.set()
         return True
 
-    monkeypatch.setattr(reconcile, "trim_heap", counting_trim)
-    running = Running()
+    # the daemon's reconciler trims with malloc_trim unless told otherwise, as here
+    defaults = reconcile.Reconciler.__init__.__kwdefaults__
+    assert defaults is not None and defaults["trim"] is memory_tuning.trim_heap
+    running = Running(trim=counting_trim)
     try:
         running.client().request(op="status")
         running.passes(3)  # idle reconcile passes: nothing to give back

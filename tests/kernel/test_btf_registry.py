@@ -240,24 +240,36 @@ def test_missed_events_still_never_serve_stale(kernel: SidKernel, tmp_path: Path
     assert s.stale_dropped == 1 and s.cache.invalidations == 1
 
 
-def test_event_during_read_is_not_cached(
-    kernel: SidKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_event_during_read_is_not_cached(kernel: SidKernel, tmp_path: Path) -> None:
     # A remove event that arrives while a module is being read must win: what was read
-    # is returned to that caller, but not cached for the next load.
-    root = _subset(kernel, tmp_path / "root", ["nf_tables"])
+    # is returned to that caller, but not cached for the next load. The module's file is
+    # a FIFO here, so the read cannot pass its open() before a writer comes: the writer
+    # delivers the event once the reader holds the FIFO open, then the bytes.
+    root = _subset(kernel, tmp_path / "root", [])
     reg = KernelBtfRegistry(btf_root=root)
     vmlinux = reg.vmlinux
-    parse = Btf.from_bytes
+    os.mkfifo(root / "nf_tables")
+    data = (kernel.btf_root / "nf_tables").read_bytes()
+    failed: list[BaseException] = []
 
-    def racy(data: bytes, *, base: Btf | None = None, name: str = "") -> Btf:
-        reg.handle_uevent(make_uevent("remove", "/module/nf_tables", "module"))
-        return parse(data, base=base, name=name)
+    def event_then_bytes() -> None:
+        try:
+            with open(root / "nf_tables", "wb") as fifo:  # returns once the reader opened it
+                reg.handle_uevent(make_uevent("remove", "/module/nf_tables", "module"))
+                fifo.write(data)
+        except BaseException as exc:
+            failed.append(exc)
 
-    monkeypatch.setattr(Btf, "from_bytes", racy)
-    assert reg.module("nf_tables") is not None
+    writer = threading.Thread(target=event_then_bytes)
+    writer.start()
+    try:
+        got = reg.module("nf_tables")
+    finally:
+        writer.join(30)
+    assert failed == [] and got is not None and _find(got, NFT_TYPE) is not None
     assert reg.cached_modules() == [] and vmlinux is reg.vmlinux
-    monkeypatch.undo()
+    (root / "nf_tables").unlink()  # the module's file, without a race this time
+    os.symlink(kernel.btf_root / "nf_tables", root / "nf_tables")
     assert reg.module("nf_tables") is not None and reg.cached_modules() == ["nf_tables"]
 
 

@@ -17,10 +17,11 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import profile_steps, syscall
+from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.profile_steps import (
+    ENABLE_HELPER_COMM,
     attach_from_cpu,
     enable_helper_pids,
     helper_on_cpu,
@@ -207,9 +208,20 @@ def test_enable_helper_pids_reads_kthreads_of_that_name(tmp_path: Path) -> None:
     assert enable_helper_pids(str(tmp_path / "absent")) == []
 
 
-def test_helper_on_cpu_binds_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real task stands in for the kernel's helper (the host has no sched_ext): its
-    affinity is the attach CPU inside the block and what it was after."""
+def _fake_proc(root: Path, tasks: dict[int, str]) -> str:
+    """A ``/proc`` holding only ``PID/stat`` files: ``tasks`` pid -> "comm ppid"."""
+    for pid, what in tasks.items():
+        comm, ppid = what.rsplit(" ", 1)
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1\n")
+    (root / "self").mkdir()  # not a pid: passed over
+    return str(root)
+
+
+def test_helper_on_cpu_binds_and_restores(tmp_path: Path) -> None:
+    """A real task stands in for the kernel's helper (the host has no sched_ext), found in
+    a /proc that lists it as kthreadd's ``scx_enable_helper``: its affinity is the attach
+    CPU inside the block and what it was after."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -220,16 +232,26 @@ def test_helper_on_cpu_binds_and_restores(monkeypatch: pytest.MonkeyPatch) -> No
     try:
         cpu = sorted(os.sched_getaffinity(0))[-1]
         before = os.sched_getaffinity(pid)
-        monkeypatch.setattr(profile_steps, "enable_helper_pids", lambda: [pid, 999_999_999])
-        with helper_on_cpu(cpu) as bound:
+        helper = f"{ENABLE_HELPER_COMM} 2"
+        proc = _fake_proc(
+            tmp_path / "proc",
+            {
+                pid: helper,
+                999_999_999: helper,  # gone by the time it is bound: skipped
+                os.getpid(): f"{ENABLE_HELPER_COMM} 1",  # that comm, not kthreadd's child
+                1: "systemd 0",
+            },
+        )
+        assert sorted(enable_helper_pids(proc)) == [pid, 999_999_999]
+        with helper_on_cpu(cpu, proc=proc) as bound:
             assert bound == [pid]  # the vanished pid is skipped
             assert os.sched_getaffinity(pid) == {cpu}
         assert os.sched_getaffinity(pid) == before
-        with helper_on_cpu(None) as bound:
+        with helper_on_cpu(None, proc=proc) as bound:
             assert bound == []
-        # pids found earlier (by prepare): no /proc walk now
-        monkeypatch.setattr(profile_steps, "enable_helper_pids", lambda: pytest.fail("walked"))
-        with helper_on_cpu(cpu, [pid]) as bound:
+        # pids found earlier (by prepare): no /proc walk now (this one lists another helper)
+        other = _fake_proc(tmp_path / "other", {os.getpid(): helper})
+        with helper_on_cpu(cpu, [pid], proc=other) as bound:
             assert bound == [pid] and os.sched_getaffinity(pid) == {cpu}
         assert os.sched_getaffinity(pid) == before
     finally:

@@ -25,6 +25,7 @@ Requests::
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 import pydantic_core
@@ -181,6 +182,21 @@ Request = Annotated[
     Field(discriminator="op"),
 ]
 ADMIN_OPS = frozenset({"switch", "stop", "reload"})
+#: Each request model's keys as they appear in a line, quoted (see :func:`_keys_once`).
+_QUOTED_FIELDS: dict[type[BaseModel], tuple[bytes, ...]] = {
+    cls: tuple(f'"{f.alias or name}"'.encode() for name, f in cls.model_fields.items())
+    for cls in (
+        HintRequest,
+        PrepareRequest,
+        ReleaseRequest,
+        StatusRequest,
+        ListRequest,
+        HistoryRequest,
+        SwitchRequest,
+        StopRequest,
+        ReloadRequest,
+    )
+}
 #: pydantic-core keeps every short string it decodes (keys and values) in a process-wide
 #: cache of 16384 entries by default. Requests carry unique values (lease ids, tags), so
 #: a burst of clients fills that cache with objects that live on, scattered over the
@@ -550,7 +566,9 @@ OkReply = (
     | LeaseEnded
 )
 Reply = ErrorReply | OkReply
-_OK_REPLY: TypeAdapter[OkReply] = TypeAdapter(Annotated[OkReply, Field(discriminator="op")])
+_OK_REPLY: TypeAdapter[OkReply] = TypeAdapter(
+    Annotated[OkReply, Field(discriminator="op")], config=ConfigDict(cache_strings=_JSON_CACHE)
+)
 
 
 # --- bytes <-> messages --------------------------------------------------------------------
@@ -570,13 +588,24 @@ def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Re
     """
     if len(line) > max_bytes:
         raise RequestError(TOO_LARGE, f"request longer than {max_bytes} bytes")
-    op, tag, version = _envelope(line)
     try:
-        _refuse_duplicate_keys(line)
-        request = _validate(line)
+        try:
+            request = _validate(line)
+        except RequestError:
+            # A repeated key is the error to report when there is one, as it always was.
+            _refuse_duplicate_keys(line)
+            raise
+        if _keys_once(line, request):
+            # The usual request: its one ``v`` is read from the bytes, and the envelope
+            # (a second JSON decode, for an error's op and id) is not needed.
+            if _V_IS_1.search(line) is not None:
+                return request
+        else:
+            _refuse_duplicate_keys(line)
     except RequestError as exc:
-        exc.op, exc.id = op, tag
+        exc.op, exc.id, _ = _envelope(line)
         raise
+    op, tag, version = _envelope(line)
     # The model's ``v`` has a default (so requests are easy to build) and JSON ``true``
     # equals 1 in Python: insist on the integer 1 actually being on the wire.
     if type(version) is not int or version != VERSION:
@@ -604,6 +633,32 @@ def _envelope(line: bytes) -> tuple[str | None, int | str | None, object]:
     if not (type(tag) is int or (type(tag) is str and len(tag) <= 64)):
         tag = None
     return (op if isinstance(op, str) and op in _ops() else None), tag, raw.get("v")
+
+
+#: In a line that validated and holds each key once without an escape (:func:`_keys_once`):
+#: its ``v`` is the JSON integer 1 (not ``true``, ``1.0``, ``1e0`` or ``10``). ``"v"``
+#: there is the key or a whole string value, and only the key is followed by a colon; the
+#: line is valid JSON, so ``\s`` matches only JSON's whitespace.
+_V_IS_1 = re.compile(rb'"v"\s*:\s*1(?![0-9.eE])')
+
+
+def _keys_once(line: bytes, request: _Request) -> bool:
+    """True when ``line``, which validated as ``request``, holds no key twice: a fast
+    check that spares the full one (:func:`_refuse_duplicate_keys`, a JSON decode in
+    Python, half of a hint's parse) for the usual request. A valid request is one flat
+    object of scalars whose keys are all its model's fields (unknown keys are refused);
+    without a backslash no key is written with an escape, so each key's every occurrence
+    is its quoted name in the bytes. False (the full check decides) when the line has a
+    backslash or any field's quoted name occurs twice, e.g. also inside a value."""
+    if b"\\" in line:
+        return False
+    names = _QUOTED_FIELDS.get(type(request))
+    if names is None:
+        return False
+    for name in names:  # noqa: SIM110 (a generator in all() cost as much again)
+        if line.count(name) > 1:
+            return False
+    return True
 
 
 class _DuplicateKey(Exception):
@@ -677,9 +732,28 @@ def parse_reply(line: bytes) -> Reply:
     """One reply line -> a reply model (client side).
 
     Raises :class:`ProtocolError` if the daemon's line is not a reply of this version.
+    A successful reply (no ``"ok":false`` in the line, as :func:`encode` writes an error)
+    is validated straight from the bytes, one pass of pydantic-core instead of a JSON
+    decode and a validation of the Python objects (half the instructions for a hint's
+    reply); whatever that does not take as a successful reply goes the general way
+    (:func:`_parse_reply_general`), so the outcome and every error are the same.
     """
     if len(line) > MAX_REPLY_BYTES:
         raise ProtocolError(f"reply longer than {MAX_REPLY_BYTES} bytes")
+    if b'"ok":false' not in line:
+        try:
+            reply = _OK_REPLY.validate_json(line)
+        except (ValidationError, ValueError):
+            pass
+        else:
+            if reply.ok is True:
+                return reply
+    return _parse_reply_general(line)
+
+
+def _parse_reply_general(line: bytes) -> Reply:
+    """:func:`parse_reply` for any line: decoded, then an error reply when ``ok`` is
+    false, else one of the successful replies (by ``op``)."""
     try:
         data = pydantic_core.from_json(line, cache_strings=_JSON_CACHE)
     except ValueError as exc:
@@ -693,8 +767,11 @@ def parse_reply(line: bytes) -> Reply:
 
 
 def encode(message: BaseModel) -> bytes:
-    """A request or reply as one JSON line (UTF-8, ``\\n``-terminated, no newline inside)."""
-    return message.model_dump_json(exclude_none=False).encode() + b"\n"
+    """A request or reply as one JSON line (UTF-8, ``\\n``-terminated, no newline inside).
+    The model's serializer called as ``model_dump_json`` calls it (every option at its
+    default: ``None`` fields written), for its bytes: ``model_dump_json`` decodes them to
+    ``str``, which would be encoded back."""
+    return message.__pydantic_serializer__.to_json(message) + b"\n"
 
 
 def error_reply(

@@ -20,7 +20,6 @@ Source: kernel ``kernel/bpf/arena.c`` (``arena_map_mmap``, ``arena_get_unmapped_
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -33,7 +32,10 @@ _PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
 _MAP_FAILED = ctypes.c_void_p(-1).value
 MADV_POPULATE_WRITE = 23
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The process's own symbols (libc is linked into the interpreter), as the other ctypes users
+# here: ctypes.util.find_library("c") runs ``/sbin/ldconfig -p`` on import, a process start the
+# daemon paid on every start (seconds under the VM's emulation).
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (
     ctypes.c_void_p,

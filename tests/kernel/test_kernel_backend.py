@@ -1010,3 +1010,34 @@ def test_profile_step_failures_leave_nothing(
             assert "profile.x" not in backend.counters()
         finally:
             backend.discard(h)
+
+
+def test_preopen_builds_the_vmlinux_indexes_the_first_prepare_reads(
+    bpffs: Path, scx_root: Path, bpf_object: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The first prepare after the daemon's start parses and indexes no vmlinux BTF: the
+    pre-open did (the hint would otherwise wait for it: ~5 s under the VM's emulation). A
+    vmlinux copy of its own, so that no other test's loads have indexed it already."""
+    btf_root = tmp_path / "btf"
+    btf_root.mkdir()
+    shutil.copyfile("/sys/kernel/btf/vmlinux", btf_root / "vmlinux")
+    registry = KernelBtfRegistry(btf_root=btf_root)
+    backend = KernelBackend(
+        pin_dir=bpffs / "pins", registry=registry, sched_ext_root=scx_root, ops_type=TCP
+    )
+    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+    backend.preopen({"uei": cfg})
+    assert backend.counters()["vmlinux_warms"] == 1
+    vmlinux = registry.vmlinux
+    warmed = (dict(vmlinux._name_index), {k: id(v) for k, v in vmlinux._ess_index.items()})
+    assert warmed[0], "the pre-open built no vmlinux name index"
+    h = backend.prepare("uei", cfg)
+    try:
+        assert registry.vmlinux is vmlinux  # parsed once, by the pre-open
+        # no index built or rebuilt by the load: each kind's is the pre-open's object
+        assert {k: id(v) for k, v in vmlinux._name_index.items()} == {
+            k: id(v) for k, v in warmed[0].items()
+        }
+        assert {k: id(v) for k, v in vmlinux._ess_index.items()} == warmed[1]
+    finally:
+        backend.discard(h)

@@ -141,7 +141,7 @@ def test_ttl_ends_lease() -> None:
     try:
         c = r.client()
         assert c.request(op="hint", workload="gaming", ttl_s=30)["active"] == "gaming"
-        r.wait_for(lambda s: not s.reconciler.busy)
+        r.wait_for(lambda s: s.reconciler.idle)
         assert _due(r) == [30.0, 3600.0]
         r.advance_reconciler(29.9)
         assert r.read(lambda s: s.switcher.active == "gaming" and len(s.policy.leases) == 1)
@@ -159,7 +159,7 @@ def test_the_end_of_a_backoff_hold_retries() -> None:
     try:
         c = r.client()
         assert c.request(op="hint", workload="gaming")["active"] == "kernel"  # it failed
-        r.wait_for(lambda s: not s.reconciler.busy and "gaming" in s.policy.backoff)
+        r.wait_for(lambda s: s.reconciler.idle and "gaming" in s.policy.backoff)
         assert 30.0 in _due(r)
         backend.fail_prepare.clear()
         tries = backend.calls.count("prepare gaming")
@@ -363,7 +363,7 @@ def test_adoption_and_grace() -> None:
         status = r.client().request(op="status")["status"]
         assert status["adopted"] and status["active"] == "gaming"
         assert status["kernel"]["ops"] == "gaming_ops" and status["kernel"]["enable_seq"] == 1
-        r.wait_for(lambda s: not s.reconciler.busy)
+        r.wait_for(lambda s: s.reconciler.idle)
         assert _due(r) == [30.0, 3600.0]
         r.advance_reconciler(29.9)
         assert r.read(lambda s: s.switcher.active) == "gaming"

@@ -138,7 +138,7 @@ def test_the_end_of_an_intent_drops_its_standby(start: Start) -> None:
     srv = start(clock=FakeClock(), poll_s=3600)
     c = srv.client()
     assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
-    srv.wait_for(lambda s: not s.reconciler.busy and "gaming" in s.switcher.standby.entries)
+    srv.wait_for(lambda s: s.reconciler.idle and "gaming" in s.switcher.standby.entries)
     timer = srv.poll_timer
     assert timer is not None
     assert srv.read(lambda s: [round(t - timer.now, 3) for t in timer.pending()]) == [30, 3600]

@@ -86,6 +86,36 @@ def _reply(c: Client) -> dict[str, Any]:
     return reply
 
 
+def _gaming_during_a_prepare(
+    srv: Running, first: str, pinned: str
+) -> tuple[Client, Client, threading.Event, threading.Event]:
+    """A pass's switch for a ``first`` hint is held in its prepare when a gaming hint
+    lands; the switch to ``pinned`` will stop as its pin begins (:func:`_hold_pin`).
+    -> (the first hint's client, the gaming one's, pinning, release)."""
+    gate = srv.backend.gate = threading.Event()
+    srv.backend.preparing.clear()
+    before = _send_hint(srv, first)
+    pinning, release = _hold_pin(srv, pinned)
+    try:
+        assert srv.backend.preparing.wait(10), "the pass's switch never began its prepare"
+        gaming = _send_hint(srv, "gaming")
+    finally:
+        gate.set()
+    return before, gaming, pinning, release
+
+
+def _gaming_answered_in_the_pin(
+    srv: Running, c: Client, pinning: threading.Event, release: threading.Event
+) -> dict[str, Any]:
+    """``c``'s gaming hint is answered while the switch to gaming waits in its pin (not by
+    a later pass): its reply, which says gaming runs."""
+    assert _reply_while_held(c, pinning, release), "the hint waited for a later pass"
+    srv.backend.on_call = None
+    reply = _reply(c)
+    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    return reply
+
+
 def test_a_hint_before_the_passs_decision_is_answered_by_that_passs_switch(
     srv: Running,
 ) -> None:
@@ -105,10 +135,7 @@ def test_a_hint_before_the_passs_decision_is_answered_by_that_passs_switch(
         c = _send_hint(srv, "gaming")
     finally:
         busy.set()
-    assert _reply_while_held(c, pinning, release), "the hint waited for a later pass"
-    srv.backend.on_call = None
-    reply = _reply(c)
-    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    reply = _gaming_answered_in_the_pin(srv, c, pinning, release)
     assert reply["switch"]["finished"] is False  # answered from the running switch
     history = srv.read(lambda s: [(r.target, r.result) for r in s.switcher.history])
     assert history[-1] == ("gaming", "ok") and [t for t, _ in history].count("gaming") == 1
@@ -123,19 +150,8 @@ def test_a_hint_during_a_failed_switch_is_answered_by_the_same_passs_next_candid
     attach fails, and the same pass asks the policy again: gaming now, whose switch answers
     the gaming hint at once (and the broken hint, with its failure)."""
     keep = _quiet(srv)
-    gate = srv.backend.gate = threading.Event()
-    srv.backend.preparing.clear()
-    broken = _send_hint(srv, "broken")
-    pinning, release = _hold_pin(srv, "gaming")
-    try:
-        assert srv.backend.preparing.wait(10)  # the pass's switch to broken is under way
-        gaming = _send_hint(srv, "gaming")
-    finally:
-        gate.set()
-    assert _reply_while_held(gaming, pinning, release), "the hint waited for a later pass"
-    srv.backend.on_call = None
-    reply = _reply(gaming)
-    assert reply["active"] == "gaming" and reply["switch"]["target"] == "gaming", reply
+    broken, gaming, pinning, release = _gaming_during_a_prepare(srv, "broken", "gaming")
+    _gaming_answered_in_the_pin(srv, gaming, pinning, release)
     first = _reply(broken)
     assert (first["switch"]["target"], first["switch"]["result"]) == ("broken", "rolled_back")
     keep.close()
@@ -148,15 +164,7 @@ def test_a_hint_after_the_passs_decision_is_answered_by_the_next_pass(srv: Runni
     gaming hint lands: vtime's switch answers the video-call hint only; the gaming hint's
     reply is the next pass's, and reports the switch to gaming."""
     keep = _quiet(srv)
-    gate = srv.backend.gate = threading.Event()
-    srv.backend.preparing.clear()
-    video = _send_hint(srv, "video-call")
-    pinning, release = _hold_pin(srv, "vtime")
-    try:
-        assert srv.backend.preparing.wait(10)
-        gaming = _send_hint(srv, "gaming")
-    finally:
-        gate.set()
+    video, gaming, pinning, release = _gaming_during_a_prepare(srv, "video-call", "vtime")
     try:
         assert pinning.wait(10), "the switch to vtime never reached its pin"
         assert select.select([video.sock], [], [], REPLY_S)[0], "no video-call reply"

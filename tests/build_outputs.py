@@ -18,6 +18,8 @@ import pytest
 from tools.sidkernel import SidKernel, cached_kernel, ensure_kernel
 
 FULL_SUITE_ENV = "SCHEDSWITCHD_FULL_SUITE"
+#: Where ``make test-objects`` builds tests/bpf/*.bpf.c.
+TEST_OBJECT_DIR = Path(__file__).resolve().parents[1] / "build" / "tests" / "bpf"
 
 
 def full_suite() -> bool:
@@ -31,6 +33,15 @@ def missing_build_output(path: Path | str, target: str = "test-objects") -> NoRe
     if full_suite():
         pytest.fail(message)
     pytest.skip(message)
+
+
+def built_object(name: str) -> Path:
+    """``build/tests/bpf/NAME.bpf.o`` (from ``tests/bpf/NAME.bpf.c``); fails or skips the
+    test when it has not been built (:func:`missing_build_output`)."""
+    path = TEST_OBJECT_DIR / f"{name}.bpf.o"
+    if not path.is_file():
+        missing_build_output(path, "test-objects")
+    return path
 
 
 def sid_kernel() -> SidKernel:

@@ -22,7 +22,7 @@ from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.kconfig import Tristate, kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from tests.build_outputs import missing_build_output
+from tests.build_outputs import built_object
 from tests.kernel.unique_ops import ca_name, unique_object
 from tests.libbpf_ref import LibbpfError, libbpf_xlated
 from tests.xlated import differences
@@ -31,17 +31,13 @@ pytestmark = pytest.mark.root
 
 T = TypeVar("T")
 
-OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
 def _path(name: str) -> Path:
     """The build's object ``name``, its congestion controls named for this process (they
     are kernel-wide: tests/kernel/unique_ops.py)."""
-    path = OBJ_DIR / f"{name}.bpf.o"
-    if not path.is_file():
-        missing_build_output(path, "test-objects")
-    return unique_object(path)
+    return unique_object(built_object(name))
 
 
 def _obj(name: str) -> ObjectSpec:

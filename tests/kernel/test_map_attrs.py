@@ -17,32 +17,23 @@ from schedswitchd.errors import ObjectError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object, ringbuf_size
-from tests.build_outputs import missing_build_output
-
-OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
-
-
-def bpf_object(name: str) -> Path:
-    path = OBJ_DIR / f"{name}.bpf.o"
-    if not path.is_file():
-        missing_build_output(path, "test-objects")
-    return path
+from tests.build_outputs import built_object
 
 
 def test_ulong_map_extra_is_read_from_its_enum() -> None:
-    spec = open_object(bpf_object("map_extra"))
+    spec = open_object(built_object("map_extra"))
     assert spec.map("bloom_ulong").map_extra == 5  # __ulong(map_extra, 5)
     assert spec.map("bloom_uint").map_extra == 2  # __uint(map_extra, 2)
 
 
 def test_ulong_with_two_enumerators_is_refused() -> None:
     with pytest.raises(ObjectError, match="'map_extra' is an enum of 2 enumerators"):
-        open_object(bpf_object("map_extra_bad"))
+        open_object(built_object("map_extra_bad"))
 
 
 @pytest.mark.root
 def test_ulong_map_extra_reaches_the_kernel(bpffs: Path) -> None:
-    spec = open_object(bpf_object("map_extra"))
+    spec = open_object(built_object("map_extra"))
     registry = KernelBtfRegistry()
     with load_object(spec, registry.targets(spec.kmod_btfs), pin_root=bpffs) as obj:
         assert syscall.map_info(obj.maps["bloom_ulong"].fd).map_extra == 5
@@ -71,7 +62,7 @@ def test_ringbuf_size_rounds_up_to_power_of_2_pages() -> None:
 
 @pytest.mark.root
 def test_ringbuf_sizes_are_rounded_up_in_the_kernel(bpffs: Path) -> None:
-    spec = open_object(bpf_object("ringbuf_sizes"))
+    spec = open_object(built_object("ringbuf_sizes"))
     assert spec.map("odd").max_entries == 5000  # the spec keeps what the file says
     registry = KernelBtfRegistry()
     with load_object(spec, registry.targets(spec.kmod_btfs), pin_root=bpffs) as obj:

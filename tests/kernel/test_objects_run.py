@@ -19,20 +19,16 @@ from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from tests.build_outputs import missing_build_output
+from tests.build_outputs import built_object
 
 pytestmark = pytest.mark.root
 
-OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 U64 = 1 << 64
 KEY0 = struct.pack("<I", 0)
 
 
 def _obj(name: str) -> ObjectSpec:
-    path = OBJ_DIR / f"{name}.bpf.o"
-    if not path.is_file():
-        missing_build_output(path, "test-objects")
-    return open_object(path)
+    return open_object(built_object(name))
 
 
 @pytest.fixture(scope="module")

@@ -37,20 +37,16 @@ from schedswitchd.kernel.syscall import (
     prog_get_next_id,
     prog_info,
 )
-from tests.build_outputs import missing_build_output
+from tests.build_outputs import built_object
 
 pytestmark = pytest.mark.root
 
-OBJ_DIR = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf"
 _libc = ctypes.CDLL(None, use_errno=True)
 NR_GETPID, NR_GETPPID, NR_GETPGID = 39, 110, 121  # x86_64
 
 
 def _obj(name: str) -> ObjectSpec:
-    path = OBJ_DIR / f"{name}.bpf.o"
-    if not path.is_file():
-        missing_build_output(path, "test-objects")
-    return open_object(path)
+    return open_object(built_object(name))
 
 
 @pytest.fixture(scope="module")

@@ -18,23 +18,15 @@ from schedswitchd.bpf.scheduler import ops_name_of
 from schedswitchd.errors import SchedSwitchError
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from tests.build_outputs import missing_build_output
+from tests.build_outputs import built_object
 from tests.kernel.fake_sched_ext import registered_names
 from tests.kernel.unique_ops import TOKEN, ca_name, unique_object, unique_spec
 
 pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
-OBJ_DIR = REPO / "build" / "tests" / "bpf"
 #: The objects (and their compiled names) the converted tests register.
 COMPILED = {"uei": ["ssd_uei"], "struct_ops": ["ssd_plain", "ssd_link"], "ca_hooks": ["ssd_hooks"]}
-
-
-def _built(name: str) -> Path:
-    path = OBJ_DIR / f"{name}.bpf.o"
-    if not path.is_file():
-        missing_build_output(path, "test-objects")
-    return path
 
 
 def test_names_are_this_process_s_and_fit_the_kernel() -> None:
@@ -45,7 +37,7 @@ def test_names_are_this_process_s_and_fit_the_kernel() -> None:
 
 @pytest.mark.parametrize("name", sorted(COMPILED))
 def test_the_copy_differs_only_in_the_names(name: str) -> None:
-    path = _built(name)
+    path = built_object(name)
     copy = unique_object(path)
     assert unique_object(path) == copy  # one copy per process
     before, after = open_object(path), open_object(copy)
@@ -67,7 +59,7 @@ def _compiled_names_registered() -> Iterator[None]:
     registry = KernelBtfRegistry()
     with contextlib.ExitStack() as stack:
         for name in COMPILED:
-            spec = open_object(_built(name))
+            spec = open_object(built_object(name))
             obj: LoadedObject = stack.enter_context(
                 load_object(
                     spec,

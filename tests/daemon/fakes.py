@@ -48,6 +48,8 @@ class FakeBackend:
     #: When set, called with the call's name (``attach gaming``, ``pin gaming``) as
     #: ``attach`` and ``pin`` begin, on the worker thread: what a test sees at that moment.
     on_call: Callable[[str], None] | None = None
+    #: Called (worker thread) with each ``pre-open ...`` call, e.g. to hold it.
+    on_preopen: Callable[[str], None] | None = None
     #: When given, ``prepare`` sets ``preparing`` and then blocks until the test sets
     #: ``gate``: a switch held on the worker thread while the test talks to the daemon.
     gate: threading.Event | None = None
@@ -191,7 +193,10 @@ class FakeBackend:
         return self.handle_bytes.get(prepared.name, 4096)
 
     def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None:
-        self.calls.append("pre-open " + " ".join(sorted(schedulers)))
+        call = "pre-open " + " ".join(sorted(schedulers))
+        self.calls.append(call)
+        if self.on_preopen is not None:
+            self.on_preopen(call)
 
     # --- test controls ----------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ def _quiet(srv: Running) -> Client:
     keep = srv.client()
     assert keep.request(op="hint", workload="battery")["active"] == "fifo"
     srv.passes(1)
+    # and the rounds' tails: the start's pre-open, which the hint put off, goes on after it
+    srv.wait_for(lambda s: s.reconciler.idle)
     return keep
 
 

@@ -709,15 +709,17 @@ class Reconciler:
         written = threading.Event()
         taken: list[Any] = []
         self._reply_gate = [1, written, taken]
-        # After this step, in which the reply is written: the worker, woken now, would
-        # take the GIL from the reply's encoding.
-        asyncio.get_running_loop().call_soon(self._direct_rest, pending, target, written, taken)
+        # Submitted now, in the step that writes the reply, so that it is the worker's next
+        # call: whatever this loop submits later (a pass kicked meanwhile, a refill) finds
+        # the switch finished. The worker waits for the reply in it.
+        self._direct_rest(pending, target, written, taken)
         return [record], True
 
     def _direct_rest(
         self, pending: PendingSwitch, target: str, written: threading.Event, taken: list[Any]
     ) -> None:
-        """On the loop, after the reply's step: the second half on the worker."""
+        """On the loop, in the reply's step: the second half on the worker, once the reply
+        is written and taken (bounded)."""
 
         def rest() -> _DirectFinished:
             if written.wait(self.reply_wait_s):

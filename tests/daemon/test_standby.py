@@ -673,3 +673,37 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(start: Start)
         gc.callbacks.remove(on_gc)
         if was_enabled:
             gc.enable()
+
+
+def test_a_pass_kicked_during_a_hit_on_the_loop_waits_for_its_second_half(
+    held: tuple[Running, Client],
+) -> None:
+    """A pass kicked while the standby hit's first half runs on the loop (here: an admin
+    override to fifo, made on the loop inside the attach) switches only once the hit's
+    second half (pin, freeing the old scheduler) is over on the worker: the hit's record
+    ends ok and pinned, the pass's switch follows, and no handle is left behind."""
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+
+    def at_call(call: str) -> None:
+        if call == "attach gaming":
+            srv.backend.on_call = None
+            rec.set_override("fifo")  # on the loop thread: kicks a pass
+
+    srv.backend.on_call = at_call
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    srv.wait_for(lambda s: s.switcher.active == "fifo" and s.reconciler.idle)
+    history = c.request(op="history")["entries"]
+    assert [(e["previous"], e["target"], e["result"], e["finished"]) for e in history[-2:]] == [
+        ("fifo", "gaming", "ok", True),
+        ("gaming", "fifo", "ok", True),
+    ]
+    assert "pin" in history[-2]["phases_ns"]
+    pins = [call for call in srv.backend.calls if call.startswith("pin")]
+    assert pins[-2:] == ["pin gaming", "pin fifo"], srv.backend.calls
+    held_ids = srv.read(
+        lambda s: {id(s.switcher.current)} | {id(e.prepared) for e in s.switcher.standby}
+    )
+    assert srv.backend.live == held_ids
+    c.close()

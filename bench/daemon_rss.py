@@ -180,6 +180,15 @@ class Daemon:
                 raise RuntimeError(f"{name} was not held as a standby")
             time.sleep(0.2)
 
+    def wait_idle(self, timeout_s: float = 900.0) -> None:
+        """Until the daemon's status says ``idle`` (no reconcile round, pre-open, refill or
+        worker call running or kicked); :class:`RuntimeError` after ``timeout_s`` (s)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.status().idle:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon was not idle within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
     def close(self) -> None:
         """Back to the kernel's scheduler (admin stop), then stop the daemon."""
         try:
@@ -208,7 +217,11 @@ def one_run(label: str, extra: dict[str, str], log: Any) -> dict[str, Any]:
             entry = daemon.wait_standby("fifo")
             out["default_standby"] = {"scheduler": "fifo", "reason": entry.reason,
                                       "kernel_bytes": entry.kernel_bytes}  # fmt: skip
-        time.sleep(1.0)  # the heap trim queued after the last switch/refill
+        # Read a daemon at rest: the pre-open (one object per worker job, interrupted by
+        # each hint's pass and resumed after it), the refill and the heap trim queued after
+        # the last switch all done. Before status said ``idle``, a fixed 1 s wait read runs
+        # whose pre-open under TCG was still under way (0 or 6 of 11 objects opened).
+        daemon.wait_idle()
         out["rss"] = _rss(daemon.proc.pid)
         counters = daemon.status().counters
         out["preopens"] = counters.get("preopens", 0)

@@ -267,6 +267,15 @@ def _lease_line(lease: Reply) -> str:
     return text
 
 
+def _work_text(idle: bool | None) -> str:
+    """``status``'s ``idle`` for a person: whether a hint sent now meets the daemon at rest."""
+    if idle is None:  # a daemon from before the field
+        return "-"
+    if idle:
+        return "idle"
+    return "busy (a reconcile pass, a standby refill, a switch or a worker call is under way)"
+
+
 def _table(rows: list[tuple[str, str]]) -> None:
     width = max((len(k) for k, _ in rows), default=0)
     for key, value in rows:
@@ -318,6 +327,7 @@ def _status(args: argparse.Namespace) -> int:
         ),
         ("profile", _profile_text(s["profile"]) if s.get("profile") else "-"),
         ("counters", _counters_text(s.get("counters", {}))),
+        ("work", _work_text(s.get("idle"))),
         ("daemon", f"pid {s['pid']}  version {s['version']}  up {s['uptime_s']:.0f} s"),
     ]
     _table(rows)

@@ -159,3 +159,28 @@ def test_the_worker_counts_calls_until_they_finish() -> None:
     with pytest.raises(RuntimeError):
         worker.submit(lambda: 0)  # refused after the shutdown: not counted
     assert _idle_soon(worker)
+
+
+def test_the_status_table_says_idle_or_busy(
+    srv: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``schedswitchctl status`` (the table, not ``--json``) shows ``idle`` as a row."""
+    from schedswitchd.cli import ctl
+
+    srv.passes(1)
+    srv.wait_for(lambda s: s.reconciler.idle)
+    assert ctl.main(["status", "--socket", srv.path]) == 0
+    rows = dict(
+        line.split(None, 1) for line in capsys.readouterr().out.splitlines() if line[:1] != " "
+    )
+    assert rows["work"].strip() == "idle"
+    busy = threading.Event()
+    held = srv.read(lambda s: s.reconciler.worker).submit(busy.wait, 10)
+    try:
+        assert ctl.main(["status", "--socket", srv.path]) == 0
+        out = capsys.readouterr().out
+    finally:
+        busy.set()
+    held.result(10)
+    work = [line for line in out.splitlines() if line.startswith("work")]
+    assert len(work) == 1 and "busy" in work[0] and "idle" not in work[0]

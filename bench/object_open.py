@@ -166,9 +166,11 @@ def corpus(directory: Path, runs: int, as_json: bool) -> int:
         want = f"<= {TARGET_RATIO:g}x" if r["ratio"] is not None else ""
         if r["object"] == "lavd":
             want = (want + ", " if want else "") + f"<= {TARGET_LAVD_MS:g} ms"
-        status = "met" if r["met"] else "MISSED"
+        # an object libbpf 1.1 cannot open and with no time target of its own has none
+        status = ("met" if r["met"] else "MISSED") if want else "none"
         print(
-            f"| {r['object']} | {r['ours_ms']:.2f} | {ref_s} | {ratio_s} | {want}: {status} "
+            f"| {r['object']} | {r['ours_ms']:.2f} | {ref_s} | {ratio_s} | "
+            f"{want + ': ' if want else ''}{status} "
             f"| {r['linked_ms']:.2f} |"
         )
     print(f"targets: {'met' if met else 'MISSED'}")

@@ -35,6 +35,8 @@ from tests.build_outputs import missing_build_output
 from tests.corpus import OBJECTS, corpus_dir
 from tools import vm
 
+from .drivers import driver_line
+
 pytestmark = pytest.mark.vm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,11 +128,12 @@ def table(observed: dict[str, dict[str, Any]]) -> str:
 def observed(vm_run: Callable[..., vm.VmResult]) -> dict[str, dict[str, Any]]:
     objects = " ".join(f'"{corpus_dir().resolve() / n}.bpf.o"' for n in _present())
     lib = libbpf_library()
-    script = (
-        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.corpus_driver "$RESULTS"'
-        f" {objects} --run-s {RUN_S:g} --timeout-s {OBJECT_TIMEOUT_S}"
-        + (f' --libbpf "{lib}"' if lib else "")
-        + "\n"
+    script = driver_line(
+        "corpus_driver",
+        '"$RESULTS"',
+        objects,
+        f"--run-s {RUN_S:g} --timeout-s {OBJECT_TIMEOUT_S}",
+        *([f'--libbpf "{lib}"'] if lib else []),
     )
     res = vm_run(script, timeout=VM_TIMEOUT_S)
     out: dict[str, dict[str, Any]] = {}

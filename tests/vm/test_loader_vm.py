@@ -20,6 +20,8 @@ import pytest
 from tools import vm
 from tools.sidkernel import SidKernel
 
+from .drivers import driver_line
+
 pytestmark = pytest.mark.vm
 
 SCHEDULERS = ("fifo", "vtime", "latency")  # latency reads uinput's BTF: insmod'ed first
@@ -31,18 +33,25 @@ def observed(
 ) -> dict[str, Any]:
     script = (
         (
-            'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --absent '
-            f'"{sched_objects}" latency "$RESULTS/absent.json"\n'
-            'bash "$RESULTS/insmod.sh"\n'
+            driver_line(
+                "loader_driver",
+                "--absent",
+                f'"{sched_objects}"',
+                "latency",
+                '"$RESULTS/absent.json"',
+            )
+            + 'bash "$RESULTS/insmod.sh"\n'
         )
         + "".join(
-            f'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver "{sched_objects}" '
-            f'{name} "$RESULTS/{name}.json"\n'
+            driver_line("loader_driver", f'"{sched_objects}"', name, f'"$RESULTS/{name}.json"')
             for name in SCHEDULERS
         )
-        + (
-            'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.loader_driver --ops-flags '
-            f'"{sched_objects}" fifo "$RESULTS/ops_flags.json"\n'
+        + driver_line(
+            "loader_driver",
+            "--ops-flags",
+            f'"{sched_objects}"',
+            "fifo",
+            '"$RESULTS/ops_flags.json"',
         )
     )
     inputs = {"insmod.sh": vm.insmod_script(sid_kernel, ["uinput"], strict=True)}

@@ -19,15 +19,19 @@ import pytest
 
 from tools import vm
 
+from .drivers import driver_line, driver_part
+
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
 def observed(vm_run: Callable[..., vm.VmResult], sched_objects: object) -> dict[str, Any]:
-    script = (
-        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.progs_driver '
-        '"$REPO/build/tests/vm/bpf/hooked.bpf.o" "$REPO/build/tests/bpf/attach.bpf.o" '
-        '"$REPO/build/tests/bpf/kprobes.bpf.o" "$RESULTS/progs.json"\n'
+    script = driver_line(
+        "progs_driver",
+        '"$REPO/build/tests/vm/bpf/hooked.bpf.o"',
+        '"$REPO/build/tests/bpf/attach.bpf.o"',
+        '"$REPO/build/tests/bpf/kprobes.bpf.o"',
+        '"$RESULTS/progs.json"',
     )
     res = vm_run(script, timeout=420)
     res.check()
@@ -35,14 +39,8 @@ def observed(vm_run: Callable[..., vm.VmResult], sched_objects: object) -> dict[
     return out
 
 
-def _part(observed: dict[str, Any], key: str) -> dict[str, Any]:
-    part: dict[str, Any] = observed[key]
-    assert "exception" not in part, part.get("tb")
-    return part
-
-
 def test_hooks_attach_before_the_struct_ops_link(observed: dict[str, Any]) -> None:
-    o = _part(observed, "loader")
+    o = driver_part(observed, "loader")
     assert o["initial"] == "disabled"
     assert "opt_missing" not in o["programs"]
     assert "ssd_no_such_kernel_function" in o["skipped"]["opt_missing"]
@@ -60,7 +58,7 @@ def test_hooks_attach_before_the_struct_ops_link(observed: dict[str, Any]) -> No
 
 
 def test_syscall_program_runs_before_and_after_attach(observed: dict[str, Any]) -> None:
-    o = _part(observed, "loader")
+    o = driver_part(observed, "loader")
     assert o["run_before"] == {"retval": 0, "ctx_enqueued": 0, "seed": 42, "reg_calls": 0}
     after = o["run_after"]
     assert after["retval"] == 1 and after["seed"] == 7
@@ -68,7 +66,7 @@ def test_syscall_program_runs_before_and_after_attach(observed: dict[str, Any]) 
 
 
 def test_fentry_fexit_on_a_syscall_function(observed: dict[str, Any]) -> None:
-    o = _part(observed, "fentry")
+    o = driver_part(observed, "fentry")
     assert o["links"] == ["on_getpgid_entry", "on_getpgid_exit"]
     assert o["rets"] == [o["pgid"], o["pgid"], -1]  # the last for a pid that does not exist
     assert (o["fentry_hits"], o["fexit_hits"]) == (3, 3)
@@ -76,7 +74,7 @@ def test_fentry_fexit_on_a_syscall_function(observed: dict[str, Any]) -> None:
 
 
 def test_kprobe_kretprobe_on_a_syscall_function(observed: dict[str, Any]) -> None:
-    o = _part(observed, "kprobe")
+    o = driver_part(observed, "kprobe")
     assert o["links"] == ["on_getpgid_kprobe", "on_getpgid_kretprobe"]
     assert o["link_types"] == [7]  # BPF_LINK_TYPE_PERF_EVENT
     assert o["rets"] == [o["pgid"], o["pgid"], -1]
@@ -85,7 +83,7 @@ def test_kprobe_kretprobe_on_a_syscall_function(observed: dict[str, Any]) -> Non
 
 
 def test_backend_pins_adopts_and_removes_program_links(observed: dict[str, Any]) -> None:
-    o = _part(observed, "backend")
+    o = driver_part(observed, "backend")
     assert o["initial"] == "disabled"
     assert not o["links_before_attach"]  # nothing attached while preparing
     assert o["pins"] == ["exit_map", "link", "progs"]

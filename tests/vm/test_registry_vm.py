@@ -20,6 +20,8 @@ import pytest
 from tools import vm
 from tools.sidkernel import SidKernel
 
+from .drivers import driver_line, driver_part
+
 pytestmark = pytest.mark.vm
 
 MODULE, SECOND = "dummy", "xor"
@@ -66,9 +68,8 @@ def seen(
         "uinput_ko": [str(ko[n]) for n in vm.module_load_order(sid_kernel, ["uinput"])],
         "latency_nokmod_obj": str(sched_objects / LATENCY_NOKMOD),
     }
-    script = (
-        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.registry_driver '
-        '"$RESULTS/registry_cfg.json" "$RESULTS/registry.json"\n'
+    script = driver_line(
+        "registry_driver", '"$RESULTS/registry_cfg.json"', '"$RESULTS/registry.json"'
     )
     res = vm_run(script, inputs={"registry_cfg.json": json.dumps(cfg)}, timeout=420)
     res.check()
@@ -78,20 +79,15 @@ def seen(
     return out
 
 
-def _ok(part: dict[str, Any]) -> dict[str, Any]:
-    assert "exception" not in part, part["exception"]
-    return part
-
-
 def test_ids_walk_finds_vmlinux_and_loaded_modules(seen: dict[str, Any]) -> None:
-    init = _ok(seen["initial"])
+    init = driver_part(seen, "initial")
     assert "vmlinux" in init["ids"]
     # the initramfs loaded the 9p modules: each has a BTF file and a kernel BTF object
     assert init["names"] and set(init["names"]) <= set(init["ids"])
 
 
 def test_declared_modules_by_name_with_verified_object_ids(seen: dict[str, Any]) -> None:
-    r = _ok(seen["load_two"])
+    r = driver_part(seen, "load_two")
     assert all(i["rc"] == 0 for i in r["insmod"]), r["insmod"]
     assert all(t is not None and t < 2 for t in r["event_s"]), r["event_s"]
     assert isinstance(r["id"], int) and isinstance(r["id_second"], int)
@@ -109,7 +105,7 @@ def test_declared_modules_by_name_with_verified_object_ids(seen: dict[str, Any])
 
 
 def test_rmmod_drops_entry_and_id(seen: dict[str, Any]) -> None:
-    r = _ok(seen["unload"])
+    r = driver_part(seen, "unload")
     assert r["rmmod"]["rc"] == 0 and r["event_s"] is not None and r["event_s"] < 2
     assert MODULE not in r["cached"]
     assert r["report"]["missing"] == [MODULE] and r["report"]["read"] == []
@@ -117,7 +113,7 @@ def test_rmmod_drops_entry_and_id(seen: dict[str, Any]) -> None:
 
 
 def test_reload_uses_new_btf_and_new_id(seen: dict[str, Any]) -> None:
-    first, r = seen["load_two"], _ok(seen["reload"])
+    first, r = seen["load_two"], driver_part(seen, "reload")
     assert r["insmod"]["rc"] == 0 and r["event_s"] is not None
     assert isinstance(r["id"], int) and r["id"] > first["id"]
     assert r["report"]["read"] == [MODULE] and r["report"]["hits"] == 0
@@ -125,7 +121,7 @@ def test_reload_uses_new_btf_and_new_id(seen: dict[str, Any]) -> None:
 
 
 def test_missed_events_never_serve_stale(seen: dict[str, Any]) -> None:
-    prev, r = seen["reload"], _ok(seen["missed"])
+    prev, r = seen["reload"], driver_part(seen, "missed")
     assert r["rmmod"]["rc"] == 0 and r["insmod"]["rc"] == 0
     assert r["uevents_delta"] == 0  # the registry heard nothing
     assert r["report"]["read"] == [MODULE] and r["stale_dropped"] == 1
@@ -133,7 +129,7 @@ def test_missed_events_never_serve_stale(seen: dict[str, Any]) -> None:
 
 
 def test_sched_ext_uevents_and_states(seen: dict[str, Any]) -> None:
-    r = _ok(seen["scx"])
+    r = driver_part(seen, "scx")
     assert "skipped" not in r, f"sample scheduler {SCHEDULER} was not built"
     assert r["register"]["rc"] == 0, r["register"]
     assert r["enabled"]["state"] == "enabled" and r["enabled"]["ops"] == SCX_OPS
@@ -146,7 +142,7 @@ def test_sched_ext_uevents_and_states(seen: dict[str, Any]) -> None:
 
 
 def test_kfunc_and_core_relocation_in_a_declared_module(seen: dict[str, Any]) -> None:
-    r = _ok(seen["kfunc_module"])
+    r = driver_part(seen, "kfunc_module")
     assert all(i["rc"] == 0 for i in r["insmod"]), r["insmod"]
     d = r["declared"]
     assert d["kmod_btfs"] == ["fou"] and not d["fallback"]
@@ -158,14 +154,14 @@ def test_kfunc_and_core_relocation_in_a_declared_module(seen: dict[str, Any]) ->
 
 
 def test_undeclared_object_falls_back_to_all_modules(seen: dict[str, Any]) -> None:
-    f = _ok(seen["kfunc_module"])["fallback"]
+    f = driver_part(seen, "kfunc_module")["fallback"]
     assert f["kmod_btfs"] is None and f["fallback"]
     assert f["extern"]["btf"] == "fou" and f["retval"] == 2
     assert "fou" in f["found"]
 
 
 def test_module_reload_then_load_uses_the_new_btf_object(seen: dict[str, Any]) -> None:
-    r = _ok(seen["kfunc_module"])
+    r = driver_part(seen, "kfunc_module")
     assert r["rmmod"]["rc"] == 0 and r["reinsmod"]["rc"] == 0
     a = r["after_reload"]
     assert a["read"] == ["fou"] and a["retval"] == 2 and a["extern"]["btf"] == "fou"
@@ -175,7 +171,7 @@ def test_module_reload_then_load_uses_the_new_btf_object(seen: dict[str, Any]) -
 def test_memo_second_load_of_an_undeclared_object_reads_only_its_module(
     seen: dict[str, Any],
 ) -> None:
-    r = _ok(seen["memo"])
+    r = driver_part(seen, "memo")
     assert all(i["rc"] == 0 for i in r["insmod"]), r["insmod"]
     first, second, third = r["first"], r["second"], r["third"]
     assert first["fallback"] and first["programs"] and first["bss"]
@@ -193,7 +189,7 @@ def test_memo_second_load_of_an_undeclared_object_reads_only_its_module(
 
 
 def test_memo_after_module_reload_uses_the_new_btf_and_id(seen: dict[str, Any]) -> None:
-    r = _ok(seen["memo"])
+    r = driver_part(seen, "memo")
     assert r["rmmod"]["rc"] == 0 and r["reinsmod"]["rc"] == 0
     a = r["after_reload"]
     assert a["memo"]["walks"] == 1 and a["memo"]["invalidations"] == 0  # dropped by the event
@@ -212,7 +208,7 @@ def test_memo_after_module_reload_uses_the_new_btf_and_id(seen: dict[str, Any]) 
 
 
 def test_memo_kfunc_in_a_module_warm(seen: dict[str, Any]) -> None:
-    f = _ok(seen["memo"])["fou_warm"]
+    f = driver_part(seen, "memo")["fou_warm"]
     assert f["fallback"] and f["extern"]["btf"] == "fou" and f["extern"]["fd_index"] > 0
     assert f["retval"] == 2 and f["read"] == []
 

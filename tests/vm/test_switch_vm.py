@@ -17,29 +17,22 @@ import pytest
 
 from tools import vm
 
+from .drivers import driver_line, driver_part
+
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
 def observed(vm_run: Callable[..., vm.VmResult], sched_objects: Path) -> dict[str, Any]:
-    script = (
-        'cd "$REPO" && PYTHONPATH="$REPO" "$PY" -m tests.vm.switch_driver '
-        '"$REPO/build/bpf" "$RESULTS/switch.json"\n'
-    )
+    script = driver_line("switch_driver", '"$REPO/build/bpf"', '"$RESULTS/switch.json"')
     res = vm_run(script, timeout=420)
     res.check()
     out: dict[str, Any] = json.loads(res.text("switch.json"))
     return out
 
 
-def _part(observed: dict[str, Any], key: str) -> dict[str, Any]:
-    part: dict[str, Any] = observed[key]
-    assert "exception" not in part, part.get("tb")
-    return part
-
-
 def test_a_standby_hit_from_a_running_scheduler(observed: dict[str, Any]) -> None:
-    o = _part(observed, "ours")
+    o = driver_part(observed, "ours")
     assert o["first"] == "ok" and o["held"] and o["late_check_ok"]
     assert o["kernel_reads_in_first_half"] == 0
     assert o["running"]
@@ -52,7 +45,7 @@ def test_a_standby_hit_from_a_running_scheduler(observed: dict[str, Any]) -> Non
 
 
 def test_an_ejection_before_the_hit_is_found_in_the_exit_record(observed: dict[str, Any]) -> None:
-    o = _part(observed, "ejected")
+    o = driver_part(observed, "ejected")
     assert o["first"] == "ok" and o["ejected_by_kernel"], o
     assert o["kernel_before_hit"]["state"] != "enabled"
     assert o["late_check_ok"] and o["kernel_reads_in_first_half"] == 0
@@ -72,7 +65,7 @@ def test_an_ejection_before_the_hit_is_found_in_the_exit_record(observed: dict[s
 
 
 def test_a_first_enable_is_confirmed_from_its_exit_record(observed: dict[str, Any]) -> None:
-    o = _part(observed, "confirm")
+    o = driver_part(observed, "confirm")
     assert o["initial"]["state"] == "disabled"
     assert o["kernel_first"]["ops"] == "ss_fifo" and o["ops_reads_first"] == 0
     # attached again, its record holds the detach's SCX_EXIT_UNREG: sysfs confirms
@@ -80,7 +73,7 @@ def test_a_first_enable_is_confirmed_from_its_exit_record(observed: dict[str, An
 
 
 def test_a_failed_enable_is_not_reported_enabled(observed: dict[str, Any]) -> None:
-    o = _part(observed, "confirm")
+    o = driver_part(observed, "confirm")
     assert o["failed_enable"] != "reported enabled", o
     assert o["kernel_after_failed"]["state"] == "disabled"
     assert o["failed_exit"] == "UNREG_KERN", o

@@ -1,13 +1,17 @@
 """One client connection of the daemon's socket: line framing, timeouts, back-pressure.
 
 Each accepted connection is one :class:`Connection`, an :class:`asyncio.Protocol` with
-``__slots__`` served by ``loop.create_unix_server``. It splits what the transport delivers
-into ``\\n``-terminated request lines itself and keeps its timeouts as timer handles, so an
-idle connection costs the transport, this object and one timer handle; a task exists only
-while a request is being answered. asyncio's streams cost ~9 KB per connection instead
-(stream reader, writer, their protocol, the handler's task and the helper tasks and futures
-of each wait), which a flood of 200 clients turned into 2 MiB of pymalloc arenas that stayed
-mapped after it (issue 14.10).
+``__slots__`` on asyncio's socket transport, which the server's own accept makes
+(:meth:`Server._accepted <schedswitchd.daemon.server.Server._accepted>`). It splits what
+the transport delivers into ``\\n``-terminated request lines itself and keeps its timeouts
+as timer handles, so an idle connection costs the transport, this object and one timer
+handle. A request is answered in the loop step that read its line, as far as it goes
+without waiting (a standby hit, a malformed line: all of it); a task goes on with it only
+from its first wait, so a task exists only while a request waits for something (issue 15).
+asyncio's streams cost ~9 KB per connection instead (stream reader, writer, their
+protocol, the handler's task and the helper tasks and futures of each wait), which a flood
+of 200 clients turned into 2 MiB of pymalloc arenas that stayed mapped after it (issue
+14.10).
 
 The rules, per connection (limits from ``[limits]``):
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schedswitchd.daemon import protocol as proto
@@ -105,6 +109,7 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_buf",
+        "_busy",
         "_closing",
         "_drained",
         "_eof",
@@ -135,6 +140,7 @@ class Connection(asyncio.Protocol):
         self._timer: Cancellable | None = None
         self._timer_kind = _NONE
         self._task: asyncio.Task[None] | None = None
+        self._busy = False  # a request is being answered (in this step, or by _task)
         self._drained: asyncio.Future[bool] | None = None
         self._final: proto.LeaseEnded | None = None
         self._paused = False
@@ -146,8 +152,13 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Accepted: read the peer's credentials, let the server admit it, start the idle
-        timeout. A socket without credentials (gone already) is dropped unanswered."""
+        timeout. A socket without credentials (gone already) is dropped unanswered. The
+        server's accept calls it at once (:meth:`Server._accepted
+        <schedswitchd.daemon.server.Server._accepted>`); the transport's own later call
+        then does nothing."""
         assert isinstance(transport, asyncio.Transport)
+        if self._transport is transport:
+            return
         self._transport = transport
         try:
             self.peer = peer_of(transport.get_extra_info("socket"))
@@ -167,7 +178,7 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         self._buf += data
-        if self._task is None:
+        if not self._busy:
             self._start_next()
         elif len(self._buf) > self.server.config.limits.max_message_bytes + 1:
             # a request is being answered: hold the client back until it is
@@ -178,7 +189,7 @@ class Connection(asyncio.Protocol):
         """The client is done writing: answer what it sent, then close. Returns True to
         keep the transport open for those replies."""
         self._eof = True
-        if self._task is None and not self._closing:
+        if not self._busy and not self._closing:
             self._start_next()
         return True
 
@@ -189,7 +200,7 @@ class Connection(asyncio.Protocol):
         self._cancel_timer()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(False)
-        if self._task is None:
+        if not self._busy:
             self.server.forget(self)
 
     def pause_writing(self) -> None:
@@ -210,7 +221,7 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         self._final = final
-        if self._task is None:
+        if not self._busy:
             self._finish(final)
 
     def close(self) -> None:
@@ -222,7 +233,7 @@ class Connection(asyncio.Protocol):
 
     @property
     def task(self) -> asyncio.Task[None] | None:
-        """The task answering a request, ``None`` between requests."""
+        """The task answering a request that waits for something, else ``None``."""
         return self._task
 
     # --- framing ------------------------------------------------------------------------------
@@ -230,7 +241,21 @@ class Connection(asyncio.Protocol):
     def _start_next(self) -> None:
         line = self._advance()
         if line is not None:
-            self._task = asyncio.get_running_loop().create_task(self._serve(line))
+            self._serve_now(line)
+
+    def _serve_now(self, line: bytes) -> None:
+        """Answer ``line`` (and the lines after it) in this loop step as far as that goes
+        without waiting; from its first wait on (a reconcile pass, the worker, a reply the
+        client does not take) a task goes on with it. A task would be first run a loop
+        step later, then the request answered in a step of its own (~1 ms of a standby hit
+        under the VM's TCG, with the accept's; issue 15)."""
+        self._busy = True
+        coro = self._serve(line)
+        try:
+            waits_for = coro.send(None)
+        except StopIteration:
+            return  # answered; _serve reset _busy
+        self._task = asyncio.get_running_loop().create_task(_resume(coro, waits_for))
 
     def _advance(self) -> bytes | None:
         """The next whole request line in the buffer (without its ``\\n``) or ``None``;
@@ -302,6 +327,7 @@ class Connection(asyncio.Protocol):
             self.close()
         finally:
             self._task = None
+            self._busy = False
             if self._lost:
                 server.forget(self)
 
@@ -368,3 +394,39 @@ class Connection(asyncio.Protocol):
             )
         elif self._transport is not None:  # _WRITE, _FLUSH: the client does not read
             self._transport.abort()
+
+
+class _Resumed:
+    """Awaiting it goes on with ``coro``, a coroutine stepped by hand that is waiting for
+    ``waits_for`` (what its last step yielded: a future, or ``None`` for a bare yield):
+    that is yielded to the task first, then every value, exception and cancellation is
+    passed through, as ``await coro`` would have from the start."""
+
+    __slots__ = ("_coro", "_waits_for")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+        self._coro = coro
+        self._waits_for = waits_for
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, value = self._coro, self._waits_for
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, or the future's exception
+                try:
+                    value = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+    await _Resumed(coro, waits_for)

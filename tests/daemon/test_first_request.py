@@ -1,0 +1,361 @@
+"""A connection's first request, answered in the loop step that accepted it (issue 15).
+
+The server accepts on its own reader of the listening socket: the connection's transport,
+credentials and admission in that step, then what the client already sent is read and its
+first request answered there as far as it goes without waiting. Everything else (a line
+not finished yet, a request that waits, the connection's later life) is the transport's and
+the connection's as before. Each test holds the server's loop while its client connects and
+sends, so that the accept finds the bytes there; real sockets, a real server, the fake
+backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from schedswitchd.daemon import connection as connection_mod
+from schedswitchd.daemon import server as server_mod
+from schedswitchd.daemon.server import Server
+
+from .fakes import FakeBackend
+from .harness import Client, FakeTimer, Running
+
+
+@pytest.fixture
+def started() -> Iterator[list[Running]]:
+    servers: list[Running] = []
+    yield servers
+    for srv in servers:
+        srv.stop()
+
+
+def _start(started: list[Running], **options: Any) -> Running:
+    srv = Running(FakeBackend(), poll_timer=FakeTimer(), **options)
+    started.append(srv)
+    return srv
+
+
+@contextmanager
+def loop_held(srv: Running) -> Iterator[None]:
+    """The server's loop blocked in one callback until the block ends: what clients
+    connect and send meanwhile is all there when it next looks at its sockets."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(10)
+
+    srv.loop.call_soon_threadsafe(hold)
+    assert holding.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def _frames() -> list[str]:
+    """The names of the functions on the caller's stack, innermost first."""
+    names: list[str] = []
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
+
+
+def _line(**fields: Any) -> bytes:
+    return json.dumps({"v": 1, **fields}).encode() + b"\n"
+
+
+class Steps:
+    """How each request of the server was answered: ``accept`` (its dispatch began in the
+    accept's step, :meth:`Server._accepted`, with no task), ``task`` (in a task), ``step``
+    (in a loop step of its own without a task: the transport read its line)."""
+
+    def __init__(self, srv: Running) -> None:
+        self.seen: list[tuple[str, str]] = []
+        server = srv.server
+        assert server is not None
+        dispatch = server._dispatch
+
+        async def recording(line: bytes, conn: Any) -> Any:
+            frames = _frames()
+            how = (
+                "task"
+                if asyncio.current_task() is not None
+                else "accept"
+                if "_accepted" in frames
+                else "step"
+            )
+            try:
+                op = str(json.loads(line).get("op", "?"))
+            except ValueError:
+                op = "?"
+            self.seen.append((op, how))
+            return await dispatch(line, conn)
+
+        server._dispatch = recording  # type: ignore[method-assign]
+
+
+def _prepared(srv: Running) -> Client:
+    """A client that announced gaming (held as a standby), the daemon at rest after it."""
+    c = srv.client()
+    assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    srv.passes(1)
+    srv.wait_for(lambda s: s.reconciler.idle and "gaming" in s.switcher.standby.entries)
+    return c
+
+
+def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
+    started: list[Running],
+) -> None:
+    """The hint, its switch on the loop (the standby hit), its reply and the reply's
+    ``reply_sent`` (once) all happen in the accept's step; the connection then lives on
+    the transport: it holds the lease until its release, on a later line."""
+    srv = _start(started, default="fifo")
+    intent = _prepared(srv)
+    steps = Steps(srv)
+    sent: list[int] = []
+    server = srv.server
+    assert server is not None
+    reply_sent = server.reconciler.reply_sent
+
+    def counting(sock: Any = None) -> None:
+        sent.append(1)
+        reply_sent(sock)
+
+    server.reconciler.reply_sent = counting  # type: ignore[method-assign]
+    attach_frames: list[list[str]] = []
+
+    def on_call(call: str) -> None:
+        if call == "attach gaming":
+            attach_frames.append(_frames())
+
+    srv.backend.on_call = on_call
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="hint", workload="gaming"))
+    hint = c.recv_line()
+    assert hint is not None and hint["ok"] and hint["switch"]["standby"] is True, hint
+    assert hint["active"] == "gaming" and hint["desired"] == "gaming", hint
+    assert steps.seen == [("hint", "accept")]
+    assert attach_frames and "_accepted" in attach_frames[0], attach_frames
+    srv.wait_for(lambda s: s.switcher.history[-1].finished)
+    assert sent == [1]
+    # the lease lives with the connection, whose later lines the transport reads
+    assert srv.read(lambda s: len(s.policy.leases)) == 1
+    c.send_raw(_line(op="release", lease=hint["lease"]))
+    release = c.recv_line()
+    assert release is not None and release["ok"] and release["active"] == "fifo", release
+    assert steps.seen[1] == ("release", "step")  # begun in the step that read it
+    assert srv.read(lambda s: len(s.policy.leases)) == 0
+    assert sent == [1]
+    c.close()
+    intent.close()
+
+
+def test_errors_of_a_first_request_are_answered_in_the_accept_step(
+    started: list[Running],
+) -> None:
+    """A malformed first line gets its error and the connection goes on; a too large one,
+    and one the client ends inside (EOF), get theirs as the connection's last line."""
+    srv = _start(started)
+    steps = Steps(srv)
+    with loop_held(srv):
+        bad = srv.client()
+        bad.send_raw(b'{"v":1,"op":\n')
+        big = srv.client()
+        big.send_raw(b'{"v":1,"op":"status","id":"' + b"x" * 2000 + b'"}\n')
+        cut = srv.client()
+        cut.send_raw(b'{"v":1,"op":"sta')
+        cut.sock.shutdown(socket.SHUT_WR)
+    reply = bad.recv_line()
+    assert reply is not None and reply["error"]["code"] == "bad_json", reply
+    assert steps.seen == [("?", "accept")]
+    status = bad.request(op="status")  # the connection goes on
+    assert status["ok"], status
+    reply = big.recv_line()
+    assert reply is not None and reply["error"]["code"] == "too_large", reply
+    assert big.recv_line() is None
+    reply = cut.recv_line()
+    assert reply is not None and reply["error"]["code"] == "incomplete", reply
+    assert cut.recv_line() is None
+    for c in (bad, big, cut):
+        c.close()
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_a_first_line_not_finished_at_the_accept_is_read_by_the_transport(
+    started: list[Running],
+) -> None:
+    srv = _start(started)
+    steps = Steps(srv)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(b'{"v":1,"op":"li')
+    srv.wait_for(lambda s: len(s.connections) == 1)
+    time.sleep(0.1)
+    assert steps.seen == []  # nothing answered: the line goes on
+    c.send_raw(b'st"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["op"] == "list", reply
+    assert steps.seen == [("list", "step")]
+    c.close()
+
+
+def test_a_first_request_that_waits_goes_on_in_a_task_then_the_next_line(
+    started: list[Running],
+) -> None:
+    """``status`` waits for the kernel's state (the executor): it begins in the accept's
+    step, a task answers it, then the line the client sent with it."""
+    srv = _start(started)
+    steps = Steps(srv)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="status", id=1) + _line(op="list", id=2))
+    first, second = c.recv_line(), c.recv_line()
+    assert first is not None and first["op"] == "status" and first["id"] == 1, first
+    assert second is not None and second["op"] == "list" and second["id"] == 2, second
+    assert steps.seen == [("status", "accept"), ("list", "task")]
+    srv.wait_for(lambda s: all(conn.task is None for conn in s.connections.values()))
+    c.close()
+
+
+def test_the_connection_caps_and_the_admin_reserve_hold_at_the_accept(
+    started: list[Running],
+) -> None:
+    """Over the per-uid cap a connection is refused (``limit``, then closed) in the
+    accept's step, whatever it already sent; an admin (root) gets the reserve beyond it."""
+    srv = _start(started, per_uid=2, reserve=1)
+    admin = os.getuid() == 0  # [auth] admin_uids = [0]
+    with loop_held(srv):
+        clients = [srv.client() for _ in range(4)]
+        for c in clients:
+            c.send_raw(_line(op="status"))
+    codes = []
+    for c in clients:
+        reply = c.recv_line()
+        assert reply is not None
+        codes.append("ok" if reply["ok"] else reply["error"]["code"])
+    assert codes == ["ok", "ok", "ok" if admin else "limit", "limit"], codes
+    # the refusal was its last line (a reset: the server closed with the request unread)
+    with contextlib.suppress(ConnectionResetError):
+        assert clients[3].recv_line() is None
+    for c in clients:
+        c.close()
+
+
+def test_a_first_hint_with_a_ttl_ends_with_lease_ended(started: list[Running]) -> None:
+    srv = _start(started, timer=FakeTimer())
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="hint", workload="battery", ttl_s=5))
+    hint = c.recv_line()
+    assert hint is not None and hint["ok"], hint
+    srv.advance(6)
+    final = c.recv_line()
+    assert final is not None and final["op"] == "lease_ended" and final["why"] == "ttl", final
+    assert c.recv_line() is None
+    c.close()
+
+
+def test_accepting_pauses_when_descriptors_run_out(
+    started: list[Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``EMFILE`` from accept: no busy loop on the still-readable socket; accepting resumes
+    ``ACCEPT_RETRY_S`` later and the waiting client is served."""
+    monkeypatch.setattr(server_mod, "ACCEPT_RETRY_S", 0.3)
+    srv = _start(started)
+    server = srv.server
+    assert server is not None
+    listener = server._listener
+    assert listener is not None
+    calls: list[float] = []
+
+    class Exhausted:
+        def fileno(self) -> int:
+            assert listener is not None
+            return listener.fileno()
+
+        def accept(self) -> tuple[socket.socket, Any]:
+            calls.append(time.monotonic())
+            assert listener is not None
+            if len(calls) == 1:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            return listener.accept()
+
+        def close(self) -> None:
+            assert listener is not None
+            listener.close()
+
+    srv.read(lambda s: setattr(s, "_listener", Exhausted()))
+    start = time.monotonic()
+    c = srv.client()
+    reply = c.request(op="status")
+    assert reply["ok"], reply
+    assert time.monotonic() - start >= 0.25
+    assert len(calls) <= 4, calls  # once refused, then the retry's accept(s)
+    c.close()
+
+
+def test_a_resumed_coroutine_gets_results_errors_and_cancellation() -> None:
+    """``_resume`` goes on with a coroutine stepped by hand as ``await`` would have."""
+
+    async def body(log: list[object], futs: list[asyncio.Future[int]]) -> None:
+        log.append(await futs[0])
+        try:
+            await futs[1]
+        except ValueError as exc:
+            log.append(str(exc))
+        await asyncio.sleep(0)  # a bare yield
+        try:
+            await futs[2]
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[int]] = [loop.create_future() for _ in range(3)]
+        log: list[object] = []
+        coro: Coroutine[Any, Any, None] = body(log, futs)
+        first = coro.send(None)
+        assert first is futs[0]
+        task = loop.create_task(connection_mod._resume(coro, first))
+        futs[0].set_result(7)
+        await asyncio.sleep(0)
+        futs[1].set_exception(ValueError("no"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return log
+
+    assert asyncio.run(main()) == [7, "no", "cancelled"]
+
+
+def test_the_server_stops_serving_its_socket_on_close() -> None:
+    srv = Running(FakeBackend(), poll_timer=FakeTimer())
+    path = srv.path
+    srv.stop()
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with pytest.raises(OSError):
+        probe.connect(path)
+    probe.close()
+    assert Server is not None

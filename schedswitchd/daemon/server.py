@@ -36,7 +36,7 @@ from typing import Any
 
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.config import AUTO, KERNEL, Config, load_config
+from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import Cancellable, Connection, LoopTimer, Timer
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant
@@ -113,6 +113,7 @@ class Server:
         self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
         self._listener: socket.socket | None = None
         self._server: asyncio.AbstractServer | None = None  # another loop's (see start)
+        self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
         self._accept_retry: asyncio.TimerHandle | None = None
         self._closing = False
         self._closed_since_collect = 0
@@ -375,16 +376,29 @@ class Server:
     def is_admin(self, peer: Peer) -> bool:
         """Admin per ``[auth] admin_uids/admin_gids``."""
         auth = self.config.auth
-        return peer.uid in auth.admin_uids or bool(peer.groups & auth.admin_gid_set())
+        if peer.uid in auth.admin_uids:
+            return True
+        gids = self._gid_sets(auth)[1]
+        return bool(gids) and not gids.isdisjoint(peer.groups)
 
     def may_hint(self, peer: Peer) -> bool:
         """Hint rights per ``[auth] hint_uids/hint_gids`` (admins may always)."""
         auth = self.config.auth
-        return (
-            self.is_admin(peer)
-            or peer.uid in auth.hint_uids
-            or bool(peer.groups & auth.hint_gid_set())
-        )
+        if peer.uid in auth.hint_uids or self.is_admin(peer):
+            return True
+        gids = self._gid_sets(auth)[0]
+        return bool(gids) and not gids.isdisjoint(peer.groups)
+
+    def _gid_sets(self, auth: AuthConfig) -> tuple[frozenset[int], frozenset[int]]:
+        """``auth``'s hint and admin gids as numbers, resolved once per configuration (a
+        group name is looked up in the group database: a read of ``/etc/group`` per
+        admission and per hint otherwise; a group renumbered since applies at the next
+        reload), so that a peer's groups are read only when a group rule could grant
+        something."""
+        cached = self._auth_gids
+        if cached is None or cached[0] is not auth:
+            cached = self._auth_gids = (auth, auth.hint_gid_set(), auth.admin_gid_set())
+        return cached[1], cached[2]
 
     # --- requests -------------------------------------------------------------------------------
 

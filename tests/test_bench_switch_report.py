@@ -156,6 +156,13 @@ def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
     assert sl.IDLE_NOTE in table and "`idle`" in sl.IDLE_NOTE
 
 
+def test_the_page_says_which_client_timed_the_hints(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    assert sl.HINT_CLIENT_NOTE not in sl.build_report(raw, META)[0]  # a run from before
+    table = sl.build_report(raw, {**META, "hint_client": "launcher_wire"})[0]
+    assert sl.HINT_CLIENT_NOTE in table and "launcher_wire" in sl.HINT_CLIENT_NOTE
+
+
 def test_wait_idle_returns_once_the_refill_is_done(sl: ModuleType) -> None:
     """Daemon.wait_idle against the live server (fake backend): while the round after a
     lease's end refills the pool (held in its prepare), it waits, though a pass is over;

@@ -72,7 +72,7 @@ from typing import Any, ParamSpec, TypeVar
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.connection import Cancellable, LoopTimer, Timer
 from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.policy import NS_PER_S, Lease, Policy
+from schedswitchd.daemon.policy import NS_PER_S, Decision, Lease, Policy
 from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import (
     NO_SCHED_EXT,
@@ -231,6 +231,11 @@ class Reconciler:
         self.intents: dict[str, int] = {}
         #: The scheduler the most recent hint lease asked for (a standby candidate).
         self.recent: str | None = None
+        #: What the policy decided in the last :meth:`standby_hit` that asked it, and when
+        #: (``clock`` ns): a hint's reply built in the same loop step, with nothing that
+        #: changes the policy in between, can say that as ``desired`` instead of deciding
+        #: again. ``None`` until then, and while a hit's check stopped before deciding.
+        self.hit_decision: tuple[Decision, int] | None = None
         #: Open the configured objects after the next pass (at start and after a reload).
         self._preopen_pending = False
         #: Configured objects the pre-open has still to open, in configuration order.
@@ -618,11 +623,13 @@ class Reconciler:
         the standby pool holds that scheduler prepared from its current configuration entry
         (the worker's take still checks that it is fresh), and neither a pass nor another
         direct switch is under way. Runs on the loop; reads no file."""
+        self.hit_decision = None
         if self._in_pass or self._direct:
             return None
         now = self.clock()
         self.policy.expire(now)
         decision = self.policy.decide(now)
+        self.hit_decision = (decision, now)
         target = decision.scheduler
         if decision.lease is None or decision.lease.id != lease.id:
             return None
@@ -630,7 +637,9 @@ class Reconciler:
             return None
         spec = self.config.schedulers.get(target)
         entry = self.switcher.standby.entries.get(target)
-        if spec is None or entry is None or entry.spec != spec:
+        # ``is`` first: the pool's entry was filled from this very configuration entry
+        # unless a reload replaced it (a model's == compares every field).
+        if spec is None or entry is None or (entry.spec is not spec and entry.spec != spec):
             return None
         # As a pass would: a client's lease ends an adopted scheduler's grace.
         self._grace_until_ns = 0

@@ -578,6 +578,7 @@ class Daemon:
         # Timed as a launcher hints (schedswitch-run: launcher_wire, no pydantic; see
         # HINT_CLIENT); the same reply line is then validated whole, untimed.
         client = self.launcher_cls(self.sock, timeout_s=120)
+        t0_wall = time.time()
         t0 = _now_ns()
         _, line = client.exchange_line({"op": "hint", "workload": HINTS[col]})
         t1 = _now_ns()
@@ -588,8 +589,10 @@ class Daemon:
         told = getattr(reply, "switch", None)
         # The reply is sent once the kernel runs the scheduler; the daemon then pins it and
         # frees the old one: the record's final form (and "total") is in status after that.
-        sw = self._final_record(told.seq) if told is not None else None
-        after = self._status().counters
+        # Status from here on over the hint's own connection (it holds the lease): no
+        # connection accepted after the hint's, so the accept counters' change is its own.
+        sw = self._final_record(told.seq, client) if told is not None else None
+        after = self._status_via(client).counters
         rss = self.rss_kib()
         client.close()  # ends the lease: back to ss_fifo (not timed)
         if (st, ops) != ("enabled", NEW_OPS) or sw is None or sw.result != "ok":
@@ -616,21 +619,33 @@ class Daemon:
             "modules_read": after.get("module_btfs_read", 0) - before.get("module_btfs_read", 0),
             "module_set_check_ns": after.get("module_set_check_ns", 0)
             - before.get("module_set_check_ns", 0),
+            # from the send to the switch's record (its wall-clock start, after the pool's
+            # take): the request's way in; the rest of "outside" is the reply's way out
+            "before_switch_ns": int((sw.time - t0_wall) * 1e9),
+            # 1: the hint's line was there when the daemon accepted the connection (read
+            # and answered in the accept's loop step); 0: read by the transport later
+            "first_read_at_accept": after.get("first_read_at_accept", 0)
+            - before.get("first_read_at_accept", 0),
             **rss,
         }
 
-    def _final_record(self, seq: int, timeout_s: float = 120.0) -> Any:
-        """Switch record ``seq`` once the daemon finished it (status' ``last_switch``)."""
+    def _status_via(self, conn: Any) -> Any:
+        """``status`` over ``conn`` (a :class:`LauncherConnection`), as the model."""
+        _, line = conn.exchange_line({"op": "status"})
+        reply: Any = self.proto.parse_reply(line)
+        return reply.status
+
+    def _final_record(self, seq: int, conn: Any, timeout_s: float = 120.0) -> Any:
+        """Switch record ``seq`` once the daemon finished it (status' ``last_switch``, asked
+        over ``conn``)."""
         deadline = time.monotonic() + timeout_s
-        with self.client_cls(self.sock, timeout_s=120) as client:  # one connection: as above
-            while True:
-                reply: Any = client.request(self.proto.StatusRequest())
-                last = reply.status.last_switch
-                if last is not None and last.seq == seq and last.finished:
-                    return last
-                if (last is not None and last.seq > seq) or time.monotonic() > deadline:
-                    raise RuntimeError(f"switch {seq} not finished; last {last!r}")
-                time.sleep(0.05)
+        while True:
+            last = self._status_via(conn).last_switch
+            if last is not None and last.seq == seq and last.finished:
+                return last
+            if (last is not None and last.seq > seq) or time.monotonic() > deadline:
+                raise RuntimeError(f"switch {seq} not finished; last {last!r}")
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Back to the kernel's scheduler (the daemon leaves a pinned scheduler running
@@ -895,6 +910,47 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
         "| modules | hint to reply | take | gap | detach | attach | switch until enabled "
         "| outside | daemon after the reply |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        *outside_split(raw),
+    ]
+
+
+def outside_split(raw: dict[str, Any]) -> list[str]:
+    """Markdown lines: per step, (e)'s time outside the switch (its "outside") split at the
+    switch's start: from the client's send to it (the request's way in: client, accept,
+    read, parse, dispatch, the hit's checks; the record's wall-clock time, taken after the
+    pool's take, minus the take) and from the kernel running the new scheduler to the
+    client's reply (the way out); with how many hints' lines were there at the accept
+    (answered in its loop step). Nothing for runs that did not record it (before
+    2026-12-03)."""
+    rows = []
+    for step in raw["steps"]:
+        s = [x for x in step["samples"].get("e") or [] if "before_switch_ns" in x]
+        if not s:
+            return []
+        before = statistics.median(
+            _ms(x["before_switch_ns"] - x["phases_ns"].get("standby", 0)) for x in s
+        )
+        after = statistics.median(
+            _ms(
+                x["total_ns"]
+                - x["before_switch_ns"]
+                - x["phases_ns"].get("until_enabled", x["daemon_total_ns"])
+                + x["phases_ns"].get("standby", 0)
+            )
+            for x in s
+        )
+        at_accept = sum(1 for x in s if x.get("first_read_at_accept"))
+        rows.append(f"| {step['modules']} | {before:.1f} | {after:.1f} | {at_accept} of {len(s)} |")
+    return [
+        "",
+        "(e) outside the switch, median ms: from the client's send to the switch's start "
+        "(the request's way in), and from the kernel running the new scheduler to the "
+        "client's reply (the way out); hints whose line was there at the daemon's accept "
+        "(read and answered in its loop step).",
+        "",
+        "| modules | send to the switch | enabled to the reply | line there at the accept |",
+        "|---:|---:|---:|---:|",
         *rows,
     ]
 

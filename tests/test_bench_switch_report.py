@@ -149,6 +149,21 @@ def test_standby_column_checks_and_composition(sl: ModuleType) -> None:
     assert "| 300 | 80 | 2.0 | 46 | 20 | 30 | 62 | 18 | 0 |" in sl.build_report(raw, META)[0]
 
 
+def test_outside_split_at_the_switchs_start(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(80, 46)] * 3
+    assert sl.outside_split(raw) == []  # runs that did not record it
+    for step in raw["steps"]:
+        # the record 17 ms after the send, 2 of them the take: 15 ms in; outside 25: 10 out
+        step["samples"]["e"] = [
+            {**_standby(80, 46), "before_switch_ns": 17_000_000, "first_read_at_accept": k}
+            for k in (1, 1, 0)
+        ]
+    table = sl.build_report(raw, META)[0]
+    assert "| 300 | 15.0 | 10.0 | 2 of 3 |" in table
+
+
 def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
     raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
     assert sl.IDLE_NOTE not in sl.build_report(raw, META)[0]  # a run from before

@@ -118,6 +118,11 @@ class Server:
         self._closing = False
         self._closed_since_collect = 0
         self._collect_timer: Cancellable | None = None
+        #: Connections accepted, and of them those whose first bytes were there at the
+        #: accept (read and answered in its step, :meth:`_accepted`): status' counters
+        #: ``connections_accepted``, ``first_read_at_accept``.
+        self.accepted = 0
+        self.first_read_at_accept = 0
         #: The last reload's outcome (``status``), ``None`` before any.
         self.last_reload: proto.ReloadInfo | None = None
 
@@ -199,6 +204,7 @@ class Server:
         launcher connects and sends at once, so its line is usually there; if not, or for
         the rest of the connection's life, the transport reads as it always does."""
         sock.setblocking(False)
+        self.accepted += 1
         loop: Any = asyncio.get_running_loop()
         conn = Connection(self, next(self._conn_ids))
         # asyncio's transport for an accepted socket, made as its own accept makes it; it
@@ -215,6 +221,7 @@ class Server:
         except OSError:
             return  # the transport's first read meets the same error and ends it
         if data:
+            self.first_read_at_accept += 1
             conn.data_received(data)
         # b"": the client is done writing; the transport's first read sees that too
 
@@ -739,6 +746,8 @@ class Server:
                 **self._standby_counters(),
                 "reconcile_passes": self.reconciler.passes,
                 "notifications_held": self.reconciler.notes_held,
+                "connections_accepted": self.accepted,
+                "first_read_at_accept": self.first_read_at_accept,
             },
             profile=profile,
             pid=os.getpid(),

@@ -175,6 +175,7 @@ def test_errors_of_a_first_request_are_answered_in_the_accept_step(
     and one the client ends inside (EOF), get theirs as the connection's last line."""
     srv = _start(started)
     steps = Steps(srv)
+    accepted, at_accept = srv.read(lambda s: (s.accepted, s.first_read_at_accept))
     with loop_held(srv):
         bad = srv.client()
         bad.send_raw(b'{"v":1,"op":\n')
@@ -188,6 +189,9 @@ def test_errors_of_a_first_request_are_answered_in_the_accept_step(
     assert steps.seen == [("?", "accept")]
     status = bad.request(op="status")  # the connection goes on
     assert status["ok"], status
+    counters = status["status"]["counters"]
+    assert counters["connections_accepted"] == accepted + 3
+    assert counters["first_read_at_accept"] == at_accept + 3
     reply = big.recv_line()
     assert reply is not None and reply["error"]["code"] == "too_large", reply
     assert big.recv_line() is None
@@ -210,6 +214,7 @@ def test_a_first_line_not_finished_at_the_accept_is_read_by_the_transport(
     srv.wait_for(lambda s: len(s.connections) == 1)
     time.sleep(0.1)
     assert steps.seen == []  # nothing answered: the line goes on
+    assert srv.read(lambda s: (s.accepted, s.first_read_at_accept)) == (1, 1)
     c.send_raw(b'st"}\n')
     reply = c.recv_line()
     assert reply is not None and reply["ok"] and reply["op"] == "list", reply

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -261,3 +262,37 @@ def test_a_paused_listener_reads_nothing_until_resumed() -> None:
         ev.pause()  # stopping a paused listener ends the hold
         assert _wait(lambda: ev.held)
     assert not ev.running and not any(t.name == "uevents" for t in threading.enumerate())
+
+
+@needs_root_uevent
+def test_a_pause_does_not_wake_the_reader() -> None:
+    """Pausing takes the socket out of the reader loop's epoll from the pausing thread: no
+    callback is handed to the reader's loop (its thread stays asleep), the listener counts
+    as held at once, and what came meanwhile is dispatched once resumed."""
+    got: list[Uevent] = []
+    with UeventListener() as ev:
+        ev.subscribe(lambda e: e.devpath.endswith("/net/lo"), got.append)
+        _trigger_lo()
+        assert _wait(lambda: len(got) >= 1)  # (another process's lo events count too)
+        loop = ev._thread_loop
+        assert loop is not None
+        handed: list[object] = []
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            handed.append(args[0])
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        try:
+            ev.pause()
+            assert ev.held  # at once: nothing to wait for
+            seen = len(got)
+            _trigger_lo()
+            time.sleep(0.2)
+            assert len(got) == seen and handed == []
+            ev.resume()
+            assert (lambda: ev.held)() is False  # cleared at once, not by the reader
+            assert _wait(lambda: len(got) > seen)
+        finally:
+            del loop.call_soon_threadsafe

@@ -29,6 +29,8 @@ import enum
 import errno
 import functools
 import logging
+import select
+import selectors
 import socket
 import struct
 import threading
@@ -272,6 +274,10 @@ class UeventListener:
         #: inside the hold (tests and :attr:`held` read it).
         self._gate: threading.Event | None = None
         self._holding = threading.Event()
+        #: The socket's fd while the reader has it open (thread mode), for :meth:`pause`.
+        self._sock_fd: int | None = None
+        #: What :meth:`pause` took out of the reader loop's epoll: (epoll, fd, events).
+        self._disarmed: tuple[Any, int, int] | None = None
 
     # --- subscriptions ---------------------------------------------------------------------
 
@@ -386,8 +392,10 @@ class UeventListener:
             sock.set_marshal(_RawMarshal())
             sock.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
             await sock.bind(groups=KERNEL_GROUP)
+            self._sock_fd = sock.socket.fileno()
             yield sock
         finally:
+            self._sock_fd = None
             sock.close()
 
     async def _read(self, sock: Any) -> None:
@@ -457,13 +465,23 @@ class UeventListener:
         order once reading resumes. For a short window in which the reader must not take
         the CPU (the daemon's switch: see
         :meth:`~schedswitchd.daemon.kernel_backend.KernelBackend.switch_window`). The
-        reader's thread is woken once to enter the hold; it holds at most
-        :data:`PAUSE_MAX_S` s."""
+        socket is taken out of the reader loop's epoll (:func:`_disarm`: one
+        ``epoll_ctl(2)``, and one to put it back), so the reader's thread is not woken
+        for it at all: under the VM's one emulated CPU that wake-up, and the reader's
+        turn at the GIL, came out of the switch's time. Where that cannot be done (no
+        epoll selector, the socket being reopened) the reader's thread is woken once to
+        enter a hold of at most :data:`PAUSE_MAX_S` s instead."""
         with self._lock:
             if self._gate is not None:
                 return
             gate = self._gate = threading.Event()
             loop = self._thread_loop
+            fd = self._sock_fd
+            if loop is not None and fd is not None:
+                self._disarmed = _disarm(loop, fd)
+                if self._disarmed is not None:
+                    self._holding.set()
+                    return
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the reader's loop closed: nothing to hold
@@ -473,6 +491,13 @@ class UeventListener:
         """End :meth:`pause`: the reader reads (and dispatches) what arrived meanwhile."""
         with self._lock:
             gate, self._gate = self._gate, None
+            disarmed, self._disarmed = self._disarmed, None
+            if disarmed is not None:
+                epoll, fd, events = disarmed
+                # Level-triggered: datagrams that came meanwhile wake the reader now.
+                with contextlib.suppress(OSError):  # its socket went (reopened after an overflow)
+                    epoll.modify(fd, events)
+                self._holding.clear()
         if gate is not None:
             gate.set()
 
@@ -509,6 +534,34 @@ class UeventListener:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _disarm(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Any, int, int] | None:
+    """Take ``fd`` out of ``loop``'s epoll interest (events 0) from another thread, without
+    waking the loop: ``epoll_ctl(2)`` may be called while another thread waits in
+    ``epoll_wait(2)``, which then simply reports nothing for it, and the loop's own
+    registration (its selector's map) is left as it is, so restoring the events
+    (:meth:`UeventListener.resume`) is all that undoing it takes. Returns (epoll, fd, the
+    events to restore), or ``None`` where the loop's selector is not an epoll one or does
+    not hold ``fd`` (the caller then wakes the reader to hold it instead)."""
+    selector = getattr(loop, "_selector", None)
+    epoll = getattr(selector, "_selector", None)
+    if selector is None or not isinstance(epoll, select.epoll):
+        return None
+    try:
+        key = selector.get_map().get(fd)
+    except (RuntimeError, KeyError, ValueError):
+        return None
+    if key is None:
+        return None
+    events = (select.EPOLLIN if key.events & selectors.EVENT_READ else 0) | (
+        select.EPOLLOUT if key.events & selectors.EVENT_WRITE else 0
+    )
+    try:
+        epoll.modify(fd, 0)
+    except OSError:
+        return None
+    return epoll, fd, events
 
 
 @functools.cache

@@ -146,3 +146,73 @@ def test_a_plain_file_is_opened_at_each_access(tmp_path: Path) -> None:
     with rcu.expedited() as ours:
         assert ours and (sysfs / RCU_EXPEDITED).read_text() == "1\n"
     assert rcu._fd is None and (sysfs / RCU_EXPEDITED).read_text() == "0\n"
+
+
+@pytest.mark.root
+def test_a_switch_window_opens_no_file_once_the_kernels_is_held(
+    real_rcu: Path, tmp_path: Path
+) -> None:
+    """After the first window, each window reads and writes the kernel's file through the
+    one held descriptor and makes its marker without opening a file (mknod): no ``open``
+    of the kernel's file or the marker, the same descriptor every time; the marker is
+    there inside each window and gone after it."""
+    from tests.fs_events import FileEvents
+
+    marker = tmp_path / "run" / "marker"
+    rcu = RcuExpediter(Path("/sys"), marker)
+    try:
+        with rcu.expedited() as ours:
+            assert ours
+        fd = rcu._fd
+        assert fd is not None
+        with FileEvents(tmp_path) as run, FileEvents(REAL.parent) as sysfs:
+            for _ in range(3):
+                with rcu.expedited() as ours:
+                    assert ours and marker.exists() and real_rcu.read_text().strip() == "1"
+                assert not marker.exists() and rcu._fd == fd
+                assert real_rcu.read_text().strip() == "0"
+            assert run.paths("read", "write") == []
+            # the reads above are the test's own (read_text), not the expediter's
+            assert sysfs.paths("write") == []
+        assert rcu.used == 4
+    finally:
+        rcu.close()
+
+
+@pytest.mark.root
+def test_recover_through_the_held_descriptor_then_switch_again(
+    real_rcu: Path, tmp_path: Path
+) -> None:
+    """A marker left by a daemon that died mid-switch: recover restores 0 through the held
+    descriptor, and the next window uses that descriptor. A marker left after the value
+    was already restored (died between the restore and the marker's removal) restores
+    nothing and is removed."""
+    marker = tmp_path / "marker"
+    real_rcu.write_text("1\n")
+    marker.touch()
+    rcu = RcuExpediter(Path("/sys"), marker)
+    try:
+        assert rcu.recover() and real_rcu.read_text().strip() == "0"
+        assert not marker.exists()
+        fd = rcu._fd
+        assert fd is not None
+        with rcu.expedited() as ours:
+            assert ours and rcu._fd == fd
+        marker.touch()  # the value is 0 already
+        assert not rcu.recover() and not marker.exists()
+        assert real_rcu.read_text().strip() == "0"
+    finally:
+        rcu.close()
+
+
+def test_a_marker_is_opened_where_mknod_is_refused(tmp_path: Path) -> None:
+    """Where the filesystem refuses ``mknod`` the marker is created by ``open`` instead
+    (here: told so), with the same lifetime."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "kernel").mkdir(parents=True)
+    (sysfs / RCU_EXPEDITED).write_text("0\n")
+    rcu = RcuExpediter(sysfs, tmp_path / "run" / "marker")
+    rcu._mknod = False
+    with rcu.expedited() as ours:
+        assert ours and (tmp_path / "run" / "marker").exists()
+    assert not (tmp_path / "run" / "marker").exists()

@@ -88,7 +88,7 @@ from schedswitchd.kernel.profile_steps import (
 )
 from schedswitchd.kernel.rcu_expedite import RcuExpediter
 from schedswitchd.kernel.scheduler_pins import PinDir, PinError
-from schedswitchd.kernel.scx_exit import UeiLayout, uei_layout
+from schedswitchd.kernel.scx_exit import UeiLayout, UeiView, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
 from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS, StructOpsLinkCalls
 from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
@@ -152,6 +152,10 @@ class KernelPrepared:
     links: StructOpsLinkCalls = KERNEL_LINKS
     #: Attached at least once: its exit record may hold an earlier exit's kind.
     was_attached: bool = False
+    #: Its exit record read in place (a read-only mapping of its data map), made by
+    #: prepare when its ``ops.exit`` writes one: the first attach's confirmation
+    #: (:meth:`KernelBackend._confirmed_by_exit_record`) then makes no ``bpf(2)`` call.
+    exit_view: UeiView | None = None
 
     @property
     def adopted(self) -> bool:
@@ -203,7 +207,10 @@ class KernelPrepared:
 
     def close(self) -> None:
         """Close every fd the handle owns: the struct_ops link before the program links
-        (the scheduler goes while its hooks still run), then the rest."""
+        (the scheduler goes while its hooks still run), then the rest; unmap the exit
+        record's view."""
+        if self.exit_view is not None:
+            self.exit_view.close()
         if self.loaded is not None:
             self.loaded.close()
         if self.adopted_link is not None:
@@ -514,7 +521,28 @@ class KernelBackend:
         handle.links = self.links
         handle.inputs = (opened.key, module_key, hotplug, *profile_key)
         handle.plan = plan
+        handle.exit_view = self._exit_view(handle)
         return handle
+
+    @staticmethod
+    def _exit_view(h: KernelPrepared) -> UeiView | None:
+        """A read-only mapping of the handle's exit record when its ``ops.exit`` writes
+        one and its data map is mmapable; ``None`` otherwise (the confirmation then looks
+        the record up, or reads sysfs). Made here, off the switch's path."""
+        if h.uei is None or h.spec is None or h.loaded is None:
+            return None
+        so = h.spec.map(h.ops_map).struct_ops
+        member = so.member("exit") if so is not None else None
+        if member is None or member.program is None:
+            return None  # no ops.exit: nothing would write the record
+        data = h.loaded.maps.get(h.uei.map_name)
+        if data is None or not data.spec.flags & bpf_uapi.F_MMAPABLE:
+            return None
+        try:
+            return UeiView(h.uei, data.fd.fileno(), data.spec.value_size)
+        except (OSError, ValueError) as exc:
+            log.debug("%s: exit record not mapped (%s); looked up instead", h.name, exc)
+            return None
 
     def _module_key(self) -> object:
         """The loaded module set as the lookup memo identifies it, ``None`` if unlistable."""
@@ -779,11 +807,30 @@ class KernelBackend:
         then ``scx_root_disable()`` on the ``scx_enable_helper`` kthread, flushed by
         ``bpf_scx_reg()``; ``kernel/sched/ext/ext.c``), so a failed enable has written its
         record by now; so has an ejection right after the enable. One ``pread(2)`` of the
-        held ``state`` descriptor and one ``BPF_MAP_LOOKUP_ELEM`` instead of opening
-        ``root/ops`` (an ``open(2)`` of sysfs cost ~2.5 ms under TCG). Raises
+        held ``state`` descriptor and the record read in place from the handle's mapping
+        of its data map (:attr:`KernelPrepared.exit_view`, made by prepare; without one,
+        a ``BPF_MAP_LOOKUP_ELEM``) instead of opening ``root/ops`` (an ``open(2)`` of
+        sysfs cost ~2.5 ms under TCG). Raises
         ``SchedExtError`` when the record shows the exit. False (nothing decided: the
         caller confirms from sysfs) when the handle keeps no record its ``ops.exit``
         writes, or the state or record cannot be read, or ``state`` is not ``enabled``."""
+        view = h.exit_view
+        if view is not None:
+            # The same two facts, the record read in place (no bpf(2) call, no buffers).
+            try:
+                if self.scx_files.state() is not scx.ScxState.ENABLED:
+                    return False
+                if view.empty():
+                    return True
+                rec = view.record()
+            except (SchedSwitchError, ValueError):
+                return False
+            if rec is None:
+                return True
+            raise SchedExtError(
+                f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach "
+                f"({ExitInfo(kind=rec.kind).kind_name}: {rec.reason})"
+            )
         if h.uei is None or h.spec is None or h.loaded is None:
             return False
         so = h.spec.map(h.ops_map).struct_ops

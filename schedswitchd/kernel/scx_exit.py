@@ -15,6 +15,7 @@ scx's ``struct user_exit_info`` and ours (which adds a ``recorded`` flag) decode
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 from schedswitchd.bpf.btf.reader import Btf
@@ -79,6 +80,57 @@ class UeiLayout:
             reason=_text(var, self.reason),
             message=_text(var, self.message),
         )
+
+
+class UeiView:
+    """The exit record read in place: a read-only shared mapping of its data map (which
+    must be ``BPF_F_MMAPABLE``, as a data map with global variables is), so that whether
+    ``ops.exit`` has written it is one memory read, no ``bpf(2)`` call. ``map_fd``: the
+    data map (the mapping keeps the map alive until :meth:`close`); ``value_size``: its
+    value's size, bytes. Raises ``OSError`` when the map cannot be mapped."""
+
+    __slots__ = ("_kind", "_kind_zero", "_mm", "_rec_zero", "_recorded", "layout", "value_size")
+
+    def __init__(self, layout: UeiLayout, map_fd: int, value_size: int) -> None:
+        if value_size < layout.offset + layout.size:
+            raise ValueError(
+                f"data map value of {value_size} bytes is too short for {UEI_VARIABLE}"
+            )
+        self.layout = layout
+        self.value_size = value_size
+        self._mm: mmap.mmap | None = mmap.mmap(map_fd, value_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        kind = layout.kind
+        self._kind = slice(layout.offset + kind.offset, layout.offset + kind.offset + kind.size)
+        self._kind_zero = bytes(kind.size)
+        rec = layout.recorded
+        self._recorded = (
+            slice(layout.offset + rec.offset, layout.offset + rec.offset + rec.size)
+            if rec is not None
+            else None
+        )
+        self._rec_zero = bytes(rec.size) if rec is not None else b""
+
+    def empty(self) -> bool:
+        """True while the record is unwritten (:meth:`UeiLayout.decode` would say ``None``:
+        ``recorded`` is 0, or ``kind`` is). Raises ``ValueError`` once closed."""
+        mm = self._mm
+        if mm is None:
+            raise ValueError("exit record view closed")
+        if self._recorded is not None and mm[self._recorded] == self._rec_zero:
+            return True
+        return mm[self._kind] == self._kind_zero
+
+    def record(self) -> ScxExit | None:
+        """The record decoded from the mapping now (see :meth:`UeiLayout.decode`)."""
+        if self._mm is None:
+            raise ValueError("exit record view closed")
+        return self.layout.decode(self._mm[: self.value_size])
+
+    def close(self) -> None:
+        """Unmap (idempotent)."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            mm.close()
 
 
 def _int(buf: bytes, f: _Field) -> int:

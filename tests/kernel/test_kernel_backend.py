@@ -31,7 +31,7 @@ from schedswitchd.kernel.fd import LinkFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.sched_ext import SchedExtUnavailable
 from schedswitchd.kernel.scheduler_pins import PinDir
-from schedswitchd.kernel.scx_exit import uei_layout
+from schedswitchd.kernel.scx_exit import UeiView, uei_layout
 from schedswitchd.kernel.spec_cache import SpecCache
 from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS
 from tests.bpf.conftest import BPF_BUILD_DIR
@@ -277,6 +277,86 @@ def test_exit_info_read_from_the_data_map(
     finally:
         backend.discard(h)
     assert backend.exit_info(h) is None  # discarded: nothing to read, no error
+
+
+def test_the_exit_record_read_in_place_follows_the_data_map(
+    backend: KernelBackend, bpf_object: Callable[[str], Path]
+) -> None:
+    """UeiView (a read-only mapping of the data map) reads what a map lookup reads: empty
+    while unwritten or ``recorded`` is 0, the decoded record once written; closing it
+    twice is harmless and a closed view refuses to read. A tcp congestion control has no
+    ``ops.exit``, so the backend makes no view for it (its confirmation reads sysfs)."""
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        assert h.exit_view is None  # no ops.exit member in tcp_congestion_ops
+        assert h.uei is not None and h.loaded is not None
+        data = h.loaded.maps[h.uei.map_name]
+        view = UeiView(h.uei, data.fd.fileno(), data.spec.value_size)
+        try:
+            assert view.empty() and view.record() is None
+            reason, msg = b"BPF scheduler called scx_bpf_error()", b"injected error"
+            # kind written but not yet recorded (recorded = 0): still empty, as decode says
+            h.loaded.write_variable("uei", struct.pack("<iiq128s1024s", 0, 1025, -22, reason, msg))
+            assert view.empty() and backend.exit_info(h) is None
+            h.loaded.write_variable("uei", struct.pack("<iiq128s1024s", 1, 1025, -22, reason, msg))
+            assert not view.empty()
+            rec = view.record()
+            assert rec is not None and (rec.kind, rec.exit_code, rec.reason) == (
+                1025,
+                -22,
+                reason.decode(),
+            )
+            info = backend.exit_info(h)
+            assert info is not None and (info.kind, info.message) == (rec.kind, rec.message)
+        finally:
+            view.close()
+            view.close()
+        with pytest.raises(ValueError):
+            view.empty()
+    finally:
+        backend.discard(h)
+
+
+def test_a_first_attach_is_confirmed_from_the_exit_record_in_place(
+    backend: KernelBackend,
+    bpf_object: Callable[[str], Path],
+    sched_ext: FakeSchedExt,
+    scx_root: Path,
+) -> None:
+    """With an exit record view (what prepare makes for a scheduler whose ``ops.exit``
+    writes one; given here by hand, as tcp_congestion_ops has no ``exit``), a handle's
+    first attach is confirmed by one read of ``state`` and the record read in place: no
+    ``root/ops`` read and no ``bpf(2)`` call besides ``BPF_LINK_CREATE``. A record the
+    enable already wrote (its ``ops.exit`` ran: the enable failed) fails the attach, and
+    the link is undone; the view is unmapped with the handle."""
+    ok = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    bad = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
+    views = []
+    try:
+        for h in (ok, bad):
+            assert h.uei is not None and h.loaded is not None
+            data = h.loaded.maps[h.uei.map_name]
+            h.exit_view = UeiView(h.uei, data.fd.fileno(), data.spec.value_size)
+            views.append(h.exit_view)
+        with FileEvents(scx_root) as sysfs:
+            calls = syscall.STATS.calls
+            backend.attach(ok, 2.0)
+            assert syscall.STATS.calls - calls == 1
+            assert sysfs.paths("read") == ["state"]
+        backend.detach(ok, 2.0)
+        assert _registered(UEI, False)
+        assert bad.loaded is not None
+        reason = b"ops.init() failed"
+        bad.loaded.write_variable("uei", struct.pack("<iiq128s1024s", 1, 1024, -12, reason, b""))
+        with pytest.raises(SchedExtError, match="disabled by the kernel right after attach"):
+            backend.attach(bad, 2.0)
+        assert bad.link() is None and not bad.attached
+    finally:
+        backend.discard(ok)
+        backend.discard(bad)
+    for view in views:
+        with pytest.raises(ValueError):
+            view.empty()  # unmapped by discard
 
 
 def test_uei_layout_absent_and_names(bpf_object: Callable[[str], Path]) -> None:

@@ -117,16 +117,48 @@ _T = TypeVar("_T")
 
 class _Worker(ThreadPoolExecutor):
     """The switcher's one thread, which knows whether it is :attr:`idle`: no call
-    submitted to it is queued or running. Only the event loop submits (passes, refills,
-    heap trims, direct switches), so an idle worker stays idle for as long as the loop
-    does not give up its turn: the loop may then use the switcher itself."""
+    submitted to it is queued, held or running. Only the event loop submits (passes,
+    refills, heap trims, direct switches), so an idle worker stays idle for as long as the
+    loop does not give up its turn: the loop may then use the switcher itself.
+
+    One call may be *held* (:meth:`hold`): not yet submitted -- the worker thread is not
+    woken for it --, but submitted ahead of any other (:meth:`submit` releases it first),
+    so it is the worker's next call whenever it goes: at :meth:`release`, or before the
+    next submission, whichever comes first. Held, release and submit on the loop only."""
 
     def __init__(self) -> None:
         super().__init__(1, thread_name_prefix="switcher")
         self._pending = 0
         self._count = threading.Lock()
+        self._held: Callable[[], object] | None = None
+
+    def hold(self, submit_it: Callable[[], object]) -> None:
+        """Keep ``submit_it`` (which submits the held call to this worker) until
+        :meth:`release` or the next :meth:`submit`; the worker counts as busy meanwhile.
+        A call held already is released first."""
+        self.release()
+        with self._count:
+            self._pending += 1
+        self._held = submit_it
+
+    @property
+    def holding(self) -> bool:
+        """A call is held (:meth:`hold`), not yet submitted."""
+        return self._held is not None
+
+    def release(self) -> None:
+        """Submit the held call now, if any (its own errors propagate)."""
+        submit_it, self._held = self._held, None
+        if submit_it is None:
+            return
+        try:
+            submit_it()
+        finally:
+            self._gone()
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        if self._held is not None:
+            self.release()  # the held call goes first
         with self._count:
             self._pending += 1
         try:
@@ -223,6 +255,10 @@ class Reconciler:
         #: [replies still to be written, the worker's event] of the switch whose
         #: ``on_enabled`` released them (see :meth:`reply_sent`).
         self._reply_gate: list[Any] | None = None
+        #: The fallback that submits a held second half (:meth:`_direct_rest`).
+        self._rest_timer: asyncio.TimerHandle | None = None
+        #: What waits for that submission (:meth:`after_reply`).
+        self._after_reply: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         #: The next deadline's call on ``timer`` (:meth:`_arm_deadline`).
         self._deadline: Cancellable | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -325,6 +361,7 @@ class Reconciler:
             self._deadline.cancel()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(RuntimeError):  # the worker was shut down already
+            # (submitted behind a held second half, which so closes its switch window)
             await loop.run_in_executor(self.worker, self.switcher.standby.clear, "stopping")
         await loop.run_in_executor(None, self.worker.shutdown, True)
         await loop.run_in_executor(None, self.reader.shutdown, True)
@@ -385,6 +422,13 @@ class Reconciler:
         """Something changed: have the reconcile task look again."""
         self._gen += 1
         self._wake.set()
+
+    @property
+    def changes(self) -> int:
+        """How many kicks so far: a request, a lease's end, a reload, a backoff or a
+        notification each kicks, so an equal count means the policy's inputs are as they
+        were (but for the time)."""
+        return self._gen
 
     async def settle(self) -> tuple[SwitchRecord | None, bool]:
         """Wait for the reconcile pass covering changes so far. Returns the newest switch
@@ -466,7 +510,9 @@ class Reconciler:
         """The server wrote the reply of a request that waited with ``early`` to ``sock``
         (the connection's socket, or ``None``): once all the replies a switch released are
         out, its worker goes on -- once their clients read them from their sockets, or
-        after ``reply_taken_wait_s`` at most."""
+        after ``reply_taken_wait_s`` at most. A standby hit's held second half
+        (:meth:`_direct_rest`) is submitted then, the clients' sockets looked at from this
+        loop every :data:`REPLY_TAKEN_POLL_S` s."""
         gate = self._reply_gate
         if gate is None:
             return
@@ -476,6 +522,60 @@ class Reconciler:
         if gate[0] <= 0:
             gate[1].set()
             self._reply_gate = None
+            if self.worker.holding:
+                # A standby hit's second half (_direct_rest): submitted once the client
+                # took its reply, looked at from this loop (first after one poll interval:
+                # not at once, as the client is only now woken), so that no thread of
+                # ours wakes while the client reads it.
+                if self._rest_timer is not None:
+                    self._rest_timer.cancel()
+                socks, deadline = gate[2], time.monotonic() + self.reply_taken_wait_s
+                if not socks:
+                    self._release_held()
+                    return
+                self._rest_timer = asyncio.get_running_loop().call_later(
+                    REPLY_TAKEN_POLL_S, self._release_when_taken, socks, deadline
+                )
+
+    def after_reply(self, callback: Callable[..., object], *args: Any) -> None:
+        """On the loop: ``callback(*args)`` once the client of the standby hit answered in
+        this step took its reply (with its second half's submission), or in the next
+        step when no such reply is waiting. For what can wait (a log line), so that it
+        does not take the CPU from the client reading its reply."""
+        if self.worker.holding:
+            self._after_reply.append((callback, args))
+        else:
+            asyncio.get_running_loop().call_soon(callback, *args)
+
+    def _release_held(self) -> None:
+        """Submit the worker's held call (a standby hit's second half), then run what
+        waited for it (:meth:`after_reply`)."""
+        if self._rest_timer is not None:
+            self._rest_timer.cancel()
+            self._rest_timer = None
+        waiting, self._after_reply = self._after_reply, []
+        try:
+            self.worker.release()
+        finally:
+            for callback, args in waiting:
+                try:
+                    callback(*args)
+                except Exception:
+                    log.exception("after-reply callback failed")
+
+    def _release_when_taken(self, socks: list[Any], deadline: float) -> None:
+        """Every :data:`REPLY_TAKEN_POLL_S` s on the loop, until the replies written to
+        ``socks`` were read or ``deadline`` (``time.monotonic()``) passed: then submit the
+        worker's held call."""
+        self._rest_timer = None
+        if socks and time.monotonic() < deadline:
+            socks = [sock for sock in socks if _unread(sock)]
+            if socks:
+                self._rest_timer = asyncio.get_running_loop().call_later(
+                    REPLY_TAKEN_POLL_S, self._release_when_taken, socks, deadline
+                )
+                return
+        self._release_held()
 
     # --- the passes ---------------------------------------------------------------------------
 
@@ -718,30 +818,40 @@ class Reconciler:
         written = threading.Event()
         taken: list[Any] = []
         self._reply_gate = [1, written, taken]
-        # Submitted now, in the step that writes the reply, so that it is the worker's next
-        # call: whatever this loop submits later (a pass kicked meanwhile, a refill) finds
-        # the switch finished. The worker waits for the reply in it.
         self._direct_rest(pending, target, written, taken)
         return [record], True
 
     def _direct_rest(
         self, pending: PendingSwitch, target: str, written: threading.Event, taken: list[Any]
     ) -> None:
-        """On the loop, in the reply's step: the second half on the worker, once the reply
-        is written and taken (bounded)."""
+        """On the loop, in the reply's step: the second half, held as the worker's next
+        call (:meth:`_Worker.hold`) and submitted once the reply is written
+        (:meth:`reply_sent`) -- before that, the worker thread is not woken: under the
+        VM's one emulated CPU its wake-up and its turn at the GIL came out of the reply's
+        time --, ahead of anything this loop submits meanwhile (a pass kicked, a refill),
+        which so finds the switch finished; at the latest after ``reply_wait_s`` (a reply
+        that is never written). On the worker it waits until the reply was taken
+        (bounded), then finishes."""
+        loop = asyncio.get_running_loop()
 
         def rest() -> _DirectFinished:
             if written.wait(self.reply_wait_s):
                 _wait_taken(taken, self.reply_taken_wait_s)
             return _DirectFinished(pending.record, pending.finish())
 
-        try:
-            work = asyncio.get_running_loop().run_in_executor(self.worker, rest)
-        except RuntimeError:  # the worker was shut down: the daemon is stopping
-            pending.finish()
-            self._direct = False
-            return
-        work.add_done_callback(lambda w: self._direct_done(w, target))
+        def submit_rest() -> None:
+            try:
+                work = loop.run_in_executor(self.worker, rest)
+            except RuntimeError:  # the worker was shut down: the daemon is stopping
+                pending.finish()
+                self._direct = False
+                return
+            work.add_done_callback(lambda w: self._direct_done(w, target))
+
+        self.worker.hold(submit_rest)
+        if self._rest_timer is not None:
+            self._rest_timer.cancel()
+        self._rest_timer = loop.call_later(self.reply_wait_s, self._release_held)
 
     async def _direct_on_worker(
         self, target: str, spec: SchedulerConfig, reason: str, pool: bool

@@ -491,9 +491,29 @@ class Server:
         conn.early_reply = True
         direct = self.reconciler.standby_hit(lease)
         if direct is not None:
-            # A standby hit: straight to the switch; its log line waits for the reply.
+            # A standby hit: straight to the switch; its log line waits until the client
+            # took the reply.
+            changes = self.reconciler.changes
             made, settled = await self.reconciler.direct_switch(*direct)
-            loop.call_soon(self._log_lease, lease, wanted)
+            self.reconciler.after_reply(self._log_lease, lease, wanted)
+            if (
+                changes == self.reconciler.changes
+                and len(made) == 1
+                and made[0].ok
+                and made[0].target == direct[0]
+            ):
+                # It runs what the policy chose for this lease in standby_hit, and nothing
+                # that changes the decision (a lease, the override, a reload, a backoff:
+                # each kicks) came since: the policy is not asked again.
+                return proto.HintReply(
+                    id=request.id,
+                    lease=lease.id,
+                    scheduler=wanted,
+                    desired=direct[0],
+                    active=direct[0],
+                    switch=made[0],
+                    pending=not settled,
+                )
         else:
             self._log_lease(lease, wanted)
             self.reconciler.kick()

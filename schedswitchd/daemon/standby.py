@@ -142,7 +142,10 @@ class StandbyPool:
         discarded). Counts a hit or a miss."""
         entry = self.entries.pop(name, None)
         if entry is not None:
-            if entry.spec == spec and self.backend.fresh(entry.prepared, spec):
+            # The configuration entry it was filled from is usually the very object asked
+            # for: no field-by-field comparison then (a standby hit's path).
+            same = entry.spec is spec or entry.spec == spec
+            if same and self.backend.fresh(entry.prepared, spec):
                 self.hits += 1
                 return entry.prepared
             self._discard(entry, "stale")

@@ -583,11 +583,8 @@ class Switcher:
             record.result = self._roll_back(record, old)
             return False
         gap_end = enabled_ns if enabled_ns is not None else time.monotonic_ns()
-        # The backend's phases are copied once the new one runs: the detach's, read inside
-        # the gap before, walked every phase of the old handle's prepare.
-        if old is not None:
-            _copy_phases(record, old, "detach.")
-        _copy_phases(record, new, "attach.")
+        # The backend's phases (detach.*, attach.*) are copied by _settle_in, after the
+        # reply: each copy walks every phase of a handle's prepare.
         record.gap_ns = gap_end - gap_start if old is not None else None
         self.current = new
         self.current_spec = spec
@@ -606,7 +603,12 @@ class Switcher:
         one. A pin that fails rolls back as a failed attach does: the new one is
         discarded, the old one attached again (the record says ``rolled_back``, or
         ``rollback_failed``); that is what a status after the reply shows. ``gone``: the
-        old one had been ejected by the kernel before the switch (not attached again)."""
+        old one had been ejected by the kernel before the switch (not attached again).
+        First the backend's phases of the detach and the attach go into the record (not
+        before the reply: see :meth:`_swap`)."""
+        if old is not None:
+            _copy_phases(record, old, "detach.")
+        _copy_phases(record, new, "attach.")
         try:
             with _Phase(record, "pin"):
                 self.backend.pin(new)

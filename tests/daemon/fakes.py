@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import cast
@@ -75,6 +75,8 @@ class FakeBackend:
     #: Scheduler names whose handles keep no exit record (``exit_recorded`` says False for
     #: them; a real scheduler without a ``uei`` variable), though ``exit_info`` knows.
     no_exit_record: set[str] = field(default_factory=set)
+    #: Switch windows open now (``switch_window`` entered, not yet left).
+    windows_open: int = 0
 
     def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
         self.calls.append(f"prepare {name}")
@@ -183,7 +185,15 @@ class FakeBackend:
         return lambda: self.watchers.remove(notify)
 
     def switch_window(self) -> AbstractContextManager[bool]:
-        return contextlib.nullcontext(False)
+        return self._window()
+
+    @contextlib.contextmanager
+    def _window(self) -> Iterator[bool]:
+        self.windows_open += 1
+        try:
+            yield False
+        finally:
+            self.windows_open -= 1
 
     def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool:
         prepared = cast(FakePrepared, prepared)

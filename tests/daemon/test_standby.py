@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import logging
 import select
 import struct
 import termios
@@ -706,4 +707,138 @@ def test_a_pass_kicked_during_a_hit_on_the_loop_waits_for_its_second_half(
         lambda s: {id(s.switcher.current)} | {id(e.prepared) for e in s.switcher.standby}
     )
     assert srv.backend.live == held_ids
+    c.close()
+
+
+def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_reply_is_written(
+    held: tuple[Running, Client],
+) -> None:
+    """The standby hit's second half is held, not submitted, until the hint's reply is
+    written: between the send and the reply the worker thread gets no call (under the
+    VM's one emulated CPU its wake-up came out of the reply's time); it is submitted in
+    reply_sent, and the switch then finishes (pinned) on the worker."""
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    events: list[str] = []
+    submit, reply_sent = rec.worker.submit, rec.reply_sent
+
+    def logged_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        events.append("submit")
+        return submit(fn, *args, **kwargs)
+
+    def logged_reply_sent(sock: Any = None) -> None:
+        events.append("reply_sent")
+        reply_sent(sock)
+
+    rec.worker.submit = logged_submit  # type: ignore[method-assign]
+    rec.reply_sent = logged_reply_sent  # type: ignore[method-assign]
+    try:
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["switch"]["standby"] is True, hint
+        srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+    finally:
+        del rec.worker.submit, rec.reply_sent
+    assert events[:2] == ["reply_sent", "submit"], events
+    history = c.request(op="history")["entries"]
+    assert (history[-1]["target"], history[-1]["result"]) == ("gaming", "ok")
+    assert "pin" in history[-1]["phases_ns"]
+    c.close()
+
+
+def test_a_hits_second_half_runs_when_its_reply_is_never_written(start: Start) -> None:
+    """A standby hit whose reply is never written (here: the direct switch called without
+    a connection) still finishes its switch -- the switch window closed, pinned, the old
+    scheduler freed -- once ``reply_wait_s`` has passed: the held second half is
+    submitted by its fallback, and the worker is idle again after it."""
+    from schedswitchd.daemon.policy import Lease
+
+    srv = start(default="fifo", reply_wait_s=0.2)
+    _prepared(srv)
+    rec = srv.read(lambda s: s.reconciler)
+
+    async def hit() -> tuple[list[Any], bool]:
+        server = srv.server
+        assert server is not None
+        lease = Lease("x1", "gaming", 0, 0, None, 0, None, 10**6)
+        server.policy.add(lease)
+        direct = rec.standby_hit(lease)
+        assert direct is not None
+        return await rec.direct_switch(*direct)
+
+    made, settled = srv.run(hit())
+    assert settled and [(r.target, r.finished) for r in made] == [("gaming", False)]
+    assert srv.read(lambda s: s.reconciler.worker.idle) is False  # held, not yet submitted
+    srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+    calls = srv.backend.calls
+    assert calls[calls.index("attach gaming") :][:2] == ["attach gaming", "pin gaming"], calls
+    assert srv.backend.windows_open == 0
+
+
+def test_a_hits_reply_asks_the_policy_again_when_something_changed_meanwhile(
+    held: tuple[Running, Client],
+) -> None:
+    """A standby hit's reply says ``desired`` without asking the policy again only when
+    nothing changed since :meth:`Reconciler.standby_hit` decided: here the hit waits for a
+    busy worker, an admin override to vtime comes meanwhile, and the reply's ``desired``
+    is vtime (what the policy wants now), not the hit's gaming."""
+    srv, c = held
+    admin = srv.client()
+    hold, holding = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        holding.set()
+        hold.wait(10)
+
+    srv.read(lambda s: s.reconciler.worker.submit(busy))
+    assert holding.wait(5)
+    try:
+        c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+        srv.wait_for(lambda s: s.reconciler.busy)  # the hit waits for the worker
+        admin.send_raw(json.dumps({"v": 1, "op": "switch", "scheduler": "vtime"}).encode() + b"\n")
+        srv.wait_for(lambda s: s.policy.override == "vtime")
+    finally:
+        hold.set()
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["switch"]["target"] == "gaming", reply
+    assert reply["desired"] == "vtime", reply
+    assert admin.recv_line() is not None
+    c.close()
+    admin.close()
+
+
+def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_client_took_the_reply(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a standby hit's reply is written, its second half is submitted to the worker
+    only once the client has read the reply (looked at from the loop; bounded by
+    ``reply_taken_wait_s``, 10 s here): a client that reads 0.3 s late has nothing left
+    unread on its socket when the worker gets the call. The lease's log line waits as
+    long."""
+    caplog.set_level(logging.INFO, logger="schedswitchd")
+    srv = start(default="fifo", reply_taken_wait_s=10.0)
+    c = _prepared(srv)
+    rec = srv.read(lambda s: s.reconciler)
+    unread_at_submit: list[int] = []
+    submit = rec.worker.submit
+
+    def logged_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        got = fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        unread_at_submit.append(struct.unpack("i", got)[0])
+        return submit(fn, *args, **kwargs)
+
+    rec.worker.submit = logged_submit  # type: ignore[method-assign]
+    try:
+        c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+        readable, _, _ = select.select([c.sock], [], [], 10)
+        assert readable
+        time.sleep(0.3)  # a slow client
+        assert unread_at_submit == []  # nothing submitted while the reply waits unread
+        assert not [r for r in caplog.records if r.getMessage().startswith("lease ")]
+        reply = c.recv_line()
+        assert reply is not None and reply["switch"]["standby"] is True, reply
+        srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+    finally:
+        del rec.worker.submit
+    assert unread_at_submit[:1] == [0], unread_at_submit
+    assert [r for r in caplog.records if r.getMessage().startswith("lease ")]
     c.close()

@@ -184,3 +184,25 @@ def test_the_status_table_says_idle_or_busy(
     held.result(10)
     work = [line for line in out.splitlines() if line.startswith("work")]
     assert len(work) == 1 and "busy" in work[0] and "idle" not in work[0]
+
+
+def test_a_held_call_is_counted_and_goes_before_any_later_submission() -> None:
+    """A held call (:meth:`_Worker.hold`) is not run, the worker counts as busy with it,
+    and whatever is submitted next runs after it; :meth:`_Worker.release` submits it (once)
+    when nothing else did first."""
+    worker = _Worker()
+    order: list[str] = []
+    try:
+        worker.hold(lambda: worker.submit(order.append, "held"))
+        assert not worker.idle and order == []
+        later = worker.submit(order.append, "later")
+        later.result(10)
+        assert order == ["held", "later"]
+        assert _idle_soon(worker)
+        worker.release()  # nothing held any more: no second run
+        worker.hold(lambda: worker.submit(order.append, "held again"))
+        assert not worker.idle
+        worker.release()
+        assert _idle_soon(worker) and order == ["held", "later", "held again"]
+    finally:
+        worker.shutdown(wait=True)

@@ -65,8 +65,12 @@ def test_gap_ends_when_the_backend_saw_it_enabled_and_has_its_phases() -> None:
     # is not part of the gap; its own attach./detach. phases land in the record as they are.
     s, _ = make(FakeBackend(attach_tail_s=0.05))
     s.switch_to("fifo", SPEC, "x")
-    rec = s.switch_to("vtime", SPEC, "y")
+    at_enabled: list[set[str]] = []
+    rec = s.switch_to("vtime", SPEC, "y", lambda r: at_enabled.append(set(r.phases_ns)))
     assert rec is not None and rec.ok and rec.gap_ns is not None
+    # copied after on_enabled (a waiting hint's reply), before the pin
+    assert at_enabled and not [k for k in at_enabled[0] if k.startswith(("attach.", "detach."))]
+    assert {"detach", "attach", "until_enabled"} <= at_enabled[0]
     assert rec.phases_ns["attach"] >= 50_000_000
     assert rec.gap_ns <= rec.phases_ns["detach"] + rec.phases_ns["attach"] - 50_000_000
     assert rec.phases_ns["detach.link_detach"] == 17

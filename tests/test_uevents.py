@@ -294,5 +294,14 @@ def test_a_pause_does_not_wake_the_reader() -> None:
             ev.resume()
             assert (lambda: ev.held)() is False  # cleared at once, not by the reader
             assert _wait(lambda: len(got) > seen)
+            for _ in range(2):  # again, through the registration found the first time
+                ev.pause()
+                assert ev.held
+                seen = len(got)
+                _trigger_lo()
+                time.sleep(0.1)
+                assert len(got) == seen and handed == []
+                ev.resume()
+                assert _wait(lambda n=seen: len(got) > n)
         finally:
             del loop.call_soon_threadsafe

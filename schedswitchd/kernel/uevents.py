@@ -278,6 +278,9 @@ class UeventListener:
         self._sock_fd: int | None = None
         #: What :meth:`pause` took out of the reader loop's epoll: (epoll, fd, events).
         self._disarmed: tuple[Any, int, int] | None = None
+        #: The reader loop, and its epoll registration of the socket, as last found by
+        #: :func:`_registration` (a pause then looks nothing up).
+        self._registered: tuple[asyncio.AbstractEventLoop, tuple[Any, int, int]] | None = None
 
     # --- subscriptions ---------------------------------------------------------------------
 
@@ -465,23 +468,34 @@ class UeventListener:
         order once reading resumes. For a short window in which the reader must not take
         the CPU (the daemon's switch: see
         :meth:`~schedswitchd.daemon.kernel_backend.KernelBackend.switch_window`). The
-        socket is taken out of the reader loop's epoll (:func:`_disarm`: one
+        socket is taken out of the reader loop's epoll (:func:`_registration`: one
         ``epoll_ctl(2)``, and one to put it back), so the reader's thread is not woken
         for it at all: under the VM's one emulated CPU that wake-up, and the reader's
         turn at the GIL, came out of the switch's time. Where that cannot be done (no
         epoll selector, the socket being reopened) the reader's thread is woken once to
         enter a hold of at most :data:`PAUSE_MAX_S` s instead."""
         with self._lock:
-            if self._gate is not None:
+            if self._gate is not None or self._disarmed is not None:
                 return
-            gate = self._gate = threading.Event()
             loop = self._thread_loop
             fd = self._sock_fd
             if loop is not None and fd is not None:
-                self._disarmed = _disarm(loop, fd)
-                if self._disarmed is not None:
-                    self._holding.set()
-                    return
+                known = self._registered
+                if known is not None and known[0] is loop and known[1][1] == fd:
+                    # (its events are EPOLLIN: the uevent socket is only ever read)
+                    reg: tuple[Any, int, int] | None = known[1]
+                else:
+                    reg = _registration(loop, fd)
+                if reg is not None:
+                    try:
+                        reg[0].modify(fd, 0)
+                    except OSError:  # no longer registered (being reopened)
+                        self._registered = None
+                    else:
+                        self._registered = (loop, reg)
+                        self._disarmed = reg
+                        return
+            gate = self._gate = threading.Event()
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the reader's loop closed: nothing to hold
@@ -497,14 +511,13 @@ class UeventListener:
                 # Level-triggered: datagrams that came meanwhile wake the reader now.
                 with contextlib.suppress(OSError):  # its socket went (reopened after an overflow)
                     epoll.modify(fd, events)
-                self._holding.clear()
         if gate is not None:
             gate.set()
 
     @property
     def held(self) -> bool:
         """True while the reader is inside a :meth:`pause` (reads nothing)."""
-        return self._holding.is_set()
+        return self._disarmed is not None or self._holding.is_set()
 
     def _hold(self, gate: threading.Event) -> None:
         # On the reader's own loop: blocks it (the only work of that loop is this socket).
@@ -536,14 +549,15 @@ class UeventListener:
         self.stop()
 
 
-def _disarm(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Any, int, int] | None:
-    """Take ``fd`` out of ``loop``'s epoll interest (events 0) from another thread, without
-    waking the loop: ``epoll_ctl(2)`` may be called while another thread waits in
+def _registration(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Any, int, int] | None:
+    """``loop``'s epoll registration of ``fd``: (the ``select.epoll``, ``fd``, its events),
+    or ``None`` where the loop's selector is not an epoll one or does not hold ``fd``.
+
+    :meth:`UeventListener.pause` sets its events to 0 from another thread, without waking
+    the loop: ``epoll_ctl(2)`` may be called while another thread waits in
     ``epoll_wait(2)``, which then simply reports nothing for it, and the loop's own
     registration (its selector's map) is left as it is, so restoring the events
-    (:meth:`UeventListener.resume`) is all that undoing it takes. Returns (epoll, fd, the
-    events to restore), or ``None`` where the loop's selector is not an epoll one or does
-    not hold ``fd`` (the caller then wakes the reader to hold it instead)."""
+    (:meth:`UeventListener.resume`) is all that undoing it takes."""
     selector = getattr(loop, "_selector", None)
     epoll = getattr(selector, "_selector", None)
     if selector is None or not isinstance(epoll, select.epoll):
@@ -557,10 +571,6 @@ def _disarm(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Any, int, int] | 
     events = (select.EPOLLIN if key.events & selectors.EVENT_READ else 0) | (
         select.EPOLLOUT if key.events & selectors.EVENT_WRITE else 0
     )
-    try:
-        epoll.modify(fd, 0)
-    except OSError:
-        return None
     return epoll, fd, events
 
 

@@ -496,20 +496,23 @@ class Server:
             changes = self.reconciler.changes
             made, settled = await self.reconciler.direct_switch(*direct)
             self.reconciler.after_reply(self._log_lease, lease, wanted)
+            hit = self.reconciler.hit_decision
             if (
-                changes == self.reconciler.changes
+                hit is not None
+                and changes == self.reconciler.changes
                 and len(made) == 1
                 and made[0].ok
                 and made[0].target == direct[0]
+                and self._decision_holds(hit[1])
             ):
                 # It runs what the policy chose for this lease in standby_hit, and nothing
-                # that changes the decision (a lease, the override, a reload, a backoff:
-                # each kicks) came since: the policy is not asked again.
+                # that changes the decision came since: no lease, override, reload, backoff
+                # or notification (each kicks), no TTL or backoff hold ending meanwhile.
                 return proto.HintReply(
                     id=request.id,
                     lease=lease.id,
                     scheduler=wanted,
-                    desired=direct[0],
+                    desired=hit[0].scheduler,
                     active=direct[0],
                     switch=made[0],
                     pending=not settled,
@@ -529,6 +532,13 @@ class Server:
             switch=record,
             pending=not settled,
         )
+
+    def _decision_holds(self, decided_ns: int) -> bool:
+        """Whether a policy decision made at ``decided_ns`` (``clock`` ns) is still what
+        the policy would decide now, as far as time goes: no lease's TTL and no backoff
+        hold ended since."""
+        deadline = self.policy.next_deadline(decided_ns)
+        return deadline is None or deadline > self.clock()
 
     def _lease_token(self) -> str:
         """8 hex digits of ``secrets`` randomness for a lease id, from bytes fetched

@@ -842,3 +842,24 @@ def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_client_took_the_reply(
     assert unread_at_submit[:1] == [0], unread_at_submit
     assert [r for r in caplog.records if r.getMessage().startswith("lease ")]
     c.close()
+
+
+def test_a_hits_reply_decides_again_when_a_ttl_ended_during_the_switch(
+    held: tuple[Running, Client],
+) -> None:
+    """The reply's ``desired`` reuses standby_hit's decision only while no lease's TTL (or
+    backoff hold) ended since: a hint whose own 0.2 s TTL passes while its switch runs on
+    the loop (the attach held 0.3 s here) replies what the policy wants now, the default
+    fifo, not the hint's gaming."""
+    srv, c = held
+
+    def slow_attach(call: str) -> None:
+        if call == "attach gaming":
+            srv.backend.on_call = None
+            time.sleep(0.3)  # on the loop thread: the switch takes that long
+
+    srv.backend.on_call = slow_attach
+    reply = c.request(op="hint", workload="gaming", ttl_s=0.2)
+    assert reply["ok"] and reply["switch"]["target"] == "gaming", reply
+    assert reply["desired"] == "fifo", reply
+    c.close()

@@ -156,6 +156,8 @@ class KernelPrepared:
     #: prepare when its ``ops.exit`` writes one: the first attach's confirmation
     #: (:meth:`KernelBackend._confirmed_by_exit_record`) then makes no ``bpf(2)`` call.
     exit_view: UeiView | None = None
+    #: The prefixes (``attach``, ``detach``) whose phases it has recorded.
+    phased: set[str] = field(default_factory=set)
 
     @property
     def adopted(self) -> bool:
@@ -766,6 +768,7 @@ class KernelBackend:
         self._pin_owner[h.name] = h
         t = {"pin": time.perf_counter_ns() - start}
         h.timings_ns["attach.pin"] = t["pin"]
+        h.phased.add("attach")
         with self._lock:
             self._latest.setdefault("attach", {})["pin"] = t["pin"]
         log.info(
@@ -778,8 +781,11 @@ class KernelBackend:
     def _phase_timings(self, h: KernelPrepared, prefix: str, t: Mapping[str, int]) -> None:
         """Record ``t`` as ``<prefix>.<phase>`` in the handle and the counters, replacing
         the previous attach/detach's entries (the fallback detach has other phases)."""
-        for k in [k for k in h.timings_ns if k.startswith(prefix + ".")]:
-            del h.timings_ns[k]
+        if prefix in h.phased:
+            for k in [k for k in h.timings_ns if k.startswith(prefix + ".")]:
+                del h.timings_ns[k]
+        else:  # none to replace: no walk over every phase of its prepare (a hit's attach)
+            h.phased.add(prefix)
         h.timings_ns.update({f"{prefix}.{k}": v for k, v in t.items()})
         self._timings(prefix, t)
 

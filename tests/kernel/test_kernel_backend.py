@@ -1121,3 +1121,29 @@ def test_preopen_builds_the_vmlinux_indexes_the_first_prepare_reads(
         assert {k: id(v) for k, v in vmlinux._ess_index.items()} == warmed[1]
     finally:
         backend.discard(h)
+
+
+def test_phase_timings_replace_the_previous_ones_of_their_kind(
+    backend: KernelBackend, bpf_object: Callable[[str], Path], sched_ext: FakeSchedExt
+) -> None:
+    """A handle's attach.*/detach.* timings are those of its latest attach/detach: a second
+    attach (a rollback's) replaces the first's, pin included, and a fallback detach (link
+    closed) leaves no BPF_LINK_DETACH phase of the detach before."""
+    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    try:
+        prepared = {k for k in h.timings_ns if not k.startswith(("attach.", "detach."))}
+        backend.attach(h, 2.0)
+        backend.pin(h)
+        assert {"attach.link", "attach.pin"} <= set(h.timings_ns)
+        backend.detach(h, 2.0)
+        assert "detach.link_detach" in h.timings_ns
+        h.timings_ns["attach.stale"] = 1  # as a phase only an earlier attach had
+        backend.attach(h, 2.0)
+        assert "attach.stale" not in h.timings_ns and "attach.pin" not in h.timings_ns
+        sched_ext.link_detach_supported = False
+        backend.detach(h, 2.0)
+        assert "detach.link_detach" not in h.timings_ns and "detach.link_close" in h.timings_ns
+        assert prepared <= set(h.timings_ns)  # the prepare's own phases stay
+    finally:
+        sched_ext.link_detach_supported = True
+        backend.discard(h)

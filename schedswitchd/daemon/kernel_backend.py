@@ -43,13 +43,13 @@ kinds), ``include/uapi/linux/bpf.h`` (``BPF_LINK_CREATE``, ``BPF_OBJ_PIN``/``GET
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, cast
@@ -109,6 +109,39 @@ class _StateOps(NamedTuple):
 
     state: scx.ScxState
     ops: str | None
+
+
+class _SwitchWindow:
+    """:meth:`KernelBackend.switch_window`'s context manager (one use): the watch hushed,
+    then the RCU expediter's window, undone in the reverse order."""
+
+    __slots__ = ("_backend", "_rcu")
+
+    def __init__(self, backend: KernelBackend) -> None:
+        self._backend = backend
+        self._rcu: AbstractContextManager[bool] | None = None
+
+    def __enter__(self) -> bool:
+        backend = self._backend
+        backend._hush()
+        if backend.rcu is None:
+            return False
+        try:
+            rcu = backend.rcu.expedited()
+            took = rcu.__enter__()
+        except BaseException:
+            backend._unhush()
+            raise
+        self._rcu = rcu
+        return took
+
+    def __exit__(self, *exc: object) -> None:
+        rcu, self._rcu = self._rcu, None
+        try:
+            if rcu is not None:
+                rcu.__exit__(None, None, None)
+        finally:
+            self._backend._unhush()
 
 
 @dataclass(eq=False)
@@ -351,8 +384,7 @@ class KernelBackend:
                 return {}
             return {f"profile.{k}": v for k, v in stats.items()}
 
-    @contextlib.contextmanager
-    def switch_window(self) -> Iterator[bool]:
+    def switch_window(self) -> AbstractContextManager[bool]:
         """Held by the switcher from before the old scheduler's detach until the new one
         runs and the waiting replies are written: expedited RCU grace periods (see
         :mod:`schedswitchd.kernel.rcu_expedite`; yields whether they took effect), and a
@@ -365,16 +397,9 @@ class KernelBackend:
         its socket and are dispatched in order once it ends: an ejection's event is
         delivered then) and the sysfs check skips its reads (its next one, at most
         :data:`WATCH_POLL_S` s after the window, compares with its last look as always).
-        Windows may nest (the watch is quiet until the outermost ends)."""
-        self._hush()
-        try:
-            if self.rcu is None:
-                yield False
-            else:
-                with self.rcu.expedited() as took:
-                    yield took
-        finally:
-            self._unhush()
+        Windows may nest (the watch is quiet until the outermost ends). A plain context
+        manager, not a generator's (on a standby hit's path before ``BPF_LINK_DETACH``)."""
+        return _SwitchWindow(self)
 
     def _hush(self) -> None:
         with self._lock:

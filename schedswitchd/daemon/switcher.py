@@ -28,7 +28,6 @@ any thread at any time (they only read sysfs and counters).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -267,7 +266,7 @@ class PendingSwitch:
         self.record = record
         self.running = False
         self._clock = clock
-        self._window: contextlib.ExitStack | None = None
+        self._window: AbstractContextManager[bool] | None = None
         self._old: Prepared | None = None
         self._new: Prepared | None = None
         self._old_spec: SchedulerConfig | None = None
@@ -286,8 +285,9 @@ class PendingSwitch:
         self._old, self._new, self._old_spec = old, new, sw.current_spec
         self._check_old = check_old and old is not None
         self._old_attached_ns = sw.attached_ns
-        self._window = contextlib.ExitStack()
-        self.record.expedited = self._window.enter_context(sw.backend.switch_window())
+        window = sw.backend.switch_window()
+        self.record.expedited = window.__enter__()
+        self._window = window  # left by finish (no ExitStack: on the hit's path)
         self._detached_ns = sw.clock()
         self.running = sw._swap(self.record, old, new, spec, self)
         if self.running:
@@ -314,8 +314,9 @@ class PendingSwitch:
             return self._gone
         self._finished = True
         try:
-            if self._window is not None:
-                self._window.close()
+            window, self._window = self._window, None
+            if window is not None:
+                window.__exit__(None, None, None)
             if self.running and self._new is not None:
                 gone = self.old_gone(self._old) if self._old is not None else None
                 self.switcher._settle_in(self.record, self._old, self._new, self._old_spec, gone)

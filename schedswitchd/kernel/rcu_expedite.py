@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -155,38 +155,52 @@ class RcuExpediter:
         fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         os.close(fd)
 
-    @contextlib.contextmanager
-    def expedited(self) -> Iterator[bool]:
+    def expedited(self) -> AbstractContextManager[bool]:
         """Run the body with expedited grace periods; yields whether they are ours.
 
         Left alone (yields False) when disabled, when the file is absent or unwritable, or
-        when it already reads non-zero (an admin's value)."""
-        if not self.enabled:
-            yield False
-            return
-        current = self._read()
+        when it already reads non-zero (an admin's value). A plain context manager, not a
+        generator's: it sits on a standby hit's path before ``BPF_LINK_DETACH``."""
+        return _Expedited(self)
+
+
+class _Expedited:
+    """:meth:`RcuExpediter.expedited`'s context manager (one use)."""
+
+    __slots__ = ("_ours", "_rcu")
+
+    def __init__(self, rcu: RcuExpediter) -> None:
+        self._rcu = rcu
+        self._ours = False
+
+    def __enter__(self) -> bool:
+        rcu = self._rcu
+        if not rcu.enabled:
+            return False
+        current = rcu._read()
         if current is None:
-            yield False
-            return
+            return False
         if current != 0:
-            self.left_alone += 1
-            yield False
-            return
+            rcu.left_alone += 1
+            return False
         try:
-            self._make_marker()
+            rcu._make_marker()
         except OSError as exc:
-            self._warn("create", self.marker, exc)
-            yield False
-            return
-        if not self._write(1):
+            rcu._warn("create", rcu.marker, exc)
+            return False
+        if not rcu._write(1):
             with contextlib.suppress(OSError):
-                self.marker.unlink()
-            yield False
+                rcu.marker.unlink()
+            return False
+        rcu.used += 1
+        self._ours = True
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._ours:
             return
-        self.used += 1
-        try:
-            yield True
-        finally:
-            if self._write(0):
-                with contextlib.suppress(OSError):
-                    self.marker.unlink()
+        self._ours = False
+        rcu = self._rcu
+        if rcu._write(0):
+            with contextlib.suppress(OSError):
+                rcu.marker.unlink()

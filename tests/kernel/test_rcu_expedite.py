@@ -216,3 +216,28 @@ def test_a_marker_is_opened_where_mknod_is_refused(tmp_path: Path) -> None:
     with rcu.expedited() as ours:
         assert ours and (tmp_path / "run" / "marker").exists()
     assert not (tmp_path / "run" / "marker").exists()
+
+
+@pytest.mark.root
+def test_the_backends_window_undoes_both_parts_after_an_exception(
+    real_rcu: Path, tmp_path: Path
+) -> None:
+    """The backend's switch window (the watch hushed, then the RCU window) is undone in
+    full when its body raises, and nests: an inner window finds the value set (not its
+    own: left alone) and the watch stays hushed until the outer one ends."""
+    run = tmp_path / "run"
+    run.mkdir()
+    config = parse_config(f'[switch]\nruntime_dir = "{run}"\n[daemon]\npin_dir = "{tmp_path}"\n')
+    backend = create_backend(config)
+    marker = run / "rcu_expedited.ours"
+    with pytest.raises(RuntimeError), backend.switch_window() as ours:
+        assert ours and real_rcu.read_text().strip() == "1" and backend._quiet == 1
+        assert marker.exists()
+        raise RuntimeError("attach failed")
+    assert real_rcu.read_text().strip() == "0" and backend._quiet == 0
+    assert not marker.exists()
+    with backend.switch_window() as outer:
+        with backend.switch_window() as inner:
+            assert outer and not inner and backend._quiet == 2
+        assert backend._quiet == 1 and real_rcu.read_text().strip() == "1"
+    assert backend._quiet == 0 and real_rcu.read_text().strip() == "0"

@@ -37,7 +37,13 @@ from typing import Any
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
-from schedswitchd.daemon.connection import Cancellable, Connection, LoopTimer, Timer
+from schedswitchd.daemon.connection import (
+    Cancellable,
+    Connection,
+    LoopTimer,
+    Timer,
+    accept_step,
+)
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
@@ -58,8 +64,10 @@ ACCEPT_PER_STEP = 64
 #: How long accepting pauses when the process or system is out of descriptors or memory
 #: (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), s; asyncio's ``ACCEPT_RETRY_DELAY``.
 ACCEPT_RETRY_S = 1.0
-#: The most the accept reads of a new connection's first bytes (as asyncio's transport).
-FIRST_READ_BYTES = 256 * 1024
+#: The most the accept reads of a new connection's first bytes (what is left stays for
+#: the transport): under glibc's mmap threshold (128 KiB), where asyncio's own 256 KiB
+#: read buffer is an mmap and a munmap per read.
+FIRST_READ_BYTES = 64 * 1024
 #: Random bytes fetched at a time for lease ids (4 per lease).
 LEASE_ID_POOL = 256
 #: Closed connections after which their cyclic garbage is collected (see Server._collect).
@@ -197,33 +205,29 @@ class Server:
             asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
 
     def _accepted(self, sock: socket.socket, addr: object) -> None:
-        """A new connection, in the accept's loop step: its transport and
-        :class:`Connection` (credentials read, admitted or refused now, not in a later
-        step), then what the client already sent is read and its first request answered
-        here as far as that goes without waiting (:meth:`Connection.data_received`). A
-        launcher connects and sends at once, so its line is usually there; if not, or for
-        the rest of the connection's life, the transport reads as it always does."""
+        """A new connection, in the accept's loop step: its :class:`Connection`
+        (credentials read, admitted or refused now, not in a later step), then what the
+        client already sent is read and its first request answered here as far as that
+        goes without waiting (:meth:`Connection.data_received`), on a stand-in transport
+        (:func:`~schedswitchd.daemon.connection.accept_step`); then asyncio's own transport
+        takes the connection over (:meth:`Connection.hand_over`), made as its accept makes
+        it. A launcher connects and sends at once, so its line is usually there; if not,
+        or for the rest of the connection's life, the transport reads as it always does."""
         sock.setblocking(False)
         self.accepted += 1
-        loop: Any = asyncio.get_running_loop()
         conn = Connection(self, next(self._conn_ids))
-        # asyncio's transport for an accepted socket, made as its own accept makes it; it
-        # calls connection_made and starts reading in the next step, by when both were
-        # done here.
-        transport = loop._make_socket_transport(sock, conn, None, extra={"peername": addr})
-        conn.connection_made(transport)
-        if transport.is_closing():
-            return
-        try:
-            data = sock.recv(FIRST_READ_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return  # nothing sent yet: the transport reads it
-        except OSError:
-            return  # the transport's first read meets the same error and ends it
-        if data:
-            self.first_read_at_accept += 1
-            conn.data_received(data)
-        # b"": the client is done writing; the transport's first read sees that too
+        step = accept_step(sock, conn)
+        conn.connection_made(step)
+        if not step.is_closing():
+            try:
+                data = sock.recv(FIRST_READ_BYTES)
+            except OSError:  # nothing sent yet, or an error the transport's read meets too
+                data = b""
+            if data:  # b"": the client is done writing; the transport's read sees that too
+                self.first_read_at_accept += 1
+                conn.data_received(data)
+        loop: Any = asyncio.get_running_loop()
+        conn.hand_over(loop._make_socket_transport(sock, conn, None, extra={"peername": addr}))
 
     async def close(self) -> None:
         """Stop serving, end every lease without switching (a pinned scheduler stays

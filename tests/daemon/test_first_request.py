@@ -381,3 +381,28 @@ def test_a_standby_hit_leaves_its_decision_for_the_reply(started: list[Running])
     assert decision.lease is not None and decision.lease.id == hint["lease"]
     assert decision.why == "lease"
     c.close()
+
+
+def test_a_burst_in_the_first_read_keeps_its_back_pressure(started: list[Running]) -> None:
+    """Hundreds of requests in the first read, from a client that reads nothing until it
+    sent them all: the accept's step answers while the socket takes the replies, then the
+    rest waits for the drain in a task, as on the transport; every reply comes, in order."""
+    srv = _start(started)
+    steps = Steps(srv)
+    count = 1000
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(b"".join(_line(op="list", id=i) for i in range(count)))
+    srv.wait_for(lambda s: bool(steps.seen))
+    time.sleep(0.2)
+    taken = len(steps.seen)
+    assert 0 < taken < count, taken  # not all answered into memory
+    assert steps.seen[0] == ("list", "accept")
+    ids = []
+    for _ in range(count):
+        reply = c.recv_line()
+        assert reply is not None and reply["ok"], reply
+        ids.append(reply["id"])
+    assert ids == list(range(count))
+    assert any(how == "task" for _, how in steps.seen)
+    c.close()

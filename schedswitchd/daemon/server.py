@@ -217,15 +217,19 @@ class Server:
         self.accepted += 1
         conn = Connection(self, next(self._conn_ids))
         step = accept_step(sock, conn)
-        conn.connection_made(step)
-        if not step.is_closing():
-            try:
-                data = sock.recv(FIRST_READ_BYTES)
-            except OSError:  # nothing sent yet, or an error the transport's read meets too
-                data = b""
-            if data:  # b"": the client is done writing; the transport's read sees that too
-                self.first_read_at_accept += 1
-                conn.data_received(data)
+        try:
+            conn.connection_made(step)
+            if not step.is_closing():
+                try:
+                    data = sock.recv(FIRST_READ_BYTES)
+                except OSError:  # nothing sent yet, or an error the transport meets too
+                    data = b""
+                if data:  # b"": the client is done writing; the transport sees that too
+                    self.first_read_at_accept += 1
+                    conn.data_received(data)
+        except Exception:  # a defect: this connection ends (its transport closes it)
+            log.exception("connection %d: its first step failed", conn.id)
+            conn.close()
         loop: Any = asyncio.get_running_loop()
         conn.hand_over(loop._make_socket_transport(sock, conn, None, extra={"peername": addr}))
 

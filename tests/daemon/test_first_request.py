@@ -406,3 +406,32 @@ def test_a_burst_in_the_first_read_keeps_its_back_pressure(started: list[Running
     assert ids == list(range(count))
     assert any(how == "task" for _, how in steps.seen)
     c.close()
+
+
+def test_a_defect_in_the_accept_step_ends_that_connection_only(started: list[Running]) -> None:
+    """A defect after the admission (here: in it, once the connection was taken): that
+    connection is closed and forgotten, the server goes on."""
+    srv = _start(started)
+    server = srv.server
+    assert server is not None
+    admit = server.admit
+    calls: list[int] = []
+
+    def broken(conn: Any) -> Any:
+        refusal = admit(conn)
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a defect")
+        return refusal
+
+    server.admit = broken  # type: ignore[method-assign]
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="status"))
+    with contextlib.suppress(ConnectionResetError):
+        assert c.recv_line() is None  # closed unanswered
+    c.close()
+    srv.wait_for(lambda s: not s.connections)  # forgotten, not left behind
+    other = srv.client()
+    assert other.request(op="status")["ok"]
+    other.close()

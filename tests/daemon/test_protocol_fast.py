@@ -318,3 +318,48 @@ def test_encode_agrees_on_any_text_and_numbers(text: str, number: float, big: in
         line = protocol.encode(message)
         assert line == _encode_general(message)
         assert line.count(b"\n") == 1
+
+
+def test_a_line_parsed_lately_gives_the_same_model_again() -> None:
+    """Untagged hint/prepare/status/list lines are kept by their bytes (a launcher sends
+    the same line each time); what comes back equals a fresh parse; tagged requests,
+    other ops and refused lines are not kept; the lines kept are bounded; the size bound
+    is checked before."""
+    protocol._PARSED.clear()
+    line = b'{"v":1,"op":"hint","workload":"gaming"}'
+    first = protocol.parse_request(line)
+    assert protocol.parse_request(line) is first
+    assert first == protocol._parse_request(line)
+    for other in (
+        b'{"v":1,"op":"status","id":3}',
+        b'{"v":1,"op":"release","lease":"3-ab"}',
+        b'{"v":1,"op":"switch","scheduler":"fifo"}',
+    ):
+        assert protocol.parse_request(other) is not protocol.parse_request(other)
+    for bad in (b'{"v":1,"op":"status","op":"stop"}', b'{"v":2,"op":"status"}'):
+        for _ in range(2):
+            with pytest.raises(protocol.RequestError):
+                protocol.parse_request(bad)
+    assert list(protocol._PARSED) == [line]
+    with pytest.raises(protocol.RequestError, match="longer than 10 bytes"):
+        protocol.parse_request(line, max_bytes=10)
+    for n in range(protocol.PARSED_LINES_MAX + 5):
+        protocol.parse_request(f'{{"v":1,"op":"hint","workload":"w{n}"}}'.encode())
+    assert len(protocol._PARSED) == protocol.PARSED_LINES_MAX
+    assert line not in protocol._PARSED  # the oldest went first
+    protocol._PARSED.clear()
+
+
+@settings(max_examples=fuzzing.examples(200), deadline=None)
+@given(request_lines())
+def test_a_repeated_line_parses_as_it_did_the_first_time(line: bytes) -> None:
+    for _ in range(2):
+        try:
+            got: object = protocol.parse_request(line)
+        except protocol.RequestError as exc:
+            got = (exc.code, str(exc), exc.op, exc.id)
+        try:
+            want: object = protocol._parse_request(line)
+        except protocol.RequestError as exc:
+            want = (exc.code, str(exc), exc.op, exc.id)
+        assert got == want

@@ -245,6 +245,11 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
     @property
+    def closing(self) -> bool:
+        """The connection is finished or closed (its last line may still be going out)."""
+        return self._closing
+
+    @property
     def task(self) -> asyncio.Task[None] | None:
         """The task answering a request that waits for something, else ``None``."""
         return self._task

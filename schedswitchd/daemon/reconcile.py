@@ -1205,6 +1205,10 @@ def _unread(sock: Any) -> int:
     return value
 
 
+#: :func:`_unread` for the server (a connection's reply not read yet).
+unread_bytes = _unread
+
+
 def _wait_taken(socks: list[Any], bound_s: float) -> bool:
     """On the worker, after its replies were written: until their clients read them from
     ``socks``, at most ``bound_s`` s; True if they did."""

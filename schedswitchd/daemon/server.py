@@ -47,7 +47,7 @@ from schedswitchd.daemon.connection import (
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
-from schedswitchd.daemon.reconcile import Reconciler
+from schedswitchd.daemon.reconcile import Reconciler, unread_bytes
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -68,6 +68,12 @@ ACCEPT_RETRY_S = 1.0
 #: the transport): under glibc's mmap threshold (128 KiB), where asyncio's own 256 KiB
 #: read buffer is an mmap and a munmap per read.
 FIRST_READ_BYTES = 64 * 1024
+#: How often the server looks whether the client of a connection answered in its accept's
+#: step took its reply, s, and how long it waits for that at most before asyncio's
+#: transport takes the connection over anyway (its later lines and its end are read
+#: from then on), s (see Server._accepted).
+HANDOVER_POLL_S = 0.002
+HANDOVER_WAIT_S = 0.05
 #: Random bytes fetched at a time for lease ids (4 per lease).
 LEASE_ID_POOL = 256
 #: Closed connections after which their cyclic garbage is collected (see Server._collect).
@@ -123,6 +129,9 @@ class Server:
         self._server: asyncio.AbstractServer | None = None  # another loop's (see start)
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
         self._accept_retry: asyncio.TimerHandle | None = None
+        #: Connections whose accept's step sent a reply not read yet: asyncio's transport
+        #: takes them over once it is (:meth:`_hand_over_when_taken`).
+        self._handing_over: dict[int, tuple[Connection, socket.socket, object]] = {}
         self._closing = False
         self._closed_since_collect = 0
         self._collect_timer: Cancellable | None = None
@@ -230,6 +239,38 @@ class Server:
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()
+        if (
+            conn.task is None
+            and not step.is_closing()
+            and not step.get_write_buffer_size()
+            and unread_bytes(sock) > 0
+        ):
+            # A reply went out in this step and its client has not read it yet: under the
+            # VM's single-threaded TCG whatever the daemon still does now runs instead of
+            # the client, so the transport (~8 us of CPU on the host, ~0.5 ms there) is
+            # made once the client took the reply (issue 15), at most HANDOVER_WAIT_S on.
+            loop = asyncio.get_running_loop()
+            self._handing_over[conn.id] = (conn, sock, addr)
+            loop.call_later(
+                HANDOVER_POLL_S, self._hand_over_when_taken, conn.id, loop.time() + HANDOVER_WAIT_S
+            )
+            return
+        self._hand_over(conn, sock, addr)
+
+    def _hand_over_when_taken(self, conn_id: int, deadline: float) -> None:
+        held = self._handing_over.get(conn_id)
+        if held is None:
+            return  # handed over already (the server is closing)
+        conn, sock, addr = held
+        loop = asyncio.get_running_loop()
+        if not conn.closing and unread_bytes(sock) > 0 and loop.time() < deadline:
+            loop.call_later(HANDOVER_POLL_S, self._hand_over_when_taken, conn_id, deadline)
+            return
+        self._hand_over(conn, sock, addr)
+
+    def _hand_over(self, conn: Connection, sock: socket.socket, addr: object) -> None:
+        """asyncio's transport for ``sock`` takes ``conn`` over from its accept's step."""
+        self._handing_over.pop(conn.id, None)
         loop: Any = asyncio.get_running_loop()
         conn.hand_over(loop._make_socket_transport(sock, conn, None, extra={"peername": addr}))
 
@@ -247,6 +288,8 @@ class Server:
         if listener is not None:
             asyncio.get_running_loop().remove_reader(listener.fileno())
             listener.close()
+        for conn, sock, addr in list(self._handing_over.values()):
+            self._hand_over(conn, sock, addr)
         if self._server is not None:
             self._server.close()
         await self.reconciler.close()

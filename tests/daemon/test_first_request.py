@@ -435,3 +435,77 @@ def test_a_defect_in_the_accept_step_ends_that_connection_only(started: list[Run
     other = srv.client()
     assert other.request(op="status")["ok"]
     other.close()
+
+
+def _transport_kind(srv: Running) -> list[str]:
+    return srv.read(lambda s: [type(c._transport).__name__ for c in s.connections.values()])
+
+
+def test_the_transport_takes_over_once_the_client_took_its_first_reply(
+    started: list[Running],
+) -> None:
+    """A reply sent in the accept's step: asyncio's transport is made once its client read
+    it (nothing of the daemon's runs instead of the client meanwhile), then reads the
+    connection's later lines as always."""
+    srv = _start(started)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="list"))
+    srv.wait_for(lambda s: len(s.connections) == 1)
+    time.sleep(0.02)
+    assert _transport_kind(srv) == ["_AcceptStep"]  # the reply waits unread
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"], reply
+    srv.wait_for(lambda s: not s._handing_over)
+    assert _transport_kind(srv) == ["_SelectorSocketTransport"]
+    assert c.request(op="list")["ok"]
+    c.close()
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_a_first_reply_left_unread_is_handed_over_in_time(
+    started: list[Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that does not read its reply: the transport takes over after
+    ``HANDOVER_WAIT_S`` anyway, and reads the connection's end."""
+    monkeypatch.setattr(server_mod, "HANDOVER_WAIT_S", 0.3)
+    srv = _start(started)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="list"))
+    srv.wait_for(lambda s: len(s.connections) == 1)
+    assert _transport_kind(srv) == ["_AcceptStep"]
+    srv.wait_for(lambda s: not s._handing_over, timeout=2)
+    assert _transport_kind(srv) == ["_SelectorSocketTransport"]
+    c.close()  # the reply never read
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_a_connection_closed_before_its_first_reply_was_read_ends_its_lease(
+    started: list[Running],
+) -> None:
+    """A standby hint answered in the accept's step, its client gone without reading the
+    reply: the lease ends with the connection."""
+    srv = _start(started, default="fifo")
+    intent = _prepared(srv)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="hint", workload="gaming"))
+    srv.wait_for(lambda s: len(s.policy.leases) == 1)
+    assert srv.read(lambda s: bool(s._handing_over))
+    c.close()
+    srv.wait_for(lambda s: not s.policy.leases and len(s.connections) == 1)  # the intent's
+    intent.close()
+
+
+def test_the_server_closes_connections_still_in_their_accept_step() -> None:
+    srv = Running(FakeBackend(), poll_timer=FakeTimer())
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="list"))
+    srv.wait_for(lambda s: bool(s._handing_over))
+    srv.stop()
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"], reply  # its reply, then the end
+    assert c.recv_line() is None
+    c.close()

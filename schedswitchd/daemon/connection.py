@@ -172,7 +172,10 @@ class Connection(asyncio.Protocol):
             self._finish(refusal)
             return
         self._idle_since = self.server.timer.time()
-        self._advance()
+        if not isinstance(transport, _AcceptStep):
+            self._advance()
+        # else the accept's step reads next (Server._accepted), then data_received arms
+        # what is due: no idle timeout armed and cancelled again in one step
 
     def data_received(self, data: bytes) -> None:
         """Buffer ``data``; start the next request if none is being answered."""

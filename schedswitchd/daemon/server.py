@@ -235,7 +235,8 @@ class Server:
                     data = b""
                 if data:  # b"": the client is done writing; the transport sees that too
                     self.first_read_at_accept += 1
-                    conn.data_received(data)
+                # with nothing read too: the connection's idle timeout is armed there
+                conn.data_received(data)
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()

@@ -203,17 +203,23 @@ class Server:
                 self._accept_retry = loop.call_later(ACCEPT_RETRY_S, self._accept_again)
                 return
             try:
-                self._accepted(sock, addr)
+                replied = self._accepted(sock, addr)
             except Exception:  # a defect: this connection is dropped, serving goes on
                 log.exception("accepting a connection failed")
                 sock.close()
+                continue
+            if replied:
+                # Its client is reading the reply: let the loop go idle for it (single-
+                # threaded TCG) rather than ask for another connection now; one waiting
+                # keeps the socket readable, and the next step accepts it.
+                return
 
     def _accept_again(self) -> None:
         self._accept_retry = None
         if self._listener is not None and not self._closing:
             asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
 
-    def _accepted(self, sock: socket.socket, addr: object) -> None:
+    def _accepted(self, sock: socket.socket, addr: object) -> bool:
         """A new connection, in the accept's loop step: its :class:`Connection`
         (credentials read, admitted or refused now, not in a later step), then what the
         client already sent is read and its first request answered here as far as that
@@ -221,7 +227,8 @@ class Server:
         (:func:`~schedswitchd.daemon.connection.accept_step`); then asyncio's own transport
         takes the connection over (:meth:`Connection.hand_over`), made as its accept makes
         it. A launcher connects and sends at once, so its line is usually there; if not,
-        or for the rest of the connection's life, the transport reads as it always does."""
+        or for the rest of the connection's life, the transport reads as it always does.
+        True if a reply went out in this step and its client has not read it yet."""
         sock.setblocking(False)
         self.accepted += 1
         conn = Connection(self, next(self._conn_ids))
@@ -255,8 +262,9 @@ class Server:
             loop.call_later(
                 HANDOVER_POLL_S, self._hand_over_when_taken, conn.id, loop.time() + HANDOVER_WAIT_S
             )
-            return
+            return True
         self._hand_over(conn, sock, addr)
+        return False
 
     def _hand_over_when_taken(self, conn_id: int, deadline: float) -> None:
         held = self._handing_over.get(conn_id)

@@ -509,3 +509,33 @@ def test_the_server_closes_connections_still_in_their_accept_step() -> None:
     assert reply is not None and reply["ok"], reply  # its reply, then the end
     assert c.recv_line() is None
     c.close()
+
+
+def test_connections_waiting_behind_an_answered_one_are_accepted_in_the_next_steps(
+    started: list[Running],
+) -> None:
+    """After a connection whose reply went out in the accept's step, the accept gives the
+    loop back (its client reads meanwhile); the others waiting are accepted in the steps
+    after, each answered."""
+    srv = _start(started)
+    server = srv.server
+    assert server is not None
+    ready = server._accept_ready
+    steps: list[int] = []
+
+    def counting() -> None:
+        steps.append(server.accepted)
+        ready()
+
+    srv.read(lambda s: srv.loop.remove_reader(s._listener.fileno()))  # type: ignore[union-attr]
+    srv.read(lambda s: srv.loop.add_reader(s._listener.fileno(), counting))  # type: ignore[union-attr]
+    with loop_held(srv):
+        clients = [srv.client() for _ in range(5)]
+        for i, c in enumerate(clients):
+            c.send_raw(_line(op="list", id=i))
+    srv.wait_for(lambda s: s.accepted == 5)  # no reply read meanwhile
+    for i, c in enumerate(clients):
+        reply = c.recv_line()
+        assert reply is not None and reply["ok"] and reply["id"] == i, reply
+        c.close()
+    assert steps[:5] == [0, 1, 2, 3, 4], steps  # one connection a step

@@ -758,6 +758,14 @@ def vm_main(args: argparse.Namespace) -> int:
             (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
     finally:
         daemon.close()
+    if args.reps:
+        # (e)'s reference in this boot: what the bare exchange costs (bench/socket_floor.py)
+        import socket_floor
+
+        t_floor = time.monotonic()
+        results["floor_ns"] = socket_floor.measure(args.reps)
+        (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
+        log.write(f"socket floor done ({time.monotonic() - t_floor:.0f}s)\n")
     if args.profile:
         # The warm switch path under cProfile, in-process (the daemon runs switches in a
         # worker thread, which a whole-process profile does not see): the daemon's
@@ -912,7 +920,38 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         *outside_split(raw),
+        *floor_lines(raw),
     ]
+
+
+def floor_lines(raw: dict[str, Any]) -> list[str]:
+    """Markdown lines: the socket floor of this boot (``floor_ns``, bench/socket_floor.py)
+    beside what (e) costs over its gap at each step, and what the target's 1.15x of the
+    gap leaves for it. Nothing for runs without the floor (before 2026-12-03 16:00 UTC)."""
+    floor = raw.get("floor_ns")
+    if not floor:
+        return []
+    lines = [
+        "",
+        f"Reference, same boot: a bare event-loop server's reply to the same client "
+        f"(`bench/socket_floor.py`: its reader on the listening socket, accept, read, a canned "
+        f"hint reply; no parse, policy, lease or switch), {len(floor)} exchanges: median "
+        f"{_ms(statistics.median(floor)):.2f} ms (min {_ms(min(floor)):.2f}).",
+        "",
+    ]
+    for step in raw["steps"]:
+        e = step["samples"].get("e") or []
+        if not e:
+            continue
+        over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e)
+        allowed = (STANDBY_GAP_TARGET - 1) * statistics.median(_ms(x["gap_ns"]) for x in e)
+        lines.append(
+            f"- {step['modules']} module{'s' if step['modules'] != 1 else ''}: (e) over "
+            f"its gap {over:.1f} ms (median per hint); "
+            f"{STANDBY_GAP_TARGET:g}x the gap leaves {allowed:.1f} ms, the floor takes "
+            f"{_ms(statistics.median(floor)):.1f} of it."
+        )
+    return lines
 
 
 def outside_split(raw: dict[str, Any]) -> list[str]:

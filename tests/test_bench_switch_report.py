@@ -164,6 +164,21 @@ def test_outside_split_at_the_switchs_start(sl: ModuleType) -> None:
     assert "| 300 | 15.0 | 10.0 | 2 of 3 |" in table
 
 
+def test_the_socket_floor_beside_what_e_costs_over_its_gap(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(t, 46) for t in (52, 53, 60)]
+    assert sl.floor_lines(raw) == []  # runs without the floor
+    raw["floor_ns"] = [1_500_000, 1_700_000, 1_600_000]
+    table = sl.build_report(raw, META)[0]
+    assert "21 exchanges" not in table and "3 exchanges: median 1.60 ms (min 1.50)." in table
+    # over the gap: 6, 7, 14 -> 7; 0.15 x 46 = 6.9
+    assert (
+        "- 300 modules: (e) over its gap 7.0 ms (median per hint); 1.15x the gap leaves "
+        "6.9 ms, the floor takes 1.6 of it." in table
+    )
+
+
 def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
     raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
     assert sl.IDLE_NOTE not in sl.build_report(raw, META)[0]  # a run from before

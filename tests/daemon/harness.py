@@ -287,7 +287,10 @@ class Running:
         clock.advance(seconds)
         self.advance_poll(seconds)
 
-    def wait_for(self, fn: Callable[[Server], bool], timeout: float = 5.0) -> None:
+    def wait_for(self, fn: Callable[[Server], bool], timeout: float = 10.0) -> None:
+        """Poll ``fn`` on the server's loop until it is true; AssertionError after
+        ``timeout`` s. Generous: only a failing test waits it out, and a loaded CI host
+        (VMs beside the suite) has stretched 3 s waits past their end."""
         deadline = time.monotonic() + timeout
         while not self.read(fn):
             if time.monotonic() > deadline:

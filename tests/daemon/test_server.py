@@ -115,7 +115,7 @@ def test_hinted_pid_exit_ends_lease(srv: Running) -> None:
         child.kill()
         child.wait()
         # the connection stays open: only the pidfd can end this lease
-        srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel", 3)
+        srv.wait_for(lambda s: not s.policy.leases and s.switcher.active == "kernel")
         assert not srv.read(lambda s: s.leases)
     finally:
         child.kill()
@@ -754,7 +754,7 @@ def test_ejected_override_is_dropped(srv: Running) -> None:
     c.request(op="hint", workload="battery")
     assert c.request(op="switch", scheduler="vtime")["active"] == "vtime"
     srv.backend.eject()
-    srv.wait_for(lambda s: s.switcher.active == "fifo", 3)
+    srv.wait_for(lambda s: s.switcher.active == "fifo")
     srv.passes(3)  # later passes do not bring it back
     assert srv.backend.calls.count("prepare vtime") == 1
     assert c.request(op="status")["status"]["override"] is None
@@ -971,9 +971,9 @@ def test_another_program_holding_sched_ext_is_not_a_failure(srv: Running) -> Non
         srv.backend.state, srv.backend.ops = "disabled", None
     for notify in list(srv.backend.watchers):
         notify()
-    srv.wait_for(lambda s: s.switcher.active == "gaming", 3)
+    srv.wait_for(lambda s: s.switcher.active == "gaming")
     srv.backend.eject()
-    srv.wait_for(lambda s: "gaming" in s.policy.backoff, 3)
+    srv.wait_for(lambda s: "gaming" in s.policy.backoff)
     assert srv.read(lambda s: s.policy.backoff["gaming"].failures) == 1
 
 

@@ -258,6 +258,15 @@ class KernelPrepared:
                 fd.close()
 
 
+def _ejected_at_enable(h: KernelPrepared, kind: int, reason: str) -> SchedExtError:
+    """The error of a first enable that the kernel undid at once: ``h``'s own exit record
+    already holds an exit (``kind``, ``reason``) when ``BPF_LINK_CREATE`` returned."""
+    return SchedExtError(
+        f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach "
+        f"({ExitInfo(kind=kind).kind_name}: {reason})"
+    )
+
+
 class KernelBackend:
     """sched_ext through our loader. Thread-safety: ``prepare``/``attach``/``detach``/
     ``discard``/``adopt``/``exit_info`` from one worker thread at a time (the switcher's);
@@ -552,16 +561,24 @@ class KernelBackend:
         return handle
 
     @staticmethod
+    def _writes_exit_record(h: KernelPrepared) -> bool:
+        """Whether the handle keeps an exit record (a UEI in its data map) that something
+        writes: its struct_ops has an ``ops.exit`` program. Without one, nothing would
+        fill the record, so an empty one proves nothing."""
+        if h.uei is None or h.spec is None or h.loaded is None:
+            return False
+        so = h.spec.map(h.ops_map).struct_ops
+        member = so.member("exit") if so is not None else None
+        return member is not None and member.program is not None
+
+    @staticmethod
     def _exit_view(h: KernelPrepared) -> UeiView | None:
         """A read-only mapping of the handle's exit record when its ``ops.exit`` writes
         one and its data map is mmapable; ``None`` otherwise (the confirmation then looks
         the record up, or reads sysfs). Made here, off the switch's path."""
-        if h.uei is None or h.spec is None or h.loaded is None:
+        if not KernelBackend._writes_exit_record(h):
             return None
-        so = h.spec.map(h.ops_map).struct_ops
-        member = so.member("exit") if so is not None else None
-        if member is None or member.program is None:
-            return None  # no ops.exit: nothing would write the record
+        assert h.uei is not None and h.loaded is not None
         data = h.loaded.maps.get(h.uei.map_name)
         if data is None or not data.spec.flags & bpf_uapi.F_MMAPABLE:
             return None
@@ -858,16 +875,10 @@ class KernelBackend:
                 return False
             if rec is None:
                 return True
-            raise SchedExtError(
-                f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach "
-                f"({ExitInfo(kind=rec.kind).kind_name}: {rec.reason})"
-            )
-        if h.uei is None or h.spec is None or h.loaded is None:
+            raise _ejected_at_enable(h, rec.kind, rec.reason)
+        if not self._writes_exit_record(h):
             return False
-        so = h.spec.map(h.ops_map).struct_ops
-        member = so.member("exit") if so is not None else None
-        if member is None or member.program is None:
-            return False  # no ops.exit: nothing would write the record
+        assert h.uei is not None and h.spec is not None
         fd = h.exit_map_fd()
         if fd is None:
             return False
@@ -881,10 +892,7 @@ class KernelBackend:
         if value is None:
             return False
         if rec is not None:
-            raise SchedExtError(
-                f"{h.name} ({h.ops_name}) was disabled by the kernel right after attach "
-                f"({ExitInfo(kind=rec.kind).kind_name}: {rec.reason})"
-            )
+            raise _ejected_at_enable(h, rec.kind, rec.reason)
         return True
 
     def _confirm_enabled(self, h: KernelPrepared, timeout_s: float) -> None:

@@ -72,6 +72,20 @@ def held(start: Start) -> tuple[Running, Client]:
     return srv, _prepared(srv)
 
 
+def _hold_worker(srv: Running) -> threading.Event:
+    """Keep the switch worker busy (as a refill or a heap trim would) until the returned
+    event is set; returns once the worker runs the holding call."""
+    hold, holding = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        holding.set()
+        hold.wait(10)
+
+    srv.read(lambda s: s.reconciler.worker.submit(busy))
+    assert holding.wait(5)
+    return hold
+
+
 def test_intent_prepares_then_the_hint_is_served_from_the_standby(srv: Running) -> None:
     c = srv.client()
     reply = c.request(op="prepare", workload="gaming", ttl_s=30)
@@ -538,14 +552,7 @@ def test_a_standby_hit_switches_on_the_event_loop_when_the_worker_is_idle(
     assert c.request(op="release", lease=hint["lease"])["ok"]
     srv.wait_for(lambda s: s.switcher.active == "fifo" and "gaming" in s.switcher.standby.entries)
     srv.passes(1)
-    hold, holding = threading.Event(), threading.Event()
-
-    def busy() -> None:
-        holding.set()
-        hold.wait(10)
-
-    srv.read(lambda s: s.reconciler.worker.submit(busy))
-    assert holding.wait(5)
+    hold = _hold_worker(srv)
     threads.clear()
     srv.backend.on_call = lambda call: threads.append((call, threading.current_thread().name))
     try:
@@ -783,14 +790,7 @@ def test_a_hits_reply_asks_the_policy_again_when_something_changed_meanwhile(
     is vtime (what the policy wants now), not the hit's gaming."""
     srv, c = held
     admin = srv.client()
-    hold, holding = threading.Event(), threading.Event()
-
-    def busy() -> None:
-        holding.set()
-        hold.wait(10)
-
-    srv.read(lambda s: s.reconciler.worker.submit(busy))
-    assert holding.wait(5)
+    hold = _hold_worker(srv)
     try:
         c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
         srv.wait_for(lambda s: s.reconciler.busy)  # the hit waits for the worker

@@ -44,6 +44,7 @@ from schedswitchd.daemon.launcher_wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from schedswitchd.daemon.launcher_wire import PID_MAX_LIMIT as PID_MAX_LIMIT
 from schedswitchd.daemon.launcher_wire import SHUTTING_DOWN as SHUTTING_DOWN
 from schedswitchd.errors import ProtocolError, SchedSwitchError
+from schedswitchd.kernel.lru import BoundedLru
 
 VERSION = 1
 #: Default cap on one request line, bytes including the newline (config: limits).
@@ -587,10 +588,12 @@ def _describe(err: Any) -> str:
 #: ~0.3 ms under the VM's TCG (issue 15). Only untagged hint, prepare, status and list
 #: requests, whose models are immutable and whose lines do not carry per-request values
 #: (a tag, a lease id) that would churn it; at most :data:`PARSED_LINES_MAX` lines.
-_PARSED: dict[bytes, Request] = {}
 PARSED_LINES_MAX = 32
 #: The longest line kept in :data:`_PARSED`, bytes.
 PARSED_LINE_MAX_BYTES = 256
+_PARSED: BoundedLru[bytes, Request] = BoundedLru(
+    max_entries=PARSED_LINES_MAX, max_bytes=PARSED_LINES_MAX * PARSED_LINE_MAX_BYTES
+)
 
 
 def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Request:
@@ -607,9 +610,7 @@ def parse_request(line: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Re
     if request is None:
         request = _parse_request(line)
         if len(line) <= PARSED_LINE_MAX_BYTES and request.id is None and type(request) in _KEPT:
-            if len(_PARSED) >= PARSED_LINES_MAX:
-                del _PARSED[next(iter(_PARSED))]  # the oldest
-            _PARSED[bytes(line)] = request
+            _PARSED.put(bytes(line), request, len(line))
     return request
 
 

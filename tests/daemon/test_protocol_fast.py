@@ -340,13 +340,13 @@ def test_a_line_parsed_lately_gives_the_same_model_again() -> None:
         for _ in range(2):
             with pytest.raises(protocol.RequestError):
                 protocol.parse_request(bad)
-    assert list(protocol._PARSED) == [line]
+    assert protocol._PARSED.ordered_keys() == [line]
     with pytest.raises(protocol.RequestError, match="longer than 10 bytes"):
         protocol.parse_request(line, max_bytes=10)
     for n in range(protocol.PARSED_LINES_MAX + 5):
         protocol.parse_request(f'{{"v":1,"op":"hint","workload":"w{n}"}}'.encode())
     assert len(protocol._PARSED) == protocol.PARSED_LINES_MAX
-    assert line not in protocol._PARSED  # the oldest went first
+    assert line not in protocol._PARSED  # the least recently used went first
     protocol._PARSED.clear()
 
 

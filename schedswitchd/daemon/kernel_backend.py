@@ -267,6 +267,22 @@ def _ejected_at_enable(h: KernelPrepared, kind: int, reason: str) -> SchedExtErr
     )
 
 
+def _same_file(path: str | os.PathLike[str], key: object) -> bool:
+    """Whether ``path`` (symlinks followed) is still the file ``key`` (a :class:`SpecKey`)
+    was taken of, unchanged: one stat(2), no ``realpath`` walk (a freshness check is on a
+    standby hit's path)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return isinstance(key, SpecKey) and (key.dev, key.ino, key.size, key.mtime_ns) == (
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    )
+
+
 class KernelBackend:
     """sched_ext through our loader. Thread-safety: ``prepare``/``attach``/``detach``/
     ``discard``/``adopt``/``exit_info`` from one worker thread at a time (the switcher's);
@@ -482,9 +498,12 @@ class KernelBackend:
                 f"cannot load {name}: this kernel has no sched_ext ({self.root / 'state'} "
                 "is missing; CONFIG_SCHED_CLASS_EXT is not set)"
             )
-        hotplug: int | None = None
-        if cfg.hotplug_seq and scx.available(self.root):
-            hotplug = scx.read_hotplug_seq(self.root)
+        # Read before the topology: an equal value later means no CPU came or went since
+        # the topology was read (see fresh).
+        seq: int | None = None
+        if (cfg.hotplug_seq or cfg.profile_path is not None) and scx.available(self.root):
+            seq = scx.read_hotplug_seq(self.root)
+        hotplug = seq if cfg.hotplug_seq else None
         module_key = self._module_key()
         spec = opened.spec
         plan: ProfilePlan | None = None
@@ -494,7 +513,7 @@ class KernelBackend:
             # the scheduler is loaded on (a hotplug restart comes through here again).
             profiled = self._apply_profile(spec, ops_map, cfg)
             spec, plan = profiled.spec, profiled.plan
-            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology)
+            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology, seq)
             t["profile"] = time.perf_counter_ns() - start
         # The configuration's own keys win over the profile's values.
         struct_ops = struct_ops_request(cfg)
@@ -595,50 +614,58 @@ class KernelBackend:
         except SchedSwitchError:
             return None
 
-    def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool:
+    def fresh(self, prepared: Prepared, spec: SchedulerConfig, *, quick: bool = False) -> bool:
         """Whether ``prepared`` is what :meth:`prepare` would make from ``spec`` now: same
         object file (path, inode, size, mtime), same loaded module set and, when ``spec``
         sets ``hotplug_seq``, the same ``/sys/kernel/sched_ext/hotplug_seq`` (the kernel
         refuses to enable a scheduler built for an older CPU topology); with a profile,
         also the same profile file and the same topology (its values were computed from
-        it). The caller compares the configuration itself. A few stats and one directory
-        listing, plus the sysfs topology read for a profiled scheduler."""
+        it). The caller compares the configuration itself.
+
+        The topology is read whole (~30 sysfs files a CPU: 31 ms for 2 CPUs under the
+        VM's TCG, more than the no-scheduler gap) unless ``quick``: then, if
+        ``hotplug_seq`` still reads what it read before the topology was read at prepare
+        (or at the last full check that found it unchanged), no CPU came or went since and
+        the topology counts as unchanged. The kernel moves ``hotplug_seq`` on every CPU
+        online and offline, suspend's included, whether or not a scheduler is attached;
+        what can change without it (a cpufreq limit) is what scx's own userspace reads
+        once at its start and never again. A standby hit takes with ``quick``; the pool's
+        refill rounds check in full, off the hit's path. A few stats, a sysfs read and,
+        without ``quick`` (or without sched_ext), the topology."""
         h = cast(KernelPrepared, prepared)
         if h.discarded or h.attached or h.adopted or not h.inputs:
             return False
         key, module_key, hotplug_then, *profile_then = h.inputs
-        # The object: one stat(2) of the configured path, symlinks followed (what a stale
-        # check costs is on a standby hit's path); the file must be the one opened, unchanged.
-        try:
-            st = os.stat(spec.object)
-        except OSError:
+        if not _same_file(spec.object, key) or not self._modules_unchanged(module_key):
             return False
-        if not isinstance(key, SpecKey) or (key.dev, key.ino, key.size, key.mtime_ns) != (
-            st.st_dev,
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-        ):
-            return False
-        if not self._modules_unchanged(module_key):
-            return False
-        hotplug: int | None = None
-        if spec.hotplug_seq:
+        seq: int | None = None
+        if spec.hotplug_seq or spec.profile_path is not None:
             try:
-                hotplug = self.scx_files.hotplug_seq()
+                seq = self.scx_files.hotplug_seq()
             except scx.SchedExtUnavailable:
-                hotplug = None
+                seq = None
             except SchedSwitchError:
                 return False
-        if hotplug != hotplug_then:
+        if (seq if spec.hotplug_seq else None) != hotplug_then:
             return False
-        if spec.profile_path is not None:
-            try:
-                now = (SpecKey.of_path(spec.profile_path), read_topology(self.sysfs_root))
-            except (SchedSwitchError, OSError):
+        if spec.profile_path is None:
+            return not profile_then
+        profile_file, topology_then, seq_then = profile_then
+        if not _same_file(spec.profile_path, profile_file):
+            return False
+        try:
+            if quick and seq is not None and seq == seq_then:
+                return True
+            if read_topology(self.sysfs_root) != topology_then:
                 return False
-            return tuple(profile_then) == now
-        return not profile_then
+        except (SchedSwitchError, OSError):
+            return False
+        if seq != seq_then:
+            # CPUs came and went but the topology is the one the values came from again:
+            # valid as of ``seq`` (read before the topology just now), so the next quick
+            # check needs no full read.
+            h.inputs = (key, module_key, hotplug_then, profile_file, topology_then, seq)
+        return True
 
     def _modules_unchanged(self, then: object) -> bool:
         """Whether the module set is the one ``then`` (a ``module_set().key``: the event

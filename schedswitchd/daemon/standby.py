@@ -145,7 +145,8 @@ class StandbyPool:
             # The configuration entry it was filled from is usually the very object asked
             # for: no field-by-field comparison then (a standby hit's path).
             same = entry.spec is spec or entry.spec == spec
-            if same and self.backend.fresh(entry.prepared, spec):
+            # quick: a hit waits for this; the refill rounds (fill, prune) check in full.
+            if same and self.backend.fresh(entry.prepared, spec, quick=True):
                 self.hits += 1
                 return entry.prepared
             self._discard(entry, "stale")

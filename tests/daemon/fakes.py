@@ -77,6 +77,8 @@ class FakeBackend:
     no_exit_record: set[str] = field(default_factory=set)
     #: Switch windows open now (``switch_window`` entered, not yet left).
     windows_open: int = 0
+    #: ``fresh`` calls, in order: (scheduler name, ``quick``).
+    fresh_checks: list[tuple[str, bool]] = field(default_factory=list)
 
     def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
         self.calls.append(f"prepare {name}")
@@ -195,8 +197,9 @@ class FakeBackend:
         finally:
             self.windows_open -= 1
 
-    def fresh(self, prepared: Prepared, spec: SchedulerConfig) -> bool:
+    def fresh(self, prepared: Prepared, spec: SchedulerConfig, *, quick: bool = False) -> bool:
         prepared = cast(FakePrepared, prepared)
+        self.fresh_checks.append((prepared.name, quick))
         return not prepared.discarded and not prepared.attached and prepared.name not in self.stale
 
     def kernel_bytes(self, prepared: Prepared) -> int:

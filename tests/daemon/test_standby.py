@@ -428,6 +428,30 @@ def test_a_stale_standby_is_not_taken_by_the_direct_path(held: tuple[Running, Cl
     c.close()
 
 
+def test_a_hits_take_checks_quickly_and_the_refill_in_full(held: tuple[Running, Client]) -> None:
+    """The hint's take asks the backend for its quick freshness check (a profiled
+    standby's topology is then not read: see KernelBackend.fresh), the pool's refill
+    rounds for the full one, so that what the quick one trusts is checked off the hit's
+    path."""
+    srv, c = held
+    checks = srv.backend.fresh_checks
+    assert checks and not any(quick for _, quick in checks), checks  # the fill's own
+    before = len(checks)
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["standby"] is True, hint
+    assert checks[before] == ("gaming", True), checks[before:]
+    c.close()  # the lease ends: back to fifo, gaming held again as the recent hint
+    srv.passes(1)
+    srv.wait_for(lambda s: s.reconciler.idle and "gaming" in s.switcher.standby.entries)
+    c2 = srv.client()
+    assert c2.request(op="prepare", workload="gaming", ttl_s=30)["ok"]
+    srv.passes(1)
+    srv.wait_for(lambda s: s.reconciler.idle)
+    refill = [quick for name, quick in checks[before + 1 :] if name == "gaming"]
+    assert refill and not any(refill), checks[before:]  # the held entry re-checked in full
+    c2.close()
+
+
 def test_the_direct_path_notices_an_ejection_first(
     held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1054,6 +1054,67 @@ def test_profiled_standby_freshness_follows_profile_file_and_topology(
         backend.discard(h)
 
 
+def test_quick_freshness_of_a_profiled_standby_trusts_hotplug_seq_for_the_topology(
+    registry: KernelBtfRegistry,
+    bpffs: Path,
+    scx_root: Path,
+    bpf_object: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """A standby hit's quick check reads ``hotplug_seq``, not the topology: while it reads
+    what it read before the topology was read, the topology counts as unchanged (a CPU
+    cannot come or go without moving it). Once it moved, the topology is read in full; a
+    full check that finds the topology unchanged again makes the new value the one quick
+    checks compare with. The profile file is compared either way."""
+    import shutil
+    import uuid
+
+    from schedswitchd.daemon.config import parse_config
+    from tests.profile.fakesys import fake_sysfs
+
+    name = f"ssdq{uuid.uuid4().hex[:8]}"
+    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
+    sysfs = Path(fake_sysfs(tmp_path / "sys", possible=range(4)))
+    online, seq_file = sysfs / "devices/system/cpu/online", scx_root / "hotplug_seq"
+    backend = KernelBackend(
+        pin_dir=bpffs / "pins",
+        registry=registry,
+        sched_ext_root=scx_root,
+        ops_type=TCP,
+        sysfs_root=sysfs,
+    )
+    prof = tmp_path / "fresh.toml"
+    prof.write_text(FRESH_PROFILE.format(name=name))
+    config = parse_config(
+        f"[schedulers.p]\nobject = '{obj}'\nprofile = 'fresh.toml'\nhotplug_seq = false\n",
+        str(tmp_path / "s.toml"),
+    )
+    cfg = config.schedulers["p"]
+    h = backend.prepare("p", cfg)
+    try:
+        assert backend.fresh(h, cfg, quick=True) and backend.fresh(h, cfg)
+        # No topology read: a tree that cannot be read at all passes the quick check.
+        shutil.move(sysfs, tmp_path / "away")
+        assert backend.fresh(h, cfg, quick=True)
+        assert not backend.fresh(h, cfg)
+        shutil.move(tmp_path / "away", sysfs)
+        # hotplug_seq moved: the topology is read, and it differs.
+        online.write_text("0-2\n")
+        seq_file.write_text("8\n")
+        assert not backend.fresh(h, cfg, quick=True)
+        # The CPU is back (seq 9): read in full, the same again, and 9 is remembered.
+        online.write_text("0-3\n")
+        seq_file.write_text("9\n")
+        assert backend.fresh(h, cfg, quick=True)
+        shutil.move(sysfs, tmp_path / "away")
+        assert backend.fresh(h, cfg, quick=True)
+        shutil.move(tmp_path / "away", sysfs)
+        prof.write_text(FRESH_PROFILE.format(name=name) + "\n# edited\n")
+        assert not backend.fresh(h, cfg, quick=True)
+    finally:
+        backend.discard(h)
+
+
 def test_profile_step_failures_leave_nothing(
     backend: KernelBackend,
     bpf_object: Callable[[str], Path],

@@ -766,6 +766,13 @@ def vm_main(args: argparse.Namespace) -> int:
         results["floor_ns"] = socket_floor.measure(args.reps)
         (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
         log.write(f"socket floor done ({time.monotonic() - t_floor:.0f}s)\n")
+        # And what no implementation of the hit avoids (bench/hit_floor.py): the bare lane.
+        import hit_floor
+
+        t_floor = time.monotonic()
+        results["hit_floor"] = hit_floor.measure(SCHED_DIR, args.reps)
+        (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
+        log.write(f"hit floor done ({time.monotonic() - t_floor:.0f}s)\n")
     if args.profile:
         # The warm switch path under cProfile, in-process (the daemon runs switches in a
         # worker thread, which a whole-process profile does not see): the daemon's
@@ -950,6 +957,57 @@ def floor_lines(raw: dict[str, Any]) -> list[str]:
             f"its gap {over:.1f} ms (median per hint); "
             f"{STANDBY_GAP_TARGET:g}x the gap leaves {allowed:.1f} ms, the floor takes "
             f"{_ms(statistics.median(floor)):.1f} of it."
+        )
+    return lines + hit_floor_lines(raw)
+
+
+#: The bare lane's parts (bench/hit_floor.py's names), as the page names them.
+HIT_FLOOR_PARTS = {
+    "in_ns": "send to its read",
+    "checks_ns": "read, SO_PEERCRED, the take's check",
+    "window_ns": "the window's opening (RCU)",
+    "detach_ns": "detach",
+    "link_ns": "BPF_LINK_CREATE",
+    "confirm_ns": "confirmation",
+    "send_ns": "the reply's send",
+    "out_ns": "to the client's checked reply",
+}
+
+
+def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
+    """Markdown lines: the bare lane of this boot (``hit_floor``, bench/hit_floor.py) --
+    what a standby hit costs with nothing but the socket, the checks a hit must make, the
+    window, detach, attach and a canned reply -- against its own gap, beside (e)'s at the
+    largest step. Nothing for runs without it (before 2026-12-03 19:00 UTC)."""
+    lane = raw.get("hit_floor")
+    if not lane:
+        return []
+    total = statistics.median(_ms(x["total_ns"]) for x in lane)
+    gap = statistics.median(_ms(x["gap_ns"]) for x in lane)
+    ratio = statistics.median(x["total_ns"] / x["gap_ns"] for x in lane)
+    over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in lane)
+    parts = ", ".join(
+        f"{name} {statistics.median(_ms(x[key]) for x in lane):.1f}"
+        for key, name in HIT_FLOOR_PARTS.items()
+    )
+    lines = [
+        "",
+        f"Reference, same boot: the bare lane (`bench/hit_floor.py`: the same client; a server "
+        f"with only what a standby hit must do -- read, `SO_PEERCRED`, the take's freshness "
+        f"check, the switch window, `BPF_LINK_DETACH`, `BPF_LINK_CREATE` with its "
+        f"confirmation, a canned reply -- around the real kernel backend, ss_fifo -> "
+        f"ss_latency; no parse, policy, lease, record or reply model), {len(lane)} hits: "
+        f"median {total:.1f} ms, gap {gap:.1f} ms, **{ratio:.2f}x its gap** per hit "
+        f"(target of (e): <= {STANDBY_GAP_TARGET:g}), {over:.1f} ms over it. Its parts, "
+        f"median ms: {parts}.",
+    ]
+    e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
+    if e:
+        e_ratio = statistics.median(x["total_ns"] / x["gap_ns"] for x in e)
+        e_over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e)
+        lines.append(
+            f"- (e) at {raw['steps'][-1]['modules']} modules: {e_ratio:.2f}x its gap, "
+            f"{e_over:.1f} ms over it: the daemon adds {e_over - over:.1f} ms to the bare lane."
         )
     return lines
 

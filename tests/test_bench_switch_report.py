@@ -179,6 +179,25 @@ def test_the_socket_floor_beside_what_e_costs_over_its_gap(sl: ModuleType) -> No
     )
 
 
+def test_the_bare_lane_beside_what_e_costs_over_its_gap(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(t, 46) for t in (52, 53, 60)]
+    raw["floor_ns"] = [1_500_000, 1_700_000, 1_600_000]
+    assert sl.hit_floor_lines(raw) == []  # runs without the lane
+    parts = dict.fromkeys(sl.HIT_FLOOR_PARTS, 1_000_000)
+    raw["hit_floor"] = [
+        {**parts, "total_ns": int(total * 1e6), "gap_ns": int(gap * 1e6)}
+        for total, gap in ((50, 44), (51, 44), (60, 50))
+    ]
+    table = sl.build_report(raw, META)[0]
+    # per hit: 50/44 = 1.136, 51/44 = 1.159, 60/50 = 1.2 -> 1.16; over: 6, 7, 10 -> 7
+    assert "3 hits: median 51.0 ms, gap 44.0 ms, **1.16x its gap** per hit" in table
+    assert "7.0 ms over it. Its parts, median ms: send to its read 1.0," in table
+    # (e) at 300: 52/46, 53/46, 60/46 -> 1.15; over 6, 7, 14 -> 7.0: 0.0 ms more than the lane
+    assert "- (e) at 300 modules: 1.15x its gap, 7.0 ms over it: the daemon adds 0.0 ms" in table
+
+
 def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
     raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
     assert sl.IDLE_NOTE not in sl.build_report(raw, META)[0]  # a run from before

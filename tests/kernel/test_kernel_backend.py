@@ -1006,24 +1006,23 @@ def _renamed_profile_object(obj: Path, tmp_path: Path, name: str) -> Path:
     return out
 
 
-def test_profiled_standby_freshness_follows_profile_file_and_topology(
+def _profiled_on_fake_sysfs(
     registry: KernelBtfRegistry,
     bpffs: Path,
     scx_root: Path,
-    bpf_object: Callable[[str], Path],
+    obj: Path,
     tmp_path: Path,
-) -> None:
-    """A prepared profiled scheduler is fresh only while its profile file and the topology
-    its values came from are unchanged (a CPU going offline, a profile edited)."""
-    import uuid
-
+    name: str,
+) -> tuple[KernelBackend, SchedulerConfig, Path, Path]:
+    """A backend reading its topology from a fake sysfs tree of 4 CPUs and
+    ``hotplug_seq`` from ``scx_root``, and the configuration of ``obj`` (its ops named
+    ``name``) with the profile ``FRESH_PROFILE`` (``hotplug_seq = false``): ``(backend,
+    cfg, profile file, sysfs root)``."""
     from schedswitchd.daemon.config import parse_config
     from tests.profile.fakesys import fake_sysfs
 
-    name = f"ssdf{uuid.uuid4().hex[:8]}"
-    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
-    sysfs = fake_sysfs(tmp_path / "sys", possible=range(4))
-    backend = KernelBackend(  # its topology read from a sysfs tree of 4 CPUs
+    sysfs = Path(fake_sysfs(tmp_path / "sys", possible=range(4)))
+    backend = KernelBackend(
         pin_dir=bpffs / "pins",
         registry=registry,
         sched_ext_root=scx_root,
@@ -1036,7 +1035,25 @@ def test_profiled_standby_freshness_follows_profile_file_and_topology(
         f"[schedulers.p]\nobject = '{obj}'\nprofile = 'fresh.toml'\nhotplug_seq = false\n",
         str(tmp_path / "s.toml"),
     )
-    cfg = config.schedulers["p"]
+    return backend, config.schedulers["p"], prof, sysfs
+
+
+def test_profiled_standby_freshness_follows_profile_file_and_topology(
+    registry: KernelBtfRegistry,
+    bpffs: Path,
+    scx_root: Path,
+    bpf_object: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """A prepared profiled scheduler is fresh only while its profile file and the topology
+    its values came from are unchanged (a CPU going offline, a profile edited)."""
+    import uuid
+
+    name = f"ssdf{uuid.uuid4().hex[:8]}"
+    obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
+    backend, cfg, prof, sysfs = _profiled_on_fake_sysfs(
+        registry, bpffs, scx_root, obj, tmp_path, name
+    )
     h = backend.prepare("p", cfg)
     try:
         assert h.loaded is not None
@@ -1066,30 +1083,14 @@ def test_quick_freshness_of_a_profiled_standby_trusts_hotplug_seq_for_the_topolo
     cannot come or go without moving it). Once it moved, the topology is read in full; a
     full check that finds the topology unchanged again makes the new value the one quick
     checks compare with. The profile file is compared either way."""
-    import shutil
     import uuid
-
-    from schedswitchd.daemon.config import parse_config
-    from tests.profile.fakesys import fake_sysfs
 
     name = f"ssdq{uuid.uuid4().hex[:8]}"
     obj = _renamed_profile_object(bpf_object("profile"), tmp_path, name)
-    sysfs = Path(fake_sysfs(tmp_path / "sys", possible=range(4)))
+    backend, cfg, prof, sysfs = _profiled_on_fake_sysfs(
+        registry, bpffs, scx_root, obj, tmp_path, name
+    )
     online, seq_file = sysfs / "devices/system/cpu/online", scx_root / "hotplug_seq"
-    backend = KernelBackend(
-        pin_dir=bpffs / "pins",
-        registry=registry,
-        sched_ext_root=scx_root,
-        ops_type=TCP,
-        sysfs_root=sysfs,
-    )
-    prof = tmp_path / "fresh.toml"
-    prof.write_text(FRESH_PROFILE.format(name=name))
-    config = parse_config(
-        f"[schedulers.p]\nobject = '{obj}'\nprofile = 'fresh.toml'\nhotplug_seq = false\n",
-        str(tmp_path / "s.toml"),
-    )
-    cfg = config.schedulers["p"]
     h = backend.prepare("p", cfg)
     try:
         assert backend.fresh(h, cfg, quick=True) and backend.fresh(h, cfg)

@@ -95,7 +95,7 @@ from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
 from schedswitchd.profile.model import load_profile
-from schedswitchd.profile.topology import read_topology
+from schedswitchd.profile.topology import Topology, read_online_cpus, read_topology
 
 log = logging.getLogger("schedswitchd.backend")
 
@@ -622,16 +622,21 @@ class KernelBackend:
         also the same profile file and the same topology (its values were computed from
         it). The caller compares the configuration itself.
 
-        The topology is read whole (~30 sysfs files a CPU: 31 ms for 2 CPUs under the
-        VM's TCG, more than the no-scheduler gap) unless ``quick``: then, if
-        ``hotplug_seq`` still reads what it read before the topology was read at prepare
-        (or at the last full check that found it unchanged), no CPU came or went since and
-        the topology counts as unchanged. The kernel moves ``hotplug_seq`` on every CPU
-        online and offline, suspend's included, whether or not a scheduler is attached;
-        what can change without it (a cpufreq limit) is what scx's own userspace reads
-        once at its start and never again. A standby hit takes with ``quick``; the pool's
-        refill rounds check in full, off the hit's path. A few stats, a sysfs read and,
-        without ``quick`` (or without sched_ext), the topology."""
+        The topology is read whole (~30 sysfs files a CPU: 21-22 ms for 2 CPUs under
+        the VM's TCG, about the no-scheduler gap; bench/results/standby_take.md) unless
+        ``quick``: then, if ``hotplug_seq`` still reads what it read before the topology
+        was read at prepare (or at the last full check that found it unchanged) and
+        ``devices/system/cpu/online`` lists the CPUs that topology had online, the
+        topology counts as unchanged. The kernel moves ``hotplug_seq`` on every CPU online
+        and offline, suspend's included, whether or not a scheduler is attached
+        (``handle_hotplug()``); an offline moves it first (``sched_cpu_deactivate()``) and
+        takes the CPU out of the online mask later, so a topology read in between is paired
+        with the new value and the old CPUs: the online list, read here too, catches that.
+        What can change with neither (``cpuinfo_max_freq``/``cpuinfo_min_freq`` when turbo
+        is toggled or a cpufreq driver loads, ``cpu_capacity``) is what scx's own user space
+        reads once at its start and never again. A standby hit takes with ``quick``; the
+        pool's refill rounds check in full, off the hit's path. A few stats, two sysfs reads
+        and, without ``quick`` (or without sched_ext), the topology."""
         h = cast(KernelPrepared, prepared)
         if h.discarded or h.attached or h.adopted or not h.inputs:
             return False
@@ -651,10 +656,16 @@ class KernelBackend:
         if spec.profile_path is None:
             return not profile_then
         profile_file, topology_then, seq_then = profile_then
+        assert isinstance(topology_then, Topology)
         if not _same_file(spec.profile_path, profile_file):
             return False
         try:
-            if quick and seq is not None and seq == seq_then:
+            if (
+                quick
+                and seq is not None
+                and seq == seq_then
+                and read_online_cpus(self.sysfs_root) == topology_then.online_cpus
+            ):
                 return True
             if read_topology(self.sysfs_root) != topology_then:
                 return False

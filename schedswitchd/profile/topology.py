@@ -43,6 +43,7 @@ __all__ = [
     "TopologyError",
     "cpumask",
     "parse_cpulist",
+    "read_online_cpus",
     "read_topology",
 ]
 
@@ -280,6 +281,16 @@ def _groups(members: dict[int, list[int]], nbytes: int) -> tuple[CpuGroup, ...]:
         CpuGroup(gid, i, tuple(sorted(cpus)), cpumask(cpus, nbytes))
         for i, (gid, cpus) in enumerate(sorted(members.items()))
     )
+
+
+def read_online_cpus(sysfs_root: str | os.PathLike[str] = "/sys") -> tuple[int, ...] | None:
+    """The CPUs ``devices/system/cpu/online`` under ``sysfs_root`` lists, ascending (one
+    file read: what a standby hit's quick freshness check compares with the
+    ``Topology.online_cpus`` it was prepared for); ``None`` when the file is missing.
+    Raises :class:`TopologyError` when it cannot be read or does not parse."""
+    path = Path(sysfs_root) / "devices" / "system" / "cpu" / "online"
+    text = _read(path)
+    return None if text is None else tuple(sorted(parse_cpulist(text, str(path))))
 
 
 def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:

@@ -1078,11 +1078,11 @@ def test_quick_freshness_of_a_profiled_standby_trusts_hotplug_seq_for_the_topolo
     bpf_object: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
-    """A standby hit's quick check reads ``hotplug_seq``, not the topology: while it reads
-    what it read before the topology was read, the topology counts as unchanged (a CPU
-    cannot come or go without moving it). Once it moved, the topology is read in full; a
-    full check that finds the topology unchanged again makes the new value the one quick
-    checks compare with. The profile file is compared either way."""
+    """A standby hit's quick check reads ``hotplug_seq`` and the online CPUs, not the
+    topology: while both read what they did when the topology was read, it counts as
+    unchanged. Once either moved, the topology is read in full; a full check that finds the
+    topology unchanged again makes the new value the one quick checks compare with. The
+    profile file is compared either way."""
     import uuid
 
     name = f"ssdq{uuid.uuid4().hex[:8]}"
@@ -1094,22 +1094,27 @@ def test_quick_freshness_of_a_profiled_standby_trusts_hotplug_seq_for_the_topolo
     h = backend.prepare("p", cfg)
     try:
         assert backend.fresh(h, cfg, quick=True) and backend.fresh(h, cfg)
-        # No topology read: a tree that cannot be read at all passes the quick check.
-        shutil.move(sysfs, tmp_path / "away")
+        # No topology read: with "possible" gone, a full read fails; the quick check reads
+        # hotplug_seq and "online" alone.
+        possible = sysfs / "devices/system/cpu/possible"
+        possible.rename(tmp_path / "possible")
         assert backend.fresh(h, cfg, quick=True)
         assert not backend.fresh(h, cfg)
-        shutil.move(tmp_path / "away", sysfs)
-        # hotplug_seq moved: the topology is read, and it differs.
+        (tmp_path / "possible").rename(possible)
+        # A CPU left the online mask, hotplug_seq unchanged (a topology read in the middle
+        # of an offline pairs the new value with the old CPUs): read in full, stale.
         online.write_text("0-2\n")
+        assert not backend.fresh(h, cfg, quick=True)
+        # hotplug_seq moved too: the topology is read, and it differs.
         seq_file.write_text("8\n")
         assert not backend.fresh(h, cfg, quick=True)
         # The CPU is back (seq 9): read in full, the same again, and 9 is remembered.
         online.write_text("0-3\n")
         seq_file.write_text("9\n")
         assert backend.fresh(h, cfg, quick=True)
-        shutil.move(sysfs, tmp_path / "away")
+        possible.rename(tmp_path / "possible")
         assert backend.fresh(h, cfg, quick=True)
-        shutil.move(tmp_path / "away", sysfs)
+        (tmp_path / "possible").rename(possible)
         prof.write_text(FRESH_PROFILE.format(name=name) + "\n# edited\n")
         assert not backend.fresh(h, cfg, quick=True)
     finally:

@@ -3,8 +3,8 @@ scheduler (tests/vm/bpf/profiled.bpf.o with tests/vm/profiles/profiled.toml) pre
 the real backend twice, as ``prof`` (``hotplug_seq = false``: only its profile's values
 depend on the CPUs) and ``prof_seq`` (the default: ``ops.hotplug_seq`` set too), never
 attached; their quick and full freshness checks asked while CPU 1 goes offline and comes
-back, with nothing attached; ``hotplug_seq`` and the kernel's state read around each step.
-Writes one JSON object.
+back, with nothing attached; ``hotplug_seq`` and the kernel's state read around each step,
+and how many full topology reads each check made. Writes one JSON object.
 
     python -m tests.vm.standby_fresh_driver OUT
 """
@@ -17,8 +17,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from schedswitchd.daemon import kernel_backend
 from schedswitchd.daemon.config import parse_config
 from schedswitchd.daemon.kernel_backend import KernelBackend
+from schedswitchd.profile import topology
 
 REPO = Path(__file__).resolve().parents[2]
 SCX = Path("/sys/kernel/sched_ext")
@@ -44,6 +46,15 @@ def kernel() -> dict[str, Any]:
 
 def main(out: str) -> int:
     result: dict[str, Any] = {"steps": {}}
+    # Full topology reads, counted: each check records how many it made.
+    reads = [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads[0] += 1
+        return topology.read_topology(*args, **kwargs)
+
+    # The name the backend calls, replaced in its module (a driver process of its own).
+    setattr(kernel_backend, "read_topology", counted)  # noqa: B010
     schedulers = parse_config(CONFIG, str(REPO / "x.toml")).schedulers
     backend = KernelBackend(pin_dir="/sys/fs/bpf/ssd-fresh-vm")
     try:
@@ -56,10 +67,12 @@ def main(out: str) -> int:
                     cfg = schedulers[sched]
                     # In this order: a quick check that reads the topology in full remembers
                     # hotplug_seq when it finds the topology unchanged.
-                    result["steps"][name][sched] = {
-                        check: backend.fresh(h, cfg, quick=check.startswith("quick"))
-                        for check in checks
-                    }
+                    got: dict[str, Any] = {}
+                    for check in checks:
+                        before = reads[0]
+                        got[check] = backend.fresh(h, cfg, quick=check.startswith("quick"))
+                        got[f"{check}_reads"] = reads[0] - before
+                    result["steps"][name][sched] = got
 
             step("prepared", "quick", "full")
             CPU1.write_text("0")

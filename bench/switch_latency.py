@@ -983,7 +983,9 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
     if not lane:
         return []
     total = statistics.median(_ms(x["total_ns"]) for x in lane)
-    gap = statistics.median(_ms(x["gap_ns"]) for x in lane)
+    gaps = [_ms(x["gap_ns"]) for x in lane]
+    gap = statistics.median(gaps)
+    q1, _, q3 = statistics.quantiles(gaps, n=4) if len(gaps) > 1 else (gap, gap, gap)
     ratio = statistics.median(x["total_ns"] / x["gap_ns"] for x in lane)
     over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in lane)
     parts = ", ".join(
@@ -997,7 +999,8 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         f"check, the switch window, `BPF_LINK_DETACH`, `BPF_LINK_CREATE` with its "
         f"confirmation, a canned reply -- around the real kernel backend, ss_fifo -> "
         f"ss_latency; no parse, policy, lease, record or reply model), {len(lane)} hits: "
-        f"median {total:.1f} ms, gap {gap:.1f} ms, **{ratio:.2f}x its gap** per hit "
+        f"median {total:.1f} ms, gap {gap:.1f} ms (quartiles {q1:.1f}-{q3:.1f}), "
+        f"**{ratio:.2f}x its gap** (median per hit) "
         f"(target of (e): <= {STANDBY_GAP_TARGET:g}), {over:.1f} ms over it. Its parts, "
         f"median ms: {parts}.",
     ]
@@ -1005,9 +1008,11 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
     if e:
         e_ratio = statistics.median(x["total_ns"] / x["gap_ns"] for x in e)
         e_over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e)
+        e_gap = statistics.median(_ms(x["gap_ns"]) for x in e)
         lines.append(
-            f"- (e) at {raw['steps'][-1]['modules']} modules: {e_ratio:.2f}x its gap, "
-            f"{e_over:.1f} ms over it: the daemon adds {e_over - over:.1f} ms to the bare lane."
+            f"- (e) at {raw['steps'][-1]['modules']} modules, the same statistics: "
+            f"{e_ratio:.2f}x its gap (median per hit; gap {e_gap:.1f} ms), {e_over:.1f} ms "
+            f"over it: the daemon adds {e_over - over:.1f} ms to the bare lane."
         )
     return lines
 

@@ -192,10 +192,13 @@ def test_the_bare_lane_beside_what_e_costs_over_its_gap(sl: ModuleType) -> None:
     ]
     table = sl.build_report(raw, META)[0]
     # per hit: 50/44 = 1.136, 51/44 = 1.159, 60/50 = 1.2 -> 1.16; over: 6, 7, 10 -> 7
-    assert "3 hits: median 51.0 ms, gap 44.0 ms, **1.16x its gap** per hit" in table
+    assert "3 hits: median 51.0 ms, gap 44.0 ms (quartiles 44.0-50.0), **1.16x its gap**" in table
     assert "7.0 ms over it. Its parts, median ms: send to its read 1.0," in table
     # (e) at 300: 52/46, 53/46, 60/46 -> 1.15; over 6, 7, 14 -> 7.0: 0.0 ms more than the lane
-    assert "- (e) at 300 modules: 1.15x its gap, 7.0 ms over it: the daemon adds 0.0 ms" in table
+    assert (
+        "- (e) at 300 modules, the same statistics: 1.15x its gap (median per hit; gap 46.0 "
+        "ms), 7.0 ms over it: the daemon adds 0.0 ms" in table
+    )
 
 
 def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:

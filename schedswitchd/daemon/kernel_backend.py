@@ -95,7 +95,7 @@ from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
 from schedswitchd.profile.model import load_profile
-from schedswitchd.profile.topology import Topology, read_online_cpus, read_topology
+from schedswitchd.profile.topology import OnlineFile, read_topology
 
 log = logging.getLogger("schedswitchd.backend")
 
@@ -316,6 +316,8 @@ class KernelBackend:
         self.ops_type = ops_type
         self.links = links
         self.sysfs_root = Path(sysfs_root)
+        #: The online CPU list, which a standby hit's quick freshness check compares.
+        self.online_file = OnlineFile(self.sysfs_root)
         #: The handle attached now, for the profile counters status reads from any thread;
         #: ``_stats_lock`` keeps its maps open while they are read.
         self._attached: KernelPrepared | None = None
@@ -511,9 +513,10 @@ class KernelBackend:
         if cfg.profile_path is not None:
             # The topology is read now, so the profile's values are those of the machine
             # the scheduler is loaded on (a hotplug restart comes through here again).
+            online = self.online_file.read()  # before the topology too (see fresh)
             profiled = self._apply_profile(spec, ops_map, cfg)
             spec, plan = profiled.spec, profiled.plan
-            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology, seq)
+            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology, seq, online)
             t["profile"] = time.perf_counter_ns() - start
         # The configuration's own keys win over the profile's values.
         struct_ops = struct_ops_request(cfg)
@@ -625,13 +628,13 @@ class KernelBackend:
         The topology is read whole (~30 sysfs files a CPU: 21-22 ms for 2 CPUs under
         the VM's TCG, about the no-scheduler gap; bench/results/standby_take.md) unless
         ``quick``: then, if ``hotplug_seq`` still reads what it read before the topology
-        was read at prepare (or at the last full check that found it unchanged) and
-        ``devices/system/cpu/online`` lists the CPUs that topology had online, the
-        topology counts as unchanged. The kernel moves ``hotplug_seq`` on every CPU online
-        and offline, suspend's included, whether or not a scheduler is attached
-        (``handle_hotplug()``); an offline moves it first (``sched_cpu_deactivate()``) and
-        takes the CPU out of the online mask later, so a topology read in between is paired
-        with the new value and the old CPUs: the online list, read here too, catches that.
+        was read at prepare (or at the last full check that found it unchanged) and so
+        does ``devices/system/cpu/online`` (read between the two), the topology counts as
+        unchanged. The kernel moves ``hotplug_seq`` on every CPU online and offline,
+        suspend's included, whether or not a scheduler is attached (``handle_hotplug()``);
+        an offline moves it first (``sched_cpu_deactivate()``) and takes the CPU out of the
+        online mask later, so a topology read in between is paired with the new value and
+        the old CPUs: the online list, read here too, catches that.
         What can change with neither (``cpuinfo_max_freq``/``cpuinfo_min_freq`` when turbo
         is toggled or a cpufreq driver loads, ``cpu_capacity``) is what scx's own user space
         reads once at its start and never again. A standby hit takes with ``quick``; the
@@ -655,27 +658,31 @@ class KernelBackend:
             return False
         if spec.profile_path is None:
             return not profile_then
-        profile_file, topology_then, seq_then = profile_then
-        assert isinstance(topology_then, Topology)
+        profile_file, topology_then, seq_then, online_then = profile_then
         if not _same_file(spec.profile_path, profile_file):
             return False
+        online = self.online_file.read()
+        if (
+            quick
+            and seq is not None
+            and online is not None
+            and (seq, online)
+            == (
+                seq_then,
+                online_then,
+            )
+        ):
+            return True
         try:
-            if (
-                quick
-                and seq is not None
-                and seq == seq_then
-                and read_online_cpus(self.sysfs_root) == topology_then.online_cpus
-            ):
-                return True
             if read_topology(self.sysfs_root) != topology_then:
                 return False
         except (SchedSwitchError, OSError):
             return False
-        if seq != seq_then:
+        if (seq, online) != (seq_then, online_then):
             # CPUs came and went but the topology is the one the values came from again:
-            # valid as of ``seq`` (read before the topology just now), so the next quick
-            # check needs no full read.
-            h.inputs = (key, module_key, hotplug_then, profile_file, topology_then, seq)
+            # valid as of ``seq`` and ``online`` (read before the topology just now), so the
+            # next quick check needs no full read.
+            h.inputs = (key, module_key, hotplug_then, profile_file, topology_then, seq, online)
         return True
 
     def _modules_unchanged(self, then: object) -> bool:

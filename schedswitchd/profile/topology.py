@@ -28,6 +28,7 @@ Big/little: a machine ``has_big_little`` when its online CPUs differ in capacity
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,12 +39,12 @@ __all__ = [
     "SCHED_CAPACITY_SCALE",
     "Cpu",
     "CpuGroup",
+    "OnlineFile",
     "SmtPair",
     "Topology",
     "TopologyError",
     "cpumask",
     "parse_cpulist",
-    "read_online_cpus",
     "read_topology",
 ]
 
@@ -283,14 +284,34 @@ def _groups(members: dict[int, list[int]], nbytes: int) -> tuple[CpuGroup, ...]:
     )
 
 
-def read_online_cpus(sysfs_root: str | os.PathLike[str] = "/sys") -> tuple[int, ...] | None:
-    """The CPUs ``devices/system/cpu/online`` under ``sysfs_root`` lists, ascending (one
-    file read: what a standby hit's quick freshness check compares with the
-    ``Topology.online_cpus`` it was prepared for); ``None`` when the file is missing.
-    Raises :class:`TopologyError` when it cannot be read or does not parse."""
-    path = Path(sysfs_root) / "devices" / "system" / "cpu" / "online"
-    text = _read(path)
-    return None if text is None else tuple(sorted(parse_cpulist(text, str(path))))
+class OnlineFile:
+    """``devices/system/cpu/online`` under ``sysfs_root``, as the kernel has it now: raw
+    bytes, for comparing with an earlier read (a standby hit's quick freshness check). Under
+    ``/sys`` read with one ``pread(2)`` at offset 0 from a descriptor opened once (an
+    attribute's ``show`` runs again on every read from offset 0; under the VM's TCG an
+    ``open(2)`` of a sysfs path costs about two reads); elsewhere (a test's tree, whose
+    files may be replaced) opened for each read. Thread-safe."""
+
+    def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys") -> None:
+        self.path = Path(sysfs_root) / "devices" / "system" / "cpu" / "online"
+        self._keep = Path(sysfs_root).is_relative_to("/sys")
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def read(self) -> bytes | None:
+        """The file's bytes now; ``None`` when it is missing or cannot be read."""
+        try:
+            if not self._keep:
+                return self.path.read_bytes()
+            fd = self._fd
+            if fd is None:
+                with self._lock:
+                    if self._fd is None:
+                        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                    fd = self._fd
+            return os.pread(fd, 4096, 0)
+        except OSError:
+            return None
 
 
 def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.profile.topology import (
+    OnlineFile,
     TopologyError,
     cpumask,
     parse_cpulist,
@@ -120,3 +121,17 @@ def test_real_host_sysfs() -> None:
             assert c.core_id >= 0 and c.llc_id >= 0
             raw = Path(f"/sys/devices/system/cpu/cpu{c.id}/topology/core_id").read_text()
             assert c.core_id == int(raw)
+
+
+def test_online_file_reads_the_list_as_it_is_now(tmp_path: Path) -> None:
+    """A test tree's file is read afresh each time (it may be replaced); the running
+    kernel's through a held descriptor, which reads what the kernel has now."""
+    sysfs = Path(fake_sysfs(tmp_path / "sys", possible=range(4)))
+    online = OnlineFile(sysfs)
+    assert online.read() == b"0,1,2,3\n"
+    (sysfs / "devices/system/cpu/online").write_text("0-2\n")
+    assert online.read() == b"0-2\n"
+    (sysfs / "devices/system/cpu/online").unlink()
+    assert online.read() is None
+    live = OnlineFile("/sys")
+    assert live.read() == live.read() == Path("/sys/devices/system/cpu/online").read_bytes()

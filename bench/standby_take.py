@@ -6,8 +6,9 @@ A hint whose scheduler is held prepared (issue 15's standby) checks, before the 
 that the held one is still what a prepare would make now (``KernelBackend.fresh``). For a
 scheduler with a profile that included reading the whole CPU topology from sysfs (~30
 files a CPU), which under the VM's TCG took longer than the no-scheduler gap itself. The
-take now asks for the quick check: ``hotplug_seq`` unchanged since the topology was read
-means no CPU came or went (the full check runs in the pool's refill rounds instead).
+take now asks for the quick check: ``hotplug_seq`` and the online CPU list unchanged since
+the topology was read mean no CPU came or went (the full check runs in the pool's refill
+rounds instead).
 
 One boot of the VM (:mod:`tools.vm`, Debian sid's kernel, qemu single-threaded TCG, 2 vCPUs)
 in the harness's ramroot mode (a tmpfs root: the stat of an object is not 9p's). The real
@@ -143,9 +144,9 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
         "",
         f"Medians of {reps} checks each (quick and full alternating), every one fresh. "
         "Reference: `plain` (sample ss_fifo, no profile) quick check, same run. Quick: what a "
-        "standby hit's take runs (for a profiled scheduler `hotplug_seq` stands for the "
-        "topology); full: the pool's refill rounds, and every take before this change (the "
-        "CPU topology read from sysfs again).",
+        "standby hit's take runs (for a profiled scheduler `hotplug_seq` and the online CPU list "
+        "stand for the topology); full: the pool's refill rounds, and every take before this "
+        "change (the CPU topology read from sysfs again).",
         f"- {verdict}: a profiled scheduler's quick check at most {worst:.2f} x the "
         f"reference's (target <= {TARGET_RATIO:.0f})",
         "",

@@ -1,8 +1,10 @@
 """Runs inside the sched_ext VM for tests/vm/test_profiles_vm.py: the daemon with a
 profiled scheduler (tests/vm/bpf/profiled.bpf.o + tests/vm/profiles/profiled.toml), a hint
 in the base mode and one in a mode, then CPU 1 taken offline and brought back while the
-scheduler runs. After each step it records the daemon's status (profile, mode, counters
-read from the loaded maps), the kernel's sched_ext view and the history, in one JSON file.
+scheduler runs; then a launcher intent for the mode and its hint (a standby hit), and an
+intent held while CPU 1 goes offline, then its hint. After each step it records the
+daemon's status (profile, mode, counters read from the loaded maps), the kernel's sched_ext
+view and the history, in one JSON file.
 
     python -m tests.vm.profile_driver CONFIG OUT LOG
 """
@@ -137,6 +139,48 @@ def main() -> int:
             ),
         )
         record("cpu1_online", st)
+
+        def held(name: str) -> Any:
+            return lambda s: s["idle"] and any(e["scheduler"] == name for e in s["standby"])
+
+        # A launcher's intent holds prof@short prepared (profiled, for these 2 CPUs); its
+        # hint is a standby hit, whose take checks the topology by hotplug_seq and the
+        # online list only.
+        ctl(sock, "prepare", "fast", "--ttl", "600")
+        record("intent", wait(sock, held("prof@short")))
+        holders.append(
+            subprocess.Popen(
+                [str(BIN / "schedswitch-run"), "--socket", sock, "fast", "--", "sleep", "3600"]
+            )
+        )
+        st = wait(sock, lambda s: s["active"] == "prof@short" and stats(s).get("slice_ns"))
+        record("standby_hit", st)
+        holders.pop().terminate()
+        st = wait(sock, lambda s: s["active"] == "prof" and stats(s).get("nr_online") == 2)
+        # Held again, for 2 CPUs; then CPU 1 goes: the hint that follows must run values
+        # for the one CPU left, whether the pool re-prepared it first or the take found
+        # it stale.
+        ctl(sock, "prepare", "fast", "--ttl", "600")
+        wait(sock, held("prof@short"))
+        seq = st["kernel"]["enable_seq"]
+        CPU1.write_text("0\n")
+        wait(
+            sock,
+            lambda s: (
+                s["active"] == "prof"
+                and s["kernel"]["enable_seq"] != seq
+                and stats(s).get("nr_online") == 1
+            ),
+        )
+        holders.append(
+            subprocess.Popen(
+                [str(BIN / "schedswitch-run"), "--socket", sock, "fast", "--", "sleep", "3600"]
+            )
+        )
+        st = wait(sock, lambda s: s["active"] == "prof@short" and stats(s).get("slice_ns"))
+        record("hit_after_offline", st)
+        holders.pop().terminate()
+        CPU1.write_text("1\n")
         result["history"] = ctl(sock, "history")
         result["done"] = True
     except Exception as exc:  # the test reports it with the daemon's log

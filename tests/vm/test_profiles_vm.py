@@ -3,7 +3,9 @@ scheduler (tests/vm/bpf/profiled.bpf.c with tests/vm/profiles/profiled.toml) swi
 a hint, a mode picked by another hint, and CPU 1 taken offline and back online while it
 runs. The kernel ejects it on each hotplug (it has no cpu_online/cpu_offline ops: exit kind
 SCX_EXIT_UNREG_KERN, SCX_ECODE_ACT_RESTART | SCX_ECODE_RSN_HOTPLUG); the daemon loads it
-again with values for the new topology, read back from the loaded maps (status counters)."""
+again with values for the new topology, read back from the loaded maps (status counters).
+Then a launcher intent holds the mode's variant as a standby, and its hint takes it; and one
+held while CPU 1 goes offline is not run with the values of the CPUs it was prepared for."""
 
 from __future__ import annotations
 
@@ -128,3 +130,28 @@ def test_hotplug_reloads_with_the_new_topology(run: dict[str, Any]) -> None:
         assert e["exit"]["kind_name"] == "UNREG_KERN"
         assert e["exit"]["exit_code"] & (1 << 48)  # SCX_ECODE_ACT_RESTART
     assert "exited asking for a restart" in run["_log"]
+
+
+def test_a_profiled_standby_hit(run: dict[str, Any]) -> None:
+    """An intent holds prof@short prepared; the hint that follows takes it (no prepare
+    in the switch) and runs the mode's values for both CPUs."""
+    assert [e["scheduler"] for e in _step(run, "intent")["status"]["standby"]] == ["prof@short"]
+    st = _step(run, "standby_hit")["status"]
+    assert st["last_switch"]["target"] == "prof@short", st["last_switch"]
+    assert st["last_switch"]["standby"] is True, st["last_switch"]
+    assert "prepare" not in st["last_switch"]["phases_ns"]
+    assert st["profile"]["stats"]["slice_ns"] == 2000000
+    assert st["profile"]["stats"]["nr_online"] == 2
+
+
+def test_a_standby_held_across_a_cpu_offline_is_not_used_for_the_old_cpus(
+    run: dict[str, Any],
+) -> None:
+    """prof@short held for 2 CPUs, then CPU 1 offline, then its hint: what runs was
+    computed for the one CPU left."""
+    st = _step(run, "hit_after_offline")
+    assert st["kernel"]["online"] == "0"
+    assert st["status"]["active"] == "prof@short"
+    assert st["status"]["profile"]["stats"]["nr_online"] == 1
+    assert st["status"]["profile"]["stats"]["online_mask"] == 0b01
+    assert st["status"]["profile"]["stats"]["slice_ns"] == 2000000

@@ -634,12 +634,12 @@ class KernelBackend:
         suspend's included, whether or not a scheduler is attached (``handle_hotplug()``);
         an offline moves it first (``sched_cpu_deactivate()``) and takes the CPU out of the
         online mask later, so a topology read in between is paired with the new value and
-        the old CPUs: the online list, read here too, catches that.
-        What can change with neither (``cpuinfo_max_freq``/``cpuinfo_min_freq`` when turbo
-        is toggled or a cpufreq driver loads, ``cpu_capacity``) is what scx's own user space
-        reads once at its start and never again. A standby hit takes with ``quick``; the
-        pool's refill rounds check in full, off the hit's path. A few stats, two sysfs reads
-        and, without ``quick`` (or without sched_ext), the topology."""
+        the old CPUs: the online list, read here too, catches that. What can change with
+        neither (``cpuinfo_max_freq``/``cpuinfo_min_freq`` when turbo is toggled or a
+        cpufreq driver loads, ``cpu_capacity``) is what scx's own user space reads once at
+        its start and never again. A standby hit takes with ``quick``; the pool's refill
+        rounds check in full, off the hit's path. A few stats, two sysfs reads and, without
+        ``quick`` (or without sched_ext), the topology."""
         h = cast(KernelPrepared, prepared)
         if h.discarded or h.attached or h.adopted or not h.inputs:
             return False
@@ -662,16 +662,8 @@ class KernelBackend:
         if not _same_file(spec.profile_path, profile_file):
             return False
         online = self.online_file.read()
-        if (
-            quick
-            and seq is not None
-            and online is not None
-            and (seq, online)
-            == (
-                seq_then,
-                online_then,
-            )
-        ):
+        unmoved = seq is not None and online is not None
+        if quick and unmoved and seq == seq_then and online == online_then:
             return True
         try:
             if read_topology(self.sysfs_root) != topology_then:

@@ -70,6 +70,14 @@ def wait(sock: str, cond: Any, timeout: float = 600.0) -> dict[str, Any]:
     raise TimeoutError(f"condition not reached; last status {json.dumps(last)[:2000]}")
 
 
+def holding(sock: str, workload: str) -> subprocess.Popen[bytes]:
+    """A launcher holding a hint for ``workload`` while its command (a long sleep) runs;
+    terminating it ends the hint."""
+    return subprocess.Popen(
+        [str(BIN / "schedswitch-run"), "--socket", sock, workload, "--", "sleep", "3600"]
+    )
+
+
 def stats(status: dict[str, Any]) -> dict[str, int]:
     prof = status.get("profile") or {}
     return dict(prof.get("stats") or {})
@@ -98,18 +106,10 @@ def main() -> int:
             time.sleep(0.2)
         if daemon.poll() is not None:
             raise RuntimeError(f"the daemon exited with {daemon.returncode}")
-        holders.append(
-            subprocess.Popen(
-                [str(BIN / "schedswitch-run"), "--socket", sock, "desk", "--", "sleep", "3600"]
-            )
-        )
+        holders.append(holding(sock, "desk"))
         st = wait(sock, lambda s: s["active"] == "prof" and stats(s).get("nr_online") == 2)
         record("base", st)
-        holders.append(
-            subprocess.Popen(
-                [str(BIN / "schedswitch-run"), "--socket", sock, "fast", "--", "sleep", "3600"]
-            )
-        )
+        holders.append(holding(sock, "fast"))
         st = wait(sock, lambda s: s["active"] == "prof@short" and stats(s).get("slice_ns"))
         record("mode", st)
         holders.pop().terminate()
@@ -148,11 +148,7 @@ def main() -> int:
         # online list only.
         ctl(sock, "prepare", "fast", "--ttl", "600")
         record("intent", wait(sock, held("prof@short")))
-        holders.append(
-            subprocess.Popen(
-                [str(BIN / "schedswitch-run"), "--socket", sock, "fast", "--", "sleep", "3600"]
-            )
-        )
+        holders.append(holding(sock, "fast"))
         st = wait(sock, lambda s: s["active"] == "prof@short" and stats(s).get("slice_ns"))
         record("standby_hit", st)
         holders.pop().terminate()
@@ -172,11 +168,7 @@ def main() -> int:
                 and stats(s).get("nr_online") == 1
             ),
         )
-        holders.append(
-            subprocess.Popen(
-                [str(BIN / "schedswitch-run"), "--socket", sock, "fast", "--", "sleep", "3600"]
-            )
-        )
+        holders.append(holding(sock, "fast"))
         st = wait(sock, lambda s: s["active"] == "prof@short" and stats(s).get("slice_ns"))
         record("hit_after_offline", st)
         holders.pop().terminate()

@@ -15,6 +15,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import (
     INT_BOOL,
     Array,
+    BtfType,
     Datasec,
     Enum,
     Func,
@@ -32,8 +33,25 @@ KCONFIG_SEC = ".kconfig"
 
 
 def _kconfig_type(btf: Btf, type_id: int, name: str) -> tuple[KconfigType, bool]:
-    """(storage class, signed) of a ``.kconfig`` extern's type (libbpf's find_kcfg_type)."""
+    """(storage class, signed) of a ``.kconfig`` extern's type (libbpf's find_kcfg_type).
+
+    An array is one level deep: its element must be a char, so an array of arrays (or one
+    whose BTF names itself as its element type) is refused without walking further."""
     t = btf.type(btf.skip_mods_and_typedefs(type_id))
+    if isinstance(t, Array):
+        elem = btf.type(btf.skip_mods_and_typedefs(t.type))
+        found = None if isinstance(elem, Array) else _scalar_kconfig_type(elem, name)
+        if found is not None and found[0] is KconfigType.CHAR and t.nelems > 0:
+            return KconfigType.CHAR_ARRAY, False
+        raise ObjectError(f"kconfig extern {name!r} has an unsupported type (type id {type_id})")
+    found = _scalar_kconfig_type(t, name)
+    if found is None:
+        raise ObjectError(f"kconfig extern {name!r} has an unsupported type (type id {type_id})")
+    return found
+
+
+def _scalar_kconfig_type(t: BtfType, name: str) -> tuple[KconfigType, bool] | None:
+    """(storage class, signed) of a non-array ``.kconfig`` type, ``None`` if unsupported."""
     if isinstance(t, Int):
         if t.offset or t.bits != 8 * t.size:
             raise ObjectError(f"kconfig extern {name!r} is a bitfield-like integer")
@@ -44,14 +62,9 @@ def _kconfig_type(btf: Btf, type_id: int, name: str) -> tuple[KconfigType, bool]
             return KconfigType.CHAR, t.signed
         if t.size in (2, 4, 8):
             return KconfigType.INT, t.signed
-    elif isinstance(t, Enum) and t.kind == Kind.ENUM:
-        if t.size == 4 and t.name == "libbpf_tristate":
-            return KconfigType.TRISTATE, False
-    elif isinstance(t, Array):
-        elem, _ = _kconfig_type(btf, t.type, name)
-        if elem is KconfigType.CHAR and t.nelems > 0:
-            return KconfigType.CHAR_ARRAY, False
-    raise ObjectError(f"kconfig extern {name!r} has an unsupported type (type id {type_id})")
+    elif isinstance(t, Enum) and (t.kind, t.size, t.name) == (Kind.ENUM, 4, "libbpf_tristate"):
+        return KconfigType.TRISTATE, False
+    return None
 
 
 def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, ...], int]:

@@ -89,6 +89,14 @@ def struct_ops_maps(
                     size = (m.bitfield_size + 7) // 8
                 else:
                     size = btf.pointer_size() if is_ptr else btf.size_of(m.type)
+                end_bit = m.bit_offset + (m.bitfield_size or 8 * size)
+                if end_bit > 8 * st.size:
+                    # the kernel's BTF check refuses it too ("Member exceeds struct_size");
+                    # every later edit and the struct_ops value slice the data by it
+                    raise ObjectError(
+                        f"{sec.name}: member {m.name!r} of {var.name!r} ends at bit {end_bit}, "
+                        f"past the end of its {st.size}-byte struct {st.name!r}"
+                    )
                 prog = bound.pop(off, None) if is_fp else None
                 members.append(StructOpsMember(m.name, off, size, m.type, is_fp, prog))
             if bound:

@@ -45,6 +45,7 @@ from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.peer import Peer, peer_of
 
 if TYPE_CHECKING:
+    from schedswitchd.daemon.passed_fds import PassingSocket
     from schedswitchd.daemon.server import Server
 
 log = logging.getLogger("schedswitchd")
@@ -125,6 +126,7 @@ class Connection(asyncio.Protocol):
         "early_reply",
         "id",
         "leases",
+        "passed",
         "peer",
         "server",
     )
@@ -134,6 +136,9 @@ class Connection(asyncio.Protocol):
         self.id = conn_id
         self.peer = _UNKNOWN  # replaced at the accept, before any use
         self.leases: set[str] = set()
+        #: The socket, where it keeps descriptors the client passed (the server's accept
+        #: sets it; ``None`` on a transport of asyncio's own accept).
+        self.passed: PassingSocket | None = None
         self.early_reply = False
         self._transport: asyncio.Transport | None = None
         self._buf = b""

@@ -223,9 +223,12 @@ class LineConnection:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def exchange_line(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    def exchange_line(
+        self, request: dict[str, Any], fds: tuple[int, ...] = ()
+    ) -> tuple[dict[str, Any], bytes]:
         """Send ``request`` (``v`` is added) and return the reply object and its line as
-        received (without the newline).
+        received (without the newline). ``fds`` go with the request's bytes as
+        ``SCM_RIGHTS`` (``unix(7)``): a hint's pidfd (``"pidfd": true``).
 
         Raises :class:`DaemonError` for an error reply (``ok: false``),
         :class:`DaemonUnavailable` when the connection fails or closes, and
@@ -234,7 +237,10 @@ class LineConnection:
         """
         line = dumps({"v": 1, **request}) + b"\n"
         try:
-            self.sock.sendall(line)
+            if fds:
+                send_with_fds(self.sock, line, fds)
+            else:
+                self.sock.sendall(line)
             raw = self._read_line()
         except (OSError, TimeoutError) as exc:
             raise DaemonUnavailable(f"{self.path}: {exc}") from None
@@ -242,9 +248,9 @@ class LineConnection:
             raise DaemonUnavailable(f"{self.path}: the daemon closed the connection")
         return check_reply(raw, request.get("op")), raw
 
-    def exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+    def exchange(self, request: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
         """:meth:`exchange_line`'s reply object alone."""
-        return self.exchange_line(request)[0]
+        return self.exchange_line(request, fds)[0]
 
     def close(self) -> None:
         """Close the connection, which ends the leases it holds."""
@@ -260,6 +266,16 @@ class LineConnection:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def send_with_fds(sock: _socket.socket, data: bytes, fds: tuple[int, ...]) -> None:
+    """Send all of ``data`` on the connected Unix stream socket ``sock``, ``fds`` passed as
+    ``SCM_RIGHTS`` on its first bytes (the daemon keeps them with what it reads there).
+    Raises ``OSError`` as ``sendmsg(2)`` and ``send(2)`` do."""
+    rights = struct.pack(f"{len(fds)}i", *fds)
+    sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    if sent < len(data):
+        sock.sendall(data[sent:])
 
 
 def check_reply(raw: bytes, op: object) -> dict[str, Any]:

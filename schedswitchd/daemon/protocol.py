@@ -15,6 +15,7 @@ decoded by pydantic-core's parser (nesting-depth limited), so no input raises an
 Requests::
 
     {"v":1,"op":"hint","workload":"gaming","pid":1234,"ttl_s":3600}  -> HintReply (lease id)
+    {"v":1,"op":"hint","workload":"gaming","pidfd":true} + a pidfd   -> HintReply (SCM_RIGHTS)
     {"v":1,"op":"prepare","workload":"gaming","ttl_s":30}            -> PrepareReply (standby)
     {"v":1,"op":"release","lease":"7-1f2e3d4c"}                      -> ReleaseReply
     {"v":1,"op":"status"} / {"v":1,"op":"list"} / {"v":1,"op":"history","limit":10}
@@ -103,12 +104,24 @@ class _Request(_Wire):
 
 class HintRequest(_Request):
     """Ask for a workload's scheduler; the lease lasts until release, connection close,
-    ``pid`` exit or ``ttl_s`` (seconds), whichever comes first."""
+    the hinted process's exit or ``ttl_s`` (seconds), whichever comes first.
+
+    The hinted process is named by ``pid`` (the caller or a descendant of it) or, with
+    ``pidfd: true``, by a pidfd passed as ``SCM_RIGHTS`` ancillary data on this request's
+    bytes (a process of the caller's own uid; :mod:`schedswitchd.daemon.passed_fds`), not
+    both. Admins may name any process either way."""
 
     op: Literal["hint"] = "hint"
     workload: Workload
     pid: Annotated[int, Field(ge=1, le=PID_MAX_LIMIT)] | None = None
+    pidfd: bool = False
     ttl_s: Annotated[float, Field(gt=0, le=MAX_HINT_TTL_S)] | None = None
+
+    @model_validator(mode="after")
+    def _one_process(self) -> HintRequest:
+        if self.pidfd and self.pid is not None:
+            raise ValueError("name the process by pid or by a passed pidfd, not both")
+        return self
 
 
 class PrepareRequest(_Request):

@@ -10,7 +10,9 @@ hint's reply says what runs.
 Identity is the kernel's (:mod:`schedswitchd.daemon.peer`). A hinted pid must be the caller
 or a descendant of it unless the caller is admin; it is pinned with a pidfd
 (``pidfd_open(2)``) before the ancestry check and confirmed alive after it, so pid reuse
-cannot redirect a lease. The pidfd becomes readable when the process exits
+cannot redirect a lease. A launcher that is not the game's ancestor (the GameMode agent)
+passes a pidfd of it instead (``SCM_RIGHTS``, :mod:`schedswitchd.daemon.passed_fds`), of a
+process of its own uid. The pidfd becomes readable when the process exits
 (``loop.add_reader``), which ends the lease with no polling.
 
 Limits: request line size, time to finish a begun request, idle time of a connection that
@@ -45,6 +47,12 @@ from schedswitchd.daemon.connection import (
     accept_step,
 )
 from schedswitchd.daemon.memory_tuning import trim_heap
+from schedswitchd.daemon.passed_fds import (
+    NotAPidfd,
+    PassingSocket,
+    accept_passing,
+    pidfd_target,
+)
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler, unread_bytes
@@ -190,7 +198,7 @@ class Server:
             return
         for _ in range(ACCEPT_PER_STEP):
             try:
-                sock, addr = listener.accept()
+                sock, addr = accept_passing(listener)
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
@@ -219,7 +227,7 @@ class Server:
         if self._listener is not None and not self._closing:
             asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
 
-    def _accepted(self, sock: socket.socket, addr: object) -> bool:
+    def _accepted(self, sock: PassingSocket, addr: object) -> bool:
         """A new connection, in the accept's loop step: its :class:`Connection`
         (credentials read, admitted or refused now, not in a later step), then what the
         client already sent is read and its first request answered here as far as that
@@ -232,6 +240,7 @@ class Server:
         sock.setblocking(False)
         self.accepted += 1
         conn = Connection(self, next(self._conn_ids))
+        conn.passed = sock
         step = accept_step(sock, conn)
         try:
             conn.connection_made(step)
@@ -521,8 +530,11 @@ class Server:
         if request.ttl_s is not None and request.ttl_s > limits.max_ttl_s:
             raise proto.RequestError(proto.LIMIT, f"ttl_s is capped at {limits.max_ttl_s}")
         pidfd = None
-        if request.pid is not None:
-            pidfd = self._pin_pid(request.pid, peer)
+        pid = request.pid
+        if pid is not None:
+            pidfd = self._pin_pid(pid, peer)
+        elif request.pidfd:
+            pidfd, pid = self._passed_pidfd(conn)
         now = self.clock()
         seq = next(self._lease_seq)
         lease = Lease(
@@ -530,7 +542,7 @@ class Server:
             workload=request.workload,
             owner_uid=peer.uid,
             owner_pid=peer.pid,
-            pid=request.pid,
+            pid=pid,
             created_ns=now,
             expires_ns=None if request.ttl_s is None else now + int(request.ttl_s * NS_PER_S),
             seq=seq,
@@ -541,7 +553,7 @@ class Server:
         conn.leases.add(lease.id)
         loop = asyncio.get_running_loop()
         if pidfd is not None:
-            loop.add_reader(pidfd, self._end_itself, lease.id, f"pid {request.pid} exited")
+            loop.add_reader(pidfd, self._end_itself, lease.id, f"pid {pid} exited")
         if request.ttl_s is not None:
             runtime.timer = self.timer.call_at(
                 self.timer.time() + request.ttl_s, self._end_itself, lease.id, "ttl"
@@ -642,6 +654,31 @@ class Server:
             os.close(pidfd)
             raise
         return pidfd
+
+    def _passed_pidfd(self, conn: Connection) -> tuple[int, int]:
+        """The pidfd the client passed with its request, and its process's pid, once the
+        caller may name that process: one of its own uid (admins: any). Raises
+        RequestError (``bad_pid``: none passed, not a pidfd, exited; ``denied``)."""
+        pidfd = conn.passed.take_fd() if conn.passed is not None else None
+        if pidfd is None:
+            raise proto.RequestError(
+                proto.BAD_PID,
+                "pidfd: true, but no descriptor came with the request (pass a pidfd as "
+                "SCM_RIGHTS on the request's bytes)",
+            )
+        try:
+            pid, uid = pidfd_target(pidfd)
+            if uid != conn.peer.uid and not self.is_admin(conn.peer):
+                raise proto.RequestError(
+                    proto.DENIED, f"process {pid} belongs to uid {uid}, not to the caller"
+                )
+        except NotAPidfd as exc:
+            os.close(pidfd)
+            raise proto.RequestError(proto.BAD_PID, f"passed pidfd: {exc}") from None
+        except BaseException:
+            os.close(pidfd)
+            raise
+        return pidfd, pid
 
     def _end_lease(
         self, lease_id: str, why: str, *, kick: bool = True, by_itself: bool = False

@@ -320,3 +320,43 @@ def test_lavd_tables(topologies: dict[str, Topology]) -> None:
     assert [x.args for x in gaming.runs if x.program == "set_power_profile"][-1] == {
         "power_mode": 0
     }
+
+
+SID_BTF = REPO / "build" / "sid" / "vmlinux.btf"
+
+
+@pytest.mark.parametrize(
+    ("name", "var", "on"), [("bpfland", "numa_enabled", True), ("flash", "numa_disabled", False)]
+)
+def test_numa_exactly_on_multi_node_machines(
+    name: str, var: str, on: bool, topologies: dict[str, Topology]
+) -> None:
+    """bpfland and flash turn NUMA on, with SCX_OPS_BUILTIN_IDLE_PER_NODE, exactly when
+    more than one node has CPUs (main.rs: nr_nodes > 1), in every mode; against the
+    corpus object and the sched_ext kernel's BTF the flag reaches sched_ext_ops.flags."""
+    prof = load_profile(PROFILES / f"{name}.toml")
+    flag = "SCX_OPS_BUILTIN_IDLE_PER_NODE"
+    for tname, topo in topologies.items():
+        multi = topo.nr_nodes > 1
+        for mode in [None, *prof.modes]:
+            r = resolve_profile(prof, topo, mode=mode, kernel=KERNEL)
+            assert r.variables[var] is (on if multi else not on), (tname, mode)
+            assert (flag in r.add_flags) is multi, (tname, mode)
+    assert topologies["numa16"].nr_nodes == 2 and topologies["vm2"].nr_nodes == 1
+    obj_path = CORPUS / OBJECTS[name]
+    if not obj_path.is_file() or not SID_BTF.is_file():
+        pytest.skip("the corpus object or build/sid/vmlinux.btf is absent (make kernel)")
+    from schedswitchd.bpf.btf.reader import Btf
+    from schedswitchd.bpf.ops_flags import ops_flags_table
+    from schedswitchd.profile.apply import profile_spec
+
+    btf = Btf.from_file(SID_BTF, name="vmlinux")
+    bit = ops_flags_table(btf)[flag]
+    for tname in ("vm2", "numa16"):
+        ps = profile_spec(open_object(obj_path), prof, topologies[tname], kernel_btf=btf)
+        so = ps.spec.map(name + "_ops").struct_ops
+        assert so is not None
+        mem = so.member("flags")
+        assert mem is not None
+        value = int.from_bytes(so.data[mem.offset : mem.offset + mem.size], "little")
+        assert bool(value & bit) is (tname == "numa16"), tname

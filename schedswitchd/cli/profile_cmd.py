@@ -124,6 +124,7 @@ def _show(args: argparse.Namespace) -> int:
     if prof.modes:
         print(f"modes: {', '.join(prof.modes)}")
     for title, table in (
+        ("let", res.let),
         ("variables (before load)", res.variables),
         ("struct_ops", res.struct_ops),
         ("after_load", res.after_load),
@@ -149,6 +150,12 @@ def _show(args: argparse.Namespace) -> int:
     for r in res.runs:
         on = f" on cpu {r.cpu}" if r.cpu is not None else ""
         print(f"run [{r.when}] {r.label}{on}: {_fmt(r.args)}")
+    for e in res.perf_events:
+        skip = " (skip on error)" if e.on_error == "skip" else ""
+        print(
+            f"perf event {e.label}: type {e.type} config {e.config:#x} on cpu {e.cpu} "
+            f"-> key {_fmt(e.key)}{skip}"
+        )
     if res.attach_cpu is not None:
         print(f"attach from cpu {res.attach_cpu}")
     for s in res.stats:
@@ -175,11 +182,19 @@ def _topology(args: argparse.Namespace) -> int:
         print(json.dumps(js(asdict(topo)), indent=2))
         return 0
     print(topo.describe())
+    print(
+        f"  capacity from {topo.capacity_source or '(no source: all 1024)'}; "
+        f"nr_node_ids {topo.nr_node_ids}"
+    )
     for c in topo.cpus:
+        if not c.possible:
+            print(f"  cpu {c.id}: not possible")
+            continue
         print(
             f"  cpu {c.id}: {'online' if c.online else 'offline'} core {c.core_id} "
             f"pkg {c.package_id} llc {c.llc_id} node {c.node_id} siblings {list(c.siblings)} "
-            f"capacity {c.capacity} max {c.max_freq_khz} kHz"
+            f"capacity {c.capacity} (raw {c.raw_capacity}) {c.core_type} "
+            f"max {c.max_freq_khz} kHz"
         )
     for title, groups in (("core", topo.cores), ("llc", topo.llcs), ("node", topo.nodes)):
         for g in groups:

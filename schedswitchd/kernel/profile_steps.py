@@ -9,6 +9,11 @@ out on a :class:`~schedswitchd.kernel.loader.LoadedObject` in named phases, each
 - ``profile.map_updates``: ``BPF_MAP_UPDATE_ELEM`` per planned element (per-CPU values
   repeated for every possible CPU, each slot rounded up to 8 bytes, as
   ``bpf_map_update_elem`` expects for ``BPF_MAP_TYPE_PERCPU_*``);
+- ``profile.perf_events``: ``perf_event_open(2)`` per planned event (a counting event on
+  one CPU for every task) and its fd written into the ``BPF_MAP_TYPE_PERF_EVENT_ARRAY``
+  (the map holds its own reference to the event, so our fd is closed after); an event
+  planned ``skip_on_error`` that cannot be opened is a note in ``obj.notes``, otherwise
+  a :class:`~schedswitchd.errors.LoadError` naming the step and the errno;
 - ``profile.run.before_attach`` / ``profile.run.after_attach``: ``BPF_PROG_RUN`` of
   ``SEC("syscall")`` programs with their context bytes. A syscall program runs in the
   calling thread (``bpf_prog_test_run_syscall()`` refuses ``BPF_F_TEST_RUN_ON_CPU``), so
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from schedswitchd.errors import BpfSyscallError, LoadError
 from schedswitchd.kernel import syscall
+from schedswitchd.kernel.prog_attach import open_cpu_counter
 from schedswitchd.profile.apply import PlannedStat, ProfilePlan
 
 if TYPE_CHECKING:
@@ -107,6 +113,34 @@ def _map_updates(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
     _timed(obj, "profile.map_updates", start)
 
 
+def _perf_events(obj: LoadedObject, plan: ProfilePlan) -> None:
+    if not plan.perf_events:
+        return
+    start = time.perf_counter_ns()
+    for e in plan.perf_events:
+        m = obj.maps.get(e.map)
+        if m is None:
+            raise LoadError(f"profile {plan.profile}: {e.label}: map {e.map} was not created")
+        try:
+            fd = open_cpu_counter(e.type, e.config, e.cpu)
+        except OSError as exc:
+            why = (
+                f"{e.label}: perf_event_open(type {e.type}, config {e.config:#x}, cpu "
+                f"{e.cpu}): {exc.strerror}"
+            )
+            if e.skip_on_error:
+                obj.notes.append(f"profile {plan.profile}: {why}; skipped")
+                continue
+            raise LoadError(f"profile {plan.profile}: {why}") from exc
+        try:
+            syscall.map_update_elem(m.fd, e.key, fd.to_bytes(4, "little"))
+        except BpfSyscallError as exc:
+            raise LoadError(f"profile {plan.profile}: {e.label}: {exc}") from exc
+        finally:
+            os.close(fd)
+    _timed(obj, "profile.perf_events", start)
+
+
 def _runs(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
     start = time.perf_counter_ns()
     for r in plan.runs:
@@ -136,10 +170,11 @@ def _runs(obj: LoadedObject, plan: ProfilePlan, when: str) -> None:
 
 
 def run_before_attach(obj: LoadedObject, plan: ProfilePlan) -> None:
-    """Phases ``profile.after_load``, ``profile.map_updates`` and
+    """Phases ``profile.after_load``, ``profile.map_updates``, ``profile.perf_events`` and
     ``profile.run.before_attach``, in that order. Raises ``LoadError``."""
     run_after_load(obj, plan)
     _map_updates(obj, plan, "before_attach")
+    _perf_events(obj, plan)
     _runs(obj, plan, "before_attach")
 
 

@@ -200,6 +200,16 @@ def _perf_event_open(attr: bytes, pid: int, cpu: int, group_fd: int, flags: int)
     return ret
 
 
+def open_cpu_counter(type_: int, config: int, cpu: int) -> int:
+    """``perf_event_open(2)`` of a counting event (``perf_event_attr`` with only ``type``,
+    ``size`` and ``config`` set: enabled, no sampling) for every task on ``cpu`` (pid -1,
+    no group, ``PERF_FLAG_FD_CLOEXEC``) -> its fd, owned by the caller. Raises
+    :class:`OSError` with the kernel's errno (``ENOENT``: the event is not supported,
+    ``ENODEV``: the CPU is offline)."""
+    attr = struct.pack("<IIQ", type_, _PERF_ATTR_SIZE, config).ljust(_PERF_ATTR_SIZE, b"\0")
+    return _perf_event_open(attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+
+
 def _tracefs_mounts() -> list[str]:
     """Directories holding ``events/``: tracefs mounts, then ``tracing/`` under debugfs
     mounts (from ``/proc/self/mountinfo``), in mount order."""

@@ -53,12 +53,14 @@ __all__ = [
     "MAP_PERCPU_TYPES",
     "FlagLookup",
     "PlannedMapUpdate",
+    "PlannedPerfEvent",
     "PlannedRun",
     "PlannedStat",
     "ProfilePlan",
     "ProfiledSpec",
     "apply_profile",
     "btf_facts",
+    "check_runnable",
     "ops_flags_table",
     "profile_spec",
     "struct_ops_target",
@@ -67,6 +69,8 @@ __all__ = [
 #: ``BPF_MAP_TYPE_PERCPU_HASH``, ``PERCPU_ARRAY``, ``LRU_PERCPU_HASH``,
 #: ``PERCPU_CGROUP_STORAGE`` (``include/uapi/linux/bpf.h``): one value per possible CPU.
 MAP_PERCPU_TYPES = frozenset({5, 6, 10, 21})
+#: ``BPF_MAP_TYPE_PERF_EVENT_ARRAY``: values are ``perf_event_open(2)`` fds.
+MAP_PERF_EVENT_ARRAY = 4
 #: ``BPF_ANY``, ``BPF_NOEXIST``, ``BPF_EXIST``.
 UPDATE_FLAGS = {"any": 0, "noexist": 1, "exist": 2}
 
@@ -101,6 +105,21 @@ class PlannedRun:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedPerfEvent:
+    """``perf_event_open(2)`` of ``type``/``config`` on ``cpu``, the fd written at
+    ``key`` bytes of the ``BPF_MAP_TYPE_PERF_EVENT_ARRAY`` ``map``; ``skip_on_error``:
+    a failed open is noted, not fatal."""
+
+    map: str
+    key: bytes
+    type: int
+    config: int
+    cpu: int
+    skip_on_error: bool
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class PlannedStat:
     """Where a counter lives: a global ``variable`` (decoded as the int of its BTF type),
     or ``map`` at ``key`` bytes, ``offset``/``size`` of ``field`` in the value."""
@@ -119,7 +138,8 @@ class PlannedStat:
 @dataclass
 class ProfilePlan:
     """What runs between load and attach (and right after attach), in order:
-    ``after_load`` writes, ``map_updates`` (``when`` ``before_attach`` first), ``runs``,
+    ``after_load`` writes, ``map_updates`` (``when`` ``before_attach`` first),
+    ``perf_events``, ``runs``,
     the link created from ``attach_cpu``, then the ``after_attach`` steps. ``notes`` say
     what was adjusted (dropped flags) for the log and ``--check-config``."""
 
@@ -128,6 +148,7 @@ class ProfilePlan:
     after_load: list[tuple[str, bytes]] = field(default_factory=list)
     map_updates: list[PlannedMapUpdate] = field(default_factory=list)
     runs: list[PlannedRun] = field(default_factory=list)
+    perf_events: list[PlannedPerfEvent] = field(default_factory=list)
     attach_cpu: int | None = None
     stats: list[PlannedStat] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -135,7 +156,8 @@ class ProfilePlan:
     @property
     def empty(self) -> bool:
         """True when nothing runs between load and attach."""
-        return not (self.after_load or self.map_updates or self.runs) and self.attach_cpu is None
+        steps = self.after_load or self.map_updates or self.runs or self.perf_events
+        return not steps and self.attach_cpu is None
 
 
 def struct_ops_target(spec: ObjectSpec, preferred: str = "sched_ext_ops") -> str | None:
@@ -420,6 +442,19 @@ def apply_profile(
                 u.label,
             )
         )
+    for e in res.perf_events:
+        m = _find_map(spec, e.map, f"{tag}: {e.label}")
+        if m.type != MAP_PERF_EVENT_ARRAY or m.kind is not MapKind.DECLARED:
+            raise CustomizationError(
+                f"{tag}: {e.label}: map {e.map!r} is not a BPF_MAP_TYPE_PERF_EVENT_ARRAY"
+            )
+        try:
+            key = _layout(btf, m.key_type_id, m.key_size, e.key, f"{e.label} key")
+        except CustomizationError as exc:
+            raise CustomizationError(f"{tag}: {exc}") from None
+        plan.perf_events.append(
+            PlannedPerfEvent(m.name, key, e.type, e.config, e.cpu, e.on_error == "skip", e.label)
+        )
     ctx_types: dict[str, tuple[int, int]] = {}
     for r in res.runs:
         if r.program not in ctx_types:
@@ -441,6 +476,25 @@ def apply_profile(
     for s in res.stats:
         plan.stats.append(_stat(spec, s, res.stat_keys.get(s.name, 0), f"{tag}: stats.{s.name}"))
     return spec, plan
+
+
+#: Said after a refused ``userspace`` sentence: the daemon cannot run it another way yet.
+NO_EXECUTABLES = "running a scheduler as its own executable is not built yet"
+
+
+def check_runnable(profile: Profile, mode: str | None = None) -> None:
+    """Refuse ``profile`` (with ``mode`` merged in: a mode may declare a ``userspace`` of
+    its own) when its user space does work after attach that the daemon cannot do.
+    Raises :class:`~schedswitchd.errors.ProfileError` quoting the profile's sentence."""
+    from schedswitchd.errors import ProfileError
+
+    info = profile.with_mode(mode).profile
+    if not info.runnable:
+        what = f"{profile.name!r}" + (f" mode {mode}" if mode else "")
+        raise ProfileError(
+            f"{profile.path or profile.name}: scheduler {what} needs its own user space, "
+            f"which the daemon cannot replace: {info.userspace} ({NO_EXECUTABLES})"
+        )
 
 
 _FACTS: weakref.WeakKeyDictionary[Btf, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -482,15 +536,11 @@ def profile_spec(
     """Resolve ``profile`` (and ``mode``) for ``topology`` and apply it to ``spec``:
     expressions' ``kernel_enum()`` and ``SCX_OPS_*`` flags answer from ``kernel_btf``
     (``None``: no kernel; flags are then dropped with a note, required ones refused).
-    Refuses a profile whose ``userspace`` is not ``"none"``. Raises ``ProfileError`` /
+    Refuses a profile or mode whose ``userspace`` is not ``"none"``
+    (:func:`check_runnable`). Raises ``ProfileError`` /
     ``CustomizationError`` naming the file and key."""
-    from schedswitchd.errors import ProfileError
 
-    if not profile.profile.runnable:
-        raise ProfileError(
-            f"{profile.path or profile.name}: scheduler {profile.name!r} needs its own user "
-            f"space, which the daemon cannot replace: {profile.profile.userspace}"
-        )
+    check_runnable(profile, mode)
     facts = btf_facts(kernel_btf) if kernel_btf is not None else None
     from schedswitchd.profile.resolve import NO_KERNEL
 

@@ -78,6 +78,7 @@ ATTRIBUTES: dict[type, frozenset[str]] = {
             "has_big_little",
             "big_cpus",
             "little_cpus",
+            "turbo_cpus",
         ),
     ),
     Cpu: _public(Cpu),

@@ -47,6 +47,7 @@ __all__ = [
     "Expr",
     "MapUpdate",
     "Mode",
+    "PerfEvent",
     "Profile",
     "Run",
     "Stat",
@@ -139,6 +140,41 @@ def _for_each(v: Any) -> Any:
 ForEach = Annotated[Any, BeforeValidator(_for_each)]
 
 
+def _flag_entry(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _expr_only(v)
+    if not isinstance(v, str) or not _FLAG.match(v):
+        raise ValueError(f"{v!r} is not an SCX_OPS_* flag name or {{ expr = ... }}")
+    return v
+
+
+def _flag_list(v: Any) -> Any:
+    if not isinstance(v, list):
+        raise ValueError('must be a list of flag names or { expr = "..." } entries')
+    return [_flag_entry(x) for x in v]
+
+
+def _flags(v: Any) -> Any:
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    if isinstance(v, dict):
+        return _expr_only(v)
+    return _flag_list(v)
+
+
+#: ``flags``: an int, a list of names (entries may be expressions), or an expression.
+FlagsValue = Annotated[Any, BeforeValidator(_flags)]
+#: ``add_flags``/``remove_flags``: names or ``{ expr = "..." }`` entries giving a name or a
+#: list of names.
+FlagList = Annotated[list[Any], BeforeValidator(_flag_list)]
+
+#: Names every expression already has (a ``[let]`` name may not hide one).
+RESERVED_NAMES = frozenset(
+    {"topo", "mode", "i", "cpu", "pair", "core", "llc", "node", "item"}
+    | {"kernel_enum", "kernel_has"}
+)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid", strict=True, frozen=True, arbitrary_types_allowed=True
@@ -167,13 +203,15 @@ class ProfileInfo(_Model):
 class StructOps(_Model):
     """``[struct_ops]``: ``sched_ext_ops`` scalar members by name (in ``members``, given
     as plain keys in the TOML), ``flags`` (replaces the object's flags; ``SCX_OPS_*`` names
-    or an int), ``add_flags``/``remove_flags`` (edit the object's flags instead) and
-    ``required_flags`` (refused when the kernel lacks one, where others are dropped)."""
+    or an int, or an expression giving either), ``add_flags``/``remove_flags`` (edit the
+    object's flags instead; an entry may be an expression giving a name or a list of
+    names) and ``required_flags`` (refused when the kernel lacks one, where others are
+    dropped)."""
 
     members: dict[str, Value] = Field(default_factory=dict)
-    flags: list[Annotated[str, Field(pattern=_FLAG.pattern)]] | int | None = None
-    add_flags: list[Annotated[str, Field(pattern=_FLAG.pattern)]] = Field(default_factory=list)
-    remove_flags: list[Annotated[str, Field(pattern=_FLAG.pattern)]] = Field(default_factory=list)
+    flags: FlagsValue = None
+    add_flags: FlagList = Field(default_factory=list)
+    remove_flags: FlagList = Field(default_factory=list)
     required_flags: list[Annotated[str, Field(pattern=_FLAG.pattern)]] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -234,6 +272,26 @@ class Run(_Model):
     when: When = "before_attach"
     cpu: Value | None = None
     expect_retval: int | None = 0
+    before_base: bool = False
+
+
+class PerfEvent(_Model):
+    """``[[perf_events]]``: ``perf_event_open(2)`` of one counting event (``type`` and
+    ``config`` of ``struct perf_event_attr``, e.g. 0/1 for ``PERF_TYPE_HARDWARE``/
+    ``PERF_COUNT_HW_INSTRUCTIONS``) on ``cpu`` for every task (pid -1), per iteration of
+    ``for_each``; its fd stored at ``key`` (default: the CPU) of ``map``, a
+    ``BPF_MAP_TYPE_PERF_EVENT_ARRAY``, which keeps the event open. ``on_error``: ``"fail"``
+    refuses the load when an event cannot be opened, ``"skip"`` notes it and goes on
+    (scx_cosmos runs without counters on a machine without the PMU event)."""
+
+    map: Ident
+    type: Value
+    config: Value
+    cpu: Value
+    key: Value | None = None
+    for_each: ForEach | None = None
+    only_if: ExprValue | None = None
+    on_error: Literal["fail", "skip"] = "fail"
 
 
 class Attach(_Model):
@@ -270,7 +328,9 @@ class _Tables(_Model):
     after_load: dict[str, Value] = Field(default_factory=dict)
     map_updates: list[MapUpdate] = Field(default_factory=list)
     run: list[Run] = Field(default_factory=list)
+    perf_events: list[PerfEvent] = Field(default_factory=list)
     attach: Attach = Field(default_factory=Attach)
+    let: dict[str, ExprValue] = Field(default_factory=dict)
 
     @field_validator("variables", "after_load")
     @classmethod
@@ -278,6 +338,18 @@ class _Tables(_Model):
         for key in value:
             if not _IDENT.match(key):
                 raise ValueError(f"{key!r} is not a C identifier")
+        return value
+
+    @field_validator("let")
+    @classmethod
+    def _let_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from schedswitchd.profile.expr import FUNCTIONS
+
+        for key in value:
+            if not _IDENT.match(key) or key.startswith("_"):
+                raise ValueError(f"{key!r} is not a name (letters, digits, _; not leading _)")
+            if key in RESERVED_NAMES or key in FUNCTIONS:
+                raise ValueError(f"{key!r} would hide a name every expression has")
         return value
 
     @field_validator("resize")
@@ -290,11 +362,15 @@ class _Tables(_Model):
 
 
 class Mode(_Tables):
-    """``[modes.NAME]``: an overlay. ``variables``, ``resize``, ``after_load`` and
-    ``struct_ops`` members replace the base's keys; ``map_updates`` and ``run`` are
-    appended; ``attach.cpu`` replaces the base's when given."""
+    """``[modes.NAME]``: an overlay. ``variables``, ``resize``, ``after_load``, ``let``
+    and ``struct_ops`` members replace the base's keys; ``map_updates``,
+    ``perf_events`` and ``run`` are appended (a ``run`` with ``before_base = true`` goes
+    before the base's runs instead); ``attach.cpu`` replaces the base's when given;
+    ``userspace`` (a sentence, or ``"none"``) replaces ``profile.userspace`` for the
+    mode."""
 
     summary: str = ""
+    userspace: str | None = None
 
 
 class Profile(_Tables):
@@ -314,6 +390,14 @@ class Profile(_Tables):
             raise ValueError("'path' is not a profile key")
         return data
 
+    @field_validator("run")
+    @classmethod
+    def _base_runs(cls, value: list[Run]) -> list[Run]:
+        for n, r in enumerate(value):
+            if r.before_base:
+                raise ValueError(f"run[{n}]: before_base is for a mode's runs, not the base's")
+        return value
+
     @property
     def name(self) -> str:
         """``profile.name``."""
@@ -332,14 +416,24 @@ class Profile(_Tables):
                 f"(modes: {known})"
             )
         attach = over.attach if over.attach.cpu is not None else self.attach
+        info = self.profile
+        if over.userspace is not None:
+            info = info.model_copy(update={"userspace": over.userspace})
         return self.model_copy(
             update={
+                "profile": info,
+                "let": {**self.let, **over.let},
                 "variables": {**self.variables, **over.variables},
                 "resize": {**self.resize, **over.resize},
                 "struct_ops": self.struct_ops.merged(over.struct_ops),
                 "after_load": {**self.after_load, **over.after_load},
                 "map_updates": [*self.map_updates, *over.map_updates],
-                "run": [*self.run, *over.run],
+                "run": [
+                    *(r for r in over.run if r.before_base),
+                    *self.run,
+                    *(r for r in over.run if not r.before_base),
+                ],
+                "perf_events": [*self.perf_events, *over.perf_events],
                 "attach": attach,
             }
         )

@@ -19,12 +19,13 @@ from typing import Any
 
 from schedswitchd.errors import ProfileError
 from schedswitchd.profile.expr import ExprError, evaluate
-from schedswitchd.profile.model import Expr, Profile, Stat
+from schedswitchd.profile.model import _FLAG, Expr, Profile, Stat
 from schedswitchd.profile.topology import Topology
 
 __all__ = [
     "KernelFacts",
     "ResolvedMapUpdate",
+    "ResolvedPerfEvent",
     "ResolvedProfile",
     "ResolvedRun",
     "resolve_profile",
@@ -91,6 +92,21 @@ class ResolvedRun:
     label: str
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedPerfEvent:
+    """One ``perf_event_open(2)`` of event ``type``/``config`` on ``cpu``, its fd stored
+    at ``key`` of ``map``; ``on_error`` ``"skip"`` lets a failed open be noted and
+    passed over."""
+
+    map: str
+    type: int
+    config: int
+    cpu: int
+    key: Any
+    on_error: str
+    label: str
+
+
 @dataclass
 class ResolvedProfile:
     """A profile evaluated for one machine and mode (see the module docstring)."""
@@ -110,6 +126,8 @@ class ResolvedProfile:
     after_load: dict[str, Any] = field(default_factory=dict)
     map_updates: list[ResolvedMapUpdate] = field(default_factory=list)
     runs: list[ResolvedRun] = field(default_factory=list)
+    perf_events: list[ResolvedPerfEvent] = field(default_factory=list)
+    let: dict[str, Any] = field(default_factory=dict)
     attach_cpu: int | None = None
     stats: list[Stat] = field(default_factory=list)
     stat_keys: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +160,8 @@ class ResolvedProfile:
             "after_load": js(self.after_load),
             "map_updates": [js(asdict(u)) for u in self.map_updates],
             "run": [js(asdict(r)) for r in self.runs],
+            "perf_events": [js(asdict(e)) for e in self.perf_events],
+            "let": js(self.let),
             "attach_cpu": self.attach_cpu,
             "stats": [s.name for s in self.stats],
         }
@@ -178,7 +198,7 @@ def _iterations(
             yield {"item": item, "i": i}, f"item {item!r}"
         return
     if for_each in ("cpu", "online_cpu"):
-        cpus = [c for c in topo.cpus if c.online or for_each == "cpu"]
+        cpus = [c for c in topo.cpus if c.online or (for_each == "cpu" and c.possible)]
         for i, c in enumerate(cpus):
             yield {"cpu": c, "i": i}, f"cpu {c.id}"
     elif for_each == "smt_pair":
@@ -188,6 +208,25 @@ def _iterations(
         groups = {"core": topo.cores, "llc": topo.llcs, "node": topo.nodes}[for_each]
         for i, g in enumerate(groups):
             yield {for_each: g, "i": i}, f"{for_each} {g.id}"
+
+
+def _flag_names(v: Any, where: str, *, allow_int: bool = False) -> list[str] | int:
+    """A resolved flag value: a name or a list of names (an int where ``allow_int``).
+    Raises :class:`ProfileError` for anything else."""
+    if allow_int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    items = v if isinstance(v, list) else [v]
+    out: list[str] = []
+    for x in items:
+        if isinstance(x, list):
+            inner = _flag_names(x, where)
+            assert isinstance(inner, list)  # allow_int is off
+            out.extend(inner)
+            continue
+        if not isinstance(x, str) or not _FLAG.match(x):
+            raise ProfileError(f"{where}: {x!r} is not an SCX_OPS_* flag name")
+        out.append(x)
+    return out
 
 
 def _cpu_value(v: Any, topo: Topology, where: str) -> int | None:
@@ -227,6 +266,10 @@ def resolve_profile(
     def val(v: Any, key: str, names: Mapping[str, object] = base) -> Any:
         return resolve_value(v, names, f"{file}: {key}")
 
+    lets: dict[str, Any] = {}
+    for k, v in p.let.items():  # in file order: each sees those before it
+        lets[k] = base[k] = val(v, f"let.{k}")
+
     out = ResolvedProfile(
         name=p.name,
         mode=mode or "",
@@ -241,9 +284,18 @@ def resolve_profile(
             raise ProfileError(f"{file}: resize.{sec!r}: {n!r} is not a positive element count")
         out.resize[sec] = n
     out.struct_ops = {k: val(v, f"struct_ops.{k}") for k, v in p.struct_ops.members.items()}
-    out.flags = p.struct_ops.flags
-    out.add_flags = list(p.struct_ops.add_flags)
-    out.remove_flags = list(p.struct_ops.remove_flags)
+    out.let = lets
+    so = p.struct_ops
+    if so.flags is not None:
+        flags = val(so.flags, "struct_ops.flags") if isinstance(so.flags, Expr) else so.flags
+        out.flags = _flag_names(
+            [val(f, "struct_ops.flags", base) for f in flags] if isinstance(flags, list) else flags,
+            f"{file}: struct_ops.flags",
+            allow_int=True,
+        )
+    for key in ("add_flags", "remove_flags"):
+        entries = [val(f, f"struct_ops.{key}") for f in getattr(so, key)]
+        setattr(out, key, _flag_names(entries, f"{file}: struct_ops.{key}"))
     out.required_flags = list(p.struct_ops.required_flags)
     out.after_load = {k: val(v, f"after_load.{k}") for k, v in p.after_load.items()}
     for n, mu in enumerate(p.map_updates):
@@ -278,6 +330,33 @@ def resolve_profile(
                     run.expect_retval,
                     run.when,
                     f"{where} {run.program}" + (f" ({label})" if label else ""),
+                )
+            )
+    for n, pe in enumerate(p.perf_events):
+        where = f"perf_events[{n}]"
+        for binding, label in _iterations(pe.for_each, topo, base, f"{file}: {where}"):
+            names = {**base, **binding}
+            if pe.only_if is not None and not val(pe.only_if, f"{where}.only_if", names):
+                continue
+            nums = {
+                k: val(getattr(pe, k), f"{where}.{k}", names) for k in ("type", "config", "cpu")
+            }
+            for k, x in nums.items():
+                bits = 32 if k == "type" else 64
+                if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 1 << bits:
+                    raise ProfileError(f"{file}: {where}.{k}: {x!r} is not a u{bits}")
+            if not 0 <= nums["cpu"] < topo.nr_cpu_ids or not topo.cpus[nums["cpu"]].possible:
+                raise ProfileError(f"{file}: {where}.cpu: {nums['cpu']} is not a possible CPU")
+            key = nums["cpu"] if pe.key is None else val(pe.key, f"{where}.key", names)
+            out.perf_events.append(
+                ResolvedPerfEvent(
+                    pe.map,
+                    nums["type"],
+                    nums["config"],
+                    nums["cpu"],
+                    key,
+                    pe.on_error,
+                    f"{where} {pe.map}" + (f" ({label})" if label else ""),
                 )
             )
     out.attach_cpu = _cpu_value(val(p.attach.cpu, "attach.cpu"), topo, f"{file}: attach.cpu")

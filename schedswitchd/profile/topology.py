@@ -14,20 +14,35 @@ profile expressions (:mod:`schedswitchd.profile.expr`) can look at:
   (``Documentation/ABI/testing/sysfs-devices-system-cpu``): the last level cache (LLC) is
   the highest-level ``Unified``/``Data`` cache; its ``id`` names the LLC (without an
   ``id`` file the lowest CPU sharing it does);
-- ``cpuN/cpu_capacity`` (arm64/RISC-V and x86 with asymmetric capacities; 1024 when
-  absent, ``SCHED_CAPACITY_SCALE``), ``cpuN/cpufreq/{cpuinfo_max_freq,cpuinfo_min_freq,
-  base_frequency}`` in kHz (0 when absent);
+- ``cpuN/cpufreq/{cpuinfo_max_freq,cpuinfo_min_freq,base_frequency}`` in kHz (0 when
+  absent);
+- CPU capacity, as scx_utils' ``get_capacity_source()`` guesses it: the first of
+  :data:`CAPACITY_SOURCES` (``cpufreq/amd_pstate_prefcore_ranking``,
+  ``cpufreq/amd_pstate_highest_perf``, ``acpi_cppc/highest_perf``, ``cpu_capacity``,
+  ``cpufreq/cpuinfo_max_freq``) whose value on ``cpu0`` is positive and differs on some
+  ``cpuN`` directory (a CPU without the file counts as 0); when none differs, the last one
+  positive on ``cpu0`` (all CPUs then get 1024); when none is, no source (all 1024). Each
+  CPU's raw value (the source's largest value where its own file is missing) is scaled
+  to ``raw * 1024 // max`` (``SCHED_CAPACITY_SCALE``), the largest raw value over every
+  ``cpuN`` directory, offline CPUs' included;
+- core types, as scx_utils' ``create_insert_cpu()`` decides them from the same raw values
+  (``max``, ``min`` and the integer ``avg`` over every ``cpuN`` directory): the machine is
+  big/LITTLE when ``max >= 1.3 * min`` (in single precision); a CPU is ``"turbo"`` when
+  its raw value is ``max`` and ``avg < max``, else ``"big"`` when the machine is not
+  big/LITTLE or its raw value is at least ``avg``, else ``"little"``;
 - ``devices/system/node/nodeK/cpulist``: NUMA nodes (one node 0 holding every CPU when the
-  directory is absent, as on a kernel without ``CONFIG_NUMA``).
+  directory is absent, as on a kernel without ``CONFIG_NUMA``); ``nr_node_ids`` counts
+  every ``nodeK`` directory, CPU-less ones too (scx_utils' ``topo.nodes.len()``).
 
-Big/little: a machine ``has_big_little`` when its online CPUs differ in capacity; the
-``big_cpus`` are those of the largest capacity. Everything is computed once by
+``cpus`` is dense: ``cpus[i].id == i`` for every ``i < nr_cpu_ids``, a CPU number missing
+from ``possible`` (a hole) included with ``possible=False``. Everything is computed once by
 :func:`read_topology`; a malformed file raises :class:`TopologyError` naming it.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -36,6 +51,8 @@ from pathlib import Path
 from schedswitchd.errors import ProfileError
 
 __all__ = [
+    "CAPACITY_SOURCES",
+    "CORE_TYPES",
     "SCHED_CAPACITY_SCALE",
     "Cpu",
     "CpuGroup",
@@ -50,6 +67,17 @@ __all__ = [
 
 #: The capacity of the machine's largest CPU (``include/linux/sched.h``).
 SCHED_CAPACITY_SCALE = 1024
+#: Where CPU capacity is read from, most precise first (paths under ``cpuN/``; scx_utils'
+#: ``get_capacity_source()``).
+CAPACITY_SOURCES = (
+    "cpufreq/amd_pstate_prefcore_ranking",
+    "cpufreq/amd_pstate_highest_perf",
+    "acpi_cppc/highest_perf",
+    "cpu_capacity",
+    "cpufreq/cpuinfo_max_freq",
+)
+#: ``Cpu.core_type`` values (scx_utils' ``CoreType::Little``, ``Big``, ``Big { turbo }``).
+CORE_TYPES = ("little", "big", "turbo")
 #: Upper bound on CPU numbers accepted from sysfs (the kernel's ``NR_CPUS`` maximum is 8192).
 MAX_CPUS = 8192
 
@@ -95,11 +123,14 @@ def cpumask(cpus: Iterable[int], nbytes: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Cpu:
-    """One possible CPU. Ids are ``-1`` when unknown (an offline CPU has no
-    ``topology/`` or ``cache/`` directory); ``siblings`` are the *other* hardware threads
-    of its core; ``capacity`` in ``SCHED_CAPACITY_SCALE`` units; frequencies in kHz
-    (0 when the kernel exposes no cpufreq); ``l2_id``/``l3_id`` the ids of its level-2 and
-    level-3 caches, ``llc_id`` that of its last level cache."""
+    """One CPU number below ``nr_cpu_ids``. Ids are ``-1`` when unknown (an offline CPU
+    has no ``topology/`` or ``cache/`` directory); ``possible`` is false for a hole in the
+    possible mask (then also offline); ``siblings`` are the *other* hardware threads of its
+    core; ``capacity`` in ``SCHED_CAPACITY_SCALE`` units, scaled from ``raw_capacity`` as
+    read from ``capacity_source`` (a :data:`CAPACITY_SOURCES` path, ``""`` when none);
+    ``core_type`` one of :data:`CORE_TYPES`; frequencies in kHz (0 when the kernel exposes
+    no cpufreq); ``l2_id``/``l3_id`` the ids of its level-2 and level-3 caches, ``llc_id``
+    that of its last level cache."""
 
     id: int
     online: bool
@@ -114,6 +145,10 @@ class Cpu:
     base_freq_khz: int = 0
     l2_id: int = -1
     l3_id: int = -1
+    possible: bool = True
+    raw_capacity: int = SCHED_CAPACITY_SCALE
+    capacity_source: str = ""
+    core_type: str = "big"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +174,12 @@ class SmtPair:
 @dataclass(frozen=True, slots=True)
 class Topology:
     """The machine as a scheduler's user space sees it at load time. Lists are sorted;
-    ``cpus`` holds every *possible* CPU (offline ones with ``online=False``); groups hold
-    online CPUs only. ``mask_bytes`` is the default cpumask size: ``nr_cpu_ids`` rounded
-    up to whole bytes."""
+    ``cpus`` holds one record per CPU number below ``nr_cpu_ids`` (``cpus[i].id == i``;
+    offline ones with ``online=False``, holes in the possible mask also with
+    ``possible=False``); groups hold online CPUs only. ``mask_bytes`` is the default
+    cpumask size: ``nr_cpu_ids`` rounded up to whole bytes. ``nr_node_ids``: the number of
+    ``nodeK`` directories (CPU-less nodes included; 1 without the directory);
+    ``capacity_source``: the path capacities were read from (``""``: none)."""
 
     nr_cpu_ids: int
     possible_cpus: tuple[int, ...]
@@ -152,6 +190,8 @@ class Topology:
     nodes: tuple[CpuGroup, ...]
     smt_active: bool
     smt_pairs: tuple[SmtPair, ...] = field(default=())
+    nr_node_ids: int = 1
+    capacity_source: str = ""
 
     @property
     def nr_cpus(self) -> int:
@@ -165,7 +205,8 @@ class Topology:
 
     @property
     def nr_nodes(self) -> int:
-        """Number of NUMA nodes with an online CPU."""
+        """Number of NUMA nodes with an online CPU (what bpfland, flash and cosmos count
+        to decide NUMA; CPU-less nodes are only in ``nr_node_ids``)."""
         return len(self.nodes)
 
     @property
@@ -185,26 +226,29 @@ class Topology:
 
     @property
     def has_big_little(self) -> bool:
-        """True when online CPUs differ in capacity."""
-        return len({c.capacity for c in self.cpus if c.online}) > 1
+        """True when an online CPU is ``"little"`` (scx_utils' ``has_little_cores()``)."""
+        return any(c.online and c.core_type == "little" for c in self.cpus)
 
     @property
     def big_cpus(self) -> tuple[int, ...]:
-        """Online CPUs of the largest capacity (all of them on a symmetric machine)."""
-        top = self.max_capacity
-        return tuple(c.id for c in self.cpus if c.online and c.capacity == top)
+        """Online CPUs of core type ``"big"`` or ``"turbo"`` (scx_utils'
+        ``Powermode::Performance``; every online CPU on a machine without little cores)."""
+        return tuple(c.id for c in self.cpus if c.online and c.core_type != "little")
 
     @property
     def little_cpus(self) -> tuple[int, ...]:
-        """Online CPUs below the largest capacity (none on a symmetric machine)."""
-        top = self.max_capacity
-        return tuple(c.id for c in self.cpus if c.online and c.capacity < top)
+        """Online CPUs of core type ``"little"`` (``Powermode::Powersave``)."""
+        return tuple(c.id for c in self.cpus if c.online and c.core_type == "little")
+
+    @property
+    def turbo_cpus(self) -> tuple[int, ...]:
+        """Online CPUs of core type ``"turbo"`` (``Powermode::Turbo``)."""
+        return tuple(c.id for c in self.cpus if c.online and c.core_type == "turbo")
 
     def cpu(self, cpu_id: int) -> Cpu:
         """The :class:`Cpu` record of ``cpu_id``. Raises :class:`ProfileError`."""
-        for c in self.cpus:
-            if c.id == cpu_id:
-                return c
+        if 0 <= cpu_id < len(self.cpus) and self.cpus[cpu_id].possible:
+            return self.cpus[cpu_id]
         raise ProfileError(f"CPU {cpu_id} is not a possible CPU of this machine")
 
     def describe(self) -> str:
@@ -277,6 +321,52 @@ def _node_of(cpu_dir: Path, node_map: dict[int, int], cpu_id: int) -> int:
     return 0
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to single precision (scx_utils compares capacities as ``f32``)."""
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _CapacitySource:
+    suffix: str
+    avg: int
+    max: int
+    big_little: bool
+
+
+def _capacity_source(cpu_root: Path) -> _CapacitySource:
+    """scx_utils' ``get_capacity_source()`` over every ``cpuN`` directory (see the
+    module docstring)."""
+    dirs = sorted(
+        (p for p in cpu_root.glob("cpu[0-9]*") if p.name[3:].isdigit()),
+        key=lambda p: int(p.name[3:]),
+    )
+    suffix = CAPACITY_SOURCES[-1]
+    for src in CAPACITY_SOURCES:
+        first = _read_int(cpu_root / "cpu0" / src, 0)
+        if first <= 0:
+            continue
+        suffix = src
+        if any(_read_int(d / src, 0) != first for d in dirs):
+            break
+    raws = [_read_int(d / suffix, 0) for d in dirs]
+    top = max(raws, default=0)
+    if top <= 0:
+        return _CapacitySource("", SCHED_CAPACITY_SCALE, SCHED_CAPACITY_SCALE, False)
+    low = min(raws)
+    return _CapacitySource(
+        suffix, sum(raws) // len(raws), top, _f32(top) >= _f32(_f32(1.3) * _f32(low))
+    )
+
+
+def _core_type(raw: int, cs: _CapacitySource) -> str:
+    if cs.avg < cs.max and raw == cs.max:
+        return "turbo"
+    if not cs.big_little or raw >= cs.avg:
+        return "big"
+    return "little"
+
+
 def _groups(members: dict[int, list[int]], nbytes: int) -> tuple[CpuGroup, ...]:
     return tuple(
         CpuGroup(gid, i, tuple(sorted(cpus)), cpumask(cpus, nbytes))
@@ -337,25 +427,35 @@ def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:
     node_map: dict[int, int] = {}
     node_root = root / "devices" / "system" / "node"
     try:
-        node_dirs = [p for p in node_root.iterdir() if p.name[4:].isdigit()]
+        node_dirs = [
+            p for p in node_root.iterdir() if p.name.startswith("node") and p.name[4:].isdigit()
+        ]
     except FileNotFoundError:
         node_dirs = []
     for nd in node_dirs:
-        if not nd.name.startswith("node"):
-            continue
         text = _read(nd / "cpulist")
         for n in parse_cpulist(text or "", str(nd / "cpulist")):
             node_map[n] = int(nd.name[4:])
 
+    cs = _capacity_source(cpu_root)
+    possible_set = set(possible)
     cpus: list[Cpu] = []
-    for cid in possible:
+    for cid in range(nr_cpu_ids):
+        if cid not in possible_set:
+            cpus.append(Cpu(cid, False, possible=False, core_type=_core_type(cs.max, cs)))
+            continue
         d = cpu_root / f"cpu{cid}"
         is_online = cid in online
         freq = d / "cpufreq"
+        # A CPU without the source's file counts as the largest (scx_utils does the same).
+        raw = _read_int(d / cs.suffix, cs.max) if cs.suffix else cs.max
         base = Cpu(
             cid,
             is_online,
-            capacity=_read_int(d / "cpu_capacity", SCHED_CAPACITY_SCALE),
+            capacity=raw * SCHED_CAPACITY_SCALE // cs.max,
+            raw_capacity=raw,
+            capacity_source=cs.suffix,
+            core_type=_core_type(raw, cs),
             max_freq_khz=_read_int(freq / "cpuinfo_max_freq", 0),
             min_freq_khz=_read_int(freq / "cpuinfo_min_freq", 0),
             base_freq_khz=_read_int(freq / "base_frequency", 0),
@@ -410,4 +510,6 @@ def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:
         nodes=_groups(node_members, nbytes),
         smt_active=smt_active,
         smt_pairs=pairs,
+        nr_node_ids=max(1, len(node_dirs)),
+        capacity_source=cs.suffix,
     )

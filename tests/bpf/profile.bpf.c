@@ -2,7 +2,8 @@
 /* What scheduler profiles drive, on the host kernel (no sched_ext needed): .rodata
  * tunables, a resizable .data.NAME array, .bss written after load, a hash map and a
  * per-CPU array updated before attach, SEC("syscall") programs with a context struct (one
- * records the CPU it ran on), and a tcp_congestion_ops in .struct_ops.link to attach. */
+ * records the CPU it ran on), a perf event array a profile's perf_events fill, and a
+ * tcp_congestion_ops in .struct_ops.link to attach. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -42,6 +43,13 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } pcpu_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(max_entries, 128);
+	__type(key, u32);
+	__type(value, u32);
+} pmu_counters SEC(".maps");
 
 struct pair_args {
 	s32 cpu_id;

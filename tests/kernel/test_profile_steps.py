@@ -291,3 +291,64 @@ def test_object_load_cli_with_profile_from_executable(
     assert "profile.attach" in out["timings_ns"] and out["links"] == ["ssd_prof"]
     assert ctl.main([*argv, "--mode", "quiet"]) == 1
     assert "no mode 'quiet' (modes: loud)" in capsys.readouterr().err
+
+
+PERF = """
+[profile]
+name = "perf"
+ops_name = "NAME"
+
+[[perf_events]]
+map = "pmu_counters"
+for_each = "online_cpu"
+type = 1                 # PERF_TYPE_SOFTWARE
+config = 0               # PERF_COUNT_SW_CPU_CLOCK: counts on any machine, PMU or not
+cpu = { expr = "cpu.id" }
+key = { expr = "cpu.id + 64" }
+"""
+
+
+def _live_keys(obj: LoadedObject, keys: range) -> list[int]:
+    """Keys of the perf event array holding an event: deleting an empty slot is ENOENT."""
+    fd = obj.maps["pmu_counters"].fd
+    return [k for k in keys if syscall.map_delete_elem(fd, struct.pack("<I", k))]
+
+
+def test_perf_events_opened_per_cpu_and_stored(registry: KernelBtfRegistry, bpffs: Path) -> None:
+    """One software counter per online CPU, opened by perf_event_open(2) and written into
+    the BPF_MAP_TYPE_PERF_EVENT_ARRAY at cpu + 64; the map holds them after our fds are
+    closed (no fd of ours is left open)."""
+    name = f"ssdp{uuid.uuid4().hex[:8]}"
+    topo = read_topology("/sys")
+    ps = profile_spec(_spec(name), parse_profile(PERF.replace("NAME", name)), topo)
+    assert [(e.cpu, e.key) for e in ps.plan.perf_events] == [
+        (c, struct.pack("<I", c + 64)) for c in topo.online_cpus
+    ]
+    with _load(ps.spec, registry, bpffs) as obj:
+        fds_before = len(os.listdir("/proc/self/fd"))
+        run_before_attach(obj, ps.plan)
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+        assert "profile.perf_events" in obj.timings_ns
+        assert _live_keys(obj, range(128)) == [c + 64 for c in topo.online_cpus]
+
+
+def test_perf_event_the_kernel_refuses(registry: KernelBtfRegistry, bpffs: Path) -> None:
+    """An event type no PMU has: ENOENT from perf_event_open(2) is a LoadError naming the
+    step, or with on_error = "skip" a note per CPU and an empty slot."""
+    name = f"ssdp{uuid.uuid4().hex[:8]}"
+    text = PERF.replace("NAME", name).replace("type = 1 ", "type = 0x7ffffff0 ")
+    topo = read_topology("/sys")
+    ps = profile_spec(_spec(name), parse_profile(text), topo)
+    with (
+        _load(ps.spec, registry, bpffs) as obj,
+        pytest.raises(
+            LoadError, match=r"perf_events\[0\] pmu_counters \(cpu \d+\): perf_event_open"
+        ),
+    ):
+        run_before_attach(obj, ps.plan)
+    skip = text.replace("key = {", 'on_error = "skip"\nkey = {')
+    ps = profile_spec(_spec(name), parse_profile(skip), topo)
+    with _load(ps.spec, registry, bpffs) as obj:
+        run_before_attach(obj, ps.plan)
+        assert len([n for n in obj.notes if "skipped" in n]) == topo.nr_cpus
+        assert _live_keys(obj, range(128)) == []

@@ -19,11 +19,14 @@ def fake_sysfs(
     capacity: dict[int, int] | None = None,
     max_freq_khz: dict[int, int] | None = None,
     package_of: dict[int, int] | None = None,
+    files: dict[str, str] | None = None,
 ) -> Path:
     """Write a fake sysfs tree under ``root`` (for tests and for ``profile show
     --sysfs``): ``siblings`` lists the thread groups (cores; a CPU in none is its own core),
     ``llcs`` the CPUs sharing each LLC (id = list index), ``nodes`` the NUMA nodes. Offline
-    CPUs get no ``topology/`` or ``cache/`` directory, as the kernel removes them."""
+    CPUs get no ``topology/`` or ``cache/`` directory, as the kernel removes them. ``files``:
+    more files, path under ``root`` -> content (a capacity source such as
+    ``devices/system/cpu/cpu0/acpi_cppc/highest_perf``); an empty node is a CPU-less one."""
     r = Path(root)
     cpu_root = r / "devices" / "system" / "cpu"
     cpu_root.mkdir(parents=True, exist_ok=True)
@@ -83,4 +86,8 @@ def fake_sysfs(
         nd = r / "devices" / "system" / "node" / f"node{n}"
         nd.mkdir(parents=True, exist_ok=True)
         (nd / "cpulist").write_text(fmt(group) + "\n")
+    for rel, text in (files or {}).items():
+        f = r / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
     return r

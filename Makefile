@@ -9,7 +9,8 @@ PYLIBBPF := pylibbpf==0.0.6
 
 APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
-	systemd
+	systemd \
+	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux
 
 .PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz \
 	man completions install
@@ -24,7 +25,7 @@ $(VENV)/.stamp: pyproject.toml $(BUILD)/.apt-stamp
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -m pip install -q --upgrade pip
 	@# setuptools warns on every editable install that ./schedswitchd shadows the package: expected here.
-	@PYTHONWARNINGS='ignore:Editable installation' $(VPY) -m pip install -q --no-warn-script-location -e '.[dev,bench]'
+	@PYTHONWARNINGS='ignore:Editable installation' $(VPY) -m pip install -q --no-warn-script-location -e '.[dev,bench,dbus]'
 	@# The reference libbpf of tests/vm/test_corpus.py (1.6, linked into this wheel's extension
 	@# module and called through ctypes; Debian 12's is 1.1): without its Python side's
 	@# dependency (llvmlite, ~170 MB), which that test never imports.

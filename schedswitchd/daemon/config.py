@@ -337,6 +337,40 @@ class HintRule(_Model):
     )
 
 
+#: scx_loader's ``SchedulerMode`` values (``org.scx.Loader.xml``: 0 Auto, 1 Gaming,
+#: 2 PowerSave, 3 LowLatency, 4 Server) -> the profile mode of that name (``None``: the
+#: scheduler as configured, its own ``mode`` if any).
+SCX_MODES: dict[int, str | None] = {
+    0: None,
+    1: "gaming",
+    2: "powersave",
+    3: "lowlatency",
+    4: "server",
+}
+#: What an scx scheduler's name looks like (``scx_bpfland``): scx_loader's names.
+SCX_NAME_PATTERN = r"^scx_[a-z0-9_]{1,40}$"
+ScxName = Annotated[str, Field(pattern=SCX_NAME_PATTERN)]
+
+
+class DbusConfig(_Model):
+    """The D-Bus faces (``[dbus]``; the whole table absent: none, and no D-Bus library is
+    imported). ``scx_loader``: own ``org.scx.Loader`` on the system bus, as scx_loader
+    does (``docs/desktop.md``). ``scx_names``: scx name (``scx_bpfland``) -> configured
+    scheduler; without it, each scheduler with a profile is offered under ``scx_`` + its
+    profile's name (a profile named ``scx_...`` as it is). ``power_profiles``: a power
+    profile (``power-saver``, ``balanced``, ``performance``) -> the workload hint held
+    while it is active.
+    """
+
+    scx_loader: bool = Field(default=True, description="Serve org.scx.Loader on the system bus.")
+    scx_names: dict[ScxName, Name] = Field(
+        default_factory=dict, description="scx scheduler name -> configured scheduler."
+    )
+    power_profiles: dict[Annotated[str, Field(pattern=r"^[a-z][a-z-]{0,31}$")], Name] = Field(
+        default_factory=dict, description="Power profile -> workload hint held while active."
+    )
+
+
 class Config(_Model):
     """The whole file. ``source`` is the path it was read from (set by :func:`load_config`)."""
 
@@ -354,6 +388,9 @@ class Config(_Model):
     standby: StandbyConfig = Field(default_factory=StandbyConfig)
     schedulers: dict[str, SchedulerConfig] = Field(default_factory=dict)
     hints: dict[str, HintRule] = Field(default_factory=dict)
+    dbus: DbusConfig | None = Field(
+        default=None, description="The D-Bus faces; absent: none (docs/desktop.md)."
+    )
     source: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
@@ -382,6 +419,15 @@ class Config(_Model):
                 raise ValueError(
                     f"hints.{workload}.scheduler {rule.scheduler!r} is not a configured scheduler"
                 )
+        if self.dbus is not None:
+            for scx, name in self.dbus.scx_names.items():
+                if name not in self.schedulers:
+                    raise ValueError(
+                        f"dbus.scx_names.{scx}: {name!r} is not a configured scheduler"
+                    )
+            for profile, workload in self.dbus.power_profiles.items():
+                if workload not in self.hints:
+                    raise ValueError(f"dbus.power_profiles.{profile}: no hint rule {workload!r}")
         return self
 
 
@@ -429,7 +475,10 @@ def parse_config(data: bytes | str, path: str = "<config>") -> Config:
         for name, sched in config.schedulers.items()
     }
     schedulers, hints = _profiles_and_modes(path, base, schedulers, dict(config.hints))
-    return config.model_copy(update={"schedulers": schedulers, "hints": hints, "source": path})
+    update: dict[str, Any] = {"schedulers": schedulers, "hints": hints, "source": path}
+    if config.dbus is not None and config.dbus.scx_loader:
+        update["dbus"], update["schedulers"] = _scx_names_and_modes(config.dbus, schedulers)
+    return config.model_copy(update=update)
 
 
 def profile_search(base: Path) -> list[Path]:
@@ -508,6 +557,37 @@ def _profiles_and_modes(
     if problems:
         raise ConfigError("\n".join(problems))
     return out, new_hints
+
+
+def _scx_names_and_modes(
+    dbus: DbusConfig, schedulers: dict[str, SchedulerConfig]
+) -> tuple[DbusConfig, dict[str, SchedulerConfig]]:
+    """``dbus`` with ``scx_names`` filled in when the file gave none (each scheduler with a
+    profile under ``scx_`` + the profile file's name, the first of a profile winning), and
+    ``schedulers`` with a mode variant ``SCHEDULER@MODE`` for every scx mode
+    (:data:`SCX_MODES`) the profile of an offered scheduler has, so that an
+    ``org.scx.Loader`` call can name any of them."""
+    from schedswitchd.profile.model import load_profile
+
+    names = dict(dbus.scx_names)
+    if not names:
+        for name, sched in schedulers.items():
+            if MODE_SEPARATOR in name or sched.profile_path is None:
+                continue
+            stem = Path(sched.profile_path).stem
+            names.setdefault(stem if stem.startswith("scx_") else f"scx_{stem}", name)
+    out = dict(schedulers)
+    for name in names.values():
+        sched = schedulers[name]
+        if sched.profile_path is None:
+            continue
+        modes = load_profile(Path(sched.profile_path)).modes
+        for mode in SCX_MODES.values():
+            if mode is not None and mode in modes and mode != sched.mode:
+                out.setdefault(
+                    f"{name}{MODE_SEPARATOR}{mode}", sched.model_copy(update={"mode": mode})
+                )
+    return dbus.model_copy(update={"scx_names": names}), out
 
 
 def load_config(path: str | Path) -> Config:

@@ -81,6 +81,24 @@ class RequestError(ProtocolError):
         super().__init__(message)
 
 
+class SwitchFailed(RequestError):
+    """An admin switch that failed (:meth:`schedswitchd.daemon.server.Server.override`):
+    ``code`` and message from the failed switch, its ``verifier_log`` (or ``None``) and
+    its ``record`` (:class:`SwitchInfo`)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        verifier_log: str | None = None,
+        record: SwitchInfo | None = None,
+    ) -> None:
+        super().__init__(code, message)
+        self.verifier_log = verifier_log
+        self.record = record
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 

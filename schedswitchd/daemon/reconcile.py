@@ -71,6 +71,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.connection import Cancellable, LoopTimer, Timer
+from schedswitchd.daemon.feed import ChangeFeed
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Decision, Lease, Policy
 from schedswitchd.daemon.standby import StandbyError
@@ -295,6 +296,9 @@ class Reconciler:
         #: Backend notifications that came during a direct switch, left to the pass that
         #: follows it (status ``counters.notifications_held``).
         self.notes_held = 0
+        #: What changed, for the ``watch`` clients and the D-Bus faces (published here:
+        #: switches, ejections, overrides, leases a pass expired; the server: leases).
+        self.feed = ChangeFeed()
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -377,6 +381,7 @@ class Reconciler:
             and self.policy.override not in config.schedulers
         ):
             self.policy.override = None
+            self.feed.publish("override", override=None, why="its scheduler left the configuration")
         self.switcher.timeout_s = config.limits.switch_timeout_s
         self._preopen_pending = True
         self.kick()
@@ -389,6 +394,7 @@ class Reconciler:
         self.policy.override = target
         if target not in (None, KERNEL):
             self.policy.clear_backoff(target)  # an admin asked explicitly: try it now
+        self.feed.publish("override", override=target, why="admin")
         self.kick()
 
     @property
@@ -972,7 +978,7 @@ class Reconciler:
         elif isinstance(outcome, SwitchRecord):
             record = outcome
         if record is not None:
-            self._log_switch(record)
+            self._switched(record)
             if record.ok:
                 self.stale = None
             else:
@@ -989,7 +995,8 @@ class Reconciler:
         now = self.clock()
         if ejected is not None:
             self._note_ejection(ejected, now)
-        self.policy.expire(now)
+        for lease in self.policy.expire(now):
+            self.feed.publish("lease_ended", lease=lease.id, workload=lease.workload, why="ttl")
         if self.policy.leases or self.policy.override is not None:
             # Clients reconnected (or an admin chose): the grace has done its job, and must
             # not keep an adopted scheduler once their leases are gone.
@@ -1024,7 +1031,7 @@ class Reconciler:
             )
             if record is None:
                 break
-            self._log_switch(record)
+            self._switched(record)
             if record.ok:
                 self.stale = None
                 break
@@ -1051,6 +1058,7 @@ class Reconciler:
         if self._restart_asked(ejected[0], now):
             gone = ejected[0]
             exit_ = gone.exit
+            self._publish_ejection(gone, None)
             log.warning(
                 "scheduler %s exited asking for a restart (%s: %s); loading it again, its "
                 "profile resolved for the topology now",
@@ -1062,6 +1070,7 @@ class Reconciler:
         else:
             gone, ran_for = ejected
             hold = self.policy.record_failure(gone.previous, now, ran_for)
+            self._publish_ejection(gone, (hold.until_ns - now) / NS_PER_S)
             if self.policy.override == gone.previous:
                 self._drop_override(gone.previous, "it was ejected by the kernel")
             exit_ = gone.exit
@@ -1076,6 +1085,19 @@ class Reconciler:
                     "EXIT_KIND": exit_.kind_name if exit_ else "",
                 },
             )
+
+    def _publish_ejection(self, gone: SwitchRecord, backoff_s: float | None) -> None:
+        """An ejection on the feed; ``backoff_s``: its hold, ``None`` for a restart."""
+        exit_ = gone.exit
+        self.feed.publish(
+            "ejection",
+            scheduler=gone.previous,
+            exit_kind=exit_.kind_name if exit_ else None,
+            reason=exit_.reason if exit_ else None,
+            message=exit_.message if exit_ else None,
+            restart=backoff_s is None,
+            backoff_s=backoff_s,
+        )
 
     def _restart_asked(self, gone: SwitchRecord, now: int) -> bool:
         """True when the ejected scheduler's exit code carries ``SCX_ECODE_ACT_RESTART``
@@ -1118,6 +1140,7 @@ class Reconciler:
         before = self._override_before if self._override_before != failed else None
         self.policy.override = before
         self._override_before = before
+        self.feed.publish("override", override=before, why=f"switch to {failed} failed")
         log.warning(
             "admin override %s failed; %s again",
             failed,
@@ -1128,6 +1151,7 @@ class Reconciler:
     def _drop_override(self, target: str, why: str) -> None:
         """End a failed admin override: the daemon follows hints and the default again."""
         self.policy.override = None
+        self.feed.publish("override", override=None, why=f"{target} dropped: {why}")
         log.warning(
             "admin override %s dropped: %s; following hints again",
             target,
@@ -1150,6 +1174,21 @@ class Reconciler:
             timer = self._timer
             assert timer is not None, "the reconciler has not started"
             self._deadline = timer.call_at(timer.time() + delay, self.kick)
+
+    def _switched(self, record: SwitchRecord) -> None:
+        """A switch record made: logged and on the feed."""
+        self._log_switch(record)
+        error = record.error
+        self.feed.publish(
+            "switch",
+            previous=record.previous,
+            target=record.target,
+            ok=record.ok,
+            result=record.result,
+            reason=record.reason,
+            gap_ns=record.gap_ns,
+            error=error.message if error is not None else None,
+        )
 
     def _log_switch(self, record: SwitchRecord) -> None:
         total = record.phases_ns.get("total", 0)

@@ -535,19 +535,7 @@ class Server:
             pidfd = self._pin_pid(pid, peer)
         elif request.pidfd:
             pidfd, pid = self._passed_pidfd(conn)
-        now = self.clock()
-        seq = next(self._lease_seq)
-        lease = Lease(
-            id=f"{seq}-{self._lease_token()}",
-            workload=request.workload,
-            owner_uid=peer.uid,
-            owner_pid=peer.pid,
-            pid=pid,
-            created_ns=now,
-            expires_ns=None if request.ttl_s is None else now + int(request.ttl_s * NS_PER_S),
-            seq=seq,
-        )
-        self.policy.add(lease)
+        lease = self.new_lease(request.workload, peer.uid, peer.pid, pid, request.ttl_s)
         runtime = _LeaseRuntime(conn, pidfd)
         self.leases[lease.id] = runtime
         conn.leases.add(lease.id)
@@ -604,6 +592,36 @@ class Server:
             switch=record,
             pending=not settled,
         )
+
+    def new_lease(
+        self, workload: str, uid: int, owner_pid: int, pid: int | None, ttl_s: float | None
+    ) -> Lease:
+        """A new lease of ``workload`` for ``uid`` (made by process ``owner_pid``; ``pid``:
+        the hinted process, or ``None``; ``ttl_s``: when it ends by itself, s, or ``None``),
+        added to the policy and announced on the feed. Ending it (:meth:`end_lease`) and
+        kicking the reconciler are the caller's."""
+        now = self.clock()
+        seq = next(self._lease_seq)
+        lease = Lease(
+            id=f"{seq}-{self._lease_token()}",
+            workload=workload,
+            owner_uid=uid,
+            owner_pid=owner_pid,
+            pid=pid,
+            created_ns=now,
+            expires_ns=None if ttl_s is None else now + int(ttl_s * NS_PER_S),
+            seq=seq,
+        )
+        self.policy.add(lease)
+        self.reconciler.feed.publish(
+            "lease_added", lease=lease.id, workload=workload, uid=uid, pid=pid
+        )
+        return lease
+
+    def end_lease(self, lease_id: str, why: str) -> Lease | None:
+        """End a lease (any, also one made by :meth:`new_lease` without a connection) and
+        kick the reconciler; ``None`` if it had ended already."""
+        return self._end_lease(lease_id, why)
 
     def _decision_holds(self, decided_ns: int) -> bool:
         """Whether a policy decision made at ``decided_ns`` (``clock`` ns) is still what
@@ -701,6 +719,9 @@ class Server:
                 runtime.timer.cancel()
         if lease is not None:
             log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
+            self.reconciler.feed.publish(
+                "lease_ended", lease=lease_id, workload=lease.workload, why=why
+            )
             if kick:
                 self.reconciler.kick()
         return lease
@@ -720,6 +741,23 @@ class Server:
 
     async def _switch(self, request: proto.SwitchRequest | proto.StopRequest) -> proto.Reply:
         target = KERNEL if isinstance(request, proto.StopRequest) else request.scheduler
+        record = await self.override(target)
+        return proto.SwitchReply(
+            op=request.op,
+            id=request.id,
+            active=self.switcher.active,
+            switch=record,
+        )
+
+    async def override(self, target: str) -> proto.SwitchInfo | None:
+        """An admin override: run ``target`` (a configured scheduler or ``kernel``) whatever
+        the leases say, or follow them again (``auto``); returns once the pass covering it
+        ends, with the switch record it made (``None``: nothing had to change).
+
+        Raises :class:`~schedswitchd.daemon.protocol.RequestError` (``unknown_scheduler``)
+        for a name that is not configured, and :class:`~schedswitchd.daemon.protocol.
+        SwitchFailed` (the failed switch's code, reason and verifier log) when the switch
+        failed: then what ran before runs on, and the override before it rules again."""
         if target not in (KERNEL, AUTO) and target not in self.config.schedulers:
             known = ", ".join([*self.config.schedulers, KERNEL, AUTO])
             raise proto.RequestError(
@@ -739,20 +777,14 @@ class Server:
                 if target == KERNEL
                 else f"; override not taken, {'override ' + before if before else 'hints'} rule"
             )
-            return proto.error_reply(
+            raise proto.SwitchFailed(
                 err.code,
                 f"switch to {record.target} {record.result}: {err.message}{dropped} "
                 f"(running {self.switcher.active})",
-                op=request.op,
-                id=request.id,
                 verifier_log=err.verifier_log,
+                record=record,
             )
-        return proto.SwitchReply(
-            op=request.op,
-            id=request.id,
-            active=self.switcher.active,
-            switch=record,
-        )
+        return record
 
     async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
         if self.config.source is None:

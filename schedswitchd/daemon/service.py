@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from schedswitchd.daemon.config import Config
     from schedswitchd.daemon.server import Server
     from schedswitchd.daemon.switcher import SchedulerBackend
+    from schedswitchd.desktop.faces import Faces
 
 DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"
 
@@ -244,6 +245,13 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     await server.start(sock)
+    faces: Faces | None = None
+    if config.dbus is not None:
+        # Only here: a daemon without [dbus] imports no D-Bus library.
+        from schedswitchd.daemon.control import DaemonControl
+        from schedswitchd.desktop.faces import start_faces
+
+        faces = await start_faces(DaemonControl(server))
     notify(f"READY=1\nSTATUS={server.summary()}\nMAINPID={os.getpid()}")
     log.info("schedswitchd %s ready (pid %d)", __version__, os.getpid())
     watchdog: asyncio.Task[None] | None = None
@@ -260,6 +268,8 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
             log.info("stopping; no scheduler is attached")
         if watchdog is not None:
             watchdog.cancel()
+        if faces is not None:
+            await faces.close()
         await server.close()
 
 

@@ -1,0 +1,71 @@
+"""The D-Bus connections the faces share, and what they ask the bus itself.
+
+sdbus opens the system bus at ``$DBUS_SYSTEM_BUS_ADDRESS`` (else the standard socket)
+and the session bus at ``$DBUS_SESSION_BUS_ADDRESS``, as every D-Bus program does
+(``sd_bus_open_system(3)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sdbus
+
+#: The message bus itself (the D-Bus specification's ``org.freedesktop.DBus``).
+DBUS_NAME = "org.freedesktop.DBus"
+DBUS_PATH = "/org/freedesktop/DBus"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a D-Bus call, per the bus (``GetConnectionCredentials``, which the bus
+    takes from the kernel when the connection was made): ``bus_name`` (its unique name,
+    ``:1.42``), ``uid``, ``pid`` (``None`` if the bus could not tell) and ``groups`` (the
+    gids the bus knows, the primary one included; empty if it could not tell)."""
+
+    bus_name: str
+    uid: int
+    pid: int | None
+    groups: frozenset[int]
+
+
+class Buses:
+    """The daemon's connections, opened when first asked for; :meth:`close` closes them."""
+
+    def __init__(self) -> None:
+        self._system: sdbus.SdBus | None = None
+
+    @property
+    def system(self) -> sdbus.SdBus:
+        """The system bus connection. Raises :class:`sdbus.SdBusBaseError` (or
+        ``OSError``) when there is none to connect to."""
+        if self._system is None:
+            self._system = sdbus.sd_bus_open_system()
+        return self._system
+
+    def close(self) -> None:
+        if self._system is not None:
+            self._system.close()
+            self._system = None
+
+
+async def caller_of(bus: sdbus.SdBus, sender: str) -> Caller:
+    """The credentials of the connection ``sender`` (a unique bus name) on ``bus``."""
+    message = bus.new_method_call_message(
+        DBUS_NAME, DBUS_PATH, DBUS_NAME, "GetConnectionCredentials"
+    )
+    message.append_data("s", sender)
+    reply = await bus.call_async(message)
+    creds: dict[str, tuple[str, object]] = reply.get_contents()  # type: ignore[assignment]
+    uid = creds["UnixUserID"][1]
+    pid = creds.get("ProcessID", ("u", None))[1]
+    gids = creds.get("UnixGroupIDs", ("au", []))[1]
+    assert isinstance(uid, int)
+    return Caller(
+        bus_name=sender,
+        uid=uid,
+        pid=pid if isinstance(pid, int) else None,
+        groups=frozenset(g for g in gids if isinstance(g, int))
+        if isinstance(gids, list)
+        else frozenset(),
+    )

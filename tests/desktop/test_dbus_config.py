@@ -1,0 +1,78 @@
+"""``[dbus]`` in the configuration: scx names, the mode variants an ``org.scx.Loader`` call
+may name, and references checked at load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedswitchd.daemon.config import SCX_MODES, parse_config
+from schedswitchd.errors import ConfigError
+
+BASE = """
+default = "kernel"
+[schedulers.bpfland]
+object = "bpfland.bpf.o"
+profile = "bpfland"
+[schedulers.simple]
+object = "simple.bpf.o"
+profile = "scx_simple"
+[schedulers.fifo]
+object = "fifo.bpf.o"
+[hints.battery]
+scheduler = "fifo"
+"""
+
+
+def test_no_dbus_table_means_no_faces_and_no_variants(tmp_path: Path) -> None:
+    config = parse_config(BASE, str(tmp_path / "c.toml"))
+    assert config.dbus is None
+    assert sorted(config.schedulers) == ["bpfland", "fifo", "simple"]
+
+
+def test_scx_names_default_to_the_profiles_and_get_every_scx_mode(tmp_path: Path) -> None:
+    config = parse_config(BASE + "[dbus]\n", str(tmp_path / "c.toml"))
+    assert config.dbus is not None and config.dbus.scx_loader
+    # A profile named scx_... keeps its name; a scheduler without a profile is not offered.
+    assert config.dbus.scx_names == {"scx_bpfland": "bpfland", "scx_simple": "simple"}
+    modes = [m for m in SCX_MODES.values() if m is not None]
+    for mode in modes:
+        variant = config.schedulers[f"bpfland@{mode}"]
+        assert variant.mode == mode and variant.object == config.schedulers["bpfland"].object
+    # scx_simple's profile has none of scx_loader's modes.
+    assert not [n for n in config.schedulers if n.startswith("simple@")]
+
+
+def test_explicit_scx_names_replace_the_default(tmp_path: Path) -> None:
+    text = BASE + '[dbus]\n[dbus.scx_names]\nscx_rusty = "fifo"\n'
+    config = parse_config(text, str(tmp_path / "c.toml"))
+    assert config.dbus is not None and config.dbus.scx_names == {"scx_rusty": "fifo"}
+    assert not [n for n in config.schedulers if "@" in n]  # bpfland is not offered
+
+
+def test_scx_loader_off_adds_nothing(tmp_path: Path) -> None:
+    config = parse_config(BASE + "[dbus]\nscx_loader = false\n", str(tmp_path / "c.toml"))
+    assert config.dbus is not None and not config.dbus.scx_names
+    assert not [n for n in config.schedulers if "@" in n]
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ('[dbus]\n[dbus.scx_names]\nscx_x = "nope"\n', "dbus.scx_names.scx_x: 'nope' is not"),
+        ('[dbus]\n[dbus.scx_names]\nrusty = "fifo"\n', "dbus.scx_names.rusty.\\[key\\]"),
+        ('[dbus]\n[dbus.power_profiles]\npower-saver = "gaming"\n', "no hint rule 'gaming'"),
+        ("[dbus]\nscx_loader = 1\n", "dbus.scx_loader: Input should be a valid boolean"),
+        ("[dbus]\nsession = true\n", "dbus.session: unknown key"),
+    ],
+)
+def test_dbus_config_errors(tmp_path: Path, extra: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_config(BASE + extra, str(tmp_path / "c.toml"))
+
+
+def test_power_profiles_name_hints(tmp_path: Path) -> None:
+    text = BASE + '[dbus]\n[dbus.power_profiles]\npower-saver = "battery"\n'
+    config = parse_config(text, str(tmp_path / "c.toml"))
+    assert config.dbus is not None and config.dbus.power_profiles == {"power-saver": "battery"}

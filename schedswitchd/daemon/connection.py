@@ -246,11 +246,14 @@ class Connection(asyncio.Protocol):
             self._finish(final)
 
     def close(self) -> None:
-        """Close without another line (what the transport still holds is sent first)."""
+        """Close without another line (what the transport still holds is sent first; a
+        client that does not take it within ``read_timeout_s`` is cut off)."""
         self._closing = True
         self._cancel_timer()
-        if self._transport is not None:
-            self._transport.close()
+        transport = self._transport
+        if transport is not None and not self._lost:
+            transport.close()
+            self._bound_flush(transport)
 
     @property
     def closing(self) -> bool:
@@ -387,6 +390,13 @@ class Connection(asyncio.Protocol):
             return
         transport.write(proto.encode(reply))
         transport.close()
+        self._bound_flush(transport)
+
+    def _bound_flush(self, transport: asyncio.Transport) -> None:
+        """``transport`` is closing: the bytes it still holds must be taken within
+        ``read_timeout_s``, else it is aborted. Without this bound a client that shut its
+        side after its requests and never reads the replies would keep the connection
+        (and its slot in the connection caps) for ever, asyncio waiting for the flush."""
         if transport.get_write_buffer_size():
             self._arm(_FLUSH, self.server.timer.time() + self.server.config.limits.read_timeout_s)
 

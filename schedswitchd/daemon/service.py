@@ -212,6 +212,27 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
     return sock
 
 
+def socket_identity(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the socket at ``path`` (not following a symlink), or
+    ``None`` if nothing is there: what :func:`unlink_own_socket` compares with, so that
+    the daemon removes only the socket file it bound."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def unlink_own_socket(path: str, identity: tuple[int, int] | None) -> None:
+    """Remove ``path`` if it is still the socket :func:`socket_identity` saw when the
+    daemon bound it; a path that names something else by now (a daemon started since,
+    an admin's file) is left alone. Never raises."""
+    if identity is None or socket_identity(path) != identity:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 # --- main loop ---------------------------------------------------------------------------------
 
 
@@ -406,11 +427,13 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
     setup_logging(config)
     sock: socket.socket | None = None
     own_path: str | None = None
+    owned: tuple[int, int] | None = None  # the socket file this daemon bound, if any
     try:
         sock = activated_socket()
         if sock is None:
             own_path = args.socket or config.socket.path
             sock = own_socket(own_path, config.socket.mode, config.socket.group)
+            owned = socket_identity(own_path)
         backend = factory(config)
         asyncio.run(serve(config, backend, sock))
     except SchedSwitchError as exc:
@@ -420,8 +443,7 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
         if sock is not None:
             sock.close()
         if own_path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(own_path)
+            unlink_own_socket(own_path, owned)
     return 0
 
 

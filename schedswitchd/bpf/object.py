@@ -36,6 +36,7 @@ from schedswitchd.bpf.maps import (
     declared_maps,
     kconfig_map,
 )
+from schedswitchd.bpf.object_file import OBJECT_FILE, open_object_file
 from schedswitchd.bpf.progtypes import classify
 from schedswitchd.bpf.spec import (
     PROG_TYPE_STRUCT_OPS,
@@ -57,8 +58,6 @@ from schedswitchd.bpf.subprogs import (
 from schedswitchd.errors import BtfError, ObjectError, unreadable
 
 ARENA_SEC = ".addr_space.1"
-#: What a scheduler's ``object`` path must hold, said when the file cannot be read.
-OBJECT_FILE = "a .bpf.o BPF ELF object, or an executable embedding one"
 
 __all__ = ["open_object", "open_object_noted"]
 
@@ -127,8 +126,9 @@ def _open_source(
     if not isinstance(source, str | os.PathLike):
         return _open_file(source, name or "obj", "object", None)
     path = os.fspath(source)
+    file = open_object_file(path)  # raises ObjectError naming the path
     try:
-        with open(path, "rb") as f:
+        with file as f:
             return _open_file(f, name or _object_name(path), path, path)
     except OSError as exc:
         why = unreadable(exc, OBJECT_FILE)

@@ -469,16 +469,39 @@ def parse_config(data: bytes | str, path: str = "<config>") -> Config:
         config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_errors(path, exc)) from None
-    base = Path(path).resolve().parent
-    schedulers = {
-        name: sched.model_copy(update={"object": str((base / sched.object).resolve())})
-        for name, sched in config.schedulers.items()
-    }
+    try:
+        base = Path(path).resolve().parent
+    except (RuntimeError, OSError, ValueError):  # not a file's path (a loop, a NUL byte)
+        base = Path(path).absolute().parent
+    problems: list[str] = []
+    schedulers = {}
+    for name, sched in config.schedulers.items():
+        try:
+            schedulers[name] = sched.model_copy(update={"object": _object_path(base, sched.object)})
+        except ValueError as exc:
+            problems.append(f"{path}: schedulers.{name}.object: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))
     schedulers, hints = _profiles_and_modes(path, base, schedulers, dict(config.hints))
     update: dict[str, Any] = {"schedulers": schedulers, "hints": hints, "source": path}
     if config.dbus is not None and config.dbus.scx_loader:
         update["dbus"], update["schedulers"] = _scx_names_and_modes(config.dbus, schedulers)
     return config.model_copy(update=update)
+
+
+def _object_path(base: Path, value: str) -> str:
+    """``value`` (a scheduler's ``object``) made absolute against ``base``, symlinks
+    resolved as far as they lead (a missing file is the switch's to report). Raises
+    :class:`ValueError` saying why for a path no file can have: a NUL byte, a symlink
+    loop, one the system refuses to resolve (``ENAMETOOLONG``, ...)."""
+    if "\0" in value:
+        raise ValueError("the path has a NUL byte")
+    try:
+        return str((base / value).resolve())
+    except RuntimeError:  # pathlib's symlink loop before Python 3.13 (OSError ELOOP after)
+        raise ValueError(f"{value!r}: a symlink loop") from None
+    except OSError as exc:
+        raise ValueError(f"{value!r}: {exc.strerror or type(exc).__name__}") from None
 
 
 def profile_search(base: Path) -> list[Path]:

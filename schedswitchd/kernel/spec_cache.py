@@ -13,7 +13,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from schedswitchd.bpf.object import OBJECT_FILE, open_object_noted
+from schedswitchd.bpf.object import open_object_noted
+from schedswitchd.bpf.object_file import OBJECT_FILE, open_object_file
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import BtfError, ObjectError, unreadable
 from schedswitchd.kernel.lru import BoundedLru, LruStats
@@ -37,10 +38,10 @@ class SpecKey:
     def of_path(cls, path: str | os.PathLike[str]) -> SpecKey | None:
         """The key of the file at ``path`` now (symlinks resolved), ``None`` if it cannot
         be stat'ed."""
-        real = os.path.realpath(path)
         try:
+            real = os.path.realpath(path)
             st = os.stat(real)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL byte
             return None
         return cls(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -86,10 +87,14 @@ class SpecCache:
         not a valid BPF object, :class:`~schedswitchd.errors.BtfError` for bad ``.BTF``;
         either names ``path`` once.
         """
-        real = os.path.realpath(path)
-        start = time.perf_counter_ns()
         try:
-            with open(real, "rb") as f:
+            real = os.path.realpath(path)
+        except ValueError:  # a NUL byte
+            real = os.fspath(path)  # open_object_file says why
+        start = time.perf_counter_ns()
+        file = open_object_file(real)  # ObjectError for what is not a regular file
+        try:
+            with file as f:
                 st = os.fstat(f.fileno())
                 key = SpecKey(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                 hit = self._lru.get(key)

@@ -5,6 +5,11 @@
   profile's values resolved for this machine (or the sysfs tree at ``ROOT``), each step
   expanded per iteration -- what would be written, run and attached;
 - ``profile topology [--sysfs ROOT] [--json]``: the topology model itself;
+- ``profile check PROFILE [--object OBJ] [--mode M ...] [--sysfs ROOT] [--no-bundled]
+  [--vmlinux BTF] [--json]``: every mode resolved (and, with the object, applied) on this
+  machine and the bundled sysfs trees; every problem printed; exit 1 when there is one;
+- ``profile capture DIR [--sysfs ROOT]``: copy the sysfs files the topology is read from
+  into ``DIR``, for ``--sysfs DIR`` on another machine;
 
 Reads files only; needs no privileges.
 """
@@ -51,7 +56,7 @@ def register(
 ) -> None:
     """Add the ``profile`` command family to a parser; ``prog``: the family's name in its
     usage lines (default: the parent's, then ``profile``)."""
-    about = "scheduler profiles: list, show resolved values, topology"
+    about = "scheduler profiles: list, show resolved values, check, capture, topology"
     description = about[0].upper() + about[1:] + "."
     if prog is None:
         p = sub.add_parser("profile", help=about, description=description)
@@ -71,6 +76,43 @@ def register(
     )
     show.add_argument("--json", action="store_true", help="print one JSON document")
     show.set_defaults(handler=_show)
+    check = psub.add_parser(
+        "check",
+        help="check every mode on this machine and the bundled ones",
+        description="Resolve the profile in the base and every mode (or those given) for "
+        "this machine's sysfs tree (or --sysfs's) and every bundled tree (SMT, hybrid, NUMA "
+        "with a CPU-less node, AMD preferred cores, 1 CPU); with --object also apply it to "
+        "the object and check every step's program, map and members, also steps no machine "
+        "runs. Prints every problem; exit status 1 when there is one.",
+    )
+    check.add_argument("profile", metavar="PROFILE", help="a profile name or a .toml path")
+    check.add_argument("--object", metavar="OBJ", help="the .bpf.o (or executable) it is for")
+    check.add_argument(
+        "--mode", action="append", default=None, help="only this mode ('' for the base); repeatable"
+    )
+    check.add_argument("--sysfs", default="/sys", help="this machine's sysfs root")
+    check.add_argument(
+        "--no-bundled", action="store_true", help="only --sysfs's tree, not the bundled ones"
+    )
+    check.add_argument(
+        "--vmlinux",
+        default=DEFAULT_VMLINUX,
+        help="the target kernel's BTF for flags and kernel_enum() (e.g. build/sid/vmlinux.btf; "
+        "'' for none)",
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON document")
+    check.set_defaults(handler=_check)
+    cap = psub.add_parser(
+        "capture",
+        help="copy this machine's topology files for --sysfs",
+        description="Copy the sysfs files the topology model reads (CPU lists, topology, "
+        "caches, capacity sources, NUMA nodes) into DIR, keeping their paths, so that "
+        "'profile show|check --sysfs DIR' and 'schedswitchd --check-config --sysfs DIR' "
+        "resolve profiles for this machine elsewhere.",
+    )
+    cap.add_argument("dir", metavar="DIR", help="where to write the tree (created)")
+    cap.add_argument("--sysfs", default="/sys", help="the sysfs root to copy from")
+    cap.set_defaults(handler=_capture)
     topo = psub.add_parser("topology", help="the topology model read from sysfs")
     topo.add_argument("--sysfs", default="/sys", help="sysfs root")
     topo.add_argument("--json", action="store_true", help="print one JSON document")
@@ -158,11 +200,78 @@ def _show(args: argparse.Namespace) -> int:
         )
     if res.attach_cpu is not None:
         print(f"attach from cpu {res.attach_cpu}")
+    skipped = [step for step, n in res.iterations.items() if n == 0]
+    if skipped:
+        print("steps with zero iterations on this machine (not run here):")
+        for step in skipped:
+            print(f"  {step}: 0 iterations")
     for s in res.stats:
         src = s.variable or f"{s.map}[{_fmt(res.stat_keys.get(s.name))}]" + (
             f".{s.field}" if s.field else ""
         )
         print(f"stat {s.name}: {src}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from schedswitchd.profile.check import check_profile, machines
+
+    path = find_profile(args.profile)
+    prof = load_profile(path)
+    spec = None
+    if args.object:
+        from schedswitchd.bpf.object import open_object
+
+        spec = open_object(args.object)
+    vmlinux = None
+    if args.vmlinux:
+        from schedswitchd.bpf.btf.reader import Btf
+
+        vmlinux = Btf.from_file(args.vmlinux, name="vmlinux")
+    topos, problems = machines(args.sysfs, bundled=not args.no_bundled)
+    modes = None if args.mode is None else [m or None for m in args.mode]
+    result = check_profile(
+        prof,
+        topos,
+        spec=spec,
+        vmlinux=vmlinux,
+        kernel=kernel_facts(args.vmlinux),
+        modes=modes,
+    )
+    result.problems[:0] = problems
+    if args.json:
+        doc = {
+            "profile": prof.name,
+            "path": str(path),
+            "object": args.object,
+            "vmlinux": args.vmlinux or None,
+            "machines": [name for name, _ in topos],
+            "checked": result.checked,
+            "ok": result.ok,
+            "problems": result.problems,
+            "notes": result.notes,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        what = "resolved and applied to " + args.object if args.object else "resolved"
+        print(
+            f"profile {prof.name} ({path}): {result.checked} mode x machine checks, {what}, "
+            f"on {', '.join(n for n, _ in topos)}; kernel BTF: {args.vmlinux or '(none)'}"
+        )
+        for p in result.problems:
+            print(f"  problem: {p}")
+        for n in result.notes:
+            print(f"  note: {n}")
+        print("ok" if result.ok else f"FAILED: {len(result.problems)} problems")
+    return 0 if result.ok else 1
+
+
+def _capture(args: argparse.Namespace) -> int:
+    from schedswitchd.profile.topology import capture_sysfs
+
+    written = capture_sysfs(args.dir, args.sysfs)
+    topo = read_topology(args.dir)
+    print(f"{len(written)} files from {args.sysfs} into {args.dir}: {topo.describe()}")
     return 0
 
 

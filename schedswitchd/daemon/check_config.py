@@ -12,7 +12,10 @@ Two depths, and the report says which one ran for each scheduler:
   program, map or member, a value of the wrong type or out of range, an unknown mode, a
   profile refused for its user space, or a flag the kernel lacks (a note, or a problem when
   required) is found here. ``SCX_OPS_*`` flags and ``kernel_enum()`` are resolved from the
-  running kernel's BTF when it has one (``/sys/kernel/btf/vmlinux``), read as a file.
+  running kernel's BTF when it has one (``/sys/kernel/btf/vmlinux``), read as a file, or
+  from a target kernel's BTF given with ``--vmlinux``. Each profile is also checked in
+  every mode (named by a hint or not) on this machine and the bundled sysfs trees
+  (:mod:`schedswitchd.profile.check`), once per object and profile, every problem listed.
 - ``prepared``: additionally :meth:`SchedulerBackend.prepare` (open, CO-RE against the
   running kernel, maps and programs loaded, the profile's steps before attach; never
   attached), then ``discard``.
@@ -33,6 +36,7 @@ from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_reque
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
 from schedswitchd.errors import SchedSwitchError
 from schedswitchd.profile.apply import profile_spec
+from schedswitchd.profile.check import check_profile, machines
 from schedswitchd.profile.model import load_profile
 from schedswitchd.profile.topology import Topology, read_topology
 
@@ -54,7 +58,9 @@ class CheckResult:
 
 
 def kernel_btf(path: Path = VMLINUX) -> Btf | None:
-    """The kernel's BTF from ``path``, or ``None`` when it cannot be read."""
+    """The kernel's BTF from ``path`` (a raw BTF file: ``/sys/kernel/btf/vmlinux`` or
+    ``bpftool btf dump file ... format raw``'s input), or ``None`` when it cannot be
+    read."""
     try:
         return Btf.from_file(path, name="vmlinux") if path.exists() else None
     except SchedSwitchError:
@@ -112,6 +118,34 @@ def inspect_object(
     return problems, notes
 
 
+def profile_across_machines(
+    spec: SchedulerConfig,
+    *,
+    sysfs_root: str | os.PathLike[str] = "/sys",
+    vmlinux: Btf | None = None,
+) -> tuple[list[str], list[str]]:
+    """``spec``'s profile checked in every mode on ``sysfs_root``'s machine and the bundled
+    ones, applied to its object (:func:`~schedswitchd.profile.check.check_profile`) ->
+    (problems, notes). Never raises for bad files or profiles."""
+    if spec.profile_path is None:
+        return [], []
+    try:
+        obj, _ = open_object_noted(spec.object)
+        profile = load_profile(spec.profile_path)
+        topos, problems = machines(sysfs_root)
+        result = check_profile(
+            profile, topos, spec=obj, vmlinux=vmlinux, ops_map=sched_ext_map(obj)
+        )
+    except SchedSwitchError as exc:
+        return [_path_dropped(str(exc), spec.object)], []
+    notes = [
+        f"profile {profile.name}: every mode checked on {', '.join(n for n, _ in topos)} "
+        f"({result.checked} mode x machine checks)"
+    ]
+    notes.extend(f"profile {profile.name}: {n}" for n in result.notes if "dropped" not in n)
+    return problems + result.problems, notes
+
+
 def _path_dropped(message: str, path: str) -> str:
     """``message`` without the object's path where it leads: the report's line for the
     scheduler names the path already (``fifo: FAILED [object] PATH``), so its problem
@@ -135,10 +169,12 @@ def check_config(
     """Check every scheduler of an already validated ``config``; see the module docstring.
     On a kernel without sched_ext (see :func:`sched_ext_missing`) only the static checks
     run: preparing would fail on the first sched_ext kfunc for every scheduler alike.
-    ``sysfs_root``: the topology profiles are resolved for; ``vmlinux``: the kernel BTF."""
+    ``sysfs_root``: the topology profiles are resolved for; ``vmlinux``: the kernel BTF
+    flags and ``kernel_enum()`` come from in the static checks."""
     results = []
     prepare = backend is not None and not sched_ext_missing(backend)
     btf = kernel_btf(vmlinux)
+    across: dict[tuple[str, str], str] = {}
     topology: Topology | None = None
     topo_problem: str | None = None
     try:
@@ -151,6 +187,16 @@ def check_config(
             notes: list[str] = []
         else:
             problems, notes = inspect_object(spec, topology=topology, vmlinux=btf)
+        if spec.profile_path is not None and topology is not None:
+            key = (spec.object, str(spec.profile_path))
+            if key in across:
+                notes.append(f"profile: every mode checked across machines with {across[key]}")
+            else:
+                across[key] = name
+                more, more_notes = profile_across_machines(spec, sysfs_root=sysfs_root, vmlinux=btf)
+                # the configured mode on this machine failed above already
+                problems.extend(m for m in more if not any(m.endswith(p) for p in problems))
+                notes.extend(more_notes)
         depth = "object"
         if backend is not None and prepare and not problems:
             depth = "prepared"

@@ -350,6 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
         "only, without loading into this kernel)",
     )
     parser.add_argument(
+        "--vmlinux",
+        metavar="BTF",
+        default=None,
+        help="with --check-config: the target kernel's BTF that SCX_OPS_* flags and "
+        "kernel_enum() are checked against (default: the running kernel's "
+        "/sys/kernel/btf/vmlinux; give a sched_ext kernel's on a host without sched_ext)",
+    )
+    parser.add_argument(
         "--socket",
         metavar="PATH",
         help=f"listen here instead of the config's [socket] path (default: {DEFAULT_SOCKET})",
@@ -415,7 +423,17 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
                 backend = factory(config)
             except SchedSwitchError as exc:
                 print(f"schedswitchd: kernel backend unavailable ({exc}); static checks only")
-        results = check_config(config, backend, sysfs_root=args.sysfs)
+        if args.vmlinux is not None and not os.path.isfile(args.vmlinux):
+            print(f"schedswitchd: --vmlinux: {args.vmlinux} is not a file", file=sys.stderr)
+            return 1
+        if args.vmlinux is None:
+            results = check_config(config, backend, sysfs_root=args.sysfs)
+        else:
+            from pathlib import Path
+
+            results = check_config(
+                config, backend, sysfs_root=args.sysfs, vmlinux=Path(args.vmlinux)
+            )
         report = format_report(
             config,
             results,

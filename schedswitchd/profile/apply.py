@@ -61,9 +61,11 @@ __all__ = [
     "apply_profile",
     "btf_facts",
     "check_runnable",
+    "find_map",
     "ops_flags_table",
     "profile_spec",
     "struct_ops_target",
+    "syscall_ctx_type",
 ]
 
 #: ``BPF_MAP_TYPE_PERCPU_HASH``, ``PERCPU_ARRAY``, ``LRU_PERCPU_HASH``,
@@ -227,7 +229,9 @@ def _apply_flags(
     return set_struct_ops_member(spec, ops_map, "flags", flags)
 
 
-def _find_map(spec: ObjectSpec, name: str, where: str) -> MapSpec:
+def find_map(spec: ObjectSpec, name: str, where: str) -> MapSpec:
+    """The map ``name`` (its ELF or kernel name) of ``spec``. Raises
+    ``CustomizationError`` naming ``where``."""
     for m in spec.maps:
         if m.name == name or m.kernel_name == name:
             return m
@@ -251,7 +255,7 @@ def _layout(btf: Btf | None, type_id: int, size: int, value: object, what: str) 
     )
 
 
-def _ctx_type(spec: ObjectSpec, prog_name: str, where: str) -> tuple[int, int]:
+def syscall_ctx_type(spec: ObjectSpec, prog_name: str, where: str) -> tuple[int, int]:
     """(struct type id, size) of a syscall program's context, or (0, 0) when it takes
     none. From the program's BTF FUNC -> FUNC_PROTO -> first parameter's pointee."""
     btf = spec.btf
@@ -298,7 +302,7 @@ def _stat(spec: ObjectSpec, s: Stat, key: object, where: str) -> PlannedStat:
         signed = _int_signed(btf, var.type_id, where) if btf is not None else False
         return PlannedStat(s.name, s.description, s.variable, None, b"", 0, var.size, signed, False)
     assert s.map is not None
-    m = _find_map(spec, s.map, where)
+    m = find_map(spec, s.map, where)
     kbytes = _layout(btf, m.key_type_id, m.key_size, key, f"{where}.key")
     off, size, signed = 0, m.value_size, False
     if s.field is not None:
@@ -420,7 +424,7 @@ def apply_profile(
             raise fail(where, exc) from None
         plan.after_load.append((name, raw))
     for u in res.map_updates:
-        m = _find_map(spec, u.map, f"{tag}: {u.label}")
+        m = find_map(spec, u.map, f"{tag}: {u.label}")
         if m.kind not in (MapKind.DECLARED,):
             raise CustomizationError(
                 f"{tag}: {u.label}: map {u.map!r} is a {m.kind.value} map; write variables "
@@ -443,7 +447,7 @@ def apply_profile(
             )
         )
     for e in res.perf_events:
-        m = _find_map(spec, e.map, f"{tag}: {e.label}")
+        m = find_map(spec, e.map, f"{tag}: {e.label}")
         if m.type != MAP_PERF_EVENT_ARRAY or m.kind is not MapKind.DECLARED:
             raise CustomizationError(
                 f"{tag}: {e.label}: map {e.map!r} is not a BPF_MAP_TYPE_PERF_EVENT_ARRAY"
@@ -458,7 +462,7 @@ def apply_profile(
     ctx_types: dict[str, tuple[int, int]] = {}
     for r in res.runs:
         if r.program not in ctx_types:
-            ctx_types[r.program] = _ctx_type(spec, r.program, f"{tag}: {r.label}")
+            ctx_types[r.program] = syscall_ctx_type(spec, r.program, f"{tag}: {r.label}")
         tid, size = ctx_types[r.program]
         if tid == 0:
             if r.args:

@@ -128,6 +128,9 @@ class ResolvedProfile:
     runs: list[ResolvedRun] = field(default_factory=list)
     perf_events: list[ResolvedPerfEvent] = field(default_factory=list)
     let: dict[str, Any] = field(default_factory=dict)
+    #: ``map_updates[n] MAP`` / ``run[n] PROGRAM`` / ``perf_events[n] MAP`` -> how many
+    #: times the step runs on this machine (0: a step this machine skips entirely).
+    iterations: dict[str, int] = field(default_factory=dict)
     attach_cpu: int | None = None
     stats: list[Stat] = field(default_factory=list)
     stat_keys: dict[str, Any] = field(default_factory=dict)
@@ -162,6 +165,7 @@ class ResolvedProfile:
             "run": [js(asdict(r)) for r in self.runs],
             "perf_events": [js(asdict(e)) for e in self.perf_events],
             "let": js(self.let),
+            "iterations": self.iterations,
             "attach_cpu": self.attach_cpu,
             "stats": [s.name for s in self.stats],
         }
@@ -300,6 +304,7 @@ def resolve_profile(
     out.after_load = {k: val(v, f"after_load.{k}") for k, v in p.after_load.items()}
     for n, mu in enumerate(p.map_updates):
         where = f"map_updates[{n}]"
+        before = len(out.map_updates)
         for binding, label in _iterations(mu.for_each, topo, base, f"{file}: {where}"):
             names = {**base, **binding}
             if mu.only_if is not None and not val(mu.only_if, f"{where}.only_if", names):
@@ -314,8 +319,10 @@ def resolve_profile(
                     f"{where} {mu.map}" + (f" ({label})" if label else ""),
                 )
             )
+        out.iterations[f"{where} {mu.map}"] = len(out.map_updates) - before
     for n, run in enumerate(p.run):
         where = f"run[{n}]"
+        before = len(out.runs)
         for binding, label in _iterations(run.for_each, topo, base, f"{file}: {where}"):
             names = {**base, **binding}
             if run.only_if is not None and not val(run.only_if, f"{where}.only_if", names):
@@ -332,8 +339,10 @@ def resolve_profile(
                     f"{where} {run.program}" + (f" ({label})" if label else ""),
                 )
             )
+        out.iterations[f"{where} {run.program}"] = len(out.runs) - before
     for n, pe in enumerate(p.perf_events):
         where = f"perf_events[{n}]"
+        before = len(out.perf_events)
         for binding, label in _iterations(pe.for_each, topo, base, f"{file}: {where}"):
             names = {**base, **binding}
             if pe.only_if is not None and not val(pe.only_if, f"{where}.only_if", names):
@@ -359,6 +368,7 @@ def resolve_profile(
                     f"{where} {pe.map}" + (f" ({label})" if label else ""),
                 )
             )
+        out.iterations[f"{where} {pe.map}"] = len(out.perf_events) - before
     out.attach_cpu = _cpu_value(val(p.attach.cpu, "attach.cpu"), topo, f"{file}: attach.cpu")
     out.stats = list(profile.stats)
     for s in profile.stats:

@@ -60,6 +60,7 @@ __all__ = [
     "SmtPair",
     "Topology",
     "TopologyError",
+    "capture_sysfs",
     "cpumask",
     "parse_cpulist",
     "read_topology",
@@ -513,3 +514,53 @@ def read_topology(sysfs_root: str | os.PathLike[str] = "/sys") -> Topology:
         nr_node_ids=max(1, len(node_dirs)),
         capacity_source=cs.suffix,
     )
+
+
+#: The files :func:`read_topology` reads, as globs under a sysfs root (what
+#: :func:`capture_sysfs` copies).
+SYSFS_FILES = (
+    "devices/system/cpu/possible",
+    "devices/system/cpu/online",
+    "devices/system/cpu/smt/active",
+    "devices/system/cpu/cpu[0-9]*/topology/core_id",
+    "devices/system/cpu/cpu[0-9]*/topology/physical_package_id",
+    "devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list",
+    "devices/system/cpu/cpu[0-9]*/cache/index[0-9]*/level",
+    "devices/system/cpu/cpu[0-9]*/cache/index[0-9]*/type",
+    "devices/system/cpu/cpu[0-9]*/cache/index[0-9]*/id",
+    "devices/system/cpu/cpu[0-9]*/cache/index[0-9]*/shared_cpu_list",
+    "devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_min_freq",
+    "devices/system/cpu/cpu[0-9]*/cpufreq/base_frequency",
+    *(f"devices/system/cpu/cpu[0-9]*/{src}" for src in CAPACITY_SOURCES),
+    "devices/system/node/node[0-9]*/cpulist",
+)
+
+
+def capture_sysfs(dest: str | os.PathLike[str], src: str | os.PathLike[str] = "/sys") -> list[str]:
+    """Copy the files of :data:`SYSFS_FILES` from the sysfs tree ``src`` into ``dest``
+    (same relative paths; a ``cpuN`` directory is made for every CPU directory of
+    ``src``, so offline CPUs stay in the capture), for ``--sysfs`` elsewhere. Returns the
+    relative paths written. Raises :class:`TopologyError` when ``src`` is not a sysfs
+    tree or ``dest`` cannot be written; the capture is checked by reading it back."""
+    root, out = Path(src), Path(dest)
+    if _read(root / "devices" / "system" / "cpu" / "possible") is None:
+        raise TopologyError(f"{root}: not a sysfs tree (no devices/system/cpu/possible)")
+    written: list[str] = []
+    try:
+        for d in root.glob("devices/system/cpu/cpu[0-9]*"):
+            if d.name[3:].isdigit():
+                (out / d.relative_to(root)).mkdir(parents=True, exist_ok=True)
+        for pattern in SYSFS_FILES:
+            for f in sorted(root.glob(pattern)):
+                try:
+                    data = f.read_bytes()
+                except OSError:
+                    continue  # a file the kernel refuses to show (an offline CPU's)
+                rel = f.relative_to(root)
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                (out / rel).write_bytes(data)
+                written.append(str(rel))
+    except OSError as exc:
+        raise TopologyError(f"{out}: cannot write the capture: {exc}") from None
+    read_topology(out)
+    return written

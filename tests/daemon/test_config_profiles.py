@@ -256,3 +256,60 @@ def test_check_config_refuses_a_sysfs_tree_that_is_not_one(
         else f"{root}/devices/system/cpu/possible is missing: not a sysfs tree"
     )
     assert captured.err == f"schedswitchd: --sysfs: {expected}\n"
+
+
+SID_BTF = Path(__file__).resolve().parents[2] / "build" / "sid" / "vmlinux.btf"
+
+
+def test_check_config_checks_every_mode_on_every_machine(
+    confdir: Path, obj: Path, tmp_path: Path
+) -> None:
+    """A mode no hint names, with a misspelt member in a step that runs zero times on
+    the configured machine (no SMT) and a key that fails only on the bundled 1-CPU
+    tree: both found, each problem listed (not the first per scheduler)."""
+    extra = (
+        '[modes.unnamed]\n[[modes.unnamed.run]]\nprogram = "enable_cpu"\n'
+        'for_each = "smt_pair"\nargs = { cpu_idx = { expr = "pair.cpu" } }\n'
+        '[modes.unnamed.variables]\nslice_ns = { expr = "topo.cpus[1].id" }\n'
+    )
+    (confdir / "profiles" / "demo.toml").write_text(PROFILE + extra)
+    sysfs = fake_sysfs(tmp_path / "sys", possible=range(2))
+    config = parse_config(
+        f"[schedulers.demo]\nobject = '{obj}'\nprofile = 'demo'\nmode = 'gaming'\n",
+        str(confdir / "s.toml"),
+    )
+    [result] = check_config(config, None, sysfs_root=sysfs)
+    assert not result.ok
+    assert "mode unnamed: run[1] enable_cpu: args: args has no member 'cpu_idx'" in result.problems
+    assert any(p.startswith("mode unnamed on bundled one_cpu: ") for p in result.problems)
+    assert any(p.startswith("mode unnamed on bundled smt: ") for p in result.problems)
+    assert any("every mode checked on " in n and "bundled numa" in n for n in result.notes)
+
+
+def test_check_config_against_a_target_kernels_btf(
+    confdir: Path, obj: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--vmlinux build/sid/vmlinux.btf``: flags resolve against the sched_ext kernel's
+    BTF (none dropped) and kernel_enum() answers, on a host without sched_ext."""
+    from schedswitchd.daemon.service import main
+
+    if not SID_BTF.is_file():
+        from tests.build_outputs import missing_build_output
+
+        missing_build_output(SID_BTF)
+    (confdir / "profiles" / "demo.toml").write_text(
+        PROFILE.replace(
+            "slice_ns = 1000000", "slice_ns = { expr = \"kernel_enum('SCX_SLICE_DFL')\" }"
+        )
+    )
+    sysfs = fake_sysfs(tmp_path / "sys", possible=range(2))
+    path = confdir / "s.toml"
+    path.write_text(_conf(confdir, obj))
+    argv = ["--config", str(path), "--check-config", "--sysfs", str(sysfs)]
+    assert main([*argv, "--vmlinux", str(SID_BTF)]) == 0
+    out = capsys.readouterr().out
+    assert "demo@gaming: ok" in out and "dropped" not in out
+    assert main([*argv, "--vmlinux", str(tmp_path / "nope")]) == 1
+    if not Path("/sys/kernel/sched_ext").exists():  # this host's BTF has no sched_ext
+        assert main(argv) == 1
+        assert "kernel_enum" in capsys.readouterr().out

@@ -1,0 +1,210 @@
+"""``schedswitch-gamemode`` between real peers: a private session bus, the real gamemoded
+(follow mode) or none (the agent serves its name), the real ``gamemoderun`` and busctl,
+and the real server on a real socket (the daemon tests' fake backend behind it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.daemon.harness import Running
+from tests.desktop.buses import PrivateBus, program
+
+GAMEMODE = ("com.feralinteractive.GameMode", "/com/feralinteractive/GameMode")
+GAMEMODERUN = "/usr/games/gamemoderun"
+
+
+def _gamemoderun() -> str:
+    if not os.access(GAMEMODERUN, os.X_OK):
+        program("gamemoded")  # skips (fails in the full suite) naming the package
+        pytest.skip(f"{GAMEMODERUN} is missing: install Debian's gamemode (make deps)")
+    return GAMEMODERUN
+
+
+@pytest.fixture
+def srv() -> Iterator[Running]:
+    running = Running()
+    yield running
+    running.stop()
+
+
+@contextmanager
+def _agent(
+    bus: PrivateBus, srv: Running, *options: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    argv = [sys.executable, "-m", "schedswitchd.desktop.gamemode", "--socket", srv.path]
+    agent = subprocess.Popen([*argv, *options], env=env or bus.env())
+    try:
+        yield agent
+    finally:
+        agent.terminate()
+        assert agent.wait(10) == 0
+
+
+@contextmanager
+def _gamemoded(bus: PrivateBus) -> Iterator[None]:
+    daemon = subprocess.Popen(
+        [program("gamemoded")], env=bus.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        bus.wait_for_name(GAMEMODE[0])
+        yield
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+def _leases(srv: Running) -> list[tuple[str, int | None]]:
+    return srv.read(lambda s: [(lease.workload, lease.pid) for lease in s.policy.leases.values()])
+
+
+def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _game_holds_its_hint(bus: PrivateBus, srv: Running) -> None:
+    """``gamemoderun sleep 2``: a gaming lease bound to its pid while it runs, none after."""
+    game = subprocess.Popen([_gamemoderun(), "sleep", "2"], env=bus.env())
+    try:
+        _until(lambda: _leases(srv) == [("gaming", game.pid)])
+        assert srv.read(lambda s: s.switcher.active) == "gaming"
+        assert game.poll() is None
+        assert game.wait(10) == 0
+        _until(lambda: not _leases(srv))
+        srv.wait_for(lambda s: s.switcher.active == "kernel")
+    finally:
+        game.kill()
+        game.wait()
+
+
+def _call(bus: PrivateBus, method: str, signature: str = "", *args: object) -> str:
+    """``busctl call`` of gamemode's ``method``; its reply's data (``i 0``)."""
+    out = subprocess.run(
+        [program("busctl"), f"--address={bus.address}", "call", *GAMEMODE, GAMEMODE[0], method]
+        + ([signature, *map(str, args)] if signature else []),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+    )
+    return out.stdout.strip()
+
+
+def test_the_agent_follows_gamemoded(session_bus: PrivateBus, srv: Running) -> None:
+    _gamemoderun()
+    with _gamemoded(session_bus):
+        early = subprocess.Popen([GAMEMODERUN, "sleep", "30"], env=session_bus.env())
+        try:
+            pids = (early.pid, early.pid)
+            _until(lambda: _call(session_bus, "QueryStatusByPID", "ii", *pids) == "i 2")
+            # auto: gamemoded owns the name, so the agent follows it and leaves it the name
+            with _agent(session_bus, srv):
+                # a game registered before the agent came is taken from ListGames
+                _until(lambda: _leases(srv) == [("gaming", early.pid)])
+                early.terminate()
+                early.wait()
+                _until(lambda: not _leases(srv))
+                _game_holds_its_hint(session_bus, srv)
+                # a game that unregisters while it runs ends its hint at once
+                game = subprocess.Popen(["sleep", "30"])
+                try:
+                    assert _call(session_bus, "RegisterGame", "i", game.pid) == "i 0"
+                    _until(lambda: _leases(srv) == [("gaming", game.pid)])
+                    assert _call(session_bus, "UnregisterGame", "i", game.pid) == "i 0"
+                    _until(lambda: not _leases(srv))
+                finally:
+                    game.kill()
+                    game.wait()
+        finally:
+            early.kill()
+            early.wait()
+
+
+def test_the_agent_serves_gamemodes_name(session_bus: PrivateBus, srv: Running) -> None:
+    _gamemoderun()
+    # auto without a gamemoded on $PATH: the agent owns the name
+    with _agent(session_bus, srv, env=session_bus.env() | {"PATH": "/nonexistent"}) as agent:
+        session_bus.wait_for_name(GAMEMODE[0])
+        fds = f"/proc/{agent.pid}/fd"
+        # RegisterGameByPIDFd and UnregisterGameByPIDFd pass 2 pidfds each: the agent's
+        # descriptors do not grow with the games (the last call's message may keep its own)
+        subprocess.run([_gamemoderun(), "true"], env=session_bus.env(), check=True)
+        time.sleep(1)  # the first call's own set-up (sd-bus, asyncio) settles
+        before = len(os.listdir(fds))
+        for _ in range(3):
+            subprocess.run([_gamemoderun(), "true"], env=session_bus.env(), check=True)
+        _until(lambda: len(os.listdir(fds)) <= before)
+        monitor = subprocess.Popen(
+            [program("busctl"), f"--address={session_bus.address}", "monitor", GAMEMODE[0]],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _game_holds_its_hint(session_bus, srv)
+            game = subprocess.Popen(["sleep", "30"])
+            other = subprocess.Popen(["sleep", "30"])
+            try:
+                assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 0"
+                assert _call(session_bus, "RegisterGame", "i", game.pid) == "i 0"
+                assert _leases(srv) == [("gaming", game.pid)]
+                assert _call(session_bus, "RegisterGame", "i", game.pid) == "i -1"
+                assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 2"
+                assert _call(session_bus, "QueryStatusByPID", "ii", 1, other.pid) == "i 1"
+                assert _call(session_bus, "RegisterGameByPID", "ii", 1, other.pid) == "i 0"
+                listed = _call(session_bus, "ListGames")
+                for pid in sorted((game.pid, other.pid)):
+                    assert f'{pid} "/com/feralinteractive/GameMode/Games/{pid}"' in listed
+                count = subprocess.run(
+                    [program("busctl"), f"--address={session_bus.address}", "get-property",
+                     *GAMEMODE, GAMEMODE[0], "ClientCount"],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                assert count.stdout.strip() == "i 2"
+                assert _call(session_bus, "UnregisterGame", "i", game.pid) == "i 0"
+                assert _call(session_bus, "UnregisterGame", "i", game.pid) == "i -1"
+                assert _leases(srv) == [("gaming", other.pid)]
+                # a game that exits without unregistering: its hint ends, the signal says so
+                other.kill()
+                other.wait()
+                _until(lambda: not _leases(srv))
+                _until(lambda: _call(session_bus, "QueryStatus", "i", other.pid) == "i 0")
+                assert _call(session_bus, "RegisterGame", "i", other.pid) == "i -1"  # gone
+            finally:
+                for proc in (game, other):
+                    proc.kill()
+                    proc.wait()
+        finally:
+            time.sleep(0.5)
+            monitor.terminate()
+            seen, _ = monitor.communicate(timeout=10)
+    for member, pid in [
+        ("GameRegistered", game.pid),
+        ("GameUnregistered", game.pid),
+        ("GameRegistered", other.pid),
+        ("GameUnregistered", other.pid),
+    ]:
+        assert f"Member={member}" in seen
+        assert f"INT32 {pid};" in seen or f"INT32 {pid}\n" in seen, (member, pid)
+
+
+def test_a_refused_hint_is_a_failed_registration(session_bus: PrivateBus, srv: Running) -> None:
+    """The daemon refuses the hint (no rule for the workload): RegisterGame says -1, and no
+    game is registered."""
+    with _agent(session_bus, srv, "--mode", "serve", "--workload", "nope"):
+        session_bus.wait_for_name(GAMEMODE[0])
+        game = subprocess.Popen(["sleep", "30"])
+        try:
+            assert _call(session_bus, "RegisterGame", "i", game.pid) == "i -1"
+            assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 0"
+        finally:
+            game.kill()
+            game.wait()

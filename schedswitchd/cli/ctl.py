@@ -53,6 +53,7 @@ _EPILOG = (
 _FAMILIES: dict[str, tuple[str, ...]] = {
     "schedswitchd.cli.daemon_cmds": (
         "status", "list", "history", "hint", "prepare", "release", "switch", "stop", "reload",
+        "watch",
     ),
     "schedswitchd.cli.object_cmd": ("object",),
     "schedswitchd.cli.profile_cmd": ("profile",),

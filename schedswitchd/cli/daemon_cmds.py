@@ -96,6 +96,7 @@ def register(sub: Any) -> None:
     switch.add_argument("scheduler", help="a scheduler name of the config (see `list`)")
     add("stop", PLAIN_COMMANDS["stop"][0], _stop)
     add("reload", PLAIN_COMMANDS["reload"][0], _reload)
+    add("watch", PLAIN_COMMANDS["watch"][0], _watch)
 
 
 def _name_check(pattern: str) -> Callable[[Any], bool]:
@@ -169,6 +170,7 @@ def _model_checked(op: str, fields: dict[str, Any]) -> dict[str, Any]:
         "switch": proto.SwitchRequest,
         "stop": proto.StopRequest,
         "reload": proto.ReloadRequest,
+        "watch": proto.WatchRequest,
     }
     try:
         model = models[op](**fields)
@@ -482,6 +484,55 @@ def _reload(args: argparse.Namespace) -> int:
     return 0
 
 
+def event_line(event: Reply) -> str:
+    """One line for people on a ``watch`` event (the protocol's ``WatchEvent``)."""
+    import time
+
+    d = event["data"]
+    kind = event["kind"]
+    if kind == "switch":
+        gap = "" if d.get("gap_ns") is None else f", gap {_ms(d['gap_ns'])}"
+        text = f"switch {d['previous']} -> {d['target']}: {d['result']}{gap} [{d['reason']}]"
+        if d.get("error"):
+            text += f": {d['error']}"
+    elif kind == "ejection":
+        what = "restarting" if d.get("restart") else f"held back {d.get('backoff_s') or 0:.1f} s"
+        text = (
+            f"ejected {d['scheduler']}: {d.get('exit_kind')} ({d.get('reason')}: "
+            f"{d.get('message')}); {what}"
+        )
+    elif kind == "lease_added":
+        pid = "" if d.get("pid") is None else f" pid {d['pid']}"
+        text = f"lease {d['lease']}: {d['workload']} for uid {d['uid']}{pid}"
+    elif kind == "lease_ended":
+        text = f"lease {d['lease']} ({d['workload']}) ended: {d['why']}"
+    else:
+        override = d.get("override")
+        rule = f"override {override}" if override is not None else "following hints"
+        text = f"{rule} ({d['why']})"
+    stamp = time.strftime("%H:%M:%S", time.localtime(event["time"]))
+    return f"{stamp} #{event['seq']} {text}"
+
+
+@_reads_reply
+def _watch(args: argparse.Namespace) -> int:
+    try:
+        with ControlConnection(args.socket) as client:
+            reply, line = client.exchange_line(make_request("watch"))
+            if args.json:
+                print(line.decode(), flush=True)
+            else:
+                override = reply.get("override")
+                rule = f"; admin override {override}" if override is not None else ""
+                print(f"running {reply['active']}{rule}; watching (Ctrl-C ends)", flush=True)
+            for event, raw in client.events():
+                print(raw.decode() if args.json else event_line(event), flush=True)
+    except KeyboardInterrupt:
+        return 0
+    print("the daemon closed the connection", file=sys.stderr)
+    return 1
+
+
 #: The commands that take the common options alone (``--socket PATH``, ``--json``): their
 #: help line and handler. ``schedswitchctl`` runs such a command line without argparse
 #: (see :func:`schedswitchd.cli.ctl._quick_parse`).
@@ -490,4 +541,5 @@ PLAIN_COMMANDS: dict[str, tuple[str, Callable[..., int]]] = {
     "list": ("configured schedulers, hint rules and live leases", _list),
     "stop": ("admin: back to the kernel's own scheduler", _stop),
     "reload": ("admin: re-read the daemon's configuration", _reload),
+    "watch": ("follow the daemon's changes as they happen, until interrupted", _watch),
 }

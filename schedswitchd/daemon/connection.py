@@ -39,12 +39,13 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.peer import Peer, peer_of
 
 if TYPE_CHECKING:
+    from schedswitchd.daemon.feed import Subscription
     from schedswitchd.daemon.passed_fds import PassingSocket
     from schedswitchd.daemon.server import Server
 
@@ -129,6 +130,7 @@ class Connection(asyncio.Protocol):
         "passed",
         "peer",
         "server",
+        "watching",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -140,6 +142,9 @@ class Connection(asyncio.Protocol):
         #: sets it; ``None`` on a transport of asyncio's own accept).
         self.passed: PassingSocket | None = None
         self.early_reply = False
+        #: The change feed's subscription of a ``watch`` request, streamed after its reply
+        #: (:meth:`stream`); ``None`` for any other connection.
+        self.watching: Subscription | None = None
         self._transport: asyncio.Transport | None = None
         self._buf = b""
         self._idle_since = 0.0
@@ -198,6 +203,10 @@ class Connection(asyncio.Protocol):
         """The client is done writing: answer what it sent, then close. Returns True to
         keep the transport open for those replies."""
         self._eof = True
+        if self.watching is not None:
+            # A watch takes no more requests: the client's end is its leaving (stream()
+            # ends and closes).
+            self.watching.close()
         if not self._busy and not self._closing:
             self._start_next()
         return True
@@ -207,6 +216,8 @@ class Connection(asyncio.Protocol):
         the connection now or, while a request is being answered, once it is."""
         self._lost = self._closing = True
         self._cancel_timer()
+        if self.watching is not None:
+            self.watching.close()  # ends stream()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(False)
         if not self._busy:
@@ -349,6 +360,9 @@ class Connection(asyncio.Protocol):
                     )
                 if not sent or self._closing:
                     break
+                if self.watching is not None:
+                    await self.stream(self.watching)
+                    break
                 self._idle_since = server.timer.time()
                 line = self._advance()
         except Exception:  # a defect: this connection ends, the daemon goes on
@@ -359,6 +373,37 @@ class Connection(asyncio.Protocol):
             self._busy = False
             if self._lost:
                 server.forget(self)
+
+    async def stream(self, sub: Subscription) -> None:
+        """A ``watch``: send each change of ``sub`` as a
+        :class:`~schedswitchd.daemon.protocol.WatchEvent` line until the client leaves or
+        ``sub`` is dropped (then an error line says so, if it can still go out), and close.
+        A client that does not take a line in ``read_timeout_s`` is cut off (:meth:`_send`);
+        one whose queue fills meanwhile is dropped by the feed: neither holds the daemon."""
+        try:
+            async for change in sub:
+                event = proto.WatchEvent(
+                    seq=change.seq,
+                    time=change.time,
+                    kind=cast(Any, change.kind),  # one of feed.KINDS, checked by publish()
+                    data=change.fields,
+                )
+                if not await self._send(proto.encode(event)):
+                    return
+            if sub.dropped and not self._lost:
+                log.warning("connection %d: watch dropped, %d changes behind", self.id, sub.maxsize)
+                self._finish(
+                    proto.error_reply(
+                        proto.LIMIT,
+                        f"watch dropped: fell {sub.maxsize} changes behind",
+                        op="watch",
+                    )
+                )
+            else:
+                self.close()
+        finally:
+            sub.close()
+            self.watching = None
 
     async def _send(self, data: bytes) -> bool:
         """Write one reply line; False if the client did not take it within

@@ -107,6 +107,8 @@ class ChangeFeed:
         self._subscribers: set[Subscription] = set()
         #: Subscribers dropped for a full queue since the start.
         self.dropped = 0
+        #: The ``seq`` of the last change published (0: none yet).
+        self.last_seq = 0
 
     def publish(self, kind: str, **fields: Any) -> Change:
         """Publish a change of ``kind`` (:data:`KINDS`) with ``fields`` to every subscriber;
@@ -114,6 +116,7 @@ class ChangeFeed:
         if kind not in KINDS:
             raise ValueError(f"unknown change kind {kind!r}")
         change = Change(next(self._seq), self.clock(), kind, fields)
+        self.last_seq = change.seq
         for sub in list(self._subscribers):
             sub._put(change)
             if sub.dropped:

@@ -32,6 +32,7 @@ from schedswitchd.errors import ProtocolError, SchedSwitchError
 # has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
     from typing import Any, ClassVar, Final, Self
 
@@ -354,6 +355,22 @@ class ControlConnection(LineConnection):
     for the end of a held hint that returns the daemon's last word."""
 
     max_reply_bytes = MAX_REPLY_BYTES
+
+    def events(self) -> Iterator[tuple[dict[str, Any], bytes]]:
+        """After a ``watch`` reply: each ``event`` object the daemon sends and its line,
+        blocking without a timeout, until the daemon closes the connection. Raises
+        :class:`DaemonError` for its last line when it dropped this watcher (``limit``),
+        :class:`DaemonUnavailable` when the connection fails and
+        :class:`~schedswitchd.errors.ProtocolError` for a line that is not an event."""
+        self.sock.settimeout(None)
+        while True:
+            try:
+                line = self._read_line()
+            except OSError as exc:
+                raise DaemonUnavailable(f"{self.path}: {exc}") from None
+            if line is None:
+                return
+            yield check_reply(line, "event"), line
 
     def wait_closed(self) -> dict[str, Any] | None:
         """Block until the daemon closes the connection (it stopped, or the connection's

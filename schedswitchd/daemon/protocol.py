@@ -19,6 +19,8 @@ Requests::
     {"v":1,"op":"prepare","workload":"gaming","ttl_s":30}            -> PrepareReply (standby)
     {"v":1,"op":"release","lease":"7-1f2e3d4c"}                      -> ReleaseReply
     {"v":1,"op":"status"} / {"v":1,"op":"list"} / {"v":1,"op":"history","limit":10}
+    {"v":1,"op":"watch"}  -> WatchReply, then a WatchEvent line per change until the
+                             client leaves (see WatchRequest)
     admin: {"v":1,"op":"switch","scheduler":"fifo"|"kernel"|"auto"},
            {"v":1,"op":"stop"}, {"v":1,"op":"reload"}
 """
@@ -201,6 +203,18 @@ class ReloadRequest(_Request):
     op: Literal["reload"] = "reload"
 
 
+class WatchRequest(_Request):
+    """Follow the daemon's changes: a :class:`WatchReply` (what runs now), then one
+    :class:`WatchEvent` line per change (a switch, an ejection, a lease added or ended, an
+    admin override; :mod:`schedswitchd.daemon.feed`) for as long as the client stays
+    connected; the connection takes no further requests. Anyone who may connect may
+    watch. A client that falls :data:`~schedswitchd.daemon.feed.QUEUE_MAX` changes behind
+    (or does not take a line within ``read_timeout_s``) is dropped: an error reply
+    (``limit``) as its last line when it can still be written, then the close."""
+
+    op: Literal["watch"] = "watch"
+
+
 Request = Annotated[
     HintRequest
     | PrepareRequest
@@ -210,7 +224,8 @@ Request = Annotated[
     | HistoryRequest
     | SwitchRequest
     | StopRequest
-    | ReloadRequest,
+    | ReloadRequest
+    | WatchRequest,
     Field(discriminator="op"),
 ]
 ADMIN_OPS = frozenset({"switch", "stop", "reload"})
@@ -229,6 +244,7 @@ _QUOTED_FIELDS: dict[type[BaseModel], tuple[bytes, ...]] = {
         SwitchRequest,
         StopRequest,
         ReloadRequest,
+        WatchRequest,
     )
 }
 #: pydantic-core keeps every short string it decodes (keys and values) in a process-wide
@@ -579,6 +595,32 @@ class ReloadReply(_Reply):
     source: str | None = None
 
 
+class WatchReply(_Reply):
+    """Reply to ``watch``, before its events: ``active`` (what the daemon attached),
+    ``override`` (an admin's, or ``None``), ``desired`` (what the policy wants now),
+    ``seq`` (the last change published before the watch began: its first event is
+    ``seq + 1``)."""
+
+    op: Literal["watch"] = "watch"
+    active: str
+    override: str | None = None
+    desired: str
+    seq: int
+
+
+class WatchEvent(_Reply):
+    """One change, sent unasked to a ``watch`` client: ``seq`` (1, 2, ... per daemon run;
+    a gap means changes were missed), ``time`` (s since the epoch), ``kind`` (``switch``,
+    ``ejection``, ``lease_added``, ``lease_ended``, ``override``) and ``data``, the
+    kind's fields as :mod:`schedswitchd.daemon.feed` lists them."""
+
+    op: Literal["event"] = "event"
+    seq: int
+    time: float
+    kind: Literal["switch", "ejection", "lease_added", "lease_ended", "override"]
+    data: dict[str, Any]
+
+
 class LeaseEnded(_Reply):
     """Sent unasked, as the last line, when the connection's last lease ended on its own
     (``why``: ``ttl`` or ``pid <n> exited``); the daemon then closes the connection."""
@@ -597,6 +639,8 @@ OkReply = (
     | HistoryReply
     | SwitchReply
     | ReloadReply
+    | WatchReply
+    | WatchEvent
     | LeaseEnded
 )
 Reply = ErrorReply | OkReply
@@ -784,6 +828,7 @@ def _ops() -> list[str]:
         "switch",
         "stop",
         "reload",
+        "watch",
     ]
 
 

@@ -395,6 +395,8 @@ class Server:
                     reply = await self._switch(request)
                 case proto.ReloadRequest():
                     reply = await self._reload(request)
+                case proto.WatchRequest():
+                    reply = self._watch(request, conn)
             return reply
         except SchedSwitchError as exc:
             return proto.error_reply(
@@ -785,6 +787,20 @@ class Server:
                 record=record,
             )
         return record
+
+    def _watch(self, request: proto.WatchRequest, conn: Connection) -> proto.Reply:
+        """Subscribe ``conn`` to the change feed; the connection streams it after this
+        reply (:meth:`Connection.stream <schedswitchd.daemon.connection.Connection.stream>`)."""
+        feed = self.reconciler.feed
+        seq = feed.last_seq
+        conn.watching = feed.subscribe()
+        return proto.WatchReply(
+            id=request.id,
+            active=self.switcher.active,
+            override=self.policy.override,
+            desired=self.policy.decide(self.clock()).scheduler,
+            seq=seq,
+        )
 
     async def _reload(self, request: proto.ReloadRequest) -> proto.Reply:
         if self.config.source is None:

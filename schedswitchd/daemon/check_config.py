@@ -33,6 +33,7 @@ from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.ops_flags import ops_flags_table
 from schedswitchd.bpf.scheduler import apply_tunables, flags_by_name, ops_name_of, sched_ext_map
 from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
+from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
 from schedswitchd.errors import SchedSwitchError
 from schedswitchd.profile.apply import profile_spec
@@ -202,7 +203,7 @@ def check_config(
             depth = "prepared"
             start = time.monotonic_ns()
             try:
-                prepared = backend.prepare(name, spec)
+                prepared = prepare_checked(backend, name, spec)
             except SchedSwitchError as exc:
                 problems.append(f"prepare failed ({exc.code}): {exc}")
                 log = getattr(exc, "verifier_log", None)

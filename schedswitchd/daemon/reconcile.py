@@ -299,6 +299,8 @@ class Reconciler:
         #: What changed, for the ``watch`` clients and the D-Bus faces (published here:
         #: switches, ejections, overrides, leases a pass expired; the server: leases).
         self.feed = ChangeFeed()
+        #: :meth:`close` began: a call the worker refuses (shut down) ends the task.
+        self._stopping = False
         self._apply_backoff_config()
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -351,6 +353,7 @@ class Reconciler:
 
     async def close(self) -> None:
         """Stop the notifications and the tasks, finish any switch in progress."""
+        self._stopping = True
         if self._stop_watch is not None:
             self._stop_watch()
         if self._poll_call is not None:
@@ -622,18 +625,17 @@ class Reconciler:
                 self._preopen_pending = False
                 self._preopen_left = list(self.config.schedulers)
             if self._preopen_left:
-                try:
-                    done = await self._preopen_some()
-                except RuntimeError:  # the worker was shut down
+                done = await self._preopen_some()
+                if self._stopping:
                     return
                 if not done and not switched:
                     continue  # a change waits: its pass first, the rest of the pre-open after
             try:
                 # After the replies, so that no hint waits for a standby's prepare.
                 filled = await self._refill_standby()
-            except RuntimeError:  # the worker was shut down
-                return
             except Exception:
+                if self._stopping:  # the worker was shut down
+                    return
                 log.exception("standby refill failed")
                 filled = False
             if switched or filled:
@@ -654,8 +656,17 @@ class Reconciler:
                 return False
             name = self._preopen_left.pop(0)
             cfg = self.config.schedulers.get(name)
-            if cfg is not None:
+            if cfg is None:
+                continue
+            try:
                 await loop.run_in_executor(self.worker, self.backend.preopen, {name: cfg})
+            except Exception:
+                if self._stopping:  # the worker was shut down
+                    return False
+                # A defect of the backend (its preopen logs what it expects): this one
+                # object is not pre-opened, its switch reports what fails; the loop and
+                # the other objects' pre-open go on.
+                log.exception("pre-open of %s failed", name)
         return True
 
     # --- standbys -----------------------------------------------------------------------------

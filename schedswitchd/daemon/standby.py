@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from schedswitchd.daemon.config import SchedulerConfig
+from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.errors import SchedSwitchError
 
 if TYPE_CHECKING:  # the switcher imports this module
@@ -200,7 +201,7 @@ class StandbyPool:
             return None
         start = time.perf_counter_ns()
         try:
-            prepared = self.backend.prepare(name, spec)
+            prepared = prepare_checked(self.backend, name, spec)
         except SchedSwitchError as exc:
             self.failures += 1
             count = failed.count + 1 if failed is not None else 1

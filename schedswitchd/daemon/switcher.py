@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.daemon.protocol import (
     ADOPTED,
     EJECTED,
@@ -468,7 +469,7 @@ class Switcher:
                 else:
                     try:
                         with _Phase(record, "prepare"):
-                            new = self.backend.prepare(target, spec)
+                            new = prepare_checked(self.backend, target, spec)
                     except SchedSwitchError as exc:
                         record.result, record.error = FAILED, ErrorBody.of(exc)
                         return record

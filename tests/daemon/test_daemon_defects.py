@@ -3,14 +3,19 @@ whatever the client does, a status shows others' leases only as counts, and so o
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.server import Server
 
-from .harness import FakeTimer, Running
+from .fakes import FakeBackend, FakePrepared
+from .harness import FakeClock, FakeTimer, Running, make_config
 
 
 @pytest.fixture
@@ -45,3 +50,72 @@ def test_a_client_that_shuts_its_side_and_never_reads_is_let_go(timed: Running) 
     timed.advance(0.31)
     timed.wait_for(lambda s: not s.connections)
     c.close()
+
+
+def test_a_pre_open_that_raises_leaves_the_reconcile_loop_alive() -> None:
+    """One configured object whose pre-open raises something untyped (a loader defect: a
+    ``RecursionError``, which is a ``RuntimeError`` as the worker's shutdown is): the rest
+    are pre-opened, and hints still switch."""
+
+    def defect(call: str) -> None:
+        if call == "pre-open fifo":
+            raise RecursionError("maximum recursion depth exceeded")
+
+    r = Running(FakeBackend(on_preopen=defect))
+    try:
+        r.wait_for(lambda s: "pre-open vtime" in s.backend.calls)  # type: ignore[attr-defined]
+        reply = r.client().request(op="hint", workload="gaming")
+        assert reply["ok"] and reply["active"] == "gaming", reply
+        assert reply["switch"] is not None and reply["switch"]["result"] == "ok"
+    finally:
+        r.stop()
+
+
+class _DefectiveBackend(FakeBackend):
+    """A loader defect: preparing ``broken`` raises an exception of no project type."""
+
+    def prepare(self, name: str, spec: SchedulerConfig) -> FakePrepared:
+        if name == "broken":
+            self.calls.append(f"prepare {name}")
+            raise IndexError("struct.unpack_from out of range")
+        return super().prepare(name, spec)
+
+
+def test_a_prepare_that_raises_is_a_failed_switch_backed_off() -> None:
+    """The switch is recorded failed (code ``internal``), the running scheduler stays, the
+    scheduler is backed off: later passes do not prepare it again during the hold."""
+    backend = _DefectiveBackend()
+    r = Running(backend, clock=FakeClock())
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["active"] == "gaming"
+        reply = c.request(op="hint", workload="broken")
+        assert reply["ok"] and reply["active"] == "gaming", reply
+        switch = reply["switch"]
+        assert switch["target"] == "broken" and switch["result"] == "failed", switch
+        assert switch["error"]["code"] == "internal"
+        assert "IndexError" in switch["error"]["message"]
+        status = c.request(op="status")["status"]
+        assert status["last_switch"]["result"] == "failed"
+        assert [b["scheduler"] for b in status["backoff"]] == ["broken"]
+        r.passes(3)
+        assert backend.calls.count("prepare broken") == 1
+        assert backend.kernel_state().ops == "gaming_ops"
+    finally:
+        r.stop()
+
+
+def test_check_config_reports_a_prepare_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--check-config``'s prepare step (the objects' static checks pass here)."""
+    from schedswitchd.daemon import check_config as module
+
+    monkeypatch.setattr(module, "inspect_object", lambda *a, **k: ([], []))
+    check_config = module.check_config
+    r_dir = Path(tempfile.mkdtemp(prefix="ssd-"))
+    try:
+        config = make_config(r_dir)
+        results = {res.name: res for res in check_config(config, _DefectiveBackend())}
+        assert not results["broken"].ok
+        assert any("IndexError" in p for p in results["broken"].problems)
+    finally:
+        shutil.rmtree(r_dir, ignore_errors=True)

@@ -302,7 +302,7 @@ def _status(args: argparse.Namespace) -> int:
         ("active", s["active"] + ("  (re-adopted)" if s.get("adopted") else "")),
         ("desired", s["desired"] + (f"  (admin override {override})" if override else "")),
         ("lease", _lease_line(s["lease"]) if s.get("lease") else _no_deciding_lease(s)),
-        ("leases", str(s.get("leases", 0))),
+        ("leases", _leases_count(s.get("leases", 0), s.get("hidden_leases", 0))),
         *(("", "  " + _lease_line(lease)) for lease in s.get("live_leases", [])),
         ("last switch", _switch_line(s["last_switch"]) if s.get("last_switch") else "-"),
         (
@@ -361,8 +361,15 @@ def _profile_text(p: Reply) -> str:
     return f"{p['name']}{mode}{shown}"
 
 
+def _leases_count(leases: int, hidden: int) -> str:
+    """The ``leases`` row: how many, and how many of other users were not shown."""
+    return f"{leases}  ({hidden} of other users, not shown)" if hidden else str(leases)
+
+
 def _no_deciding_lease(s: Reply) -> str:
-    """The ``lease`` row when no lease decides what runs: say why, if leases are live."""
+    """The ``lease`` row when no lease shown decides what runs: say why, if leases are live."""
+    if s.get("lease_hidden"):
+        return "another user's lease decides what runs (not shown)"
     leases = s.get("leases", 0)
     if not leases:
         return "-"
@@ -392,9 +399,12 @@ def _list(args: argparse.Namespace) -> int:
     print("hints:")
     for rule in reply["hints"]:
         print(f"  {rule['workload']:<12} -> {rule['scheduler']} (priority {rule['priority']})")
-    print("leases:" + ("" if reply["leases"] else " none"))
+    hidden = reply.get("hidden_leases", 0)
+    print("leases:" + ("" if reply["leases"] or hidden else " none"))
     for lease in reply["leases"]:
         print("  " + _lease_line(lease))
+    if hidden:
+        print(f"  ({hidden} of other users, not shown)")
     return 0
 
 

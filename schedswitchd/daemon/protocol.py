@@ -19,6 +19,8 @@ Requests::
     {"v":1,"op":"prepare","workload":"gaming","ttl_s":30}            -> PrepareReply (standby)
     {"v":1,"op":"release","lease":"7-1f2e3d4c"}                      -> ReleaseReply
     {"v":1,"op":"status"} / {"v":1,"op":"list"} / {"v":1,"op":"history","limit":10}
+        (a caller that is not an admin sees its own leases in full, other uids' only
+        counted: ``hidden_leases``, ``lease_hidden``)
     {"v":1,"op":"watch"}  -> WatchReply, then a WatchEvent line per change until the
                              client leaves (see WatchRequest)
     admin: {"v":1,"op":"switch","scheduler":"fifo"|"kernel"|"auto"},
@@ -467,11 +469,25 @@ class StatusBody(_Wire):
     desired: str
     override: str | None = None
     adopted: bool = False
-    lease: LeaseInfo | None = None
-    leases: int = 0
+    lease: LeaseInfo | None = Field(
+        default=None,
+        description="The live lease that decides what runs; to a caller that is not an admin "
+        "only its own (another uid's: None, and lease_hidden true).",
+    )
+    lease_hidden: bool = Field(
+        default=False,
+        description="A lease of another uid, not shown to this caller, decides what runs.",
+    )
+    leases: int = Field(default=0, description="Live leases, of every uid.")
     live_leases: list[LeaseInfo] = Field(
         default_factory=list,
-        description="Every live lease, best first, whether or not it decides what runs.",
+        description="Every live lease, best first, whether or not it decides what runs; to a "
+        "caller that is not an admin only its own.",
+    )
+    hidden_leases: int = Field(
+        default=0,
+        description="Live leases of other uids left out of live_leases (callers that are not "
+        "admins see those only as this count).",
     )
     last_switch: SwitchInfo | None = None
     last_exit: ExitInfo | None = Field(
@@ -569,7 +585,12 @@ class ListReply(_Reply):
     default: str
     schedulers: list[SchedulerInfo]
     hints: list[HintRuleInfo]
-    leases: list[LeaseInfo]
+    leases: list[LeaseInfo] = Field(
+        description="Live leases, best first; to a caller that is not an admin only its own."
+    )
+    hidden_leases: int = Field(
+        default=0, description="Live leases of other uids left out of leases (non-admins)."
+    )
 
 
 class HistoryReply(_Reply):

@@ -381,9 +381,11 @@ class Server:
                 case proto.ReleaseRequest():
                     reply = await self._release(request, conn)
                 case proto.StatusRequest():
-                    reply = proto.StatusReply(id=request.id, status=await self.status())
+                    reply = proto.StatusReply(
+                        id=request.id, status=await self.status(viewer=self._viewer(conn.peer))
+                    )
                 case proto.ListRequest():
-                    reply = self._list(request)
+                    reply = self._list(request, self._viewer(conn.peer))
                 case proto.HistoryRequest():
                     # list() copies the deque in one C call, so the switcher thread's
                     # appends cannot interleave with the iteration
@@ -865,8 +867,16 @@ class Server:
 
     # --- views ------------------------------------------------------------------------------------
 
-    async def status(self) -> proto.StatusBody:
-        """The status reply body (the kernel's view is read fresh)."""
+    def _viewer(self, peer: Peer) -> int | None:
+        """Whose leases ``peer`` may see in full: ``None`` (every uid's) for an admin, else
+        its own uid's: a lease's uid and pids are the holder's business (which user runs
+        what, and when) and not every uid that may connect."""
+        return None if self.is_admin(peer) else peer.uid
+
+    async def status(self, *, viewer: int | None = None) -> proto.StatusBody:
+        """The status reply body (the kernel's view is read fresh). ``viewer``: a uid that
+        sees only its own leases in full (others' are counted, ``hidden_leases``), or
+        ``None`` for every lease (an admin, the daemon's own faces)."""
         loop = asyncio.get_running_loop()
         reader = self.reconciler.reader
         kernel = await loop.run_in_executor(reader, self.backend.kernel_state)
@@ -885,15 +895,21 @@ class Server:
         now = self.clock()
         decision = self.policy.decide(now)
         history = self.switcher.history
+        shown = [x for x in self._live_leases() if viewer in (None, x.owner_uid)]
         return proto.StatusBody(
             kernel=kernel,
             active=self.switcher.active,
             desired=decision.scheduler,
             override=self.policy.override,
             adopted=self.adopted,
-            lease=lease_info(decision.lease, self.config, now) if decision.lease else None,
+            lease=lease_info(decision.lease, self.config, now)
+            if decision.lease and viewer in (None, decision.lease.owner_uid)
+            else None,
+            lease_hidden=decision.lease is not None
+            and viewer not in (None, decision.lease.owner_uid),
             leases=len(self.policy.leases),
-            live_leases=[lease_info(lease, self.config, now) for lease in self._live_leases()],
+            live_leases=[lease_info(lease, self.config, now) for lease in shown],
+            hidden_leases=len(self.policy.leases) - len(shown),
             last_switch=history[-1] if history else None,
             last_exit=self.switcher.last_exit,
             active_stale=self.reconciler.active_stale,
@@ -936,8 +952,11 @@ class Server:
         seen = {lease.id for lease in ranked}
         return ranked + [lease for lease in self.policy.leases.values() if lease.id not in seen]
 
-    def _list(self, request: proto.ListRequest) -> proto.ListReply:
+    def _list(self, request: proto.ListRequest, viewer: int | None = None) -> proto.ListReply:
+        """The ``list`` reply; ``viewer`` as :meth:`status` takes it."""
         now = self.clock()
+        ranked = [lease for lease, _ in self.policy.ranked()]
+        shown = [lease for lease in ranked if viewer in (None, lease.owner_uid)]
         schedulers = []
         for name, spec in self.config.schedulers.items():
             hold = self.policy.backoff.get(name)
@@ -960,7 +979,8 @@ class Server:
                 proto.HintRuleInfo(workload=w, scheduler=r.scheduler, priority=r.priority)
                 for w, r in self.config.hints.items()
             ],
-            leases=[lease_info(lease, self.config, now) for lease, _ in self.policy.ranked()],
+            leases=[lease_info(lease, self.config, now) for lease in shown],
+            hidden_leases=len(ranked) - len(shown),
         )
 
 

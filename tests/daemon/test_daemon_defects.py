@@ -3,19 +3,25 @@ whatever the client does, a status shows others' leases only as counts, and so o
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
 import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend, FakePrepared
-from .harness import FakeClock, FakeTimer, Running, make_config
+from .harness import Client, FakeClock, FakeTimer, Running, make_config
 
 
 @pytest.fixture
@@ -119,3 +125,49 @@ def test_check_config_reports_a_prepare_that_raises(monkeypatch: pytest.MonkeyPa
         assert any("IndexError" in p for p in results["broken"].problems)
     finally:
         shutil.rmtree(r_dir, ignore_errors=True)
+
+
+@pytest.mark.root  # setuid in a forked child
+def test_status_and_list_show_a_non_admin_only_its_own_leases() -> None:
+    """uid 65534 (may hint, not admin) sees its own lease in full and root's only counted;
+    root (admin) sees both."""
+    from .test_server import as_user
+
+    r = Running()
+    try:
+        admin = r.client()
+        root_lease = admin.request(op="hint", workload="gaming")["lease"]
+
+        def look(c: Client) -> dict[str, Any]:
+            mine = c.request(op="hint", workload="battery")["lease"]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                ctl_main(["status", "--socket", r.path])
+                ctl_main(["list", "--socket", r.path])
+            return {
+                "mine": mine,
+                "status": c.request(op="status")["status"],
+                "list": c.request(op="list"),
+                "ctl": out.getvalue(),
+            }
+
+        seen = as_user(r, 65534, look)
+        status, listed = seen["status"], seen["list"]
+        assert status["leases"] == 2 and status["hidden_leases"] == 1
+        assert [x["lease"] for x in status["live_leases"]] == [seen["mine"]]
+        assert status["live_leases"][0]["uid"] == 65534
+        # root's gaming lease decides what runs: this caller is told only that one does
+        assert status["lease"] is None and status["lease_hidden"] is True
+        assert [x["lease"] for x in listed["leases"]] == [seen["mine"]]
+        assert listed["hidden_leases"] == 1
+        # schedswitchctl status and list say so
+        assert "another user's lease decides what runs (not shown)" in seen["ctl"]
+        assert seen["ctl"].count("1 of other users, not shown") == 2
+        # root's lease, its uid and pid appear nowhere (its id does, in the switch's reason)
+        text = json.dumps(seen)
+        assert f'"owner_pid": {os.getpid()}' not in text and '"uid": 0' not in text
+        # the admin sees every lease (the child's ended with its connection: one is left)
+        full = admin.request(op="status")["status"]
+        assert full["hidden_leases"] == 0 and full["lease"]["lease"] == root_lease
+    finally:
+        r.stop()

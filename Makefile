@@ -12,7 +12,7 @@ APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev p
 	systemd \
 	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux
 
-.PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz \
+.PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz fuzz-props \
 	man completions install
 all: test
 
@@ -172,22 +172,33 @@ bench: deps kernel test-objects schedulers
 	$(VPY) bench/gap_profile.py --out bench/results
 
 # Longer robustness runs than `make test` has time for (not part of it):
-# - the ELF, BTF and protocol property tests with FUZZ_SCALE times their examples (5: ~30k
-#   inputs, ~4 min of CPU), outcomes counted per input into build/fuzz/ and summed by
-#   tools/fuzz_report.py (build/fuzz/report.md; exit 1 on a defect);
+# - tools/fuzz.py: FUZZ_INPUTS mutated inputs (default 100,000) on each of five surfaces
+#   (objects, BTF, profiles and expressions, configs, protocol) in long-lived workers; only
+#   the project's typed errors are allowed, no input may take over 5 s of CPU or 1 GiB.
+#   Counts per surface and outcome in build/fuzz/report.{md,json}, reproducers of findings
+#   under build/fuzz/findings/; exit 1 on any finding (after the flood has run too);
 # - the daemon under a flood of 200 clients for 30 s (its resident memory before, at the
 #   end and after is printed; an admin's status must be answered throughout).
+# `make fuzz-props` runs the hypothesis property tests of the opener, the BTF reader and the
+# protocol with FUZZ_SCALE times their examples instead (tools/fuzz_report.py sums them).
 # docs/fuzzing.md has the method and the figures of a run.
+FUZZ_INPUTS ?= 100000
+FUZZ_JOBS ?= 2
 FUZZ_SCALE ?= 5
 FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_FLOOD_CLIENTS ?= 200
 FUZZ_FLOOD_S ?= 30
 fuzz: deps test-objects
+	@mkdir -p $(FUZZ_DIR) && rm -rf $(FUZZ_DIR)/findings
+	$(VPY) -m tools.fuzz run --inputs $(FUZZ_INPUTS) --jobs $(FUZZ_JOBS) --out $(FUZZ_DIR); \
+	rc=$$?; \
+	SCHEDSWITCHD_FLOOD_CLIENTS=$(FUZZ_FLOOD_CLIENTS) SCHEDSWITCHD_FLOOD_S=$(FUZZ_FLOOD_S) \
+		$(VENV)/bin/pytest -q -s -rxX -p no:cacheprovider tests/daemon/test_flood.py && exit $$rc
+
+fuzz-props: deps test-objects
 	@mkdir -p $(FUZZ_DIR) && rm -f $(FUZZ_DIR)/stats.jsonl $(FUZZ_DIR)/junit.xml
 	SCHEDSWITCHD_FUZZ_SCALE=$(FUZZ_SCALE) SCHEDSWITCHD_FUZZ_STATS=$(FUZZ_DIR)/stats.jsonl $(VENV)/bin/pytest -q -p no:cacheprovider --junitxml=$(FUZZ_DIR)/junit.xml tests/bpf/test_object_fuzz.py tests/test_btf_fuzz.py tests/daemon/test_protocol.py "tests/daemon/test_server.py::test_arbitrary_bytes_over_the_socket" || true
-	$(VPY) -m tools.fuzz_report $(FUZZ_DIR) --out $(FUZZ_DIR)/report.md
-	SCHEDSWITCHD_FLOOD_CLIENTS=$(FUZZ_FLOOD_CLIENTS) SCHEDSWITCHD_FLOOD_S=$(FUZZ_FLOOD_S) \
-		$(VENV)/bin/pytest -q -s -rxX -p no:cacheprovider tests/daemon/test_flood.py
+	$(VPY) -m tools.fuzz_report $(FUZZ_DIR) --out $(FUZZ_DIR)/props.md
 
 # Man pages (build/man/NAME.1) and bash/zsh completions (build/completions/{bash,zsh}/) of
 # schedswitchd, schedswitchctl and schedswitch-run, generated from their argparse parsers

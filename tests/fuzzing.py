@@ -1,7 +1,7 @@
 """Shared knobs of the fuzz tests (hypothesis property tests over mutated inputs).
 
 ``make test`` runs each fuzz test with its bounded example count (``make unit`` a tenth of
-it, see :data:`SCALE`); ``make fuzz`` sets
+it, see :data:`SCALE`); ``make fuzz-props`` sets
 ``SCHEDSWITCHD_FUZZ_SCALE`` (a float multiplier, default 1) for a longer run and
 ``SCHEDSWITCHD_FUZZ_STATS`` to a file that collects, per test, how many inputs ran and
 how each one ended (``tools/fuzz_report.py`` sums them; docs/fuzzing.md has the figures).

@@ -1,4 +1,5 @@
-"""Sum a ``make fuzz`` run: inputs per fuzz family, how they ended, time, defects by class.
+"""Sum a ``make fuzz-props`` run (the property tests at scale): inputs per fuzz family,
+how they ended, time, defects by class.
 
 Reads ``DIR/stats.jsonl`` (one ``{"test": FAMILY, "outcomes": {OUTCOME: N}}`` object a
 line, appended by ``tests.fuzzing.flush``) and ``DIR/junit.xml`` (pytest's, for the time

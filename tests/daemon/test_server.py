@@ -698,7 +698,7 @@ def test_arbitrary_bytes_over_the_socket(shared_srv: Running, data: bytes) -> No
         fuzzing.flush()
         raise
     fuzzing.record("protocol:socket", "served")
-    fuzzing.flush()  # writes only when make fuzz asks for the counts
+    fuzzing.flush()  # writes only when make fuzz-props asks for the counts
 
 
 def test_slow_switch_does_not_block_other_clients() -> None:

@@ -69,3 +69,22 @@ async def caller_of(bus: sdbus.SdBus, sender: str) -> Caller:
         if isinstance(gids, list)
         else frozenset(),
     )
+
+
+class BusDaemon(sdbus.DbusInterfaceCommonAsync, interface_name=DBUS_NAME):
+    """A proxy of the message bus itself (:data:`DBUS_NAME` at :data:`DBUS_PATH`): whether
+    a name has an owner, and the changes of names' owners (``NameOwnerChanged``: name, old
+    owner, new owner; an empty owner means none)."""
+
+    @sdbus.dbus_method_async("s", "b", method_name="NameHasOwner")
+    async def name_has_owner(self, name: str) -> bool:
+        raise NotImplementedError  # a proxy's: the bus answers
+
+    @sdbus.dbus_signal_async("sss", signal_name="NameOwnerChanged")
+    def name_owner_changed(self) -> tuple[str, str, str]:
+        raise NotImplementedError
+
+
+def bus_daemon(bus: sdbus.SdBus) -> BusDaemon:
+    """A :class:`BusDaemon` proxy on ``bus``."""
+    return BusDaemon.new_proxy(DBUS_NAME, DBUS_PATH, bus)

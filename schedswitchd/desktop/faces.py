@@ -17,7 +17,7 @@ from schedswitchd.desktop.bus import Buses
 log = logging.getLogger("schedswitchd")
 
 #: The face modules, started in this order.
-FACES: tuple[str, ...] = ()
+FACES: tuple[str, ...] = ("schedswitchd.desktop.power_profiles",)
 
 
 class Face(Protocol):

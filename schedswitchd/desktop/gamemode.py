@@ -41,6 +41,7 @@ import sdbus
 
 from schedswitchd.daemon.launcher_wire import DaemonError, DaemonUnavailable
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
+from schedswitchd.desktop.bus import bus_daemon
 from schedswitchd.desktop.game_leases import GameLeases
 
 log = logging.getLogger("schedswitch-gamemode")
@@ -55,26 +56,10 @@ OK, ERROR = 0, -1
 #: ``QueryStatus``: no game registered / games, not this one / this one.
 INACTIVE, ACTIVE_OTHERS, ACTIVE_THIS = 0, 1, 2
 
-#: The message bus itself (the D-Bus specification's ``org.freedesktop.DBus``).
-DBUS_NAME = "org.freedesktop.DBus"
-DBUS_PATH = "/org/freedesktop/DBus"
-
 
 def game_path(pid: int) -> str:
     """The object path gamemoded gives game ``pid`` (``game_object_bus_path``)."""
     return f"{GAMES_PATH}/{pid}"
-
-
-class BusDaemon(sdbus.DbusInterfaceCommonAsync, interface_name=DBUS_NAME):
-    """What the agent asks the message bus: whether a name has an owner, and its changes."""
-
-    @sdbus.dbus_method_async("s", "b", method_name="NameHasOwner")
-    async def name_has_owner(self, name: str) -> bool:
-        raise NotImplementedError  # a proxy's: the bus answers
-
-    @sdbus.dbus_signal_async("sss", signal_name="NameOwnerChanged")
-    def name_owner_changed(self) -> tuple[str, str, str]:
-        raise NotImplementedError
 
 
 class ServedGames:
@@ -252,7 +237,7 @@ async def follow(bus: sdbus.SdBus, leases: GameLeases) -> None:
     from its ``GameRegistered`` to its ``GameUnregistered`` (or its exit); all released
     when gamemoded leaves the bus."""
     gamemode = GameModeFace.new_proxy(GAMEMODE_NAME, GAMEMODE_PATH, bus)
-    daemon = BusDaemon.new_proxy(DBUS_NAME, DBUS_PATH, bus)
+    daemon = bus_daemon(bus)
     tasks: set[asyncio.Task[None]] = set()
 
     def start(pid: int) -> None:
@@ -323,7 +308,7 @@ async def run(workload: str, socket: str | None, mode: str) -> None:
     bus = sdbus.sd_bus_open_user()
     leases = GameLeases(workload, socket)
     if mode == "auto":
-        daemon = BusDaemon.new_proxy(DBUS_NAME, DBUS_PATH, bus)
+        daemon = bus_daemon(bus)
         owned = await daemon.name_has_owner(GAMEMODE_NAME)
         mode = "follow" if gamemoded_present(owned) else "serve"
     if mode == "serve":

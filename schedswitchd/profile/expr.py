@@ -16,10 +16,18 @@ Why it cannot escape or blow up:
   topology.Topology`, ``Cpu``, ``CpuGroup``, ``SmtPair``) and only for their public
   fields, listed per type: ``x.__class__``, ``(1).real``, ``"".join`` are refused;
 - integers are kept below :data:`MAX_INT_BITS` bits (``**``, ``<<`` and ``*`` are checked
-  *before* they are computed), sequences below :data:`MAX_SEQ_LEN` elements (``[0] * n``,
-  ``range(n)``, ``+`` checked before), the source below :data:`MAX_SOURCE` characters and
-  its nesting below :data:`MAX_DEPTH`, and every evaluation below :data:`MAX_STEPS` node
-  visits (so nested comprehensions over large ranges stop).
+  *before* they are computed, bools count as the ints they are), sequences below
+  :data:`MAX_SEQ_LEN` elements (``[0] * n``, ``range(n)``, ``+`` checked before), all that
+  one evaluation builds below :data:`MAX_BUILT` words, the source below :data:`MAX_SOURCE`
+  characters and its nesting below :data:`MAX_DEPTH`;
+- every evaluation takes at most :data:`MAX_STEPS` steps: a node visit is one, and work
+  done inside a built-in (``sum``, ``sorted``, ``max``, ``cpumask``, ``in``, ``==``, a
+  slice, building a list) costs one step per :data:`ELEMENTS_PER_STEP` elements it
+  touches, nested lists counted in full (so ``max([r] * n)`` pays for every comparison of
+  ``r``).
+
+Values that are not plain data (:func:`check_plain`: a function, a topology record, a
+complex number, a non-finite float) are refused where a profile takes a value.
 
 Every refusal raises :class:`ExprError` quoting the expression.
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -38,13 +47,16 @@ from schedswitchd.profile.topology import Cpu, CpuGroup, SmtPair, Topology, cpum
 
 __all__ = [
     "FUNCTIONS",
+    "MAX_BUILT",
     "MAX_INT_BITS",
     "MAX_SEQ_LEN",
     "MAX_STEPS",
     "CompiledExpr",
     "ExprError",
+    "check_plain",
     "compile_expr",
     "evaluate",
+    "show",
 ]
 
 MAX_SOURCE = 4000
@@ -52,12 +64,41 @@ MAX_DEPTH = 40
 MAX_INT_BITS = 4096
 MAX_SEQ_LEN = 1 << 16
 MAX_STEPS = 1_000_000
+#: Elements a built-in may touch for one step: about what one node visit costs.
+ELEMENTS_PER_STEP = 16
+#: What one evaluation may build in all, in 8-byte words: a list element or 8 bytes of a
+#: str/bytes is one, an int above 64 bits one per 64 bits (16 sequences of the longest).
+MAX_BUILT = 1 << 20
 
 
 class ExprError(ProfileError):
     """An expression that does not parse, uses what the language lacks, or fails."""
 
     code = "profile"
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` with ints too long to print (``int`` refuses over 4300 digits) named by
+    their size."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<int of {x.bit_length()} bits>"
+        return repr(x)
+
+
+_SHORT = _ShortRepr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 8
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def show(value: object) -> str:
+    """A short ``repr`` of ``value`` for messages: long sequences and strings cut, an int
+    over 128 bits as ``<int of N bits>``; never raises."""
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # a repr that fails must not replace the error being reported
+        return f"<{type(value).__name__}>"
 
 
 def _public(cls: type, extra: tuple[str, ...] = ()) -> frozenset[str]:
@@ -89,13 +130,13 @@ ATTRIBUTES: dict[type, frozenset[str]] = {
 
 def _ilog2(n: object) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ExprError(f"ilog2: expected a positive int, got {n!r}")
+        raise ExprError(f"ilog2: expected a positive int, got {show(n)}")
     return n.bit_length() - 1
 
 
 def _roundup_pow2(n: object) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ExprError(f"roundup_pow2: expected a non-negative int, got {n!r}")
+        raise ExprError(f"roundup_pow2: expected a non-negative int, got {show(n)}")
     if n.bit_length() >= MAX_INT_BITS:
         raise ExprError("roundup_pow2: result too large")
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
@@ -105,13 +146,13 @@ def _int_list(v: object, what: str) -> list[int]:
     if not isinstance(v, list | tuple) or not all(
         isinstance(x, int) and not isinstance(x, bool) for x in v
     ):
-        raise ExprError(f"{what}: expected a list of CPU numbers, got {v!r}")
+        raise ExprError(f"{what}: expected a list of CPU numbers, got {show(v)}")
     return list(v)
 
 
 def _size_arg(v: object, what: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= MAX_SEQ_LEN:
-        raise ExprError(f"{what}: size must be an int in 1..{MAX_SEQ_LEN}, got {v!r}")
+        raise ExprError(f"{what}: size must be an int in 1..{MAX_SEQ_LEN}, got {show(v)}")
     return v
 
 
@@ -128,7 +169,7 @@ def _range(*args: object) -> list[int]:
 
 def _seq(name: str, v: object) -> Sequence[Any]:
     if not isinstance(v, list | tuple | str | bytes):
-        raise ExprError(f"{name}: expected a list, got {v!r}")
+        raise ExprError(f"{name}: expected a list, got {show(v)}")
     return v
 
 
@@ -145,11 +186,18 @@ def _minmax(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return call
 
 
+_NUMBERS = frozenset({int, bool, float, complex})
+
+
 def _sum(v: object) -> Any:
     seq = _seq("sum", v)
-    total: Any = 0
-    for x in seq:
-        total = _binop(ast.Add(), total, x)
+    # numbers only (0 + a list or str fails anyway); the types are checked and the sum
+    # taken at C speed: a sum of n ints of at most MAX_INT_BITS bits grows by log2(n) bits
+    if not set(map(type, seq)) <= _NUMBERS:
+        raise ExprError("sum: expected a list of numbers")
+    total = sum(seq)
+    if isinstance(total, int) and total.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"sum exceeds {MAX_INT_BITS} bits")
     return total
 
 
@@ -158,11 +206,11 @@ def _sorted(v: object, key: object = None, reverse: object = False) -> list[Any]
     (a record's attribute, or a struct table's member), not a function."""
     seq = _seq("sorted", v)
     if not isinstance(reverse, bool):
-        raise ExprError(f"sorted: reverse must be True or False, got {reverse!r}")
+        raise ExprError(f"sorted: reverse must be True or False, got {show(reverse)}")
     keyfn = None
     if key is not None:
         if not isinstance(key, str):
-            raise ExprError(f"sorted: key must name a field, got {key!r}")
+            raise ExprError(f"sorted: key must name a field, got {show(key)}")
 
         def keyfn(item: Any) -> Any:
             if isinstance(item, dict):
@@ -184,9 +232,9 @@ def _to_int(v: object) -> int:
         return int(v)
     if isinstance(v, float):
         if not math.isfinite(v):
-            raise ExprError(f"int: {v!r} is not finite")
+            raise ExprError(f"int: {show(v)} is not finite")
         return int(v)
-    raise ExprError(f"int: expected a number, got {v!r}")
+    raise ExprError(f"int: expected a number, got {show(v)}")
 
 
 def _cpumask(cpus: object, nbytes: object = None) -> bytes:
@@ -229,7 +277,7 @@ _KEYWORDS = {"cpumask": {"nbytes"}, "cpumask_u64": {"nwords"}, "sorted": {"key",
 
 
 def _bad(name: str, v: object) -> Any:
-    raise ExprError(f"{name}: unsupported argument {v!r}")
+    raise ExprError(f"{name}: unsupported argument {show(v)}")
 
 
 _ALLOWED = (
@@ -296,7 +344,7 @@ def compile_expr(source: str) -> CompiledExpr:
     """Parse and check ``source``. Raises :class:`ExprError` for a syntax error, a node
     outside the language, a dunder or private name, or a source too long or deep."""
     if not isinstance(source, str):
-        raise ExprError(f"an expression must be a string, got {source!r}")
+        raise ExprError(f"an expression must be a string, got {show(source)}")
     if len(source) > MAX_SOURCE:
         raise ExprError(f"expression longer than {MAX_SOURCE} characters")
     try:
@@ -318,7 +366,7 @@ def _check(node: ast.AST, src: str, depth: int) -> None:
     if isinstance(node, ast.Constant) and not isinstance(
         node.value, int | float | str | bytes | type(None)
     ):
-        raise ExprError(f"expression {src!r}: constant {node.value!r} is not allowed")
+        raise ExprError(f"expression {src!r}: constant {show(node.value)} is not allowed")
     if isinstance(node, ast.Name | ast.Attribute):
         ident = node.id if isinstance(node, ast.Name) else node.attr
         if ident.startswith("_"):
@@ -357,8 +405,51 @@ def evaluate(expr: CompiledExpr | str, names: Mapping[str, object]) -> Any:
         raise ExprError(f"expression {compiled.source!r} recursed too deeply") from None
 
 
+def check_plain(value: object) -> None:
+    """Raise :class:`ExprError` unless ``value`` is plain data, what a profile value is and
+    JSON can carry: None, bool, int (at most :data:`MAX_INT_BITS` bits), finite float, str,
+    bytes, and lists and tables (str keys) of them, at most :data:`MAX_BUILT` elements in
+    all once nested lists are counted in full. Refused with what it is: a function (``len``),
+    a topology record (``topo``, a ``Cpu``), a complex number (``(-1.0) ** 0.5``), ``inf``
+    or ``nan``. Each distinct list is looked at once."""
+    seen: set[int] = set()
+    todo: list[object] = [value]
+    while todo:
+        v = todo.pop()
+        if v is None or isinstance(v, bool | str | bytes):
+            continue
+        if isinstance(v, int):
+            if v.bit_length() > MAX_INT_BITS:
+                raise ExprError(f"its value is an int of {v.bit_length()} bits")
+            continue
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ExprError(f"its value holds {v!r}, which JSON cannot carry")
+            continue
+        if isinstance(v, list | tuple | dict):
+            if id(v) not in seen:
+                seen.add(id(v))
+                todo.extend(v.values() if isinstance(v, dict) else v)
+            continue
+        what = (
+            "a function"
+            if callable(v)
+            else f"a topology record ({type(v).__name__})"
+            if type(v) in ATTRIBUTES
+            else f"a {type(v).__name__} ({show(v)})"
+        )
+        raise ExprError(f"its value is {what}, not plain data (a number, string, bytes, list)")
+    if _weight(value, {}) > MAX_BUILT:
+        raise ExprError(f"its value holds more than {MAX_BUILT} elements once expanded")
+
+
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _intlike(v: object) -> bool:
+    """An int or a bool (``True << n`` is ``1 << n``): what the size checks apply to."""
+    return isinstance(v, int)
 
 
 def _seqlen(v: object) -> int | None:
@@ -370,22 +461,22 @@ def _binop(op: ast.operator, a: Any, b: Any) -> Any:
     t = type(op)
     la, lb = _seqlen(a), _seqlen(b)
     if t is ast.Mult:
-        if (la is not None and _is_int(b)) or (lb is not None and _is_int(a)):
+        if (la is not None and _intlike(b)) or (lb is not None and _intlike(a)):
             n = (la or 0) * b if la is not None else (lb or 0) * a
             if n > MAX_SEQ_LEN:
-                raise ExprError(f"repeating a sequence to {n} elements exceeds {MAX_SEQ_LEN}")
-        elif _is_int(a) and _is_int(b) and a.bit_length() + b.bit_length() > MAX_INT_BITS:
+                raise ExprError(f"repeating a sequence exceeds {MAX_SEQ_LEN} elements")
+        elif _intlike(a) and _intlike(b) and a.bit_length() + b.bit_length() > MAX_INT_BITS:
             raise ExprError(f"product exceeds {MAX_INT_BITS} bits")
     elif t is ast.Add and la is not None and lb is not None and la + lb > MAX_SEQ_LEN:
         raise ExprError(f"concatenation exceeds {MAX_SEQ_LEN} elements")
-    elif t is ast.Pow and _is_int(a) and _is_int(b):
+    elif t is ast.Pow and _intlike(a) and _intlike(b):
         if b < 0 and a == 0:
             raise ExprError("0 cannot be raised to a negative power")
         if b > 0 and abs(a) > 1 and b * a.bit_length() > MAX_INT_BITS:
             raise ExprError(f"power exceeds {MAX_INT_BITS} bits")
     elif t is ast.Pow and isinstance(b, int | float) and abs(b) > MAX_INT_BITS:
-        raise ExprError(f"exponent {b!r} is too large")
-    elif t in (ast.LShift, ast.RShift) and _is_int(a) and _is_int(b):
+        raise ExprError(f"exponent {show(b)} is too large")
+    elif t in (ast.LShift, ast.RShift) and _intlike(a) and _intlike(b):
         if b < 0:
             raise ExprError("negative shift count")
         if t is ast.LShift and a and a.bit_length() + b > MAX_INT_BITS:
@@ -393,11 +484,53 @@ def _binop(op: ast.operator, a: Any, b: Any) -> Any:
     if la is not None and t is not ast.Mult and t is not ast.Add:
         raise ExprError(f"operator {t.__name__} does not apply to a sequence")
     try:
-        return _BINOPS[t](a, b)
+        out = _BINOPS[t](a, b)
     except ZeroDivisionError:
         raise ExprError("division by zero") from None
     except (TypeError, OverflowError, ValueError) as exc:
         raise ExprError(f"{t.__name__}: {exc}") from None
+    if isinstance(out, int) and out.bit_length() > MAX_INT_BITS:  # sums grow a bit a time
+        raise ExprError(f"{t.__name__}: result exceeds {MAX_INT_BITS} bits")
+    return out
+
+
+_FLAT = (int, float, complex, type(None))
+
+
+def _weight(v: object, memo: dict[int, tuple[object, int]]) -> int:
+    """How many elements walking all of ``v`` touches: a sequence's length plus the weights
+    of its nested sequences and strings (a str/bytes: its length; anything else: 1). Each
+    distinct list is walked once (``memo``: id -> (the list, kept alive; its weight)): the
+    language never changes a list once built, and ``[r] * n`` holds ``r`` n times."""
+    if isinstance(v, str | bytes):
+        return len(v)
+    if not isinstance(v, list | tuple | dict):
+        return 1
+    hit = memo.get(id(v))
+    if hit is not None and hit[0] is v:
+        return hit[1]
+    items = v.values() if isinstance(v, dict) else v
+    w = len(v) + sum(_weight(x, memo) for x in items if not isinstance(x, _FLAT))
+    memo[id(v)] = (v, w)
+    return w
+
+
+def _words(v: object) -> int:
+    """What building ``v`` cost in 8-byte words (see :data:`MAX_BUILT`)."""
+    if isinstance(v, list | tuple | dict):
+        return len(v)
+    if isinstance(v, str | bytes):
+        return len(v) // 8 + 1
+    if isinstance(v, int) and v.bit_length() > 64:
+        return v.bit_length() // 64
+    return 0
+
+
+#: Built-ins whose work does not grow with their arguments' size (``range``'s result is
+#: paid as built).
+_CONSTANT_WORK = frozenset({"len", "int", "bool", "abs", "ilog2", "roundup_pow2", "range"})
+#: Built-ins that handle each element in Python (a step each), not at C speed.
+_PYTHON_WORK = frozenset({"cpumask", "cpumask_u64"})
 
 
 class _Evaluator:
@@ -405,11 +538,34 @@ class _Evaluator:
         self.source = source
         self.names = names
         self.steps = 0
+        self.built = 0
+        self.weights: dict[int, tuple[object, int]] = {}
+        self.fields: dict[tuple[int, str], tuple[object, list[Any]]] = {}
 
-    def _step(self) -> None:
-        self.steps += 1
+    def _step(self, n: int = 1) -> None:
+        self.steps += n
         if self.steps > MAX_STEPS:
             raise ExprError(f"expression {self.source!r} takes more than {MAX_STEPS} steps")
+
+    def _touch(self, elements: int) -> None:
+        """Charge a built-in's walk over ``elements`` elements."""
+        self._step(elements // ELEMENTS_PER_STEP)
+
+    def _touch_all(self, *values: object, per_step: int = ELEMENTS_PER_STEP) -> None:
+        """Charge walking each of ``values`` in full (scalars cost nothing more),
+        ``per_step`` elements a step."""
+        n = sum(_weight(v, self.weights) for v in values if not isinstance(v, _FLAT))
+        self._step(n // per_step)
+
+    def _built(self, v: Any) -> Any:
+        """Count ``v``, just built, against :data:`MAX_BUILT` and charge building it."""
+        n = _words(v)
+        if n:
+            self.built += n
+            if self.built > MAX_BUILT:
+                raise ExprError(f"builds more than {MAX_BUILT} words of values")
+            self._touch(n)
+        return v
 
     def eval(self, node: ast.expr, local: dict[str, object]) -> Any:
         self._step()
@@ -427,7 +583,15 @@ class _Evaluator:
             if allowed is None or node.attr not in allowed:
                 raise ExprError(f"{type(obj).__name__} has no attribute {node.attr!r}")
             value = getattr(obj, node.attr)
-            return list(value) if isinstance(value, tuple) else value
+            if not isinstance(value, tuple):
+                return value
+            # records hold tuples, the language lists: one list per record field and
+            # evaluation (never changed once built), not a copy per visit of `topo.cpus[c]`
+            hit = self.fields.get((id(obj), node.attr))
+            if hit is None or hit[0] is not obj:
+                hit = (obj, self._built(list(value)))
+                self.fields[(id(obj), node.attr)] = hit
+            return hit[1]
         if isinstance(node, ast.Subscript):
             obj = self.eval(node.value, local)
             if not isinstance(obj, list | tuple | str | bytes):
@@ -439,30 +603,35 @@ class _Evaluator:
                 ]
                 if not all(p is None or _is_int(p) for p in parts):
                     raise ExprError("slice bounds must be ints")
-                return obj[slice(*parts)]
+                if parts[2] == 0:
+                    raise ExprError("slice step cannot be zero")
+                return self._built(obj[slice(*parts)])
             idx = self.eval(node.slice, local)
             if not _is_int(idx):
-                raise ExprError(f"index must be an int, got {idx!r}")
+                raise ExprError(f"index must be an int, got {show(idx)}")
             try:
                 return obj[idx]
             except IndexError:
                 raise ExprError(f"index {idx} out of range (length {len(obj)})") from None
         if isinstance(node, ast.List | ast.Tuple):
-            return [self.eval(e, local) for e in node.elts]
+            return self._built([self.eval(e, local) for e in node.elts])
         if isinstance(node, ast.Dict):  # struct members by name (keys checked by _check)
-            return {
-                k.value: self.eval(v, local)
-                for k, v in zip(node.keys, node.values, strict=True)
-                if isinstance(k, ast.Constant)
-            }
+            return self._built(
+                {
+                    k.value: self.eval(v, local)
+                    for k, v in zip(node.keys, node.values, strict=True)
+                    if isinstance(k, ast.Constant)
+                }
+            )
         if isinstance(node, ast.BinOp):
-            return _binop(node.op, self.eval(node.left, local), self.eval(node.right, local))
+            left, right = self.eval(node.left, local), self.eval(node.right, local)
+            return self._built(_binop(node.op, left, right))
         if isinstance(node, ast.UnaryOp):
             v = self.eval(node.operand, local)
             if isinstance(node.op, ast.Not):
                 return not v
             if not isinstance(v, int | float):
-                raise ExprError(f"unary {type(node.op).__name__} needs a number, got {v!r}")
+                raise ExprError(f"unary {type(node.op).__name__} needs a number, got {show(v)}")
             if isinstance(node.op, ast.USub):
                 return -v
             if isinstance(node.op, ast.UAdd):
@@ -482,6 +651,7 @@ class _Evaluator:
             left = self.eval(node.left, local)
             for op, comp in zip(node.ops, node.comparators, strict=True):
                 right = self.eval(comp, local)
+                self._touch_all(left, right)  # == and in walk sequences element by element
                 try:
                     ok = _CMPOPS[type(op)](left, right)
                 except TypeError as exc:
@@ -496,7 +666,7 @@ class _Evaluator:
         if isinstance(node, ast.ListComp):
             out: list[Any] = []
             self._comp(node, node.generators, dict(local), out)
-            return out
+            return self._built(out)
         if isinstance(node, ast.Call):
             return self._call(node, local)
         raise ExprError(f"{type(node).__name__} is not allowed")  # _check keeps us from here
@@ -530,7 +700,7 @@ class _Evaluator:
             return
         assert isinstance(target, ast.Tuple)
         if not isinstance(item, list | tuple) or len(item) != len(target.elts):
-            raise ExprError(f"cannot unpack {item!r} into {len(target.elts)} names")
+            raise ExprError(f"cannot unpack {show(item)} into {len(target.elts)} names")
         for t, v in zip(target.elts, item, strict=True):
             self._bind(t, v, local)
 
@@ -547,11 +717,17 @@ class _Evaluator:
             if k.arg not in allowed:
                 raise ExprError(f"{name}() takes no keyword {k.arg!r}")
             kwargs[k.arg] = self.eval(k.value, local)
+        if name not in _CONSTANT_WORK:
+            python = name in _PYTHON_WORK or (name == "sorted" and "key" in kwargs)
+            self._touch_all(*args, *kwargs.values(), per_step=1 if python else ELEMENTS_PER_STEP)
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
         except ExprError:
             raise
         except ProfileError as exc:
             raise ExprError(f"{name}: {exc}") from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise ExprError(f"{name}: {exc}") from None
+        if any(out is a for a in args):  # min(a, b), max(a, b): an argument, not new
+            return out
+        return self._built(out)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from schedswitchd.errors import ProfileError
-from schedswitchd.profile.expr import ExprError, evaluate
+from schedswitchd.profile.expr import ExprError, check_plain, evaluate, show
 from schedswitchd.profile.model import _FLAG, Expr, Profile, Stat
 from schedswitchd.profile.topology import Topology
 
@@ -171,12 +171,18 @@ class ResolvedProfile:
         }
 
 
-def resolve_value(value: Any, names: Mapping[str, object], where: str) -> Any:
-    """``value`` with every :class:`Expr` evaluated under ``names``. Raises
-    :class:`ProfileError` naming ``where`` (the dotted key)."""
+def resolve_value(
+    value: Any, names: Mapping[str, object], where: str, *, plain: bool = True
+) -> Any:
+    """``value`` with every :class:`Expr` evaluated under ``names``; with ``plain`` each
+    result must be plain data (:func:`~schedswitchd.profile.expr.check_plain`; a
+    ``for_each`` list may hold topology records). Raises :class:`ProfileError` naming
+    ``where`` (the dotted key)."""
     if isinstance(value, Expr):
         try:
             out = evaluate(value.compiled, names)
+            if plain:
+                check_plain(out)
         except ExprError as exc:
             raise ProfileError(f"{where}: {exc}") from None
         return bytes(out) if isinstance(out, bytearray) else out
@@ -195,11 +201,11 @@ def _iterations(
         yield {}, ""
         return
     if isinstance(for_each, Expr):
-        items = resolve_value(for_each, names, f"{where}.for_each")
+        items = resolve_value(for_each, names, f"{where}.for_each", plain=False)
         if not isinstance(items, list):
-            raise ProfileError(f"{where}.for_each: expression gave {items!r}, not a list")
+            raise ProfileError(f"{where}.for_each: expression gave {show(items)}, not a list")
         for i, item in enumerate(items):
-            yield {"item": item, "i": i}, f"item {item!r}"
+            yield {"item": item, "i": i}, f"item {show(item)}"
         return
     if for_each in ("cpu", "online_cpu"):
         cpus = [c for c in topo.cpus if c.online or (for_each == "cpu" and c.possible)]
@@ -237,7 +243,7 @@ def _cpu_value(v: Any, topo: Topology, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ProfileError(f"{where}: a CPU must be an int, got {v!r}")
+        raise ProfileError(f"{where}: a CPU must be an int, got {show(v)}")
     if v not in topo.online_cpus:
         raise ProfileError(f"{where}: CPU {v} is not online on this machine")
     return v
@@ -285,7 +291,7 @@ def resolve_profile(
     for sec, v in p.resize.items():
         n = val(v, f"resize.{sec!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ProfileError(f"{file}: resize.{sec!r}: {n!r} is not a positive element count")
+            raise ProfileError(f"{file}: resize.{sec!r}: {show(n)} is not a positive element count")
         out.resize[sec] = n
     out.struct_ops = {k: val(v, f"struct_ops.{k}") for k, v in p.struct_ops.members.items()}
     out.let = lets

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,25 @@ def test_set_rodata_errors(fifo_obj: bytes) -> None:
         set_rodata(fifo_obj, "nr_enqueued", 1)  # a .bss variable
     with pytest.raises(RodataError, match="does not fit"):
         set_rodata(fifo_obj, "error_after", 1 << 64)
+
+
+def test_guest_binds_keeps_what_the_guest_tmpfs_hides() -> None:
+    """Host paths under a tmpfs the chroot init mounts come back as binds: a file as its
+    directory, resolved through symlinks, nested ones once; paths the guest sees anyway (the
+    checkout, the rest of the host root) and absent ones do not."""
+    hidden = Path(tempfile.mkdtemp(dir=vm.GUEST_TMPFS[0], prefix="schedswitchd-binds-"))
+    try:
+        corpus = hidden / "shared" / "corpus"
+        corpus.mkdir(parents=True)
+        (corpus / "a.bpf.o").write_bytes(b"")
+        link = hidden / "link"
+        link.symlink_to(corpus)
+        assert vm.guest_binds([corpus / "a.bpf.o"]) == [str(corpus)]
+        assert vm.guest_binds([corpus, hidden / "shared", link]) == [str(hidden / "shared")]
+        assert vm.guest_binds([link / "a.bpf.o"]) == [str(corpus)]
+        assert vm.guest_binds([hidden / "absent", vm.REPO / "build", "/usr/lib"]) == []
+        assert vm.guest_binds([vm.GUEST_TMPFS[0]]) == []  # never the whole tmpfs
+        with pytest.raises(ValueError, match="newline"):
+            vm.guest_binds([hidden / "a\nb"])
+    finally:
+        shutil.rmtree(hidden)

@@ -65,16 +65,18 @@ def community_gaming() -> tuple[str, str, str, str] | None:
     return None
 
 
-def demo_config() -> tuple[str, str]:
+def demo_config() -> tuple[str, str, list[str]]:
     """The shipped config with absolute object paths, its gaming hint moved to a community
-    scheduler when one is available; and the ops name the gaming hint must show."""
+    scheduler when one is available; the ops name the gaming hint must show; and the host
+    paths outside the checkout that the config names (for :func:`tools.vm.run_in_vm`'s
+    ``share``: a clone under ``/tmp`` has its corpus there too, which the VM would hide)."""
     from tools.session import config_variant
 
     text = config_variant(REPO)
     pick = community_gaming()
     if pick is None:
         print("gaming hint: ss_latency (no community scheduler with a profile available)")
-        return text, "ss_latency"
+        return text, "ss_latency", []
     obj, profile, mode, ops = pick
     assert GAMING in text, "config/schedswitchd.toml's [hints.gaming] changed"
     print(f"gaming hint: {ops} from {obj} with profile {profile!r}, mode {mode!r}")
@@ -85,7 +87,7 @@ def demo_config() -> tuple[str, str]:
         # software emulation stretches the kernel watchdog's wall time
         "struct_ops = { timeout_ms = 30000 }\n"
     )
-    return text, ops
+    return text, ops, [obj]
 
 
 def main() -> int:
@@ -95,7 +97,7 @@ def main() -> int:
         "(software emulation: this takes a few minutes)...",
         flush=True,
     )
-    text, gaming_ops = demo_config()
+    text, gaming_ops, share = demo_config()
     start = time.monotonic()
     result = vm.run_in_vm(
         SCRIPT,
@@ -104,6 +106,7 @@ def main() -> int:
         cwd=str(REPO),
         env={"SCHEDSWITCHD_DEMO_GAMING_OPS": gaming_ops},
         inputs={"demo.toml": text},
+        share=share,
     )
     print(result.output.rstrip())
     print(f"(VM: {result.accel}, {time.monotonic() - start:.0f} s)", file=sys.stderr)

@@ -6,7 +6,9 @@ read-only over virtio-9p, mounts proc, sys, devtmpfs, bpffs, tracefs and tmpfs o
 ``/run``, mounts a writable 9p share (the results directory) on ``/tmp/vm-results``, ``chroot``s
 into the host root and runs the script with bash. So the script sees the host's files at the
 same paths (the repository, its ``.venv``, bpftool, the kernel cache) and its writes to
-``$RESULTS`` come back to the host. The VM has no network device.
+``$RESULTS`` come back to the host. What the tmpfs mounts hide and the script needs (a clone
+under ``/tmp``, its ``../shared``) is bound back read-only at its host path
+(:func:`guest_binds`). The VM has no network device.
 
 Acceleration: KVM when it works, else ``-accel tcg,thread=single -cpu max`` (multi-threaded
 TCG oopses the guest while sched_ext schedulers attach and detach, see docs/vm.md). Whether KVM
@@ -58,6 +60,12 @@ RAMROOT_FLAG = "schedswitchd.ramroot"  # on the kernel command line: the init's 
 RAMROOT_STATS_MARK = "@@schedswitchd-ramroot@@"
 RAMROOT_BUSYBOX_DIR = "/usr/libexec/schedswitchd-vm"  # busybox + applets/ inside the ramroot
 RAMROOT_ARCHIVE = ".vm/root.tar"  # in the results share
+#: Where the chroot init mounts a tmpfs over the host root, hiding the host's files there.
+GUEST_TMPFS = ("/tmp", "/run", "/boot")
+BINDS_FILE = ".vm/binds"  # in the results share: host directories the init binds back
+#: The corpus of community schedulers beside the checkout (``../shared``), which tests, the
+#: demo and benchmarks name by host path: always made visible to the guest.
+SHARED = REPO.parent / "shared"
 KVM_PROBE_TIMEOUT_S = 12.0
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -291,6 +299,10 @@ for m in @MODULES@; do insmod /lib/modules/$m.ko || fail "insmod $m"; done
 O=trans=virtio,version=9p2000.L,msize=512000
 grep -qw @RAMROOT_FLAG@ /proc/cmdline && ramroot
 mount -t 9p -o $O,ro hostroot /newroot || fail "mount host root"
+# The host's root as it is before the tmpfs mounts below hide parts of it (a private bind:
+# later mounts under /newroot do not show here), the source of the binds listed in
+# $RESULTS/@BINDS@.
+mkdir -p /host && mount -o bind /newroot /host || fail "bind the host root"
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
 mount -t devtmpfs devtmpfs /newroot/dev
@@ -299,16 +311,22 @@ mount -t tmpfs tmpfs /newroot/run
 mount -t bpf bpf /newroot/sys/fs/bpf
 mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
-# The VM kernel's config where a Debian system keeps it (libbpf's first place for .kconfig
-# externs; the host's /boot holds none for this kernel): a tmpfs over the read-only /boot.
+# The VM kernel's config goes where a Debian system keeps it (libbpf's first place for
+# .kconfig externs; the host's /boot holds none for this kernel): a tmpfs over the read-only
+# /boot, filled once the binds below made the kernel cache visible wherever it lies.
 mount -t tmpfs -o mode=0755 tmpfs /newroot/boot || fail "mount /boot"
-cp /newroot@KCONFIG@ /newroot/boot/config-$(uname -r) || fail "copy the kernel config"
 mkdir -p /newroot@RESULTS@
 mount -t 9p -o $O results /newroot@RESULTS@ || fail "mount results"
+# Host directories the script reads that lie under one of the tmpfs mounts above (a clone
+# under /tmp and its ../shared, a kernel cache there): read-only binds at their host paths.
+while IFS= read -r p; do
+  mkdir -p "/newroot$p" && mount -o bind "/host$p" "/newroot$p" || fail "bind $p"
+done < /newroot@RESULTS@/@BINDS@
 # The checkout may live under /tmp (CI clones anywhere), which the tmpfs above hides: give it
 # its own share at the same path.
 mkdir -p /newroot@REPO@
 mount -t 9p -o $O,ro repo /newroot@REPO@ || fail "mount repo"
+cp /newroot@KCONFIG@ /newroot/boot/config-$(uname -r) || fail "copy the kernel config"
 echo "@READY@" > /dev/console
 R=@RESULTS@/.vm
 chroot /newroot /bin/bash -c ". $R/env; cd \"\$VM_CWD\" && exec /bin/bash $R/script" \
@@ -332,6 +350,7 @@ def build_initramfs(kernel: SidKernel) -> Path:
         .replace("@BBDIR_IN@", "/newroot" + RAMROOT_BUSYBOX_DIR)
         .replace("@BBDIR@", RAMROOT_BUSYBOX_DIR)
         .replace("@RESULTS@", RESULTS_IN_VM)
+        .replace("@BINDS@", BINDS_FILE)
         .replace("@READY@", READY_MARK)
         .replace("@REPO@", str(REPO))
         .replace("@KCONFIG@", str(kernel.config))
@@ -479,7 +498,7 @@ def choose_accel(kernel: SidKernel) -> str:
         with tempfile.TemporaryDirectory(prefix="schedswitchd-kvm-probe-") as tmp:
             work = Path(tmp)
             (work / "results" / ".vm").mkdir(parents=True)
-            _write_script(work / "results", "true\n", {}, "/")
+            _write_script(work / "results", "true\n", {}, "/", [])
             _, _, console = _boot(
                 kernel,
                 work,
@@ -500,10 +519,38 @@ def choose_accel(kernel: SidKernel) -> str:
     return accel
 
 
-def _write_script(results: Path, script: str, env: Mapping[str, str], cwd: str) -> None:
+def guest_binds(paths: Iterable[Path | str]) -> list[str]:
+    """Which of ``paths`` the chroot VM must bind back from the host, as the lines of
+    ``$RESULTS/.vm/binds`` that its init reads: absolute host directories, each made visible
+    read-only at the same path in the guest.
+
+    A path is resolved (symlinks followed; a file stands for its directory) and kept when it
+    exists and lies under a tmpfs the init mounts (:data:`GUEST_TMPFS`: the guest would see an
+    empty ``/tmp`` there) outside the checkout (its own share). The result is sorted and holds
+    no directory inside another it holds. ValueError for a path with a newline (the init
+    reads one path per line).
+    """
+    kept: set[Path] = set()
+    for raw in paths:
+        if "\n" in str(raw):
+            raise ValueError(f"a path for the VM with a newline: {str(raw)!r}")
+        path = Path(raw).resolve()
+        if path.is_file():
+            path = path.parent
+        if not path.is_dir() or path.is_relative_to(REPO):
+            continue
+        if any(path.is_relative_to(t) and path != Path(t) for t in GUEST_TMPFS):
+            kept.add(path)
+    return sorted(str(p) for p in kept if not any(p != q and p.is_relative_to(q) for q in kept))
+
+
+def _write_script(
+    results: Path, script: str, env: Mapping[str, str], cwd: str, binds: Sequence[str]
+) -> None:
     lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     (results / ".vm" / "env").write_text("\n".join(lines) + f"\nVM_CWD={shlex.quote(cwd)}\n")
     (results / ".vm" / "script").write_text(script)
+    (results / BINDS_FILE).write_text("".join(f"{b}\n" for b in binds))
 
 
 def _collect(results: Path) -> dict[str, bytes]:
@@ -573,6 +620,7 @@ def run_in_vm(
     log_root: Path | None = None,
     ramroot: RamRootSpec | None = None,
     initramfs: Path | None = None,
+    share: Iterable[Path | str] = (),
 ) -> VmResult:
     """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
 
@@ -581,6 +629,12 @@ def run_in_vm(
     placed there before boot), ``KVER`` (kernel release), ``KMOD_ROOT`` (for
     ``modprobe -d $KMOD_ROOT``), ``REPO`` (this repository) and ``PY`` (its venv python).
     ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires.
+
+    The script sees the host's files at their host paths, except under the tmpfs mounts of
+    :data:`GUEST_TMPFS`; of those it sees the checkout, ``../shared`` (:data:`SHARED`), the
+    kernel cache and the directories (or files' directories) in ``share``, read-only
+    (:func:`guest_binds`): pass there any host path under ``/tmp`` that the script reads.
+    (A ramroot holds the files its spec lists at their host paths; ``share`` is unused there.)
     The work directory (console log, qemu command line, results) is deleted on success and
     kept under ``log_root`` (default ``build/vm-logs``) on failure or with ``keep``.
 
@@ -623,7 +677,8 @@ def run_in_vm(
         "LANG": "C.UTF-8",
         **(env or {}),
     }
-    _write_script(results, script, full_env, cwd)
+    binds = guest_binds([SHARED, kernel.root, *share])
+    _write_script(results, script, full_env, cwd, binds)
     host_stats: dict[str, float] = {}
     if ramroot is not None:
         try:

@@ -8,10 +8,11 @@ One boot per test module: a module declares its checks as named shell steps
     VM_STEPS = {"state": "cat /sys/kernel/sched_ext/state", ...}
     VM_TIMEOUT = 240          # optional, seconds for the whole boot
     VM_INPUTS = {...}         # optional: files put in $RESULTS
+    VM_SHARE = [...]          # optional: host paths under /tmp the steps read (run_in_vm)
 
-and each test asserts on ``vm_steps.step("state")``. VM_STEPS, VM_PRELUDE, VM_COMMON and
-VM_INPUTS may also be functions ``(kernel: SidKernel, sched_dir: Path) -> value``, called
-once when the module's VM boots. Other tests call ``vm_run(script)`` for a
+and each test asserts on ``vm_steps.step("state")``. VM_STEPS, VM_PRELUDE, VM_COMMON,
+VM_INPUTS and VM_SHARE may also be functions ``(kernel: SidKernel, sched_dir: Path) ->
+value``, called once when the module's VM boots. Other tests call ``vm_run(script)`` for a
 boot of their own. When qemu or the kernel cannot be obtained these fixtures FAIL (never
 skip): `make test` must not pass without having run the VM.
 """
@@ -89,6 +90,7 @@ def vm_steps(
         kernel=sid_kernel,
         timeout=getattr(module, "VM_TIMEOUT", 240),
         inputs=declared("VM_INPUTS", None),
+        share=declared("VM_SHARE", ()),
     )
     if not result.steps:
         pytest.fail(f"no step of {module.__name__} ran in the VM\n{result.vm.tail()}")

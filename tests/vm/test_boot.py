@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from schedswitchd.bpf.object import open_object
+from tests.build_outputs import built_object
 from tools import vm
 from tools.sidkernel import SidKernel
 
@@ -13,6 +18,26 @@ pytestmark = pytest.mark.vm
 
 # Small modules that need no hardware, with dependencies (crc and crypto helpers).
 MODULES = ["uinput", "tcp_bbr", "btrfs", "nfsv4", "ceph", "dm_crypt", "wireguard"]
+
+#: A host directory under the guest's tmpfs ``/tmp``, as a clone's ``../shared`` under /tmp
+#: is: a scheduler object copied there (by ``_hidden_corpus``) reaches the guest only through
+#: run_in_vm's ``share``.
+HIDDEN = Path(vm.GUEST_TMPFS[0]) / f"schedswitchd-vm-share-{os.getpid()}"
+HIDDEN_OBJECT = HIDDEN / "corpus" / "fifo.bpf.o"
+VM_SHARE = [HIDDEN]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hidden_corpus(sched_objects: Path) -> Iterator[None]:
+    """``HIDDEN_OBJECT`` exists on the host while the module's VM boots (autouse: before)."""
+    HIDDEN_OBJECT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sched_objects / "fifo.bpf.o", HIDDEN_OBJECT)
+    yield
+    shutil.rmtree(HIDDEN, ignore_errors=True)
+
+
+def _program_names(path: Path | str) -> str:
+    return " ".join(sorted(p.name for p in open_object(path).programs))
 
 
 def VM_INPUTS(kernel: SidKernel, sched_dir: Path) -> dict[str, bytes | str]:
@@ -33,6 +58,12 @@ VM_STEPS = {
     'test -d /sys/module/$m && test -f /sys/kernel/btf/$m && echo "ok $m"; done',
     "modprobe": 'modprobe -d "$KMOD_ROOT" isofs && test -f /sys/kernel/btf/isofs && echo loaded',
     "bpffs": "mount | grep -c ' /sys/fs/bpf type bpf'",
+    # a host path under /tmp, which the guest's tmpfs hides unless run_in_vm binds it back
+    "hidden_host_path": f'cd "$REPO" && PYTHONPATH="$REPO" "$PY" - {HIDDEN_OBJECT} <<\'EOF\'\n'
+    "import sys\n"
+    "from schedswitchd.bpf.object import open_object\n"
+    'print(" ".join(sorted(p.name for p in open_object(sys.argv[1]).programs)))\n'
+    f"EOF\ntouch {HIDDEN}/written",
     # .kconfig externs read the VM kernel's config where a device keeps it (tools/vm.py puts
     # the cached package's config at /boot/config-$(uname -r)): our loader, the kconfig
     # test object, CONFIG_HZ as the file says
@@ -98,9 +129,20 @@ def test_bpffs_mounted(vm_steps: vm.StepsResult) -> None:
     assert vm_steps.step("bpffs").check().output.strip() == "1"
 
 
+def test_host_paths_under_tmp_reach_the_guest_read_only(vm_steps: vm.StepsResult) -> None:
+    """An object in a host directory under ``/tmp`` (hidden by the guest's tmpfs there) that
+    run_in_vm was asked to share opens in the guest as on the host, and stays read-only."""
+    step = vm_steps.step("hidden_host_path")
+    lines = step.output.splitlines()
+    assert lines[0] == _program_names(HIDDEN_OBJECT), step.output
+    assert "Read-only file system" in lines[-1], step.output
+    assert not (HIDDEN / "written").exists()
+
+
 def test_kconfig_where_a_device_keeps_it(vm_steps: vm.StepsResult, sid_kernel: SidKernel) -> None:
     """The VM's kernel config is at ``/boot/config-<release>``, our loader's kconfig reader
     takes it from there, and a ``__kconfig`` extern gets the file's value."""
+    built_object("kconfig")  # the step opens it: skips (fails under make test) without it
     lines = vm_steps.step("kconfig").check().output.split("\n")
     want = next(
         line for line in sid_kernel.config.read_text().splitlines() if line.startswith("CONFIG_HZ=")

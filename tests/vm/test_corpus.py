@@ -135,7 +135,7 @@ def observed(vm_run: Callable[..., vm.VmResult]) -> dict[str, dict[str, Any]]:
         f"--run-s {RUN_S:g} --timeout-s {OBJECT_TIMEOUT_S}",
         *([f'--libbpf "{lib}"'] if lib else []),
     )
-    res = vm_run(script, timeout=VM_TIMEOUT_S)
+    res = vm_run(script, timeout=VM_TIMEOUT_S, share=[corpus_dir()])
     out: dict[str, dict[str, Any]] = {}
     for name in _present():
         for who in LOADERS:

@@ -154,6 +154,12 @@ def test_rcu_ratio_is_judged_on_the_exact_value(gp: ModuleType) -> None:
     under = gp.report({"default": {"plain": plain, "rcu": [_rec(40, 18, 20, 4, 150)]}}, meta)
     assert "40.0 / 124.0 ms = 0.323 (target <= 0.4: met)" in under
 
+    # rcupdate.rcu_expedited=1 from the boot: no run-time ratio to judge, the page says why
+    boot = {"plain": plain, "rcu": plain, "boot_expedited": True}
+    text = gp.report({"expedited": boot}, meta)
+    assert "expedited: rcu_expedited is 1 from the boot" in text
+    assert "target <= 0.4" not in text
+
 
 def test_produced_by_line_leaves_out_the_output_directory(gp: ModuleType) -> None:
     argv = ["--configs", "default", "--out", "/some/tmp/dir", "--switches", "8"]

@@ -17,6 +17,8 @@ pytest.importorskip("shtab", reason="a dev dependency: make deps")
 from schedswitchd.daemon.client import DEFAULT_SOCKET
 from tools import cli_docs
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -35,13 +37,13 @@ def _leaves(parser: argparse.ArgumentParser) -> list[str]:
 def test_man_page_names_every_subcommand_and_option(
     generated: Path, command: cli_docs.Command
 ) -> None:
-    text = (generated / "man" / f"{command.prog}.1").read_text()
+    text = (generated / "man" / command.man_file).read_text()
     roff = command.prog.replace("-", "\\-")  # roff escapes every hyphen
-    assert text.startswith(f'.TH {roff.upper()} "1"'), text[:80]
+    assert text.startswith(f'.TH {roff.upper()} "{command.section}"'), text[:80]
     assert f"{roff} \\- {command.summary}" in text  # the NAME line whatis(1) reads
     parser = command.build_parser()
     for path in cli_docs.subcommands(parser):
-        assert f"'{command.prog} {path}'" in text, f"{path} missing from {command.prog}.1"
+        assert f"'{command.prog} {path}'" in text, f"{path} missing from {command.man_file}"
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue  # argparse-manpage leaves out -h/--help, as man pages do
@@ -60,7 +62,7 @@ def test_schedswitchctl_has_its_nested_subcommands(generated: Path) -> None:
 @pytest.mark.skipif(shutil.which("groff") is None, reason="no groff (Debian package groff-base)")
 @pytest.mark.parametrize("command", cli_docs.COMMANDS, ids=lambda c: c.prog)
 def test_man_page_renders_without_warnings(generated: Path, command: cli_docs.Command) -> None:
-    page = generated / "man" / f"{command.prog}.1"
+    page = generated / "man" / command.man_file
     r = subprocess.run(
         ["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
         capture_output=True,
@@ -129,3 +131,39 @@ def test_help_says_the_default_socket(command: cli_docs.Command) -> None:
     for name, sub in cli_docs.subcommands(parser).items():
         if any("--socket" in a.option_strings for a in sub._actions):
             assert DEFAULT_SOCKET in sub.format_help(), f"{command.prog} {name}"
+
+
+def test_the_daemon_is_in_section_8_with_its_files(generated: Path) -> None:
+    """schedswitchd(8): a daemon's page is in the system administration section
+    (man-pages(7)), names its configuration, the drop-ins and the socket, and the other
+    pages refer to it there."""
+    assert sorted(p.name for p in (generated / "man").iterdir()) == [
+        "schedswitch-run.1",
+        "schedswitchctl.1",
+        "schedswitchd.8",
+    ]
+    daemon = (generated / "man" / "schedswitchd.8").read_text()
+    files = daemon.split(".SH FILES\n", 1)[1].split(".SH ", 1)[0]
+    for path in ("/etc/schedswitchd/schedswitchd.toml", "/etc/schedswitchd/conf.d/*.toml"):
+        assert f"\\fI{path}\\fR" in files
+    assert "78 (EX_CONFIG)" in daemon  # the exit statuses, from --help's epilog
+    assert "\\fBschedswitchd\\fR(8)" in (generated / "man" / "schedswitchctl.1").read_text()
+
+
+@pytest.mark.skipif(
+    not (REPO / ".venv" / ".stamp").is_file(), reason="needs the dev venv: make deps"
+)
+def test_make_install_puts_each_page_in_its_section(tmp_path: Path) -> None:
+    # -o: never remake the venv or apt stamps (a Makefile newer than them would run apt/pip)
+    proc = subprocess.run(
+        ["make", "-s", "-o", ".venv/.stamp", "-o", "build/.apt-stamp", "install",
+         f"DESTDIR={tmp_path}", "PREFIX=/usr"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    man = tmp_path / "usr" / "share" / "man"
+    assert sorted(p.relative_to(man).as_posix() for p in man.rglob("*.[18]")) == [
+        "man1/schedswitch-run.1",
+        "man1/schedswitchctl.1",
+        "man8/schedswitchd.8",
+    ]

@@ -6,6 +6,7 @@ file or directory: '/x.o'``), and ``--check-config`` said it a third time."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def test_missing_configuration(
 ) -> None:
     path = tmp_path / "none.toml"
     argv = ["--config", str(path)] + (["--check-config"] if check else [])
-    assert service.main(argv) == 1  # documented: the configuration does not load
+    assert service.main(argv) == os.EX_CONFIG  # documented: the configuration does not load
     err = capsys.readouterr().err
     assert err.startswith(f"schedswitchd: {path}: cannot read: No such file or directory")
     _said_once(err, path, "the daemon's TOML configuration file")
@@ -58,7 +59,7 @@ def test_check_config_with_a_missing_profile(
     conf.write_text(
         'default = "kernel"\n[schedulers.one]\nobject = "x.bpf.o"\nprofile = "p/none.toml"\n'
     )
-    assert service.main(["--config", str(conf), "--check-config"]) == 1
+    assert service.main(["--config", str(conf), "--check-config"]) == os.EX_CONFIG
     err = capsys.readouterr().err
     _said_once(err, tmp_path / "p" / "none.toml", "a scheduler profile's .toml file")
     assert "does not exist" in err

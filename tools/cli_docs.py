@@ -2,13 +2,15 @@
 
 The parsers are the programs' own (``build_parser()`` of :mod:`schedswitchd.daemon.service`,
 :mod:`schedswitchd.cli.ctl` and :mod:`schedswitchd.cli.run`), so ``--help``, the man page and
-the completions cannot drift apart. Man pages (roff, section 1) come from argparse-manpage,
+the completions cannot drift apart. Man pages (roff; the daemon's in section 8, system
+administration, the two commands' in section 1) come from argparse-manpage,
 completions (bash, zsh) from shtab: both are development dependencies (``.[dev]``), never
 needed at run time.
 
 ``python -m tools.cli_docs --man DIR --completions DIR`` writes
 
-- ``DIR/NAME.1`` for each command (``man -l DIR/schedswitchctl.1`` to read one);
+- ``DIR/NAME.SECTION`` for each command: ``schedswitchd.8``, ``schedswitchctl.1``,
+  ``schedswitch-run.1`` (``man -l DIR/schedswitchctl.1`` to read one);
 - ``DIR/bash/NAME`` (for ``/usr/share/bash-completion/completions/``) and ``DIR/zsh/_NAME``
   (for a directory on ``$fpath``, e.g. ``/usr/share/zsh/vendor-completions/``).
 
@@ -30,6 +32,7 @@ from shtab import DIRECTORY, FILE, complete
 from schedswitchd import __version__
 from schedswitchd.cli import ctl, run
 from schedswitchd.daemon import service
+from schedswitchd.daemon.config_dropins import DROPIN_DIR
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 
 #: Shells whose completion scripts are generated, with the file name each expects.
@@ -46,15 +49,38 @@ DIR_DESTS = frozenset({"pin", "dir", "sysfs"})
 @dataclass(frozen=True)
 class Command:
     """One installed command: its name, a one-line description for the man page's NAME
-    section, and the function building its parser."""
+    section, the function building its parser, and its manual section (``man-pages(7)``:
+    1 user commands, 8 system administration commands and daemons)."""
 
     prog: str
     summary: str
     build_parser: Callable[[], argparse.ArgumentParser]
+    section: int = 1
+    #: The man page's FILES section: (path, what it is), none when empty.
+    files: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def man_file(self) -> str:
+        """The man page's file name, ``NAME.SECTION``."""
+        return f"{self.prog}.{self.section}"
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("schedswitchd", "switch sched_ext CPU schedulers on demand", service.build_parser),
+    Command(
+        "schedswitchd",
+        "switch sched_ext CPU schedulers on demand",
+        service.build_parser,
+        8,
+        (
+            (service.DEFAULT_CONFIG, "the configuration (--config)"),
+            (
+                str(Path(service.DEFAULT_CONFIG).parent / DROPIN_DIR / "*.toml"),
+                "drop-ins beside it, merged over it in name order: tables key by key, a "
+                "later value replaces",
+            ),
+            (DEFAULT_SOCKET, "the socket (systemd's schedswitchd.socket, or --socket)"),
+        ),
+    ),
     Command("schedswitchctl", "control and inspect schedswitchd; BPF objects", ctl.build_parser),
     Command("schedswitch-run", "run a command under a schedswitchd hint", run.build_parser),
 )
@@ -65,7 +91,7 @@ def _roff(text: str) -> str:
     return text.replace("-", "\\-")
 
 
-_SEE_ALSO = ", ".join(rf"\fB{_roff(c.prog)}\fR(1)" for c in COMMANDS)
+_SEE_ALSO = ", ".join(rf"\fB{_roff(c.prog)}\fR({c.section})" for c in COMMANDS)
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -92,8 +118,9 @@ def _mark_completions(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 
 def man_page(command: Command) -> str:
-    """The roff source of ``command``'s man page (section 1)."""
+    """The roff source of ``command``'s man page (in its section)."""
     page = Manpage(command.build_parser())
+    page.section = command.section
     page.source = f"schedswitchd {__version__}"
     page.manual = "schedswitchd manual"
     page.description = command.summary
@@ -105,6 +132,12 @@ def man_page(command: Command) -> str:
         r"\fBSCHEDSWITCHD_SOCKET\fR"
         "\n" + _roff(f"The daemon's socket when no --socket is given (default {DEFAULT_SOCKET})."),
     )
+    if command.files:
+        page.add_section(
+            "files",
+            "=",
+            "\n".join(rf".TP" "\n" rf"\fI{_roff(p)}\fR" "\n" + _roff(w) for p, w in command.files),
+        )
     page.add_section("see also", "=", _SEE_ALSO + r", \fBsystemd.socket\fR(5)")
     text: str = str(page)
     return text
@@ -121,7 +154,7 @@ def write_man(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for command in COMMANDS:
-        path = directory / f"{command.prog}.1"
+        path = directory / command.man_file
         path.write_text(man_page(command))
         written.append(path)
     return written

@@ -7,8 +7,8 @@ drives the real units with ``systemctl`` and the installed CLIs (``/usr/bin/sche
 the daemon's process state from ``/proc``, and writes what it saw to FILE as JSON after each
 section (so a hang still leaves the earlier ones); tests/vm/test_systemd_unit.py judges it.
 Sections, in order: ``boot``, ``socket``, ``activation``, ``hardening``, ``hint``,
-``pid_lease``, ``reload``, ``watchdog``, ``restart``, ``mdwe``, ``stop``, ``socket_stop``; a
-section that raised has an ``error`` key.
+``pid_lease``, ``reload``, ``watchdog``, ``restart``, ``mdwe``, ``stop``, ``bad_config``,
+``socket_stop``; a section that raised has an ``error`` key.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ CAP_NAMES = {
     39: "CAP_BPF",
 }
 RELOAD_HINT = "vmtest-reload"
+BAD_DROPIN = "50-vmtest-broken.toml"
 REPO = Path(__file__).resolve().parents[1]
 #: A test object whose load maps a BPF arena (``make test-objects``).
 ARENA_OBJECT = REPO / "build" / "tests" / "bpf" / "arena_rw.bpf.o"
@@ -511,6 +512,35 @@ def stop() -> dict[str, Any]:
     }
 
 
+def bad_config() -> dict[str, Any]:
+    """A drop-in with an unknown key (``conf.d/`` beside the config): the start fails with
+    exit status 78 and, by ``RestartPreventExitStatus=78``, is not restarted (without it,
+    ``Restart=on-failure`` starts it again after ``RestartSec=1s``). The drop-in is removed
+    and the failure reset afterwards."""
+    dropin = CONFIG.parent / "conf.d" / BAD_DROPIN
+    dropin.parent.mkdir(exist_ok=True)
+    dropin.write_text("[limits]\nmax_conections = 1\n")
+    try:
+        r = sh("systemctl", "start", SERVICE, timeout=400)
+        failed = wait_for(lambda: show(SERVICE, "ActiveState")["ActiveState"] == "failed", 300)
+        time.sleep(4)  # a restart would be scheduled 1 s after the failure
+        props = show(
+            SERVICE, "ActiveState", "Result", "ExecMainStatus", "NRestarts", "ConditionResult"
+        )
+        said = [m for m in messages(journal()) if str(dropin) in m]
+    finally:
+        dropin.unlink()
+        reset = sh("systemctl", "reset-failed", SERVICE)
+    return {
+        "systemctl": r,
+        "failed": failed,
+        "service": props,
+        "messages": said,
+        "reset": reset,
+        "socket_condition": show(SOCKET_UNIT, "ConditionResult")["ConditionResult"],
+    }
+
+
 def socket_stop() -> dict[str, Any]:
     r = sh("systemctl", "stop", SOCKET_UNIT)
     return {
@@ -532,6 +562,7 @@ SECTIONS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
     ("restart", restart),
     ("mdwe", mdwe),
     ("stop", stop),
+    ("bad_config", bad_config),
     ("socket_stop", socket_stop),
 ]
 

@@ -8,22 +8,28 @@ file, the dotted key and the reason, one line per problem.
 Names used on the wire (scheduler and workload names) are short lowercase identifiers; the
 names ``kernel`` (the kernel's own scheduler) and ``auto`` (back to lease-driven policy) are
 reserved. Relative object paths are resolved against the directory holding the file.
+
+:func:`load_config` also merges the drop-ins of ``conf.d/`` beside the file over it
+(:mod:`schedswitchd.daemon.config_dropins`: name order, tables key by key, a later value
+replaces); a problem names the file that set the key, a relative ``object`` path resolves
+against the directory of the file that names it.
 """
 
 from __future__ import annotations
 
 import grp
 import re
-import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schedswitchd.bpf.ops_flags import OpsFlag
+from schedswitchd.daemon.config_dropins import Layers, load_layers, read_toml
 from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR as MODE_SEPARATOR
 from schedswitchd.daemon.launcher_wire import NAME_PATTERN as NAME_PATTERN
-from schedswitchd.errors import ConfigError, unreadable
+from schedswitchd.errors import ConfigError
 
 #: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
 KERNEL = "kernel"
@@ -440,7 +446,11 @@ def _resolve_group(group: str | int) -> int:
         raise ValueError(f"unknown group {group!r}") from None
 
 
-def _format_errors(path: str, exc: ValidationError) -> str:
+#: Which file set a key (a pydantic error location): the main file or a drop-in.
+Origin = Callable[[Sequence[str | int]], str]
+
+
+def _format_errors(origin: Origin, whole: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"])
@@ -448,7 +458,7 @@ def _format_errors(path: str, exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             reason = "unknown key"
         # A whole-file check (e.g. a hint naming an unknown scheduler) names its keys itself.
-        lines.append(f"{path}: {key}: {reason}" if key else f"{path}: {reason}")
+        lines.append(f"{origin(err['loc'])}: {key}: {reason}" if key else f"{whole}: {reason}")
     return "\n".join(lines)
 
 
@@ -460,33 +470,45 @@ def parse_config(data: bytes | str, path: str = "<config>") -> Config:
     Raises :class:`ConfigError` (file, key, reason per line) for TOML syntax errors, unknown
     keys and bad values, a profile that is missing or invalid, a mode it does not have.
     """
-    text = data.decode("utf-8", errors="strict") if isinstance(data, bytes) else data
+    layers = Layers(path)
+    layers.merge(read_toml(data, path), path)
+    return _validate(layers)
+
+
+def _validate(layers: Layers) -> Config:
+    """The :class:`Config` of ``layers`` (a file and its drop-ins merged), each problem
+    naming the file that set its key; :func:`parse_config` for the rest."""
+    path, origin = layers.main, layers.origin
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: (syntax): {exc}") from None
-    try:
-        config = Config.model_validate(raw)
+        config = Config.model_validate(layers.raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc)) from None
-    try:
-        base = Path(path).resolve().parent
-    except (RuntimeError, OSError, ValueError):  # not a file's path (a loop, a NUL byte)
-        base = Path(path).absolute().parent
+        raise ConfigError(_format_errors(origin, layers.whole(), exc)) from None
     problems: list[str] = []
     schedulers = {}
     for name, sched in config.schedulers.items():
+        # beside the file that names it (the main file or a drop-in)
+        where = origin(("schedulers", name, "object"))
         try:
-            schedulers[name] = sched.model_copy(update={"object": _object_path(base, sched.object)})
+            obj = _object_path(_dir_of(where), sched.object)
         except ValueError as exc:
-            problems.append(f"{path}: schedulers.{name}.object: {exc}")
+            problems.append(f"{where}: schedulers.{name}.object: {exc}")
+        else:
+            schedulers[name] = sched.model_copy(update={"object": obj})
     if problems:
         raise ConfigError("\n".join(problems))
-    schedulers, hints = _profiles_and_modes(path, base, schedulers, dict(config.hints))
+    schedulers, hints = _profiles_and_modes(origin, schedulers, dict(config.hints))
     update: dict[str, Any] = {"schedulers": schedulers, "hints": hints, "source": path}
     if config.dbus is not None and config.dbus.scx_loader:
         update["dbus"], update["schedulers"] = _scx_names_and_modes(config.dbus, schedulers)
     return config.model_copy(update=update)
+
+
+def _dir_of(path: str) -> Path:
+    """The directory of configuration file ``path``, symlinks resolved where they can be."""
+    try:
+        return Path(path).resolve().parent
+    except (RuntimeError, OSError, ValueError):  # not a file's path (a loop, a NUL byte)
+        return Path(path).absolute().parent
 
 
 def _object_path(base: Path, value: str) -> str:
@@ -518,14 +540,15 @@ def profile_search(base: Path) -> list[Path]:
 
 
 def _profiles_and_modes(
-    path: str,
-    base: Path,
+    origin: Origin,
     schedulers: dict[str, SchedulerConfig],
     hints: dict[str, HintRule],
 ) -> tuple[dict[str, SchedulerConfig], dict[str, HintRule]]:
     """Find and validate each scheduler's profile (and mode), and turn each hint's
     ``mode`` into a mode variant ``SCHEDULER@MODE`` of that scheduler (the hint then names
-    the variant). Raises :class:`ConfigError` naming the key, one line per problem."""
+    the variant). Profile names are looked up beside the main file (``origin(())``), paths
+    against the directory of the file naming them. Raises :class:`ConfigError` naming the
+    file and key, one line per problem."""
     # Imported here: the profile package pulls in the BTF reader, which a client of the
     # config alone (schedswitchctl) does not need.
     from schedswitchd.errors import ProfileError
@@ -534,30 +557,32 @@ def _profiles_and_modes(
     problems: list[str] = []
     profiles: dict[str, Profile] = {}
     out = dict(schedulers)
+    search = profile_search(_dir_of(origin(())))
     for name, sched in schedulers.items():
+        mode_at = f"{origin(('schedulers', name, 'mode'))}: schedulers.{name}.mode"
         if sched.profile is None:
             if sched.mode is not None:
-                problems.append(f"{path}: schedulers.{name}.mode: needs a profile")
+                problems.append(f"{mode_at}: needs a profile")
             continue
+        profile_from = origin(("schedulers", name, "profile"))
         try:
-            found = find_profile(sched.profile, base=base, search=profile_search(base))
+            found = find_profile(sched.profile, base=_dir_of(profile_from), search=search)
             prof = load_profile(found)
         except ProfileError as exc:
-            problems.append(f"{path}: schedulers.{name}.profile: {exc}")
+            problems.append(f"{profile_from}: schedulers.{name}.profile: {exc}")
             continue
         profiles[name] = prof
         if sched.mode is not None and sched.mode not in prof.modes:
             known = ", ".join(prof.modes) or "none"
             problems.append(
-                f"{path}: schedulers.{name}.mode: profile {prof.name!r} has no mode "
-                f"{sched.mode!r} (modes: {known})"
+                f"{mode_at}: profile {prof.name!r} has no mode {sched.mode!r} (modes: {known})"
             )
         out[name] = sched.model_copy(update={"profile_path": str(found)})
     new_hints = dict(hints)
     for workload, rule in hints.items():
         if rule.mode is None:
             continue
-        where = f"{path}: hints.{workload}.mode"
+        where = f"{origin(('hints', workload, 'mode'))}: hints.{workload}.mode"
         if rule.scheduler == KERNEL or rule.scheduler not in schedulers:
             problems.append(f"{where}: the kernel's scheduler has no modes")
             continue
@@ -614,18 +639,10 @@ def _scx_names_and_modes(
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a config file. Raises :class:`ConfigError` (also for I/O errors)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        why = unreadable(exc, "the daemon's TOML configuration file")
-        raise ConfigError(f"{path}: cannot read: {why}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8") from None
-    try:
-        return parse_config(data, str(path))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    """Read and validate a config file with its drop-ins (``conf.d/*.toml`` beside it,
+    :mod:`schedswitchd.daemon.config_dropins`). Raises :class:`ConfigError` (also for I/O
+    errors), each problem naming the file that set the key."""
+    return _validate(load_layers(path))
 
 
 def json_schema() -> dict[str, Any]:

@@ -314,9 +314,11 @@ _EPILOG = (
     "SIGHUP re-reads the configuration.\n"
     "\n"
     "Exit status: 0 stopped by a signal, or --print-schema, or --check-config found every\n"
-    "scheduler fine; 1 the configuration (or --sysfs's topology) does not load,\n"
-    "--check-config found a problem, or the daemon could not start (its socket, the kernel\n"
-    "side); 2 bad usage; 141 the output pipe was closed."
+    "scheduler fine; 1 --sysfs's topology does not load, --check-config found a problem\n"
+    "with a scheduler, or the daemon could not start (its socket, the kernel side); 2 bad\n"
+    "usage; 78 (EX_CONFIG) the configuration (the file or a drop-in in conf.d/ beside it)\n"
+    "does not load, at start or with --check-config: the unit's RestartPreventExitStatus=78\n"
+    "keeps systemd from restarting it until it is fixed; 141 the output pipe was closed."
 )
 
 
@@ -397,7 +399,7 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"schedswitchd: {exc}", file=sys.stderr)
-        return 1
+        return os.EX_CONFIG
     factory = backend_factory
     if factory is None:
         from schedswitchd.daemon.kernel_backend import create_backend

@@ -109,7 +109,7 @@ def test_check_config_reports_config_errors(
 ) -> None:
     bad = workdir / "bad.toml"
     bad.write_text("[limits]\nmax_conections = 1\n")
-    assert service.main(["--check-config", "--config", str(bad)]) == 1
+    assert service.main(["--check-config", "--config", str(bad)]) == os.EX_CONFIG
     assert f"{bad}: limits.max_conections: unknown key" in capsys.readouterr().err
 
 

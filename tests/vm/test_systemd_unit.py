@@ -18,8 +18,11 @@ naming another user's pid ends when that process exits (pidfd under the syscall 
 ``systemctl reload`` re-reads the config (a hint added to the file works, same pid);
 WATCHDOG=1 pings arrive; ``systemctl restart`` keeps the pinned scheduler (the kernel never
 disables it) and the new daemon re-adopts it; ``systemctl stop`` leaves no process, pin or
-scheduler; stopping the socket unit removes the socket file; MemoryDenyWriteExecute= refuses a
-writable-and-executable mapping but lets the loader map a BPF arena.
+scheduler; a bad configuration (a conf.d/ drop-in with an unknown key) fails the start with
+exit status 78 once, not restarted (RestartPreventExitStatus=78), both units' Condition
+holds on this kernel; stopping the socket unit removes the socket file;
+MemoryDenyWriteExecute= refuses a writable-and-executable mapping but lets the loader map
+a BPF arena.
 """
 
 from __future__ import annotations
@@ -243,3 +246,18 @@ def test_stopping_the_socket_unit_removes_the_socket(checks: dict[str, Any]) -> 
     assert s["systemctl"]["rc"] == 0
     assert s["socket_unit"]["ActiveState"] == "inactive"
     assert not s["path_exists"]  # RemoveOnStop=yes
+
+
+def test_a_bad_configuration_fails_once_with_ex_config(checks: dict[str, Any]) -> None:
+    b = checks["bad_config"]
+    assert b["systemctl"]["rc"] != 0 and b["failed"], b
+    svc = b["service"]
+    assert (svc["ActiveState"], svc["Result"]) == ("failed", "exit-code"), svc
+    assert svc["ExecMainStatus"] == "78", svc  # EX_CONFIG from the real entry point
+    assert svc["NRestarts"] == "0", svc  # RestartPreventExitStatus=78: no restart loop
+    # the reason in the journal names the drop-in and the key
+    assert any("limits.max_conections: unknown key" in m for m in b["messages"]), b["messages"]
+    assert b["reset"]["rc"] == 0, b["reset"]
+    # ConditionPathIsDirectory=/sys/kernel/sched_ext holds where sched_ext is (the host test
+    # tests/daemon/test_service_conventions.py sees it fail on a kernel without it)
+    assert (svc["ConditionResult"], b["socket_condition"]) == ("yes", "yes")

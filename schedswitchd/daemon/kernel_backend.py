@@ -472,8 +472,10 @@ class KernelBackend:
         """Open, customise and load scheduler ``name`` (see the module docstring); never
         attaches. Raises ``ObjectError``/``CustomizationError``/``BtfError``/``CoreError``/
         ``LoadError`` (``ProgramLoadError`` with ``verifier_log``)/``BpfSyscallError``/
-        ``RegistryError``; a failure leaves nothing loaded. When declared modules are not
-        loaded, the error message names them."""
+        ``RegistryError``, ``PinError`` (the pin directory is not on a writable bpffs:
+        :meth:`PinDir.check <schedswitchd.kernel.scheduler_pins.PinDir.check>`); a failure
+        leaves nothing loaded. When declared modules are not loaded, the error message
+        names them."""
         self._count("prepares")
         try:
             handle = self._prepare(name, spec)
@@ -500,6 +502,10 @@ class KernelBackend:
                 f"cannot load {name}: this kernel has no sched_ext ({self.root / 'state'} "
                 "is missing; CONFIG_SCHED_CLASS_EXT is not set)"
             )
+        # The switch pins the scheduler once it runs and its reply went out: a pin that
+        # cannot work would roll every switch back after an "ok" (and with the lease live,
+        # again on every pass). Refused here, before anything is loaded or detached.
+        self.pins.check()
         # Read before the topology: an equal value later means no CPU came or went since
         # the topology was read (see fresh).
         seq: int | None = None
@@ -1313,9 +1319,15 @@ def create_backend(config: Config) -> KernelBackend:
         enabled=config.switch.expedite_rcu,
     )
     rcu.recover()  # a previous daemon may have died mid-switch with the value set
-    return KernelBackend(
+    backend = KernelBackend(
         pin_dir=config.daemon.pin_dir,
         btf_max_entries=config.btf_cache.max_entries,
         btf_max_bytes=config.btf_cache.max_bytes,
         rcu=rcu,
     )
+    if scx.available(backend.root):
+        try:
+            backend.pins.check()
+        except PinError as exc:  # each switch is refused with it too (prepare)
+            log.error("%s; every switch to a scheduler is refused until then", exc)
+    return backend

@@ -54,7 +54,8 @@ def fs_magic(path: str | os.PathLike[str]) -> int:
     return int(buf.f_type) & 0xFFFFFFFF
 
 
-def _existing_ancestor(path: Path) -> Path:
+def existing_ancestor(path: Path) -> Path:
+    """``path`` made absolute if it exists, else its nearest existing ancestor."""
     p = Path(os.path.abspath(path))
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -65,7 +66,7 @@ def is_bpffs(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` (or, if it does not exist yet, its nearest existing ancestor) lies
     on a bpf filesystem: ``statfs`` type ``BPF_FS_MAGIC``."""
     try:
-        return fs_magic(_existing_ancestor(Path(path))) == BPF_FS_MAGIC
+        return fs_magic(existing_ancestor(Path(path))) == BPF_FS_MAGIC
     except OSError:
         return False
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from schedswitchd.errors import BpfSyscallError, KernelError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.fd import LinkFd, MapFd
+from schedswitchd.kernel.pins import BPF_FS_MAGIC, existing_ancestor, fs_magic
 
 LINK_FILE = "link"
 EXIT_MAP_FILE = "exit_map"
@@ -77,6 +78,35 @@ class PinDir:
     def path(self, name: str) -> Path:
         """Directory of scheduler ``name``."""
         return self.root / _check_name(name)
+
+    def check(self) -> None:
+        """Whether :meth:`pin` can work here, checked without making anything: the root
+        (or, while it does not exist, the nearest directory above it, where it would be
+        made) is a directory on a bpf filesystem (``statfs(2)`` ``BPF_FS_MAGIC``) that is
+        mounted writable (``statvfs(3)`` without ``ST_RDONLY``) and that this process may
+        write (``access(2)`` ``W_OK``). A switch pins its scheduler after the reply that
+        says it runs; a pin that then fails rolls the switch back, so the switch is
+        refused before it begins instead. Raises :class:`PinError` saying what is wrong and
+        how to fix it."""
+        where = existing_ancestor(self.root)
+        mount = "mount bpffs there: mount -t bpf bpf /sys/fs/bpf, or set [daemon] pin_dir"
+        if not where.is_dir():
+            raise PinError(f"cannot pin schedulers under {self.root}: {where} is not a directory")
+        try:
+            magic = fs_magic(where)
+            readonly = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+        except OSError as exc:
+            raise PinError(
+                f"cannot pin schedulers under {self.root}: {where}: {exc.strerror}"
+            ) from exc
+        if magic != BPF_FS_MAGIC:
+            raise PinError(
+                f"cannot pin schedulers under {self.root}: {where} is not on a bpf "
+                f"filesystem ({mount})"
+            )
+        if readonly or not os.access(where, os.W_OK):
+            why = "is mounted read-only" if readonly else "is not writable by this process"
+            raise PinError(f"cannot pin schedulers under {self.root}: {where} {why}")
 
     def pin(
         self,

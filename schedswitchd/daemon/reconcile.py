@@ -4,7 +4,8 @@ A request, a lease's end, a backend notification (``SCXOPS`` uevent or sysfs cha
 timer (a TTL or a backoff hold ending) or the safety-net poll *kicks* the loop; the loop
 then runs one pass: notice an ejection (record it, back the scheduler off -- unless its exit
 asked for a restart, as the kernel's CPU-hotplug ejection does: then it is simply loaded
-again, its profile resolved for the new topology), expire leases,
+again, its profile resolved for the new topology, its restarts bounded by rate:
+:meth:`Reconciler._restart_asked`), expire leases,
 ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
 :class:`~schedswitchd.daemon.switcher.Switcher` make it so. Switching runs on one worker
 thread (so switches are serialised and the event loop never blocks on the kernel).
@@ -92,11 +93,25 @@ Clock = Callable[[], int]
 #: ``include/linux/sched/ext.h`` before it moved): the "action" bits 48-55 of an exit code
 #: say what user space should do; this one asks it to load the scheduler again.
 SCX_ECODE_ACT_RESTART = 1 << 48
-#: Restarts honoured per scheduler within :data:`RESTART_WINDOW_NS`; past that, an exit
-#: asking for one is an ejection like any other (backed off), so a scheduler that asks
-#: for a restart at every start cannot loop.
+#: ``SCX_ECODE_RSN_HOTPLUG`` (same enum): the "reason" bits 32-47 say a CPU went on- or
+#: offline.
+SCX_ECODE_RSN_HOTPLUG = 1 << 32
+#: ``SCX_EXIT_UNREG_KERN`` (``enum scx_exit_kind``): the kernel unregistered the
+#: scheduler; a scheduler's own ``scx_bpf_exit()`` is ``SCX_EXIT_UNREG_BPF`` instead, so
+#: this kind with :data:`SCX_ECODE_RSN_HOTPLUG` is the kernel's CPU-hotplug ejection.
+SCX_EXIT_UNREG_KERN = 66
+#: Restarts at once per scheduler within :data:`RESTART_WINDOW_NS`. Past that, a restart
+#: a scheduler asked for itself is an ejection like any other (backed off), so a
+#: scheduler that asks for one at every start cannot loop; the kernel's CPU-hotplug
+#: restarts are no failure of the scheduler: they wait instead (:data:`RESTART_HOLD_NS`).
 MAX_RESTARTS = 5
 RESTART_WINDOW_NS = 60 * NS_PER_S
+#: How long the first CPU-hotplug restart past :data:`MAX_RESTARTS` in the window waits
+#: (ns; each further one twice as long, at most :data:`RESTART_HOLD_MAX_NS`): the kernel's
+#: own scheduler runs meanwhile, the lease keeps its scheduler, and hotplug events that
+#: come during the wait are met by one load instead of one each.
+RESTART_HOLD_NS = 1 * NS_PER_S
+RESTART_HOLD_MAX_NS = 30 * NS_PER_S
 #: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
 #: to be written before it goes on (pins, freeing the old scheduler), s: the default of
 #: ``Reconciler(reply_wait_s=...)``.
@@ -279,6 +294,9 @@ class Reconciler:
         self._preopen_left: list[str] = []
         #: Restarts honoured per scheduler (monotonic ns), see :meth:`_restart_asked`.
         self._restarts: dict[str, list[int]] = {}
+        #: CPU-hotplug restarts held past the rate bound: scheduler -> when it may be
+        #: loaded again (``clock`` ns), see :meth:`_restart_asked`.
+        self.restart_holds: dict[str, int] = {}
         #: (name, entry) whose switch to its reloaded form failed: the old form runs on,
         #: and the same entry is not tried again on every pass.
         self.stale: tuple[str, SchedulerConfig] | None = None
@@ -674,7 +692,7 @@ class Reconciler:
     def standby_wanted(self, now: int) -> list[tuple[str, SchedulerConfig, str]]:
         """``(name, spec, reason)`` the pool should hold, most wanted first: unexpired
         launcher intents, the configured default, the most recent hint's scheduler; never
-        one held back by backoff, the running one or ``kernel``."""
+        one held back by backoff or a restart hold, the running one or ``kernel``."""
         for workload, until in list(self.intents.items()):
             if until <= now:
                 del self.intents[workload]
@@ -694,6 +712,8 @@ class Reconciler:
                 continue
             if hold is not None and hold.until_ns > now:
                 continue
+            if self.restart_holds.get(name, 0) > now:
+                continue  # its hotplug restart waits so as to load once (the topology then)
             out.append((name, spec, reason))
         return out
 
@@ -1029,6 +1049,8 @@ class Reconciler:
             target = decision.scheduler
             if decision.lease is not None and target != KERNEL:
                 self.recent = target
+            if self._restart_held(target, self.clock()):
+                break  # the kernel's own scheduler runs until the hold ends (a deadline)
             spec = self.config.schedulers.get(target)
             reason = decision.why
             if decision.lease is not None:
@@ -1070,12 +1092,17 @@ class Reconciler:
             gone = ejected[0]
             exit_ = gone.exit
             self._publish_ejection(gone, None)
+            held = self.restart_holds.get(gone.previous, now) - now
             log.warning(
-                "scheduler %s exited asking for a restart (%s: %s); loading it again, its "
-                "profile resolved for the topology now",
+                "scheduler %s exited asking for a restart (%s: %s); loading it again%s, its "
+                "profile resolved for the topology then",
                 gone.previous,
                 exit_.reason if exit_ else "",
                 exit_.message if exit_ else "",
+                f" in {held / NS_PER_S:.1f} s (over {MAX_RESTARTS} restarts within "
+                f"{RESTART_WINDOW_NS // NS_PER_S} s)"
+                if held > 0
+                else "",
                 extra={"SCHEDULER": gone.previous, "EXIT_KIND": "restart"},
             )
         else:
@@ -1115,17 +1142,37 @@ class Reconciler:
         (``kernel/sched/ext.c``: a CPU going on- or offline ejects a scheduler without
         hotplug ops with ``SCX_EXIT_UNREG_KERN`` and ``SCX_ECODE_ACT_RESTART |
         SCX_ECODE_RSN_HOTPLUG``; a scheduler may ask for it through ``scx_bpf_exit()``) and
-        the scheduler has not restarted :data:`MAX_RESTARTS` times within
-        :data:`RESTART_WINDOW_NS`: then it is loaded again by the same pass (no backoff),
-        and its profile sees the new topology. Counts the restart."""
+        either the scheduler has not restarted :data:`MAX_RESTARTS` times within
+        :data:`RESTART_WINDOW_NS` or the exit is the kernel's CPU-hotplug ejection
+        (:data:`SCX_EXIT_UNREG_KERN` with :data:`SCX_ECODE_RSN_HOTPLUG`): then it is loaded
+        again (no backoff), and its profile sees the new topology -- at once, or, for a
+        hotplug restart past the bound, once its hold (:attr:`restart_holds`) ends:
+        :data:`RESTART_HOLD_NS` doubling per restart over the bound, at most
+        :data:`RESTART_HOLD_MAX_NS`; the policy still wants the scheduler meanwhile.
+        Counts the restart."""
         exit_ = gone.exit
         if exit_ is None or not (exit_.exit_code & SCX_ECODE_ACT_RESTART):
             return False
-        recent = [t for t in self._restarts.get(gone.previous, []) if now - t < RESTART_WINDOW_NS]
+        name = gone.previous
+        recent = [t for t in self._restarts.get(name, []) if now - t < RESTART_WINDOW_NS]
         if len(recent) >= MAX_RESTARTS:
-            return False
-        self._restarts[gone.previous] = [*recent, now]
+            if exit_.kind != SCX_EXIT_UNREG_KERN or not exit_.exit_code & SCX_ECODE_RSN_HOTPLUG:
+                return False
+            over = min(len(recent) - MAX_RESTARTS, 16)  # 16: far past the cap, no huge shift
+            self.restart_holds[name] = now + min(RESTART_HOLD_NS << over, RESTART_HOLD_MAX_NS)
+        self._restarts[name] = [*recent, now]
         return True
+
+    def _restart_held(self, target: str, now: int) -> bool:
+        """Whether ``target``'s hotplug restart still waits for its hold to end (the
+        deadline then kicks a pass); a hold that ended is dropped."""
+        until = self.restart_holds.get(target)
+        if until is None:
+            return False
+        if until > now:
+            return True
+        del self.restart_holds[target]
+        return False
 
     async def _held_by_another_program(self, loop: asyncio.AbstractEventLoop) -> bool:
         """True while a scheduler the daemon did not attach runs (``BPF_LINK_CREATE`` would
@@ -1177,6 +1224,11 @@ class Reconciler:
             deadline = first if deadline is None else min(deadline, first)
         if self.adopted and now < self._grace_until_ns:
             deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
+        clock_now = self.clock()
+        self.restart_holds = {k: v for k, v in self.restart_holds.items() if v > clock_now}
+        if self.restart_holds:  # a held restart's end loads its scheduler again
+            first = min(self.restart_holds.values())
+            deadline = first if deadline is None else min(deadline, first)
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None

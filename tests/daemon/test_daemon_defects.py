@@ -171,3 +171,41 @@ def test_status_and_list_show_a_non_admin_only_its_own_leases() -> None:
         assert full["hidden_leases"] == 0 and full["lease"]["lease"] == root_lease
     finally:
         r.stop()
+
+
+def test_hotplug_restarts_past_the_bound_wait_instead_of_backing_off() -> None:
+    """The kernel's CPU-hotplug ejections (``SCX_EXIT_UNREG_KERN``, ``ACT_RESTART |
+    RSN_HOTPLUG``) past ``MAX_RESTARTS`` within the window are no failure: the lease keeps
+    its scheduler (no backoff, still desired); its restart waits ``RESTART_HOLD_NS``, then
+    twice that, and is loaded again when the hold ends."""
+    from schedswitchd.daemon.reconcile import MAX_RESTARTS
+
+    clock = FakeClock()
+    r = Running(clock=clock, poll_timer=FakeTimer(), poll_s=3600.0)
+    backend = r.backend
+    try:
+        c = r.client()
+        assert c.request(op="hint", workload="gaming")["active"] == "gaming"
+        for _ in range(MAX_RESTARTS):  # at once, as before
+            backend.eject(66, "unregistered from the kernel", (1 << 48) | (1 << 32))
+            r.wait_for(lambda s: backend.attached_handle is not None)
+            r.passes(1)  # the switch's pin done before the next ejection
+            clock.advance(0.1)
+        for hold_s in (1.0, 2.0):  # RESTART_HOLD_NS, then twice that
+            prepares = backend.calls.count("prepare gaming")
+            backend.eject(66, "unregistered from the kernel", (1 << 48) | (1 << 32))
+            r.passes(2)
+            status = c.request(op="status")["status"]
+            assert status["backoff"] == [] and status["desired"] == "gaming", status
+            assert status["active"] == "kernel" and status["lease"]["workload"] == "gaming"
+            assert backend.calls.count("prepare gaming") == prepares  # not yet
+            r.advance_reconciler(hold_s - 0.01)
+            r.passes(1)
+            assert backend.attached_handle is None
+            r.advance_reconciler(0.02)  # the hold's end kicks a pass
+            r.wait_for(lambda s: backend.attached_handle is not None)
+            r.passes(1)
+            assert backend.kernel_state().ops == "gaming_ops"
+        assert r.read(lambda s: dict(s.policy.backoff)) == {}
+    finally:
+        r.stop()

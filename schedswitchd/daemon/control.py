@@ -69,6 +69,11 @@ class DaemonControl:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(server.reconciler.reader, server.backend.kernel_state)
 
+    def kernel_state_now(self) -> proto.KernelInfo:
+        """``/sys/kernel/sched_ext`` read now, on the calling thread (a few small sysfs
+        reads: for an answer that must say what the kernel says at that moment)."""
+        return self._server.backend.kernel_state()
+
     async def status(self) -> proto.StatusBody:
         """What ``schedswitchctl status`` shows (the kernel's view read fresh)."""
         return await self._server.status()

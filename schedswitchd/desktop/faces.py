@@ -17,7 +17,10 @@ from schedswitchd.desktop.bus import Buses
 log = logging.getLogger("schedswitchd")
 
 #: The face modules, started in this order.
-FACES: tuple[str, ...] = ("schedswitchd.desktop.power_profiles",)
+FACES: tuple[str, ...] = (
+    "schedswitchd.desktop.scx_loader",
+    "schedswitchd.desktop.power_profiles",
+)
 
 
 class Face(Protocol):

@@ -371,6 +371,11 @@ class Mode(_Tables):
 
     summary: str = ""
     userspace: str | None = None
+    #: The scheduler's own command-line flags this mode stands for (its program's argv
+    #: after the program name, e.g. ``["-m", "performance", "-w"]``), as its summary
+    #: documents them; ``None``: none documented. ``org.scx.Loader``'s ``...WithArgs``
+    #: calls are matched against it (``docs/desktop.md``).
+    argv: list[Annotated[str, Field(max_length=128)]] | None = Field(default=None, max_length=64)
 
 
 class Profile(_Tables):

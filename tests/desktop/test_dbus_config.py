@@ -76,3 +76,40 @@ def test_power_profiles_name_hints(tmp_path: Path) -> None:
     text = BASE + '[dbus]\n[dbus.power_profiles]\npower-saver = "battery"\n'
     config = parse_config(text, str(tmp_path / "c.toml"))
     assert config.dbus is not None and config.dbus.power_profiles == {"power-saver": "battery"}
+
+
+def test_each_shipped_modes_argv_is_what_its_summary_documents() -> None:
+    """``[modes.X] argv`` (what ``...WithArgs`` calls are matched against) is the flags
+    the mode's summary names, ``= scx_NAME FLAGS (...)``, in every shipped profile."""
+    from schedswitchd.profile.model import load_profile
+
+    root = Path(__file__).resolve().parents[2] / "config" / "profiles"
+    seen = 0
+    for path in sorted(root.glob("*.toml")):
+        for name, mode in load_profile(path).modes.items():
+            if not mode.summary.startswith("= "):
+                assert mode.argv is None, (path.name, name)
+                continue
+            text = mode.summary[2:]
+            cut = min([len(text), *(i for sep in (" (", ": ") if (i := text.find(sep)) >= 0)])
+            assert mode.argv == text[:cut].split()[1:], (path.name, name)
+            seen += 1
+    assert seen >= 20
+
+
+def test_resolve_names_modes_and_args(tmp_path: Path) -> None:
+    from schedswitchd.desktop.scx_loader import Refused, resolve, resolve_args
+
+    config = parse_config(BASE + "[dbus]\n", str(tmp_path / "c.toml"))
+    assert resolve(config, "scx_bpfland", 0) == "bpfland"
+    assert resolve(config, "scx_bpfland", 2) == "bpfland@powersave"
+    assert resolve_args(config, "scx_bpfland", ["-s", "20000", "-S"]) == "bpfland@server"
+    assert resolve_args(config, "scx_bpfland", []) == "bpfland"
+    with pytest.raises(Refused, match="not offered here"):
+        resolve(config, "scx_nope", 0)
+    with pytest.raises(Refused, match="scx_simple has no gaming mode"):
+        resolve(config, "scx_simple", 1)
+    with pytest.raises(Refused, match="mode 5 is not one of scx_loader's"):
+        resolve(config, "scx_bpfland", 5)
+    with pytest.raises(Refused, match="not the flags of any"):
+        resolve_args(config, "scx_bpfland", ["-S"])

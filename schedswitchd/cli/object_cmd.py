@@ -47,7 +47,7 @@ from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.ops_flags import OpsFlag, OpsFlags, ops_flags_table, set_ops_flags
 from schedswitchd.bpf.scheduler import sched_ext_map
-from schedswitchd.bpf.spec import ExternKind, ObjectSpec
+from schedswitchd.bpf.spec import ExternKind, ObjectSpec, StructOpsSpec
 from schedswitchd.errors import (
     BtfError,
     CustomizationError,
@@ -95,7 +95,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "path", metavar="OBJ", help="a compiled BPF object (*.bpf.o) or an executable embedding one"
     )
     ins.add_argument("--json", action="store_true", help="print one JSON document")
-    ins.add_argument("--vmlinux", default=DEFAULT_VMLINUX, help="target BTF for CO-RE")
+    ins.add_argument(
+        "--vmlinux",
+        default=DEFAULT_VMLINUX,
+        help="target BTF for CO-RE and for naming sched_ext_ops flags",
+    )
     ins.add_argument("--no-core", action="store_true", help="do not resolve CO-RE relocations")
     ins.set_defaults(handler=_inspect)
     load = osub.add_parser("load", help="load (and attach struct_ops of) a BPF object")
@@ -165,7 +169,53 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     unload.set_defaults(handler=_unload)
 
 
-def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
+def struct_ops_scalars(
+    spec: ObjectSpec, ops: StructOpsSpec, flag_names: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The values a struct_ops variable's data holds for its scalar members (integers and
+    enums up to 8 bytes, ``char`` arrays as strings; pointers and function pointers
+    left out), by member name, from the object's BTF. With ``flag_names`` (``SCX_OPS_*``
+    name -> value, :func:`~schedswitchd.bpf.ops_flags.ops_flags_table`) a ``flags``
+    member also gets ``flags_names``: the names whose bits are set, then ``0x...`` for
+    bits no name covers."""
+    from schedswitchd.bpf.btf.types import Array, Enum, Int
+
+    btf = spec.btf
+    out: dict[str, Any] = {}
+    if btf is None:
+        return out
+    for mem in ops.members:
+        if mem.is_func_ptr:
+            continue
+        raw = ops.data[mem.offset : mem.offset + mem.size]
+        try:
+            t = btf.type(btf.skip_mods_and_typedefs(mem.type_id))
+            if isinstance(t, Array):
+                elem = btf.type(btf.skip_mods_and_typedefs(t.type))
+                if isinstance(elem, Int) and elem.size == 1:
+                    out[mem.name] = raw.split(b"\0", 1)[0].decode(errors="replace")
+                continue
+            if not isinstance(t, Int | Enum) or mem.size not in (1, 2, 4, 8):
+                continue
+        except BtfError:
+            continue
+        signed = bool(getattr(t, "signed", False))
+        out[mem.name] = int.from_bytes(raw, "little", signed=signed)
+    flags = out.get("flags")
+    if isinstance(flags, int) and flag_names:
+        names = [
+            n for n, v in sorted(flag_names.items(), key=lambda kv: kv[1]) if v and flags & v == v
+        ]
+        rest = flags
+        for n in names:
+            rest &= ~flag_names[n]
+        out["flags_names"] = names + ([f"{rest:#x}"] if rest else [])
+    return out
+
+
+def describe(
+    spec: ObjectSpec, vmlinux: Btf | None, flag_names: dict[str, int] | None = None
+) -> dict[str, Any]:
     """A JSON-ready description of ``spec``; CO-RE results when ``vmlinux`` is given.
 
     Raises ``CoreError`` if a relocation cannot be resolved consistently.
@@ -257,6 +307,7 @@ def describe(spec: ObjectSpec, vmlinux: Btf | None) -> dict[str, Any]:
                 "type": ops.type_name,
                 "link": ops.link,
                 "programs": {mm.name: mm.program for mm in ops.members if mm.program},
+                "scalars": struct_ops_scalars(spec, ops, flag_names),
             }
         maps.append(entry)
     externs = [
@@ -305,6 +356,15 @@ def _text(d: dict[str, Any]) -> str:
             out.append(f"      struct {so['type']}{' (link)' if so['link'] else ''}")
             for member, prog in so["programs"].items():
                 out.append(f"        .{member} = {prog}")
+            for member, value in so.get("scalars", {}).items():
+                if member == "flags_names":
+                    continue
+                if member == "flags" and isinstance(value, int):
+                    names = so["scalars"].get("flags_names")
+                    shown = " | ".join(names) if names else "no names: --vmlinux a sched_ext BTF"
+                    out.append(f"        .flags = {value:#x} ({shown if value else 'none'})")
+                else:
+                    out.append(f"        .{member} = {value!r}")
         if "values" in m:
             out.append(f"      values {m['values']}")
     if d["externs"]:
@@ -327,6 +387,21 @@ def _text(d: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _flag_names(spec: ObjectSpec, vmlinux: Btf | None, path: str) -> dict[str, int] | None:
+    """``SCX_OPS_*`` names for decoding ``flags``: the object's own BTF, else the target
+    BTF (read now if CO-RE did not need it); ``None`` when neither has them."""
+    if not any(m.struct_ops is not None for m in spec.maps):
+        return None
+    if spec.btf is not None and (table := ops_flags_table(spec.btf)):
+        return table
+    if vmlinux is None:
+        try:
+            vmlinux = Btf.from_file(path, name="vmlinux")
+        except (BtfError, OSError):
+            return None
+    return ops_flags_table(vmlinux) or None
+
+
 def _inspect(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.path)
     spec.link_programs()  # a malformed program is reported as opening's errors are
@@ -336,7 +411,7 @@ def _inspect(args: argparse.Namespace) -> int:
             vmlinux = Btf.from_file(args.vmlinux, name="vmlinux")
         except BtfError as exc:
             raise ObjectError(f"cannot read target BTF {args.vmlinux!r}: {exc}") from exc
-    d = describe(spec, vmlinux)
+    d = describe(spec, vmlinux, _flag_names(spec, vmlinux, args.vmlinux))
     if note:
         d["embedded"] = note
     if args.json:

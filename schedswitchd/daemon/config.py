@@ -255,8 +255,9 @@ class SchedulerConfig(_Model):
     set the object's ``__SCX_*`` enum variables from the kernel's BTF at load, as the
     scheduler's own user space would (``rodata`` values win). ``profile``: a scheduler
     profile (``docs/profiles.md``) applied before the keys above, which win over it;
-    ``mode``: the profile's mode used unless a hint picks another. ``profile_path`` is not a
-    key: :func:`parse_config` sets it to the profile file it found.
+    ``mode``: the profile's mode used unless a hint picks another. ``profile_path`` and
+    ``profile_name`` are not keys: :func:`parse_config` sets them to the profile file it
+    found and that file's ``[profile] name``.
     """
 
     object: str
@@ -271,6 +272,8 @@ class SchedulerConfig(_Model):
     )
     #: The profile file found for ``profile`` (set by :func:`parse_config`, not a key).
     profile_path: str | None = Field(default=None, exclude=True)
+    #: That file's ``[profile] name`` (set with ``profile_path``, not a key).
+    profile_name: str | None = Field(default=None, exclude=True)
     kmods: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]] = Field(
         default_factory=list
     )
@@ -282,8 +285,9 @@ class SchedulerConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _no_profile_path(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "profile_path" in data:
-            raise ValueError("'profile_path' is not a configuration key")
+        for key in ("profile_path", "profile_name"):
+            if isinstance(data, dict) and key in data:
+                raise ValueError(f"{key!r} is not a configuration key")
         return data
 
     @field_validator("rodata")
@@ -577,7 +581,7 @@ def _profiles_and_modes(
             problems.append(
                 f"{mode_at}: profile {prof.name!r} has no mode {sched.mode!r} (modes: {known})"
             )
-        out[name] = sched.model_copy(update={"profile_path": str(found)})
+        out[name] = sched.model_copy(update={"profile_path": str(found), "profile_name": prof.name})
     new_hints = dict(hints)
     for workload, rule in hints.items():
         if rule.mode is None:

@@ -450,10 +450,10 @@ class ReloadInfo(_Wire):
 
 
 class ProfileStatus(_Wire):
-    """The running scheduler's profile (``docs/profiles.md``): its ``name`` (as
-    configured: a profile name or path), ``mode`` (``None``: the base) and the ``stats``
-    its ``[[stats]]`` name, read from the loaded maps when status was asked (integers, in
-    the scheduler's own units)."""
+    """The running scheduler's profile (``docs/profiles.md``): its ``name`` (the profile
+    file's ``[profile] name``, also when the configuration names it by path), ``mode``
+    (``None``: the base) and the ``stats`` its ``[[stats]]`` name, read from the loaded
+    maps when status was asked (integers, in the scheduler's own units)."""
 
     name: str
     mode: str | None = None

@@ -888,7 +888,11 @@ class Server:
         }
         active_cfg = self.config.schedulers.get(self.switcher.active)
         profile = (
-            proto.ProfileStatus(name=active_cfg.profile, mode=active_cfg.mode, stats=stats)
+            proto.ProfileStatus(
+                name=active_cfg.profile_name or active_cfg.profile,
+                mode=active_cfg.mode,
+                stats=stats,
+            )
             if active_cfg is not None and active_cfg.profile is not None
             else None
         )

@@ -66,3 +66,64 @@ def test_inspect_bad_file_is_one_line_error(
     bad.write_bytes(b"\x7fELF" + bytes(100))
     assert ctl.main(["object", "inspect", str(bad)]) == 1
     assert "schedswitchctl:" in capsys.readouterr().err
+
+
+OPS_C = r"""
+typedef unsigned int u32;
+typedef unsigned long long u64;
+struct sched_ext_ops {
+	u32 dispatch_max_batch; u64 flags; u32 timeout_ms; u32 exit_dump_len; char name[128];
+	void *priv;
+};
+__attribute__((section(".struct_ops.link"), used))
+struct sched_ext_ops ssd_scalars = {
+	.dispatch_max_batch = 8, .flags = 0x46 | (1ULL << 40), .timeout_ms = 7000,
+	.exit_dump_len = 4096, .name = "scalars",
+};
+char LICENSE[] __attribute__((section("license"), used)) = "GPL";
+"""
+SID_BTF = Path(__file__).resolve().parents[2] / "build" / "sid" / "vmlinux.btf"
+
+
+def test_inspect_shows_struct_ops_scalars(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """timeout_ms, exit_dump_len, dispatch_max_batch and the name as compiled; flags by
+    name from a sched_ext kernel's BTF (bits no name covers in hex), a pointer left out."""
+    import shutil
+    import subprocess
+
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed")
+    if not SID_BTF.is_file():
+        from tests.build_outputs import missing_build_output
+
+        missing_build_output(SID_BTF)
+    (tmp_path / "ops.bpf.c").write_text(OPS_C)
+    obj = tmp_path / "ops.bpf.o"
+    src = str(tmp_path / "ops.bpf.c")
+    subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-c", src, "-o", str(obj)], check=True)
+    d = _json(capsys, str(obj), "--vmlinux", str(SID_BTF))
+    [ops] = [m["struct_ops"] for m in d["maps"] if "struct_ops" in m]  # type: ignore[attr-defined]
+    assert ops["scalars"] == {
+        "dispatch_max_batch": 8,
+        "flags": 0x46 | (1 << 40),
+        "timeout_ms": 7000,
+        "exit_dump_len": 4096,
+        "name": "scalars",
+        "flags_names": [
+            "SCX_OPS_ENQ_LAST",
+            "SCX_OPS_ENQ_EXITING",
+            "SCX_OPS_BUILTIN_IDLE_PER_NODE",
+            "0x10000000000",
+        ],
+    }
+    assert ctl.main(["object", "inspect", str(obj), "--vmlinux", str(SID_BTF)]) == 0
+    text = capsys.readouterr().out
+    assert ".timeout_ms = 7000" in text and ".dispatch_max_batch = 8" in text
+    assert ".exit_dump_len = 4096" in text
+    assert (
+        ".flags = 0x10000000046 (SCX_OPS_ENQ_LAST | SCX_OPS_ENQ_EXITING | "
+        "SCX_OPS_BUILTIN_IDLE_PER_NODE | 0x10000000000)" in text
+    )

@@ -271,19 +271,20 @@ slice_ns = 1000
 
 def test_status_shows_profile_mode_and_stats(srv: Running) -> None:
     """A hint with a mode runs the variant SCHEDULER@MODE; status shows the active
-    scheduler's profile, its mode and the counters the backend read for it."""
+    scheduler's profile (its [profile] name, though the configuration names it by path),
+    its mode and the counters the backend read for it."""
     (srv.dir / "profiles").mkdir()
     (srv.dir / "profiles" / "demo.toml").write_text(DEMO_PROFILE)
     path = srv.dir / "schedswitchd.toml"
     text = path.read_text()
     text = text.replace(
         '[schedulers.gaming]\nobject = "gaming.bpf.o"\n',
-        '[schedulers.gaming]\nobject = "gaming.bpf.o"\nprofile = "demo"\n',
+        '[schedulers.gaming]\nobject = "gaming.bpf.o"\nprofile = "profiles/demo.toml"\n',
     ).replace(
         'scheduler = "gaming"\npriority = 50\n',
         'scheduler = "gaming"\npriority = 50\nmode = "fast"\n',
     )
-    assert 'profile = "demo"' in text and 'mode = "fast"' in text
+    assert 'profile = "profiles/demo.toml"' in text and 'mode = "fast"' in text
     path.write_text(text)
     c = srv.client()
     assert c.request(op="reload")["ok"]

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,7 @@ from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
 from schedswitchd.bpf.enum_vars import EnumFillReport
 from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.ops_flags import OpsFlag, OpsFlags, ops_flags_table, set_ops_flags
-from schedswitchd.bpf.scheduler import sched_ext_map
+from schedswitchd.bpf.scheduler import ops_name_of, sched_ext_map
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec, StructOpsSpec
 from schedswitchd.errors import (
     BtfError,
@@ -55,7 +57,7 @@ from schedswitchd.errors import (
     ObjectError,
     SchedSwitchError,
 )
-from schedswitchd.kernel import sched_ext
+from schedswitchd.kernel import sched_ext, syscall
 from schedswitchd.kernel.btf_registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.pins import pin_object, unpin_directory
@@ -65,6 +67,7 @@ from schedswitchd.kernel.profile_steps import (
     run_after_attach,
     run_before_attach,
 )
+from schedswitchd.kernel.scx_exit import uei_layout
 from schedswitchd.profile.apply import ProfiledSpec, profile_spec
 from schedswitchd.profile.model import find_profile, load_profile
 from schedswitchd.profile.topology import read_topology
@@ -147,9 +150,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the kernel BTF's enumerator of that name without the leading __)",
     )
     load.add_argument(
+        "--watch",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="a sched_ext scheduler: keep it attached this long and check that the kernel "
+        "did not eject it before unloading or pinning (default: %(default)s, checked once)",
+    )
+    load.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object (on a program-load failure: the error and verifier log)",
+        help="print one JSON object (on a program-load failure: the error and verifier log; "
+        "a sched_ext scheduler: 'sched_ext' holds the kernel's state and exit record)",
     )
     load.add_argument(
         "--verbose",
@@ -535,6 +547,44 @@ def _sched_ext_note(spec: ObjectSpec) -> Iterator[None]:
         ) from exc
 
 
+#: ``sched_ext`` verdicts of ``object load`` (its exit status is 1 for all but the first).
+ENABLED, EJECTED, NEVER_ENABLED = "enabled", "ejected", "never enabled"
+
+
+def _exit_record(obj: LoadedObject, spec: ObjectSpec) -> dict[str, Any] | None:
+    """The scheduler's own exit record (``uei``: ``kernel/sched/ext.c`` writes it through
+    ``ops.exit``), read from its data map now; ``None`` when it keeps none or none yet."""
+    layout = uei_layout(spec)
+    m = obj.maps.get(layout.map_name) if layout is not None else None
+    if layout is None or m is None:
+        return None
+    try:
+        raw = syscall.map_lookup_elem(m.fd, bytes(4), m.spec.value_size)
+        rec = layout.decode(raw) if raw is not None else None
+    except (SchedSwitchError, ValueError):
+        return None
+    return dataclasses.asdict(rec) if rec is not None else None  # kind, exit_code, reason, message
+
+
+def _sched_ext_verdict(
+    obj: LoadedObject, spec: ObjectSpec, ops_name: str, *, enabled_once: bool
+) -> dict[str, Any]:
+    """What the kernel says of scheduler ``ops_name`` now: ``state`` and ``ops`` from
+    ``/sys/kernel/sched_ext``, the exit record, and a ``verdict``: ``enabled`` (its ops
+    runs and it recorded no exit), ``ejected`` (it was enabled, then the kernel disabled
+    it or it recorded an exit) or ``never enabled``."""
+    try:
+        state: str | None = str(sched_ext.read_state())
+        ops = sched_ext.read_ops()
+    except SchedSwitchError:
+        state, ops = None, None
+    record = _exit_record(obj, spec)
+    running = state == ENABLED and ops == ops_name and record is None
+    verdict = ENABLED if running else (EJECTED if enabled_once else NEVER_ENABLED)
+    return {"state": state, "ops": ops, "expected_ops": ops_name, "exit": record,
+            "verdict": verdict}  # fmt: skip
+
+
 def _load_and_print(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.object)
     spec.link_programs()  # a malformed program is reported before anything is loaded
@@ -557,6 +607,16 @@ def _load_and_print(args: argparse.Namespace) -> int:
     targets = registry.targets(spec.kmod_btfs)
     pins: dict[str, str] = {}
     stats: dict[str, int] = {}
+    scx_map = next(
+        (
+            m.name
+            for m in spec.struct_ops_maps
+            if m.struct_ops is not None and m.struct_ops.type_name == "sched_ext_ops"
+        ),
+        None,
+    )
+    scx_ops = ops_name_of(spec, scx_map) if scx_map is not None else None
+    scx: dict[str, Any] | None = None
     with (
         _sched_ext_note(spec),
         load_object(
@@ -565,18 +625,47 @@ def _load_and_print(args: argparse.Namespace) -> int:
     ):
         if profiled is not None:
             run_before_attach(obj, profiled.plan)
-        if obj.struct_ops_values:
-            plan = profiled.plan if profiled is not None else None
-            if plan is not None:
-                attach_from_cpu(obj, plan, obj.attach_struct_ops)
+        try:
+            if obj.struct_ops_values:
+                plan = profiled.plan if profiled is not None else None
+                if plan is not None:
+                    attach_from_cpu(obj, plan, obj.attach_struct_ops)
+                else:
+                    obj.attach_struct_ops()  # the other programs first, as a skeleton's
             else:
-                obj.attach_struct_ops()  # the other programs first, as a skeleton's attach
-        else:
-            obj.attach_programs()
-        if profiled is not None:
+                obj.attach_programs()
+        except SchedSwitchError as exc:
+            if scx_ops is None:
+                raise
+            # The kernel refused to enable it (ops.init failed, another scheduler runs):
+            # say what it recorded, the way an ejection is said.
+            scx = _sched_ext_verdict(obj, spec, scx_ops, enabled_once=False)
+            if args.json:
+                error = {"code": exc.code, "message": str(exc)}
+                print(json.dumps({"error": error, "sched_ext": scx}, sort_keys=True))
+                return 1
+            rec = scx["exit"]
+            if rec is None:
+                raise
+            raise LoadError(f"{exc}; the scheduler's exit record: {rec['reason']}: "
+                            f"{rec['message']} (exit kind {rec['kind']})") from exc  # fmt: skip
+        if scx_ops is not None:
+            # The kernel enables a scheduler before BPF_LINK_CREATE returns: not enabled
+            # now means never enabled (ops.init failed, or another scheduler runs).
+            scx = _sched_ext_verdict(obj, spec, scx_ops, enabled_once=False)
+        if profiled is not None and (scx is None or scx["verdict"] == ENABLED):
             run_after_attach(obj, profiled.plan)
             stats = read_stats(obj, profiled.plan)
+        if scx is not None and scx["verdict"] == ENABLED:
+            deadline = time.monotonic() + max(0.0, args.watch)
+            while True:
+                scx = _sched_ext_verdict(obj, spec, scx_ops or "", enabled_once=True)
+                if scx["verdict"] != ENABLED or time.monotonic() >= deadline:
+                    break
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         info = describe_loaded(obj)
+        if args.pin and scx is not None and scx["verdict"] != ENABLED:
+            args.pin = None  # nothing the kernel threw out is kept
         if args.pin:
             pins = pin_object(obj, args.pin)
     info["pinned"] = pins
@@ -591,9 +680,12 @@ def _load_and_print(args: argparse.Namespace) -> int:
             "notes": profiled.plan.notes,
             "stats": stats,
         }
+    failed = scx is not None and scx["verdict"] != ENABLED
+    if scx is not None:
+        info["sched_ext"] = scx
     if args.json:
         print(json.dumps(info, sort_keys=True))
-        return 0
+        return 1 if failed else 0
     if note:
         print(note)
     if profiled is not None:
@@ -624,8 +716,16 @@ def _load_and_print(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     timings = " ".join(f"{k} {v / 1e6:.2f}" for k, v in info["timings_ns"].items())
     print(f"timings (ms): {timings}")
+    if scx is not None:
+        rec = scx["exit"]
+        why = f": {rec['reason']}: {rec['message']} (exit kind {rec['kind']})" if rec else ""
+        kernel = f"state {scx['state']}, ops {scx['ops'] or '-'}"
+        if failed:
+            print(f"sched_ext: {scx['verdict'].upper()} ({kernel}){why}", file=sys.stderr)
+        else:
+            print(f"sched_ext: enabled ({kernel})")
     print(f"pinned under {args.pin}" if args.pin else "unloaded (no --pin)")
-    return 0
+    return 1 if failed else 0
 
 
 def _unload(args: argparse.Namespace) -> int:

@@ -195,7 +195,44 @@ def ops_flags(reg: KernelBtfRegistry, path: Path) -> dict[str, Any]:
     return out
 
 
+def verdicts(sched_dir: Path) -> dict[str, Any]:
+    """``schedswitchctl object load --json`` of ss_fifo three ways: left to run (exit 0,
+    enabled), ejected by its own scx_bpf_error() while --watch holds it (exit 1, the exit
+    record), and refused because another scheduler runs (exit 1, never enabled)."""
+    fifo, vtime = str(sched_dir / "fifo.bpf.o"), str(sched_dir / "vtime.bpf.o")
+    out: dict[str, Any] = {"initial": _state()}
+
+    def load(*argv: str) -> dict[str, Any]:
+        rc, text, err = _ctl(["object", "load", *argv, "--json"])
+        return {"rc": rc, "doc": json.loads(text) if text.strip() else None, "stderr": err}
+
+    out["runs"] = load(fifo, "--watch", "1")
+    out["after_runs"] = _state()
+    worker = subprocess.Popen(
+        ["sh", "-c", "for i in $(seq 200); do seq 1 2000 | sort -rn > /dev/null; done"]
+    )
+    out["ejected"] = load(fifo, "--set", "error_after=200", "--watch", "20")
+    worker.kill()
+    worker.wait()
+    _wait_state("disabled", 10)
+    out["after_ejected"] = _state()
+    pins = Path("/sys/fs/bpf/ssd_loader_vm_busy")
+    out["holder"] = load(fifo, "--pin", str(pins))
+    out["refused"] = load(vtime)
+    out["unload_rc"] = _ctl(["object", "unload", str(pins)])[0]
+    _wait_state("disabled", 10)
+    out["final"] = _state()
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--verdicts":
+        try:
+            res = verdicts(Path(argv[1]))
+        except Exception as e:
+            res = {"exception": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}
+        Path(argv[2]).write_text(json.dumps(res))
+        return 0
     if argv and argv[0] == "--ops-flags":
         try:
             res = ops_flags(KernelBtfRegistry(), Path(argv[1]) / f"{argv[2]}.bpf.o")

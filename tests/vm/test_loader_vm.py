@@ -53,6 +53,9 @@ def observed(
             "fifo",
             '"$RESULTS/ops_flags.json"',
         )
+        + driver_line(
+            "loader_driver", "--verdicts", f'"{sched_objects}"', '"$RESULTS/verdicts.json"'
+        )
     )
     inputs = {"insmod.sh": vm.insmod_script(sid_kernel, ["uinput"], strict=True)}
     res = vm_run(script, timeout=900, inputs=inputs)
@@ -60,7 +63,46 @@ def observed(
     out = {name: json.loads(res.text(f"{name}.json")) for name in SCHEDULERS}
     out["absent"] = json.loads(res.text("absent.json"))
     out["ops_flags"] = json.loads(res.text("ops_flags.json"))
+    out["verdicts"] = json.loads(res.text("verdicts.json"))
     return out
+
+
+#: ``enum scx_exit_kind``: ``SCX_EXIT_ERROR_BPF`` (``scx_bpf_error()``).
+EXIT_ERROR_BPF = 1025
+
+
+def test_object_load_says_what_the_kernel_did(observed: dict[str, Any]) -> None:
+    """``object load --json`` of a sched_ext scheduler carries the kernel's state and the
+    scheduler's exit record, and exits 1 unless the kernel kept it enabled: left to run,
+    ss_fifo is enabled (0); with error_after it is ejected by its own scx_bpf_error()
+    while --watch holds it (1, the record's kind and message); with another scheduler
+    attached it is never enabled (1, the kernel's EBUSY and the other's ops name)."""
+    v = observed["verdicts"]
+    assert "exception" not in v, v.get("tb")
+    assert v["initial"] == "disabled"
+    runs = v["runs"]
+    assert runs["rc"] == 0, runs
+    assert runs["doc"]["sched_ext"] == {
+        "state": "enabled",
+        "ops": "ss_fifo",
+        "expected_ops": "ss_fifo",
+        "exit": None,
+        "verdict": "enabled",
+    }
+    assert v["after_runs"] == "disabled"
+    ej = v["ejected"]
+    assert ej["rc"] == 1, ej
+    scx = ej["doc"]["sched_ext"]
+    assert scx["verdict"] == "ejected" and scx["exit"] is not None, scx
+    assert scx["exit"]["kind"] == EXIT_ERROR_BPF
+    assert "injected error after 200 enqueues" in scx["exit"]["message"], scx
+    assert v["after_ejected"] == "disabled"
+    assert v["holder"]["rc"] == 0
+    ref = v["refused"]
+    assert ref["rc"] == 1 and ref["doc"]["error"]["message"], ref
+    assert ref["doc"]["sched_ext"]["verdict"] == "never enabled"
+    assert ref["doc"]["sched_ext"]["ops"] == "ss_fifo"  # the other one still runs
+    assert v["unload_rc"] == 0 and v["final"] == "disabled"
 
 
 #: ``SCX_OPS_SWITCH_PARTIAL`` in the VM kernel (``kernel/sched/ext_internal.h``: 1 << 3)

@@ -204,12 +204,16 @@ def set_variable(
     if var.static:
         raise CustomizationError(f"variable {name!r} is static (or hidden) and cannot be set")
     m = spec.maps[idx]
-    data = m.data if m.data is not None else bytes(m.value_size)
-    cur = data[var.offset : var.offset + var.size]
-    if len(cur) != var.size:
+    end = var.offset + var.size
+    if end > m.value_size:
         raise CustomizationError(f"variable {name!r} lies outside {m.name!r}")
-    new = encode_value(spec.btf, var.type_id, value, cur, name)
-    data = data[: var.offset] + new + data[var.offset + var.size :]
+    # ``data`` may be a prefix (zeros after it, see MapSpec.data): it grows to the end of
+    # this variable, not to the map's size (a .bss of gigabytes is never materialised)
+    data = m.data or b""
+    if len(data) < end:
+        data += bytes(end - len(data))
+    new = encode_value(spec.btf, var.type_id, value, data[var.offset : end], name)
+    data = data[: var.offset] + new + data[end:]
     spec = _replace_map(spec, idx, replace(m, data=data))
     return replace(spec, assigned=spec.assigned | {name})
 
@@ -286,8 +290,8 @@ def resize_array_section(spec: ObjectSpec, section: str, nelems: int) -> ObjectS
         )
     new_btf = _btf_resize(btf, m.value_type_id, last.name, arr, nelems, new_size, new_var_size)
     data = m.data
-    if data is not None:  # None (all zeros, e.g. .bss) stays None: nothing to allocate
-        data = data[:new_size] + bytes(max(0, new_size - len(data)))
+    if data is not None:  # a prefix stays one (zeros after it); None stays None
+        data = data[:new_size]
     variables = tuple(
         replace(v, size=new_var_size, type_id=new_btf.end_id - 1) if v is last else v
         for v in m.variables

@@ -205,10 +205,13 @@ def fill_enum_variables(
         if raw is None:
             skipped.append((v.name, f"{enumerator}={value:#x} does not fit {v.size} bytes"))
             continue
-        buf = datas.setdefault(m.name, bytearray(m.data or bytes(m.value_size)))
-        if v.offset + v.size > len(buf):
+        if v.offset + v.size > m.value_size:
             skipped.append((v.name, f"lies outside {m.name}"))
             continue
+        # the map's data may be a prefix (zeros after it): grown to this variable only
+        buf = datas.setdefault(m.name, bytearray(m.data or b""))
+        if len(buf) < v.offset + v.size:
+            buf += bytes(v.offset + v.size - len(buf))
         buf[v.offset : v.offset + v.size] = raw
         filled.append(EnumFill(v.name, m.name, enumerator, kernel.type_name(tid), value))
     report = EnumFillReport(tuple(filled), tuple(missing), kept, tuple(skipped))

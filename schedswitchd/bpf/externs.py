@@ -30,6 +30,11 @@ from schedswitchd.errors import BtfError, ObjectError
 
 KSYMS_SEC = ".ksyms"
 KCONFIG_SEC = ".kconfig"
+#: The largest ``.kconfig`` char array, in bytes: a value comes from one line of the
+#: kernel's config, which libbpf reads into a ``PATH_MAX`` (4096-byte) buffer, so a longer
+#: array holds nothing but zeros after it; refused at open rather than made a map of that
+#: size (a 7 KB object could otherwise ask for a gigabyte).
+MAX_KCONFIG_ARRAY = 4096
 
 
 def _kconfig_type(btf: Btf, type_id: int, name: str) -> tuple[KconfigType, bool]:
@@ -72,8 +77,9 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
 
     Order: ``.kconfig`` externs in map layout order, then ``.ksyms`` externs by name.
     ``btf`` is the object's BTF *before* :mod:`.btf.fixup` (extern VAR types intact).
-    Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type, and
-    for a ``.kconfig`` map larger than :data:`~schedswitchd.bpf.spec.MAX_ARRAY_VALUE_SIZE`.
+    Raises :class:`ObjectError` for an extern with no BTF entry or an unsupported type, a
+    ``.kconfig`` extern over :data:`MAX_KCONFIG_ARRAY` bytes, and a ``.kconfig`` map larger
+    than :data:`~schedswitchd.bpf.spec.MAX_ARRAY_VALUE_SIZE`.
     """
     syms = [s for s in elf.symbols if s.shndx == SHN_UNDEF and s.is_extern]
     if not syms:
@@ -107,6 +113,11 @@ def collect_externs(elf: ElfObject, btf: Btf | None) -> tuple[tuple[ExternSpec, 
                     raise ObjectError(f"kconfig extern {sym.name!r} is not a variable")
                 ktype, signed = _kconfig_type(btf, t.type, sym.name)
                 size = btf.size_of(t.type)
+                if size > MAX_KCONFIG_ARRAY:
+                    raise ObjectError(
+                        f"kconfig extern {sym.name!r} is {size} bytes: a kernel config value "
+                        f"is at most {MAX_KCONFIG_ARRAY} (one line of the config)"
+                    )
                 align = max(1, btf.align_of(t.type))
                 ext = ExternSpec(
                     name=sym.name,

@@ -153,9 +153,11 @@ class MapSpec:
     naming). ``key_type_id``/``value_type_id`` are object BTF ids (0 = none; for data maps
     ``value_type_id`` is the DATASEC). ``pinning`` is ``PIN_NONE``/``PIN_BY_NAME``.
     ``inner`` describes a map-in-map's inner map; ``init_slots`` the ``.values`` initialiser
-    as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps;
-    ``None`` means all zeros (declared maps, ``.bss``, ``.kconfig`` before the loader fills
-    it): a ``NOBITS`` section is never materialised, since the file does not hold it.
+    as ``(index, map or program name)`` pairs. ``data`` is the initial value of internal maps,
+    or its first bytes: the rest up to ``value_size`` is zeros; ``None`` means all zeros
+    (declared maps, ``.bss``, ``.kconfig`` before the loader fills it): a ``NOBITS`` section
+    is never materialised, since the file does not hold it, and setting a variable in it
+    grows ``data`` to that variable's end only.
     ``variables`` lists a data map's variables, ``struct_ops`` a struct_ops map's variable.
     ``section_index`` is the ELF section backing the map (data maps) or ``-1``;
     ``autocreate`` is false for maps of a ``?``-prefixed struct_ops section (created only

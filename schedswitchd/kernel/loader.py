@@ -980,7 +980,7 @@ class _Loader:
             if m.kind in (MapKind.DATA, MapKind.RODATA, MapKind.BSS, MapKind.KCONFIG):
                 data = self.kconfig_data(m) if m.kind is MapKind.KCONFIG else m.data
                 if data:
-                    map_update_elem(fd, b"\0\0\0\0", data)
+                    _write_initial(fd, m, data)
                 if m.kind in (MapKind.RODATA, MapKind.KCONFIG):
                     map_freeze(fd)
         for m in self.spec.maps:  # map-in-map initial slots, once every map exists
@@ -1422,6 +1422,20 @@ def map_max_entries(m: MapSpec) -> int:
     if m.type in _RINGBUF_TYPES:
         return ringbuf_size(m.max_entries, mmap.PAGESIZE)
     return m.max_entries
+
+
+def _write_initial(fd: MapFd, m: MapSpec, data: bytes) -> None:
+    """Write a new data map's initial value: ``data``, zeros after it (the kernel created
+    the map zeroed). A prefix of a mmapable map is written through ``mmap`` (unmapped
+    again before the map is frozen), so a large ``.bss`` with one variable set costs the
+    pages written, not a buffer of the whole value; others by ``BPF_MAP_UPDATE_ELEM``."""
+    if len(data) >= m.value_size:
+        map_update_elem(fd, b"\0\0\0\0", data[: m.value_size])
+    elif m.flags & bpf_uapi.F_MMAPABLE:
+        with mmap.mmap(fd.fd, m.value_size, mmap.MAP_SHARED) as mm:
+            mm[: len(data)] = data
+    else:
+        map_update_elem(fd, b"\0\0\0\0", data + bytes(m.value_size - len(data)))
 
 
 def _local_type_name(btf: Btf, type_id: int) -> str:

@@ -20,6 +20,7 @@ import pytest
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Array
 from schedswitchd.bpf.elf import SHT_NOBITS, read_elf
+from schedswitchd.bpf.externs import MAX_KCONFIG_ARRAY
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE
 from schedswitchd.errors import ObjectError
@@ -63,13 +64,23 @@ def with_array_nelems(data: bytes, old: int, new: int) -> bytes:
     return bytes(buf)
 
 
-@pytest.mark.parametrize("nelems", [0xFFFFFFF0, 0xFFFFFFFF, MAX_ARRAY_VALUE_SIZE])
+@pytest.mark.parametrize(
+    "nelems", [0xFFFFFFF0, 0xFFFFFFFF, MAX_ARRAY_VALUE_SIZE, 1 << 30, MAX_KCONFIG_ARRAY + 1]
+)
 def test_huge_kconfig_char_array_is_an_object_error(bpf_object: Obj, nelems: int) -> None:
     # CONFIG_DEFAULT_HOSTNAME is `char [16]`; near 2**32 the DATASEC size overflowed the
-    # u32 it is packed into (struct.error), at 2**31-1 a 2 GiB .kconfig value was allocated.
+    # u32 it is packed into (struct.error), at 2**31-1 a 2 GiB .kconfig value was allocated,
+    # at 2**30 a 1 GiB .kconfig map was made: more than a config line can fill.
     data = with_array_nelems(bpf_object("kconfig").read_bytes(), 16, nelems)
-    with pytest.raises(ObjectError, match="array map value limit"):
+    assert len(data) < 64 * 1024
+    with pytest.raises(ObjectError, match=f"'CONFIG_DEFAULT_HOSTNAME' is {nelems} bytes"):
         open_object(data)
+
+
+def test_kconfig_char_array_of_a_config_line_opens(bpf_object: Obj) -> None:
+    data = with_array_nelems(bpf_object("kconfig").read_bytes(), 16, MAX_KCONFIG_ARRAY)
+    kconfig = open_object(data).map(".kconfig")
+    assert MAX_KCONFIG_ARRAY < kconfig.value_size < 2 * MAX_KCONFIG_ARRAY
 
 
 def test_bss_is_not_materialised(bpf_object: Obj) -> None:
@@ -101,6 +112,10 @@ _CHILD = textwrap.dedent(
     else:
         m = spec.map(".bss")
         print("opened", m.value_size, m.data is None)
+        if len(sys.argv) > 2:  # then set a variable of it, as a config's rodata key would
+            from schedswitchd.bpf.customize import set_variable
+            spec = set_variable(spec, sys.argv[2], 7)
+            print("set", len(spec.map(".bss").data))
     """
 )
 
@@ -132,6 +147,28 @@ def test_big_bss_under_an_address_space_limit(
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith(expect), out.stdout + out.stderr[-2000:]
+
+
+def test_setting_a_variable_of_a_big_bss_allocates_up_to_it(
+    bpf_object: Obj, tmp_path: Path
+) -> None:
+    # The .bss opened lazily, but setting one u64 made bytes(value_size) and copies of it:
+    # a MemoryError with 1 GiB of address space to spare.
+    size = MAX_ARRAY_VALUE_SIZE - 7
+    blob = with_section_size(bpf_object("globals").read_bytes(), ".bss", size)
+    path = tmp_path / "big.bpf.o"
+    path.write_bytes(blob)
+    zeroed = open_object(blob).map(".bss").variable("zeroed")
+    assert zeroed is not None
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), "zeroed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [f"opened {size} True", f"set {zeroed.offset + 8}"]
 
 
 def _with_symbol_value(data: bytes, section: str, value: int) -> bytes:

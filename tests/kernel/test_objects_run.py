@@ -97,6 +97,28 @@ def test_globals_rodata_bool_turns_code_off(registry: KernelBtfRegistry, bpffs: 
         assert _u(obj, "cpu_ids", "4I") == (0, 0, 3, 0)
 
 
+def test_bss_set_before_load_is_written_as_a_prefix(
+    registry: KernelBtfRegistry, bpffs: Path
+) -> None:
+    # Setting .bss variables keeps only the bytes up to the last one set (zeros after);
+    # the loader writes that prefix through an mmap of the map, the rest stays the
+    # kernel's zeros.
+    spec = set_variable(_obj("globals"), "zeroed", 1000)
+    spec = set_variable(spec, "cpu_ids", [0, 0, 0, 7])
+    bss, ids = spec.map(".bss"), spec.map(".bss.cpu_ids")
+    zeroed = bss.variable("zeroed")
+    assert zeroed is not None and bss.data is not None
+    assert len(bss.data) == zeroed.offset + 8 < bss.value_size
+    assert ids.data is not None and len(ids.data) == ids.value_size == 16
+    with _load(spec, registry, bpffs) as obj:
+        assert _u(obj, "zeroed", "Q") == (1000,)
+        assert _u(obj, "stats", "QIB3x") == (0, 0, 0)
+        assert _u(obj, "cpu_ids", "4I") == (0, 0, 0, 7)
+        syscall.prog_test_run(obj.programs["read_globals"].fd, ctx_in=struct.pack("<I", 1))
+        assert _u(obj, "zeroed", "Q") == (1001,)
+        assert _u(obj, "cpu_ids", "4I") == (0, 2, 0, 7)
+
+
 # --- maps.bpf.c ------------------------------------------------------------------------------
 
 ARGS = (1, 4, 2)  # ctx[0] (sched_switch's preempt) of each run

@@ -243,6 +243,34 @@ def _to_spec(name: str, d: _MapDef, kind: MapKind) -> MapSpec:
     )
 
 
+# Map types by how the kernel sizes them (``enum bpf_map_type`` values, UAPI bpf.h).
+_ARRAYS = frozenset({2, 3, 4, 6, 8, 12})  # ARRAY, PROG/PERF_EVENT/PERCPU/CGROUP_ARRAY, OF_MAPS
+_HASHES = frozenset({1, 5, 9, 10, 13})  # HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, OF_MAPS
+_PER_CPU = frozenset({5, 6, 10})  # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
+#: ``PCPU_MIN_UNIT_SIZE`` (include/linux/percpu.h): the largest per-CPU value
+PCPU_MIN_UNIT_SIZE = 32 << 10
+#: the most entries a hash map may have (``htab_map_alloc``: ``max_entries > 1UL << 31``)
+MAX_HASH_ENTRIES = 1 << 31
+
+
+def check_kernel_limits(m: MapSpec) -> None:
+    """Raise :class:`ObjectError` when the kernel would refuse map ``m`` for its size with
+    ``E2BIG`` whatever the machine (``array_map_alloc_check`` in kernel/bpf/arraymap.c,
+    ``htab_map_alloc_check``/``htab_map_alloc`` in kernel/bpf/hashtab.c): an array value
+    over ``INT_MAX`` bytes, a per-CPU value over ``PCPU_MIN_UNIT_SIZE`` once rounded up to
+    8 bytes, a hash map of more than 2**31 entries. Checked at open, before anything is
+    loaded or allocated for the object."""
+    why = ""
+    if m.type in _ARRAYS and m.value_size > MAX_ARRAY_VALUE_SIZE:
+        why = f"a value of {m.value_size} bytes is over the array limit {MAX_ARRAY_VALUE_SIZE}"
+    elif m.type in _PER_CPU and (m.value_size + 7) // 8 * 8 > PCPU_MIN_UNIT_SIZE:
+        why = f"a per-CPU value of {m.value_size} bytes is over {PCPU_MIN_UNIT_SIZE}"
+    elif m.type in _HASHES and m.max_entries > MAX_HASH_ENTRIES:
+        why = f"{m.max_entries} entries are over the hash map limit {MAX_HASH_ENTRIES}"
+    if why:
+        raise ObjectError(f"map {m.name!r}: the kernel refuses it (E2BIG): {why}")
+
+
 def declared_maps(elf: ElfObject, btf: Btf | None) -> list[tuple[MapSpec, int]]:
     """BTF-defined maps of ``.maps`` in offset order, each with its byte offset in the
     section. ``btf`` must already be fixed up (DATASEC offsets from symbols)."""
@@ -266,6 +294,9 @@ def declared_maps(elf: ElfObject, btf: Btf | None) -> list[tuple[MapSpec, int]]:
         d = _parse_def(btf, var.name, var.type, inner=False)
         kind = MapKind.ARENA if d.type == MAP_TYPE_ARENA else MapKind.DECLARED
         spec = _to_spec(var.name, d, kind)
+        check_kernel_limits(spec)
+        if spec.inner is not None:
+            check_kernel_limits(spec.inner)
         if d.values_offset >= 0:
             spec = _with_slots(elf, sec, spec, vsi.offset, vsi.size, d)
         out.append((spec, vsi.offset))

@@ -21,6 +21,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Array
 from schedswitchd.bpf.elf import SHT_NOBITS, read_elf
 from schedswitchd.bpf.externs import MAX_KCONFIG_ARRAY
+from schedswitchd.bpf.maps import MAX_HASH_ENTRIES, PCPU_MIN_UNIT_SIZE
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import MAX_ARRAY_VALUE_SIZE
 from schedswitchd.errors import ObjectError
@@ -81,6 +82,24 @@ def test_kconfig_char_array_of_a_config_line_opens(bpf_object: Obj) -> None:
     data = with_array_nelems(bpf_object("kconfig").read_bytes(), 16, MAX_KCONFIG_ARRAY)
     kconfig = open_object(data).map(".kconfig")
     assert MAX_KCONFIG_ARRAY < kconfig.value_size < 2 * MAX_KCONFIG_ARRAY
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        # percpu: PERCPU_HASH, key_size 8, value_size 16, max_entries 16
+        (16, PCPU_MIN_UNIT_SIZE + 1, "'percpu': .*: a per-CPU value of 32769 bytes"),
+        # counts: HASH of 128 entries
+        (128, MAX_HASH_ENTRIES + 1, "'counts': .*2147483649 entries"),
+    ],
+)
+def test_map_sizes_the_kernel_refuses_are_refused_at_open(
+    bpf_object: Obj, old: int, new: int, match: str
+) -> None:
+    data = with_array_nelems(bpf_object("maps").read_bytes(), old, new)
+    with pytest.raises(ObjectError, match=rf"map {match}") as err:
+        open_object(data)
+    assert "the kernel refuses it (E2BIG)" in str(err.value)
 
 
 def test_bss_is_not_materialised(bpf_object: Obj) -> None:

@@ -1,8 +1,10 @@
 """``make demo``: boot the sched_ext VM, run schedswitchd with the shipped configuration
 (``config/schedswitchd.toml``) and play a short launcher session in it (``tools.session
 demo``): hint, status, a lower- and a higher-priority hint, release, a scheduler the kernel
-ejects, release all. Prints the session as it ran, then its last line: a JSON summary
-(kernel version, switches made, median switch and gap in ms, result).
+ejects, release all, then a switch over D-Bus as scx_loader's users make it (``busctl call
+org.scx.Loader ... SwitchScheduler``) and ``RestoreDefault``. Prints the session as it ran,
+then its last line: a JSON summary (kernel version, switches made, median switch and gap in
+ms, result).
 
 The ``gaming`` hint runs a community scheduler with its shipped profile when one is
 available (``config/profiles/``, the daemon's ``profile`` key): the object or executable named
@@ -38,6 +40,34 @@ cd "$REPO"
 mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/config-$KVER"
 # ss_latency (the 'gaming' scheduler) reads the uinput module's BTF (.kmod_btfs)
 modprobe -d "$KMOD_ROOT" uinput
+# A system bus of the demo's own, with the shipped org.scx.Loader policy, for the daemon's
+# D-Bus face ([dbus] in demo.toml): the session's last step switches through it.
+BUS="$(mktemp -d)"
+cat > "$BUS/system.conf" <<BUSCONF
+<busconfig>
+  <type>system</type>
+  <auth>EXTERNAL</auth>
+  <listen>unix:path=$BUS/socket</listen>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus"
+           send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <include>$REPO/dbus/org.scx.Loader.conf</include>
+</busconfig>
+BUSCONF
+dbus-daemon --config-file="$BUS/system.conf" --fork --nopidfile --print-address=3 3>"$BUS/address"
+export DBUS_SYSTEM_BUS_ADDRESS="$(head -n1 "$BUS/address")"
 "$PY" -m tools.session demo --config "$RESULTS/demo.toml" --log "$RESULTS/daemon.log"
 """
 
@@ -72,7 +102,8 @@ def demo_config() -> tuple[str, str, list[str]]:
     ``share``: a clone under ``/tmp`` has its corpus there too, which the VM would hide)."""
     from tools.session import config_variant
 
-    text = config_variant(REPO)
+    # The D-Bus face the session's last step drives (org.scx.Loader, docs/desktop.md).
+    text = config_variant(REPO, extra='[dbus]\n[dbus.scx_names]\nscx_fifo = "fifo"\n')
     pick = community_gaming()
     if pick is None:
         print("gaming hint: ss_latency (no community scheduler with a profile available)")

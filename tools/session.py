@@ -663,6 +663,8 @@ def run_demo(config: str, sock: str, log: Path) -> int:
         problems.append(f"release all: kernel shows {kernel_view()}, expected disabled")
     print(_switch_line(settled_last()))
     print(_kernel_line())
+    if os.environ.get("DBUS_SYSTEM_BUS_ADDRESS"):
+        _dbus_steps(expect, settled_last, problems)
     entries = history(sock)
     print("daemon history:")
     for n, h in enumerate(entries, 1):
@@ -670,6 +672,49 @@ def run_demo(config: str, sock: str, log: Path) -> int:
     admin.close()
     daemon.stop()
     return _summary(entries, problems)
+
+
+#: ``busctl`` against the daemon's ``org.scx.Loader`` (scx_loader's D-Bus API).
+_LOADER = ("org.scx.Loader", "/org/scx/Loader", "org.scx.Loader")
+
+
+def _busctl(*args: str) -> subprocess.CompletedProcess[str]:
+    """``busctl ARGS`` on ``$DBUS_SYSTEM_BUS_ADDRESS``, echoed as the demo's command line."""
+    print("$ busctl " + " ".join(args), flush=True)
+    out = subprocess.run(
+        ["busctl", f"--address={os.environ['DBUS_SYSTEM_BUS_ADDRESS']}", "--", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    print((out.stdout + out.stderr).rstrip(), flush=True)
+    return out
+
+
+def _dbus_steps(
+    expect: Callable[..., None],
+    settled_last: Callable[[], proto.SwitchInfo | None],
+    problems: list[str],
+) -> None:
+    """The desktop's tools switch over D-Bus, as they drive scx_loader: an override to
+    ss_fifo (``scx_fifo`` in the demo's ``[dbus.scx_names]``), the kernel's view read back
+    as a property, then ``RestoreDefault``: hints and the default (the kernel's) rule again."""
+    _say("a desktop tool switches over D-Bus, as it drives scx_loader (org.scx.Loader)")
+    call = _busctl("call", *_LOADER, "SwitchScheduler", "su", "scx_fifo", "0")
+    if call.returncode != 0:
+        problems.append(f"D-Bus SwitchScheduler failed: {call.stderr.strip()}")
+    print(_switch_line(settled_last()))
+    expect("D-Bus SwitchScheduler scx_fifo", "ss_fifo")
+    got = _busctl("get-property", *_LOADER, "CurrentScheduler")
+    if got.stdout.strip() != 's "scx_fifo"':
+        problems.append(f"CurrentScheduler after the D-Bus switch: {got.stdout.strip()}")
+    _busctl("call", *_LOADER, "RestoreDefault")
+    print(_switch_line(settled_last()))
+    expect("D-Bus RestoreDefault", None)
+    got = _busctl("get-property", *_LOADER, "CurrentScheduler")
+    if got.stdout.strip() != 's "unknown"':
+        problems.append(f"CurrentScheduler after RestoreDefault: {got.stdout.strip()}")
 
 
 def _closed(entries: list[proto.SwitchInfo]) -> bool:

@@ -160,6 +160,14 @@ class ProfileCheck:
         return not self.problems
 
 
+def _facts(vmlinux: Btf | None, kernel: KernelFacts | None) -> KernelFacts:
+    if vmlinux is not None:
+        from schedswitchd.profile.apply import btf_facts
+
+        return btf_facts(vmlinux)
+    return kernel or NO_KERNEL
+
+
 def _dedup(lines: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
@@ -200,16 +208,27 @@ def check_profile(
                 out.notes.append(f"{label} on {mname}: skipped (min_cpus)")
                 continue
             out.checked += 1
+            where = f"{label} on {mname}: "
+            # First every key that fails to resolve (each listed), then, when all
+            # resolve, the object's own checks (apply stops at its first).
+            failed: list[str] = []
+            try:
+                resolve_profile(
+                    profile, topo, mode=mode, kernel=_facts(vmlinux, kernel), problems=failed
+                )
+            except SchedSwitchError as exc:
+                failed.extend(str(exc).splitlines())
+            if failed:
+                out.problems.extend(where + line for line in failed)
+                continue
             try:
                 if spec is not None:
                     ps = profile_spec(
                         spec, profile, topo, mode=mode, kernel_btf=vmlinux, ops_map=ops_map
                     )
                     out.notes.extend(ps.plan.notes)
-                else:
-                    resolve_profile(profile, topo, mode=mode, kernel=kernel or NO_KERNEL)
             except SchedSwitchError as exc:
-                out.problems.extend(f"{label} on {mname}: {line}" for line in str(exc).splitlines())
+                out.problems.extend(where + line for line in str(exc).splitlines())
     out.problems = _dedup(out.problems)
     out.notes = _dedup(out.notes)
     return out

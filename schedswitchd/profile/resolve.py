@@ -255,10 +255,13 @@ def resolve_profile(
     *,
     mode: str | None = None,
     kernel: KernelFacts = NO_KERNEL,
+    problems: list[str] | None = None,
 ) -> ResolvedProfile:
     """Evaluate ``profile`` (with ``mode`` merged in) for ``topo``. Raises
     :class:`ProfileError` for an unknown mode, too few CPUs (``min_cpus``) or an
-    expression that fails, naming the file and dotted key."""
+    expression that fails, naming the file and dotted key. With ``problems`` (a list) a
+    failing entry (a variable, a flag list, a step) is appended there, one line each, and
+    left out, and resolution goes on to the next: every failing key is found at once."""
     p = profile.with_mode(mode)
     file = profile.path or profile.name
     if topo.nr_cpus < p.profile.min_cpus:
@@ -276,9 +279,22 @@ def resolve_profile(
     def val(v: Any, key: str, names: Mapping[str, object] = base) -> Any:
         return resolve_value(v, names, f"{file}: {key}")
 
+    def guarded(fn: Callable[..., None], *args: Any) -> None:
+        if problems is None:
+            fn(*args)
+            return
+        try:
+            fn(*args)
+        except ProfileError as exc:
+            problems.extend(str(exc).splitlines())
+
     lets: dict[str, Any] = {}
-    for k, v in p.let.items():  # in file order: each sees those before it
+
+    def let(k: str, v: Any) -> None:
         lets[k] = base[k] = val(v, f"let.{k}")
+
+    for k, v in p.let.items():  # in file order: each sees those before it
+        guarded(let, k, v)
 
     out = ResolvedProfile(
         name=p.name,
@@ -287,28 +303,47 @@ def resolve_profile(
         ops_name=p.profile.ops_name,
         userspace=p.profile.userspace,
     )
-    out.variables = {k: val(v, f"variables.{k}") for k, v in p.variables.items()}
-    for sec, v in p.resize.items():
+
+    def table(into: dict[str, Any], prefix: str, k: str, v: Any) -> None:
+        into[k] = val(v, f"{prefix}.{k}")
+
+    for k, v in p.variables.items():
+        guarded(table, out.variables, "variables", k, v)
+
+    def resize(sec: str, v: Any) -> None:
         n = val(v, f"resize.{sec!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ProfileError(f"{file}: resize.{sec!r}: {show(n)} is not a positive element count")
         out.resize[sec] = n
-    out.struct_ops = {k: val(v, f"struct_ops.{k}") for k, v in p.struct_ops.members.items()}
+
+    for sec, v in p.resize.items():
+        guarded(resize, sec, v)
+    for k, v in p.struct_ops.members.items():
+        guarded(table, out.struct_ops, "struct_ops", k, v)
     out.let = lets
     so = p.struct_ops
-    if so.flags is not None:
+
+    def flags_value() -> None:
         flags = val(so.flags, "struct_ops.flags") if isinstance(so.flags, Expr) else so.flags
         out.flags = _flag_names(
             [val(f, "struct_ops.flags", base) for f in flags] if isinstance(flags, list) else flags,
             f"{file}: struct_ops.flags",
             allow_int=True,
         )
-    for key in ("add_flags", "remove_flags"):
+
+    def flag_edits(key: str) -> None:
         entries = [val(f, f"struct_ops.{key}") for f in getattr(so, key)]
         setattr(out, key, _flag_names(entries, f"{file}: struct_ops.{key}"))
+
+    if so.flags is not None:
+        guarded(flags_value)
+    for key in ("add_flags", "remove_flags"):
+        guarded(flag_edits, key)
     out.required_flags = list(p.struct_ops.required_flags)
-    out.after_load = {k: val(v, f"after_load.{k}") for k, v in p.after_load.items()}
-    for n, mu in enumerate(p.map_updates):
+    for k, v in p.after_load.items():
+        guarded(table, out.after_load, "after_load", k, v)
+
+    def map_update(n: int, mu: Any) -> None:
         where = f"map_updates[{n}]"
         before = len(out.map_updates)
         for binding, label in _iterations(mu.for_each, topo, base, f"{file}: {where}"):
@@ -326,7 +361,8 @@ def resolve_profile(
                 )
             )
         out.iterations[f"{where} {mu.map}"] = len(out.map_updates) - before
-    for n, run in enumerate(p.run):
+
+    def run_step(n: int, run: Any) -> None:
         where = f"run[{n}]"
         before = len(out.runs)
         for binding, label in _iterations(run.for_each, topo, base, f"{file}: {where}"):
@@ -346,7 +382,8 @@ def resolve_profile(
                 )
             )
         out.iterations[f"{where} {run.program}"] = len(out.runs) - before
-    for n, pe in enumerate(p.perf_events):
+
+    def perf_event(n: int, pe: Any) -> None:
         where = f"perf_events[{n}]"
         before = len(out.perf_events)
         for binding, label in _iterations(pe.for_each, topo, base, f"{file}: {where}"):
@@ -375,9 +412,24 @@ def resolve_profile(
                 )
             )
         out.iterations[f"{where} {pe.map}"] = len(out.perf_events) - before
-    out.attach_cpu = _cpu_value(val(p.attach.cpu, "attach.cpu"), topo, f"{file}: attach.cpu")
+
+    for n, mu in enumerate(p.map_updates):
+        guarded(map_update, n, mu)
+    for n, run in enumerate(p.run):
+        guarded(run_step, n, run)
+    for n, pe in enumerate(p.perf_events):
+        guarded(perf_event, n, pe)
+
+    def attach() -> None:
+        out.attach_cpu = _cpu_value(val(p.attach.cpu, "attach.cpu"), topo, f"{file}: attach.cpu")
+
+    guarded(attach)
+
+    def stat_key(name: str, key: Any) -> None:
+        out.stat_keys[name] = val(key, f"stats.{name}.key")
+
     out.stats = list(profile.stats)
     for s in profile.stats:
         if s.map is not None:
-            out.stat_keys[s.name] = val(s.key, f"stats.{s.name}.key")
+            guarded(stat_key, s.name, s.key)
     return out

@@ -112,17 +112,52 @@ userspace = "it polls"
 
 
 def test_every_problem_is_reported(tmp_path: Path) -> None:
-    """Each mode on each machine (its first failing key there): CPU 4 exists only on the
-    8-CPU trees; mode a fails everywhere; the polling mode is a note, not a problem."""
+    """Each mode on each machine, every failing key: CPU 4 exists only on the 8-CPU
+    trees; mode a fails everywhere (on one_cpu both its keys); the polling mode is a note,
+    not a problem."""
     topos, _ = machines(None)
     res = check_profile(parse_profile(MANY), topos)
     base = [p for p in res.problems if p.startswith("base on ")]
     assert sorted(p.split(":")[0] for p in base) == ["base on bundled one_cpu"]
     mode_a = [p for p in res.problems if p.startswith("mode a on ")]
-    assert len(mode_a) == len(topos)
-    assert all("nosuchname" in p for p in mode_a if "one_cpu" not in p)
+    assert len([p for p in mode_a if "nosuchname" in p]) == len(topos)
+    one = [p for p in mode_a if p.startswith("mode a on bundled one_cpu: ")]
+    assert len(one) == 2 and "variables.x" in one[0] and "variables.y" in one[1], one
     assert any(n.startswith("mode b: refused:") and "it polls" in n for n in res.notes)
     assert res.checked == 2 * len(topos) and not res.ok
+
+
+def test_resolution_can_list_every_failing_key(tmp_path: Path) -> None:
+    """resolve_profile(problems=[...]) goes on past a failing key: a variable, a flag
+    entry, a step's iteration and the attach CPU each give a line; without the list the
+    first raises."""
+    from schedswitchd.errors import ProfileError
+    from schedswitchd.profile.resolve import resolve_profile
+
+    text = """
+[profile]
+name = "p"
+[variables]
+a = { expr = "nope1" }
+b = 2
+[struct_ops]
+add_flags = [{ expr = "nope2" }]
+[[run]]
+program = "x"
+for_each = "online_cpu"
+args = { v = { expr = "cpu.nope3" } }
+[attach]
+cpu = 99
+"""
+    topo = read_topology(fake_sysfs(tmp_path, possible=range(2)))
+    found: list[str] = []
+    res = resolve_profile(parse_profile(text), topo, problems=found)
+    assert [f.split(": ")[1] for f in found] == [
+        "variables.a", "struct_ops.add_flags", "run[0].args.v", "attach.cpu"
+    ], found  # fmt: skip
+    assert res.variables == {"b": 2}
+    with pytest.raises(ProfileError, match=r"variables\.a"):
+        resolve_profile(parse_profile(text), topo)
 
 
 def test_profile_check_command(

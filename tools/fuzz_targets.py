@@ -2,8 +2,11 @@
 
 * ``OBJECT``: ``open_object``, ``link_programs``, then one global variable and one
   struct_ops member set (``set_variable``, ``set_struct_ops_member``) on mutated ELF
-  files, seeded from ``build/tests/bpf``, ``build/bpf`` and ``../shared/corpus`` (files
-  up to 2 MiB: a copy of lavd's 23 MB per input would be most of the run). Mutations
+  files (half written to a file and opened from its path, as the daemon does, half
+  opened from bytes), seeded from
+  ``build/tests/bpf``, ``build/bpf``, the executables of ``build/tests/embed`` and
+  ``../shared/corpus`` (files up to 2 MiB: a copy of lavd's 23 MB per input would be
+  most of the run). Mutations
   know the ELF layout: the ELF header's and every section header's fields, symbols,
   relocations, instructions, and the ``.BTF``/``.BTF.ext`` words, set to values around
   the limits that matter; plus byte flips, random bytes inside a section, truncation and
@@ -136,15 +139,22 @@ def _elf_layout(data: bytes) -> _Elf:
 def _object_paths() -> list[Path]:
     paths = sorted((ROOT / "build/tests/bpf").glob("*.bpf.o"))
     paths += sorted((ROOT / "build/bpf").glob("*.bpf.o"))
+    paths += sorted((ROOT / "build/tests/embed").glob("*_obj"))  # executables embedding them
     paths += sorted((ROOT.parent / "shared/corpus").glob("*.bpf.o"))
     return [p for p in paths if p.stat().st_size <= _MAX_SEED_BYTES]
 
 
-def _object_setup() -> list[_Elf]:
+@dataclass(frozen=True)
+class _Objects:
+    seeds: list[_Elf]
+    file: Path  # where an input opened as a file is written
+
+
+def _object_setup() -> _Objects:
     seeds = [_elf_layout(p.read_bytes()) for p in _object_paths()]
     if not seeds:
         raise RuntimeError("no seed objects: run `make test-objects` first")
-    return seeds
+    return _Objects(seeds, Path(tempfile.mkdtemp(prefix="fuzz-object-")) / "input.bpf.o")
 
 
 def _set_field(buf: bytearray, at: int, width: int, rng: random.Random) -> None:
@@ -187,23 +197,30 @@ def _mutate_elf(elf: _Elf, rng: random.Random, others: list[_Elf]) -> bytes:
     return bytes(buf)
 
 
-def _object_generate(seeds: list[_Elf], rng: random.Random) -> bytes:
-    return _mutate_elf(rng.choice(seeds), rng, seeds)
+def _object_generate(s: _Objects, rng: random.Random) -> bytes:
+    return _mutate_elf(rng.choice(s.seeds), rng, s.seeds)
 
 
 _VALUES: tuple[object, ...] = (0, 1, -1, 255, 1 << 31, (1 << 64) - 1, 1 << 64, True, "x" * 20,
                                [1, 2, 3], b"\x01" * 9, 1.5, None)  # fmt: skip
 
 
-def _object_run(_: object, data: bytes) -> str:
+def _object_run(s: _Objects, data: bytes) -> str:
     from schedswitchd.bpf.customize import set_struct_ops_member, set_variable
     from schedswitchd.bpf.object import open_object
 
-    spec = open_object(data)
+    # Chosen by the input, so that a replay does the same: half are opened as a file is
+    # (what the daemon does: only the sections kept are read, and an executable is
+    # searched for the object it embeds), half from bytes.
+    pick = random.Random(zlib.crc32(data[-4096:]) ^ len(data))
+    if pick.random() < 0.5:
+        s.file.write_bytes(data)
+        spec = open_object(s.file)
+    else:
+        spec = open_object(data)
     spec.link_programs()
     # Then what a config's rodata and struct_ops keys do to it: one global variable and
-    # one struct_ops member set, chosen by the input (a replay sets the same ones).
-    pick = random.Random(zlib.crc32(data[-4096:]) ^ len(data))
+    # one struct_ops member set.
     done = refused = 0
     variables = [(m.name, v.name) for m in spec.maps for v in m.variables]
     if variables:
@@ -445,7 +462,8 @@ def gen_expr(rng: random.Random, depth: int = 0) -> str:
         return f"topo.cpus[{rng.choice(('0', '-1', '1', sub()))}].{rng.choice(_CPU_ATTRS)}"
     if k == 12:
         return f"[c.{rng.choice(_CPU_ATTRS)} for c in topo.{rng.choice(_TOPO_ATTRS)}]"
-    return "{" + ", ".join(f"{sub()}: {sub()}" for _ in range(rng.randrange(3))) + "}"
+    keys = ("'a'", "'slice_ns'", "'x'", sub())  # member names in quotes, mostly
+    return "{" + ", ".join(f"{rng.choice(keys)}: {sub()}" for _ in range(rng.randrange(3))) + "}"
 
 
 def _mutate_expr(rng: random.Random, exprs: list[str]) -> str:
@@ -513,8 +531,9 @@ def _small_profile(rng: random.Random, exprs: list[str]) -> dict[str, Any]:
 def _profile_generate(s: _Profiles, rng: random.Random) -> bytes:
     if rng.random() < 0.5:
         doc = _small_profile(rng, s.exprs)
-    else:
-        doc = _mutate_doc(rng.choice(s.docs), rng, s.exprs)
+    else:  # named as the file the run writes (a profile's name is its file's stem)
+        base = rng.choice(s.docs)
+        doc = _mutate_doc({**base, "profile": {**base["profile"], "name": "fuzz"}}, rng, s.exprs)
     return _toml(doc, rng)
 
 

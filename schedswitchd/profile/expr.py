@@ -654,7 +654,7 @@ class _Evaluator:
                 self._touch_all(left, right)  # == and in walk sequences element by element
                 try:
                     ok = _CMPOPS[type(op)](left, right)
-                except TypeError as exc:
+                except (TypeError, ValueError) as exc:  # ValueError: ``256 in b"..."``
                     raise ExprError(f"comparison: {exc}") from None
                 if not ok:
                     return False

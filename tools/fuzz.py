@@ -162,23 +162,23 @@ def worker(
     stop: int,
     cpu_limit: float,
     mem_headroom: int,
-    progress_path: str,
+    progress_fd: int,
     out: Any,
 ) -> int:
     """Run inputs ``start`` .. ``stop - 1`` of ``surface_ref``, writing JSON lines to
     ``out`` (``progress`` counts, each ``finding`` with its input and traceback) and the
-    index of the input being run, as a little-endian i64, to ``progress_path`` (the
-    supervisor reads it to name the input of a worker that died or hangs). Returns 0 when
-    done, :data:`_EXIT_RESTART` after a finding that leaves the process unfit."""
+    index of the input being run, as a little-endian i64, to the shared file open as
+    ``progress_fd`` (the supervisor reads it to name the input of a worker that died or
+    hangs). Returns 0 when done, :data:`_EXIT_RESTART` after a finding that leaves the
+    process unfit."""
     t0 = time.process_time()
     # Warnings are not findings (e.g. compile()'s SyntaxWarning on a generated expression).
     warnings.simplefilter("ignore")
     surface = load_surface(surface_ref)
     state = surface.setup()
     setup_cpu = time.process_time() - t0
-    fd = os.open(progress_path, os.O_RDWR)
-    shared = mmap.mmap(fd, 8)
-    os.close(fd)
+    shared = mmap.mmap(progress_fd, 8)
+    os.close(progress_fd)
     signal.signal(signal.SIGPROF, _on_prof)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = _vsz() + mem_headroom
@@ -304,9 +304,11 @@ class _Job:
         self.stop = args.inputs
         self.proc: subprocess.Popen[str] | None = None
         self.t_start = 0.0
-        fd, self.progress_path = tempfile.mkstemp(prefix=f"fuzz-{name}-")
-        os.write(fd, b"\0" * 8)
-        os.close(fd)
+        # The shared index: an unnamed file (its descriptor passed to each worker).
+        self._fd, path = tempfile.mkstemp(prefix=f"fuzz-{name}-")
+        os.unlink(path)
+        os.write(self._fd, b"\0" * 8)
+        self._progress = mmap.mmap(self._fd, 8)
         self._seen_index = -1
         self._seen_cpu = 0.0
         self._seen_wall = 0.0
@@ -315,22 +317,22 @@ class _Job:
     def start(self) -> None:
         if not self.t_start:
             self.t_start = time.monotonic()
-        with open(self.progress_path, "r+b") as f:
-            f.write(struct.pack("<q", self.next_index))
+        struct.pack_into("<q", self._progress, 0, self.next_index)
         cmd = [
             sys.executable, "-m", "tools.fuzz", "worker", self.ref,
             "--seed", str(self.args.seed), "--start", str(self.next_index),
             "--stop", str(self.stop), "--cpu-limit", str(self.args.cpu_limit),
-            "--mem-headroom", str(self.args.mem_headroom), "--progress", self.progress_path,
+            "--mem-headroom", str(self.args.mem_headroom), "--progress-fd", str(self._fd),
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, pass_fds=(self._fd,)
+        )
         os.set_blocking(self.proc.stdout.fileno(), False)  # type: ignore[union-attr]
         self.result.workers += 1
         self._seen_index = -1
 
     def _current(self) -> int:
-        with open(self.progress_path, "rb") as f:
-            return int(struct.unpack("<q", f.read(8))[0])
+        return int(struct.unpack_from("<q", self._progress, 0)[0])
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -435,8 +437,8 @@ class _Job:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        with contextlib.suppress(OSError):
-            os.unlink(self.progress_path)
+        self._progress.close()
+        os.close(self._fd)
 
 
 def supervise(args: argparse.Namespace) -> list[SurfaceResult]:
@@ -492,12 +494,21 @@ def report_markdown(results: list[SurfaceResult], header: str) -> str:
 def _replay(args: argparse.Namespace) -> int:
     surface = load_surface(args.surface)
     state = surface.setup()
+    found = 0
     for path in args.files:
         try:
             print(f"{path}: {surface.run(state, Path(path).read_bytes())}")
-        except SchedSwitchError as exc:
-            print(f"{path}: {type(exc).__name__}: {exc}")
-    return 0
+        except BaseException as exc:  # judged as the worker judges it, then the next file
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            outcome, kind = classify(exc)
+            found += bool(kind)
+            print(f"{path}: {outcome}: {str(exc)[:300]}")
+            if kind:
+                traceback.print_exception(exc, limit=-4)
+    if surface.teardown is not None:
+        surface.teardown(state)
+    return 1 if found else 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -519,8 +530,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--stop", type=int, required=True)
     w.add_argument("--cpu-limit", type=float, required=True)
     w.add_argument("--mem-headroom", type=int, required=True)
-    w.add_argument("--progress", required=True)
-    rp = sub.add_parser("replay", help="run saved inputs of a surface again")
+    w.add_argument("--progress-fd", type=int, required=True)
+    rp = sub.add_parser(
+        "replay", help="run saved inputs of a surface again (exit 1 if one is a finding)"
+    )
     rp.add_argument("surface")
     rp.add_argument("files", nargs="+")
     return p
@@ -535,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         messages = os.fdopen(os.dup(1), "w")
         os.dup2(2, 1)
         return worker(args.surface, args.seed, args.start, args.stop, args.cpu_limit,
-                      args.mem_headroom, args.progress, messages)  # fmt: skip
+                      args.mem_headroom, args.progress_fd, messages)  # fmt: skip
     if args.cmd == "replay":
         return _replay(args)
     for s in args.surfaces:  # fail early on a bad name, not in a worker

@@ -36,10 +36,12 @@ Inputs are bytes (a reproducer is one file); every generator draws only from its
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import random
+import shutil
 import struct
 import tempfile
 import tomllib
@@ -55,6 +57,13 @@ from tools.fuzz import Surface
 
 ROOT = Path(__file__).resolve().parent.parent
 _MAX_SEED_BYTES = 2 << 20
+
+
+def _scratch(prefix: str) -> Path:
+    """A temporary directory of this worker, removed when it exits."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
 
 
 def _interesting(width: int, orig: int, rng: random.Random, file_size: int = 0) -> int:
@@ -154,7 +163,7 @@ def _object_setup() -> _Objects:
     seeds = [_elf_layout(p.read_bytes()) for p in _object_paths()]
     if not seeds:
         raise RuntimeError("no seed objects: run `make test-objects` first")
-    return _Objects(seeds, Path(tempfile.mkdtemp(prefix="fuzz-object-")) / "input.bpf.o")
+    return _Objects(seeds, _scratch("fuzz-object-") / "input.bpf.o")
 
 
 def _set_field(buf: bytearray, at: int, width: int, rng: random.Random) -> None:
@@ -489,7 +498,7 @@ class _Profiles:
     exprs: list[str]
     topo: Any
     kernel: Any
-    scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fuzz-")))
+    scratch: Path = field(default_factory=lambda: _scratch("fuzz-profile-"))
 
 
 def _exprs_of(doc: Any) -> list[str]:
@@ -568,7 +577,7 @@ def _config_setup() -> _Configs:
     from schedswitchd.profile.topology import read_topology
 
     shipped = tomllib.loads((ROOT / "config/schedswitchd.toml").read_text())
-    d = Path(tempfile.mkdtemp(prefix="fuzz-config-"))
+    d = _scratch("fuzz-config-")
     (d / "loop").symlink_to("loop")  # a symlink loop for object paths to meet
     os.mkfifo(d / "fifo")
     # Object paths of the shipped file are relative to config/: make them absolute here.

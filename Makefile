@@ -200,9 +200,10 @@ fuzz-props: deps test-objects
 	SCHEDSWITCHD_FUZZ_SCALE=$(FUZZ_SCALE) SCHEDSWITCHD_FUZZ_STATS=$(FUZZ_DIR)/stats.jsonl $(VENV)/bin/pytest -q -p no:cacheprovider --junitxml=$(FUZZ_DIR)/junit.xml tests/bpf/test_object_fuzz.py tests/test_btf_fuzz.py tests/daemon/test_protocol.py "tests/daemon/test_server.py::test_arbitrary_bytes_over_the_socket" || true
 	$(VPY) -m tools.fuzz_report $(FUZZ_DIR) --out $(FUZZ_DIR)/props.md
 
-# Man pages (build/man/schedswitchd.8, schedswitchctl.1, schedswitch-run.1) and bash/zsh
-# completions (build/completions/{bash,zsh}/) of the three commands, generated from their
-# argparse parsers (tools/cli_docs.py: argparse-manpage and shtab, dev dependencies).
+# Man pages (build/man/schedswitchd.8, schedswitchctl.1, schedswitch-run.1,
+# schedswitch-gamemode.1) and bash/zsh completions (build/completions/{bash,zsh}/) of the four
+# commands, generated from their argparse parsers (tools/cli_docs.py: argparse-manpage and
+# shtab, dev dependencies).
 man: deps
 	@$(VPY) -m tools.cli_docs --man $(BUILD)/man >/dev/null
 
@@ -212,13 +213,13 @@ completions: deps
 # Installs the man pages and completions under $(DESTDIR)$(PREFIX) (the package itself:
 # `pip install .`, see docs/service.md).
 PREFIX ?= /usr/local
-CLI_PROGS := schedswitchd schedswitchctl schedswitch-run
+CLI_PROGS := schedswitchd schedswitchctl schedswitch-run schedswitch-gamemode
 install: man completions
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions
 	install -m 0644 $(BUILD)/man/schedswitchctl.1 $(BUILD)/man/schedswitch-run.1 \
-		$(DESTDIR)$(PREFIX)/share/man/man1/
+		$(BUILD)/man/schedswitch-gamemode.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(BUILD)/man/schedswitchd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 0644 $(patsubst %,$(BUILD)/completions/bash/%,$(CLI_PROGS)) \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/

@@ -138,6 +138,7 @@ def test_the_daemon_is_in_section_8_with_its_files(generated: Path) -> None:
     (man-pages(7)), names its configuration, the drop-ins and the socket, and the other
     pages refer to it there."""
     assert sorted(p.name for p in (generated / "man").iterdir()) == [
+        "schedswitch-gamemode.1",
         "schedswitch-run.1",
         "schedswitchctl.1",
         "schedswitchd.8",
@@ -163,6 +164,7 @@ def test_make_install_puts_each_page_in_its_section(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     man = tmp_path / "usr" / "share" / "man"
     assert sorted(p.relative_to(man).as_posix() for p in man.rglob("*.[18]")) == [
+        "man1/schedswitch-gamemode.1",
         "man1/schedswitch-run.1",
         "man1/schedswitchctl.1",
         "man8/schedswitchd.8",

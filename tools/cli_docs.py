@@ -1,9 +1,10 @@
-"""Man pages and shell completions of the three commands, generated from their argparse parsers.
+"""Man pages and shell completions of the commands, generated from their argparse parsers.
 
 The parsers are the programs' own (``build_parser()`` of :mod:`schedswitchd.daemon.service`,
-:mod:`schedswitchd.cli.ctl` and :mod:`schedswitchd.cli.run`), so ``--help``, the man page and
-the completions cannot drift apart. Man pages (roff; the daemon's in section 8, system
-administration, the two commands' in section 1) come from argparse-manpage,
+:mod:`schedswitchd.cli.ctl`, :mod:`schedswitchd.cli.run` and
+:mod:`schedswitchd.desktop.gamemode`), so ``--help``, the man page and the completions cannot
+drift apart. Man pages (roff; the daemon's in section 8, system administration, the
+commands' in section 1) come from argparse-manpage,
 completions (bash, zsh) from shtab: both are development dependencies (``.[dev]``), never
 needed at run time.
 
@@ -34,6 +35,7 @@ from schedswitchd.cli import ctl, run
 from schedswitchd.daemon import service
 from schedswitchd.daemon.config_dropins import DROPIN_DIR
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
+from schedswitchd.desktop import gamemode
 
 #: Shells whose completion scripts are generated, with the file name each expects.
 SHELLS: dict[str, Callable[[str], str]] = {
@@ -83,6 +85,11 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("schedswitchctl", "control and inspect schedswitchd; BPF objects", ctl.build_parser),
     Command("schedswitch-run", "run a command under a schedswitchd hint", run.build_parser),
+    Command(
+        "schedswitch-gamemode",
+        "hold a schedswitchd hint for every game GameMode's launchers register",
+        gamemode.build_parser,
+    ),
 )
 
 

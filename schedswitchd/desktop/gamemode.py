@@ -39,7 +39,8 @@ from collections.abc import Iterator, Sequence
 
 import sdbus
 
-from schedswitchd.daemon.launcher_wire import DaemonError, DaemonUnavailable
+from schedswitchd import __version__
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, DaemonError, DaemonUnavailable
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
 from schedswitchd.desktop.bus import bus_daemon
 from schedswitchd.desktop.game_leases import GameLeases
@@ -317,21 +318,39 @@ async def run(workload: str, socket: str | None, mode: str) -> None:
         await follow(bus, leases)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: options, logging to stderr (the journal under systemd), run
-    until SIGTERM or SIGINT. Exit 0 when stopped, 1 when the bus cannot be used."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``schedswitch-gamemode`` (also its man page's source)."""
     parser = argparse.ArgumentParser(
         prog="schedswitch-gamemode",
-        description="Hold a schedswitchd hint for every game GameMode's launchers register.",
+        description=(
+            "Hold a schedswitchd hint for every game GameMode's launchers (gamemoderun, "
+            "libgamemode) register on the session bus, for as long as the game runs: "
+            "beside gamemoded, follow its signals; without it, serve its name "
+            "com.feralinteractive.GameMode."
+        ),
     )
-    parser.add_argument("--workload", default="gaming", help="the hint each game holds")
-    parser.add_argument("--socket", help="the daemon's socket ($SCHEDSWITCHD_SOCKET)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--workload", default="gaming", help="the hint each game holds (default: gaming)"
+    )
+    parser.add_argument(
+        "--socket",
+        help=f"the daemon's socket (default: $SCHEDSWITCHD_SOCKET or {DEFAULT_SOCKET})",
+    )
     parser.add_argument(
         "--mode",
         choices=("auto", "follow", "serve"),
         default="auto",
-        help="follow gamemoded's signals, serve its name, or follow when it is installed",
+        help="follow gamemoded's signals, serve its name, or (auto) follow when gamemoded "
+        "owns the name or is on $PATH",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: options, logging to stderr (the journal under systemd), run
+    until SIGTERM or SIGINT. Exit 0 when stopped, 1 when the bus cannot be used."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
 

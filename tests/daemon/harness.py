@@ -352,3 +352,28 @@ class Client:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def run_as(uid: int, action: Callable[[], Any], groups: tuple[int, ...] = ()) -> Any:
+    """Run ``action()`` in a forked child after setgroups(groups), setgid(uid) and
+    setuid(uid); returns its JSON result (``{"child_error": ...}`` if it raised)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 0
+        try:
+            os.close(read_fd)
+            os.setgroups(list(groups))
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write_fd, json.dumps(action()).encode())
+        except BaseException as exc:
+            os.write(write_fd, json.dumps({"child_error": repr(exc)}).encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)

@@ -16,7 +16,7 @@ import pytest
 from schedswitchd.daemon.launcher_wire import DaemonError, LauncherConnection
 from schedswitchd.daemon.passed_fds import MAX_PASSED
 
-from .harness import Running
+from .harness import Running, run_as
 
 NOBODY = 65534
 
@@ -31,30 +31,6 @@ def srv() -> Iterator[Running]:
 def _sleeper(uid: int | None = None) -> subprocess.Popen[bytes]:
     """A ``sleep`` child of pytest (so never a descendant of a client), as ``uid``."""
     return subprocess.Popen(["sleep", "60"], user=uid)
-
-
-def _as(uid: int, action: Callable[[], Any]) -> Any:
-    """``action()`` in a forked child running as ``uid``; its JSON result."""
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.write(write_fd, json.dumps(action()).encode())
-        except BaseException as exc:
-            os.write(write_fd, json.dumps({"child_error": repr(exc)}).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(child, 0)
-    return json.loads(data)
 
 
 def _hint_by_pidfd(r: Running, pid: int, hold: Callable[[LauncherConnection], Any]) -> Any:
@@ -95,7 +71,7 @@ def test_a_pidfd_of_the_callers_own_process_binds_the_lease(srv: Running) -> Non
             return {"by_pid": by_pid, **result}
 
         results: list[Any] = []
-        client = threading.Thread(target=lambda: results.append(_as(NOBODY, hint_and_wait)))
+        client = threading.Thread(target=lambda: results.append(run_as(NOBODY, hint_and_wait)))
         client.start()
         srv.wait_for(lambda s: [lease.pid for lease in s.policy.leases.values()] == [game.pid])
         assert srv.read(lambda s: s.switcher.active) == "gaming"
@@ -117,7 +93,7 @@ def test_a_pidfd_of_the_callers_own_process_binds_the_lease(srv: Running) -> Non
 def test_a_pidfd_of_another_uids_process_is_refused(srv: Running) -> None:
     roots = _sleeper()
     try:
-        result = _as(NOBODY, lambda: _hint_by_pidfd(srv, roots.pid, lambda c: None))
+        result = run_as(NOBODY, lambda: _hint_by_pidfd(srv, roots.pid, lambda c: None))
         assert result["code"] == "denied", result
         assert f"process {roots.pid} belongs to uid 0" in result["message"]
         assert srv.read(lambda s: not s.policy.leases)

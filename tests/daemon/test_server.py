@@ -19,7 +19,7 @@ from schedswitchd.daemon import protocol as proto
 from tests import fuzzing
 
 from .fakes import FakeBackend
-from .harness import Client, FakeClock, FakeTimer, Running
+from .harness import Client, FakeClock, FakeTimer, Running, run_as
 
 
 @pytest.fixture
@@ -40,29 +40,9 @@ def n_leases(r: Running) -> int:
 def as_user(
     r: Running, uid: int, action: Callable[[Client], Any], groups: tuple[int, ...] = ()
 ) -> Any:
-    """Run ``action(client)`` in a forked child after setgroups(groups), setgid(uid) and
-    setuid(uid); returns its JSON result."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 0
-        try:
-            os.close(read_fd)
-            os.setgroups(list(groups))
-            os.setgid(uid)
-            os.setuid(uid)
-            result = action(r.client())
-            os.write(write_fd, json.dumps(result).encode())
-        except BaseException as exc:
-            os.write(write_fd, json.dumps({"child_error": repr(exc)}).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    """Run ``action(client)`` in a forked child as ``uid`` (:func:`run_as`); returns its
+    JSON result."""
+    return run_as(uid, lambda: action(r.client()), groups)
 
 
 # --- leases and what runs ---------------------------------------------------------------------

@@ -398,6 +398,7 @@ def _qemu_argv(
     memory_mib: int,
     cpus: int,
     cmdline: str,
+    numa_nodes: int = 1,
 ) -> list[str]:
     accel_args = (
         ["-accel", "kvm", "-cpu", "host"]
@@ -410,6 +411,7 @@ def _qemu_argv(
         *accel_args,
         "-m", str(memory_mib),
         "-smp", str(cpus),
+        *_numa_args(numa_nodes, cpus, memory_mib),
         "-nodefaults", "-display", "none", "-no-reboot",
         "-nic", "none",
         "-serial", f"file:{console}",
@@ -420,6 +422,24 @@ def _qemu_argv(
         "-virtfs", f"{virtfs},path={results},mount_tag=results",
         "-virtfs", f"{virtfs},path={REPO},mount_tag=repo,readonly=on",
     ]  # fmt: skip
+
+
+def _numa_args(nodes: int, cpus: int, memory_mib: int) -> list[str]:
+    """qemu ``-numa`` options for ``nodes`` NUMA nodes (1: none): memory split evenly (the
+    last node takes the remainder), the
+    CPUs dealt out over the first ``min(nodes, cpus)`` nodes in turn, so nodes past the
+    CPUs hold memory only (a CPU-less node, as on machines with CXL or HBM memory)."""
+    if nodes <= 1:
+        return []
+    size = memory_mib // nodes
+    out: list[str] = []
+    for n in range(nodes):
+        mine_mib = size if n < nodes - 1 else memory_mib - size * (nodes - 1)  # qemu: sum = -m
+        out += ["-object", f"memory-backend-ram,id=numa{n},size={mine_mib}M"]
+        mine = [c for c in range(cpus) if c % min(nodes, cpus) == n]
+        cpu_opt = "".join(f",cpus={c}" for c in mine)
+        out += ["-numa", f"node,nodeid={n}{cpu_opt},memdev=numa{n}"]
+    return out
 
 
 def _die_with_parent() -> None:
@@ -439,6 +459,7 @@ def _boot(
     cmdline: str,
     stop_on_ready: bool = False,
     initramfs: Path | None = None,
+    numa_nodes: int = 1,
 ) -> tuple[bool, float, str]:
     """Boot once; (timed_out, elapsed seconds, console text). ``stop_on_ready`` ends the VM as
     soon as init reports the root mounted (for the KVM probe); ``initramfs`` replaces the
@@ -454,6 +475,7 @@ def _boot(
         memory_mib=memory_mib,
         cpus=cpus,
         cmdline=cmdline,
+        numa_nodes=numa_nodes,
     )
     (work / "qemu.argv").write_text(shlex.join(argv) + "\n")
     start = time.monotonic()
@@ -621,6 +643,7 @@ def run_in_vm(
     ramroot: RamRootSpec | None = None,
     initramfs: Path | None = None,
     share: Iterable[Path | str] = (),
+    numa_nodes: int = 1,
 ) -> VmResult:
     """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
 
@@ -648,6 +671,8 @@ def run_in_vm(
 
     ``initramfs`` replaces the default one; its init must run ``$RESULTS/.vm/script`` the
     same way (``tools/vm_systemd.py`` boots systemd and runs it from a unit).
+    ``numa_nodes`` > 1 boots that many NUMA nodes (:func:`_numa_args`: the CPUs dealt over
+    the first nodes, the rest memory only).
 
     Raises VmError if qemu is not installed; a script failure is reported in the result, not
     raised (use ``VmResult.check()``).
@@ -692,7 +717,7 @@ def run_in_vm(
     try:
         timed_out, elapsed, console = _boot(
             kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
-            cmdline=cmdline, initramfs=initramfs,
+            cmdline=cmdline, initramfs=initramfs, numa_nodes=numa_nodes,
         )  # fmt: skip
     finally:
         (results / RAMROOT_ARCHIVE).unlink(missing_ok=True)  # ~100+ MB, never worth keeping

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from tools import vm
+from tools.dbus_conf import system_bus_conf
 from tools.sidkernel import ensure_kernel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,34 +41,12 @@ cd "$REPO"
 mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/config-$KVER"
 # ss_latency (the 'gaming' scheduler) reads the uinput module's BTF (.kmod_btfs)
 modprobe -d "$KMOD_ROOT" uinput
-# A system bus of the demo's own, with the shipped org.scx.Loader policy, for the daemon's
-# D-Bus face ([dbus] in demo.toml): the session's last step switches through it.
-BUS="$(mktemp -d)"
-cat > "$BUS/system.conf" <<BUSCONF
-<busconfig>
-  <type>system</type>
-  <auth>EXTERNAL</auth>
-  <listen>unix:path=$BUS/socket</listen>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus"
-           send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  <include>$REPO/dbus/org.scx.Loader.conf</include>
-</busconfig>
-BUSCONF
-dbus-daemon --config-file="$BUS/system.conf" --fork --nopidfile --print-address=3 3>"$BUS/address"
-export DBUS_SYSTEM_BUS_ADDRESS="$(head -n1 "$BUS/address")"
+# A system bus of the demo's own (tools/dbus_conf.py, with the shipped org.scx.Loader
+# policy) for the daemon's D-Bus face ([dbus] in demo.toml): the session's last step
+# switches through it.
+dbus-daemon --config-file="$RESULTS/system-bus.conf" --fork --nopidfile --print-address=3 \
+    3>"$RESULTS/bus-address"
+export DBUS_SYSTEM_BUS_ADDRESS="$(head -n1 "$RESULTS/bus-address")"
 "$PY" -m tools.session demo --config "$RESULTS/demo.toml" --log "$RESULTS/daemon.log"
 """
 
@@ -136,7 +115,12 @@ def main() -> int:
         timeout=900,
         cwd=str(REPO),
         env={"SCHEDSWITCHD_DEMO_GAMING_OPS": gaming_ops},
-        inputs={"demo.toml": text},
+        inputs={
+            "demo.toml": text,
+            "system-bus.conf": system_bus_conf(
+                "unix:tmpdir=/tmp", [REPO / "dbus" / "org.scx.Loader.conf"]
+            ),
+        },
         share=share,
     )
     print(result.output.rstrip())

@@ -29,6 +29,7 @@ from typing import NoReturn
 import pytest
 
 from tests.build_outputs import full_suite
+from tools.dbus_conf import system_bus_conf
 
 #: The Debian package of each program these tests run (the Makefile's APT_PACKAGES).
 PACKAGES = {
@@ -47,8 +48,6 @@ POLKITD = "/usr/lib/polkit-1/polkitd"
 #: polkit's action and rule directories, as polkitd reads them.
 POLKIT_ACTIONS = "/usr/share/polkit-1/actions"
 POLKIT_RULES = ("/etc/polkit-1/rules.d", "/usr/share/polkit-1/rules.d")
-#: Debian's system bus policy files: polkitd's own lets it own org.freedesktop.PolicyKit1.
-SYSTEM_POLICY_DIR = "/usr/share/dbus-1/system.d"
 #: The uid tests run unprivileged clients as (``setpriv --reuid``).
 NOBODY = 65534
 
@@ -77,44 +76,12 @@ def need_root() -> None:
         pytest.skip("needs root (a private system bus with polkitd, clients as uid 65534)")
 
 
-_SYSTEM_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <auth>EXTERNAL</auth>
-  <listen>unix:path={socket}</listen>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus"
-           send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus"
-           send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  <policy user="root">
-    <allow send_destination="org.freedesktop.DBus"
-           send_interface="org.freedesktop.DBus.Monitoring"/>
-  </policy>
-  <includedir>{system_d}</includedir>
-{includes}
-</busconfig>
-"""
-
 _SESSION_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>session</type>
   <auth>EXTERNAL</auth>
-  <listen>unix:path={socket}</listen>
+  <listen>{listen}</listen>
   <policy context="default">
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
@@ -157,12 +124,13 @@ class PrivateBus:
 
     def __enter__(self) -> PrivateBus:
         daemon = program("dbus-daemon")
-        includes = "\n".join(f"  <include>{p}</include>" for p in self.policies)
-        template = _SYSTEM_CONF if self.kind == "system" else _SESSION_CONF
+        listen = f"unix:path={self.socket}"
         conf = self.dir / f"{self.kind}.conf"
-        conf.write_text(
-            template.format(socket=self.socket, system_d=SYSTEM_POLICY_DIR, includes=includes)
-        )
+        if self.kind == "system":
+            conf.write_text(system_bus_conf(listen, self.policies))
+        else:
+            includes = "\n".join(f"  <include>{p}</include>" for p in self.policies)
+            conf.write_text(_SESSION_CONF.format(listen=listen, includes=includes))
         self.proc = subprocess.Popen(
             [daemon, f"--config-file={conf}", "--nofork", "--nopidfile", "--print-address"],
             stdout=subprocess.PIPE,

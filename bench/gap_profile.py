@@ -1,7 +1,7 @@
 """Benchmark: what the no-scheduler gap of a warm switch is made of (in the sched_ext VM).
 
 The gap of a switch is the time from the old scheduler's detach starting to the new one seen
-``enabled`` (:class:`schedswitchd.daemon.switcher.SwitchRecord`, ``gap_ns``). It holds two
+``enabled`` (:class:`schedswitchd.daemon.protocol.SwitchInfo`, ``gap_ns``). It holds two
 syscalls whose work is the kernel's -- ``BPF_LINK_DETACH`` of the old struct_ops link
 (``bpf_scx_unreg()``: ``scx_disable()`` and the flush of the disable work, which runs
 ``scx_root_disable()`` on the scheduler's helper kthread) and ``BPF_LINK_CREATE`` of the new

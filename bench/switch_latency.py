@@ -296,7 +296,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     Connection = connection_mod.Connection
     for owner, attr in [
         (Server, "_accept_ready"), (Server, "_accepted"),
-        (Server, "_dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
+        (Server, "dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
         (Server, "_collect"), (gc, "collect"),
         (Connection, "connection_made"), (Connection, "data_received"),
         (Connection, "_serve"), (Connection, "_send"),

@@ -30,8 +30,8 @@ import sys
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import (
     DEFAULT_SOCKET,
+    DaemonError,
     LauncherConnection,
-    LauncherRefused,
     hint_summary,
 )
 from schedswitchd.entry import run_entry
@@ -76,7 +76,7 @@ class HintHolder:
             return False
         try:
             reply = client.exchange({"op": "hint", "workload": self.workload})
-        except LauncherRefused as exc:
+        except DaemonError as exc:
             client.close()
             self.say(f"hint {self.workload!r} refused ({exc.code}: {exc}); running without it")
             return False

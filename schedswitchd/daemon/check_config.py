@@ -32,9 +32,10 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.ops_flags import ops_flags_table
 from schedswitchd.bpf.scheduler import apply_tunables, flags_by_name, ops_name_of, sched_ext_map
+from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
 from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
 from schedswitchd.daemon.prepare_guard import prepare_checked
-from schedswitchd.daemon.switcher import NO_SCHED_EXT, UNAVAILABLE, SchedulerBackend
+from schedswitchd.daemon.switcher import NO_SCHED_EXT
 from schedswitchd.errors import SchedSwitchError
 from schedswitchd.profile.apply import profile_spec
 from schedswitchd.profile.check import check_profile, machines

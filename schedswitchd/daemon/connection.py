@@ -28,9 +28,9 @@ The rules, per connection (limits from ``[limits]``):
   :class:`~schedswitchd.daemon.protocol.LeaseEnded` sent when the connection's last lease
   ended on its own (:meth:`Connection.end_with`).
 
-Time: every timeout is armed on the server's :class:`Timer`, which is the event loop
-(``loop.time()``, seconds on the monotonic clock; ``loop.call_at``) unless a test gives one
-it moves by hand.
+Time: every timeout is armed on the owner's :class:`~schedswitchd.daemon.timer.Timer`, which
+is the event loop (``loop.time()``, seconds on the monotonic clock; ``loop.call_at``) unless a
+test gives one it moves by hand.
 """
 
 from __future__ import annotations
@@ -38,16 +38,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.config import Config
 from schedswitchd.daemon.peer import Peer, peer_of
+from schedswitchd.daemon.timer import Cancellable, Timer
 
 if TYPE_CHECKING:
     from schedswitchd.daemon.feed import Subscription
     from schedswitchd.daemon.passed_fds import PassingSocket
-    from schedswitchd.daemon.server import Server
 
 log = logging.getLogger("schedswitchd")
 
@@ -57,44 +58,39 @@ _UNKNOWN = Peer(-1, -1, -1, frozenset())
 _NONE, _IDLE, _READ, _WRITE, _FLUSH = range(5)
 
 
-class Cancellable(Protocol):
-    """A scheduled call that can be called off (:class:`asyncio.TimerHandle`)."""
+class ConnectionOwner(Protocol):
+    """What a :class:`Connection` asks of the front end that accepted it (the daemon's
+    :class:`~schedswitchd.daemon.server.Server`; a test may give its own): the only names a
+    connection uses of it."""
 
-    def cancel(self) -> None:
-        """Do not run the call (no effect once it ran)."""
-
-
-class Timer(Protocol):
-    """Where the server's timeouts (and the reconciler's safety-net poll) are scheduled:
-    ``time()`` is now in seconds on a monotonic
-    clock, ``call_at(when, callback, *args)`` runs ``callback(*args)`` on the event loop's
-    thread once ``time()`` reaches ``when``. An :class:`asyncio.AbstractEventLoop` is one
-    (through :class:`LoopTimer`); tests use one that moves only when they say."""
-
-    def time(self) -> float:
-        """Now, seconds (monotonic)."""
+    @property
+    def config(self) -> Config:
+        """The daemon's configuration; a connection reads ``limits`` (message size, idle,
+        read and write timeouts)."""
         ...
 
-    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Cancellable:
-        """Run ``callback(*args)`` at ``when`` (seconds on :meth:`time`'s clock)."""
+    @property
+    def timer(self) -> Timer:
+        """Where the connection's timeouts are armed."""
         ...
 
+    def admit(self, conn: Connection) -> proto.Reply | None:
+        """Take ``conn`` in at the accept (``peer`` read), or the refusal to send it before
+        it is closed."""
+        ...
 
-class LoopTimer:
-    """:class:`Timer` of the running event loop (``loop.time``, ``loop.call_at``)."""
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is gone and no request of it is being answered (its leases end)."""
+        ...
 
-    __slots__ = ("_loop",)
+    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
+        """The reply to one request ``line`` (without its newline) of ``conn``."""
+        ...
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def time(self) -> float:
-        """``loop.time()``: seconds on the monotonic clock."""
-        return self._loop.time()
-
-    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Cancellable:
-        """``loop.call_at(when, callback, *args)``."""
-        return self._loop.call_at(when, callback, *args)
+    def reply_sent(self, sock: socket.socket | None) -> None:
+        """A reply marked ``early_reply`` was written to ``sock`` (the connection's socket,
+        or ``None`` once it has none): the switch that released it may go on."""
+        ...
 
 
 class Connection(asyncio.Protocol):
@@ -104,11 +100,9 @@ class Connection(asyncio.Protocol):
     worker waits for it to be written (:meth:`Reconciler.reply_sent
     <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`).
 
-    ``server`` decides the rest: :meth:`Server.admit
-    <schedswitchd.daemon.server.Server.admit>` at the accept (a refusal is sent and the
-    connection closed), ``Server._dispatch`` per request line, :meth:`Server.forget
-    <schedswitchd.daemon.server.Server.forget>` once the connection is gone and its handler
-    done (its leases end there)."""
+    ``owner`` (a :class:`ConnectionOwner`, the server) decides the rest: ``admit`` at the
+    accept (a refusal is sent and the connection closed), ``dispatch`` per request line,
+    ``forget`` once the connection is gone and its handler done (its leases end there)."""
 
     __slots__ = (
         "_buf",
@@ -127,14 +121,14 @@ class Connection(asyncio.Protocol):
         "early_reply",
         "id",
         "leases",
+        "owner",
         "passed",
         "peer",
-        "server",
         "watching",
     )
 
-    def __init__(self, server: Server, conn_id: int) -> None:
-        self.server = server
+    def __init__(self, owner: ConnectionOwner, conn_id: int) -> None:
+        self.owner = owner
         self.id = conn_id
         self.peer = _UNKNOWN  # replaced at the accept, before any use
         self.leases: set[str] = set()
@@ -177,11 +171,11 @@ class Connection(asyncio.Protocol):
             self._closing = True
             transport.abort()
             return
-        refusal = self.server.admit(self)
+        refusal = self.owner.admit(self)
         if refusal is not None:
             self._finish(refusal)
             return
-        self._idle_since = self.server.timer.time()
+        self._idle_since = self.owner.timer.time()
         if not isinstance(transport, _AcceptStep):
             self._advance()
         # else the accept's step reads next (Server._accepted), then data_received arms
@@ -194,7 +188,7 @@ class Connection(asyncio.Protocol):
         self._buf += data
         if not self._busy:
             self._start_next()
-        elif len(self._buf) > self.server.config.limits.max_message_bytes + 1:
+        elif len(self._buf) > self.owner.config.limits.max_message_bytes + 1:
             # a request is being answered: hold the client back until it is
             assert self._transport is not None
             self._transport.pause_reading()
@@ -221,7 +215,7 @@ class Connection(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(False)
         if not self._busy:
-            self.server.forget(self)
+            self.owner.forget(self)
 
     def pause_writing(self) -> None:
         """The transport's send buffer is over its high-water mark."""
@@ -300,7 +294,7 @@ class Connection(asyncio.Protocol):
     def _advance(self) -> bytes | None:
         """The next whole request line in the buffer (without its ``\\n``) or ``None``;
         with ``None`` the right timeout is armed, or the connection was finished."""
-        limits = self.server.config.limits
+        limits = self.owner.config.limits
         if self._final is not None:
             self._finish(self._final)
             return None
@@ -330,7 +324,7 @@ class Connection(asyncio.Protocol):
         assert self._transport is not None
         if not self._transport.is_reading():
             self._transport.resume_reading()
-        timer = self.server.timer
+        timer = self.owner.timer
         if buf:
             if self._timer_kind != _READ:  # from the request's first byte
                 self._arm(_READ, timer.time() + limits.read_timeout_s)
@@ -342,20 +336,20 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, line: bytes | None) -> None:
         """Answer ``line`` and the whole lines that came after it, one at a time."""
-        server = self.server
+        owner = self.owner
         try:
             while line is not None and not self._closing:
                 # The reply goes out as bytes at once: a reply model (a history or status
                 # is hundreds of small objects) kept while the connection waits for its
                 # next request would stay alive per idle connection (issue 14.10).
-                data = proto.encode(await server._dispatch(line, self))
+                data = proto.encode(await owner.dispatch(line, self))
                 line = None
                 sent = await self._send(data)
                 del data
                 if self.early_reply:  # a hint answered while its switch goes on
                     self.early_reply = False
                     transport = self._transport
-                    server.reconciler.reply_sent(
+                    owner.reply_sent(
                         transport.get_extra_info("socket") if transport is not None else None
                     )
                 if not sent or self._closing:
@@ -363,7 +357,7 @@ class Connection(asyncio.Protocol):
                 if self.watching is not None:
                     await self.stream(self.watching)
                     break
-                self._idle_since = server.timer.time()
+                self._idle_since = owner.timer.time()
                 line = self._advance()
         except Exception:  # a defect: this connection ends, the daemon goes on
             log.exception("connection %d: request handling failed", self.id)
@@ -372,7 +366,7 @@ class Connection(asyncio.Protocol):
             self._task = None
             self._busy = False
             if self._lost:
-                server.forget(self)
+                owner.forget(self)
 
     async def stream(self, sub: Subscription) -> None:
         """A ``watch``: send each change of ``sub`` as a
@@ -416,7 +410,7 @@ class Connection(asyncio.Protocol):
         if not self._paused:
             return True
         self._drained = asyncio.get_running_loop().create_future()
-        self._arm(_WRITE, self.server.timer.time() + self.server.config.limits.read_timeout_s)
+        self._arm(_WRITE, self.owner.timer.time() + self.owner.config.limits.read_timeout_s)
         try:
             return await self._drained
         finally:
@@ -443,7 +437,7 @@ class Connection(asyncio.Protocol):
         side after its requests and never reads the replies would keep the connection
         (and its slot in the connection caps) for ever, asyncio waiting for the flush."""
         if transport.get_write_buffer_size():
-            self._arm(_FLUSH, self.server.timer.time() + self.server.config.limits.read_timeout_s)
+            self._arm(_FLUSH, self.owner.timer.time() + self.owner.config.limits.read_timeout_s)
 
     # --- the timer ----------------------------------------------------------------------------
 
@@ -451,7 +445,7 @@ class Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         self._timer_kind = kind
-        self._timer = self.server.timer.call_at(when, self._timed_out, kind)
+        self._timer = self.owner.timer.call_at(when, self._timed_out, kind)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -464,7 +458,7 @@ class Connection(asyncio.Protocol):
             return
         self._timer = None
         self._timer_kind = _NONE
-        limits = self.server.config.limits
+        limits = self.owner.config.limits
         if kind == _IDLE:
             self._finish(proto.error_reply(proto.TIMEOUT, "idle connection closed"))
         elif kind == _READ:

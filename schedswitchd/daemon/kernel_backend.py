@@ -1,4 +1,4 @@
-"""The real :class:`~schedswitchd.daemon.switcher.SchedulerBackend`: our loader, the kernel
+"""The real :class:`~schedswitchd.daemon.backend.SchedulerBackend`: our loader, the kernel
 BTF registry, ``/sys/kernel/sched_ext`` and bpffs pins.
 
 ``prepare`` does all heavy work while the previous scheduler still runs: open the object
@@ -64,8 +64,9 @@ from schedswitchd.bpf.scheduler import (
     sched_ext_map,
 )
 from schedswitchd.bpf.spec import ObjectSpec
+from schedswitchd.daemon.backend import Prepared
 from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
-from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
+from schedswitchd.daemon.protocol import ExitInfo, KernelInfo
 from schedswitchd.errors import (
     BpfSyscallError,
     LoadError,
@@ -444,17 +445,17 @@ class KernelBackend:
 
     # --- kernel view -------------------------------------------------------------------------
 
-    def kernel_state(self) -> KernelState:
+    def kernel_state(self) -> KernelInfo:
         """``/sys/kernel/sched_ext`` now; ``unavailable`` when absent or unreadable. Reads
-        the three files a :class:`KernelState` holds (``state``, ``root/ops``,
+        the three files a :class:`KernelInfo` holds (``state``, ``root/ops``,
         ``enable_seq``), not the whole status: the switcher's confirm and the watch poll
         call it on every switch."""
         files = self.scx_files
         try:
             state = files.state()
-            return KernelState(state=str(state), ops=files.ops(), enable_seq=files.enable_seq())
+            return KernelInfo(state=str(state), ops=files.ops(), enable_seq=files.enable_seq())
         except SchedSwitchError:
-            return KernelState(state="unavailable")
+            return KernelInfo(state="unavailable")
 
     def _status(self) -> scx.SchedExtStatus:
         return scx.read_status(self.root)

@@ -165,11 +165,6 @@ class DaemonError(SchedSwitchError):
         super().__init__(message)
 
 
-#: The launcher's names for the two (``schedswitch-run`` and its tests use them).
-LauncherUnavailable = DaemonUnavailable
-LauncherRefused = DaemonError
-
-
 class LineConnection:
     """One blocking connection to the daemon's socket, read a JSON line at a time: what the
     launcher's :class:`LauncherConnection`, ``schedswitchctl``'s daemon commands
@@ -334,7 +329,7 @@ class LauncherConnection(LineConnection):
 
     ``timeout_s`` bounds the connect, each send and each reply wait, seconds (a hint's
     reply waits for the switch it causes, which can take a second or more on a slow
-    device). Raises :class:`LauncherUnavailable` when the socket cannot be reached.
+    device). Raises :class:`DaemonUnavailable` when the socket cannot be reached.
     """
 
     max_reply_bytes = MAX_LAUNCHER_REPLY_BYTES

@@ -2,7 +2,7 @@
 
 The backend's ``prepare`` raises :class:`~schedswitchd.errors.SchedSwitchError` for every
 failure it knows of (the contract of
-:class:`~schedswitchd.daemon.switcher.SchedulerBackend`); anything else is a defect of the
+:class:`~schedswitchd.daemon.backend.SchedulerBackend`); anything else is a defect of the
 loader that some object provoked. Such a prepare is still a failed prepare of that one
 scheduler: its switch is recorded failed and the scheduler backed off, a standby of it is
 not held, ``--check-config`` reports it; the traceback goes to the log.
@@ -11,13 +11,10 @@ not held, ``--check-config`` reports it; the traceback goes to the log.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from schedswitchd.daemon.backend import Prepared, SchedulerBackend
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.errors import SchedSwitchError
-
-if TYPE_CHECKING:  # the switcher imports the modules that import this one
-    from schedswitchd.daemon.switcher import Prepared, SchedulerBackend
 
 log = logging.getLogger("schedswitchd")
 

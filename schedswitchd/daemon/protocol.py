@@ -275,8 +275,8 @@ class ErrorBody(_Wire):
 
 
 class KernelInfo(_Wire):
-    """What ``/sys/kernel/sched_ext`` says (the backend's ``kernel_state()``, also
-    ``schedswitchd.daemon.switcher.KernelState``). ``state``: the ``state`` file
+    """What ``/sys/kernel/sched_ext`` says (the backend's ``kernel_state()``,
+    :class:`~schedswitchd.daemon.backend.SchedulerBackend`). ``state``: the ``state`` file
     (``enabled``, ``disabled``, ``enabling``, ``disabling``) or ``unavailable`` when the
     kernel has no sched_ext; ``ops``: ``root/ops`` (the enabled scheduler's
     ``sched_ext_ops.name``) or ``None``; ``enable_seq``: the ``enable_seq`` counter (only
@@ -338,8 +338,7 @@ ADOPTED = "adopted"
 
 class SwitchInfo(_Wire):
     """One attempt to change what runs (or one ejection noticed): the switcher's record as
-    it fills it (``schedswitchd.daemon.switcher.SwitchRecord`` is this class) and its wire
-    form. Times: unix seconds; durations: ns.
+    it fills it and its wire form. Times: unix seconds; durations: ns.
 
     ``time``: wall-clock start; ``previous``/``target``: scheduler names or ``kernel``;
     ``result``: ``ok``, ``failed`` (prepare failed; nothing changed), ``rolled_back`` (new

@@ -51,7 +51,7 @@ expire), then the configured default, then the most recent hint's scheduler, as 
 Time: ``clock`` (monotonic ns, default :func:`time.monotonic_ns`) is what every decision
 and status figure reads; the safety-net poll and the deadlines (a lease's TTL or an
 intent's end, a backoff hold ending, the adoption grace's end) are armed on ``timer`` (a
-:class:`~schedswitchd.daemon.connection.Timer`: the event loop's unless a test gives one it
+:class:`~schedswitchd.daemon.timer.Timer`: the event loop's unless a test gives one it
 moves); a deadline N ns away on ``clock`` is armed N / 1e9 s away on the timer.
 """
 
@@ -70,20 +70,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
-from schedswitchd.daemon.connection import Cancellable, LoopTimer, Timer
 from schedswitchd.daemon.feed import ChangeFeed
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Decision, Lease, Policy
+from schedswitchd.daemon.protocol import SwitchInfo
 from schedswitchd.daemon.standby import StandbyError
-from schedswitchd.daemon.switcher import (
-    NO_SCHED_EXT,
-    UNAVAILABLE,
-    PendingSwitch,
-    SchedulerBackend,
-    Switcher,
-    SwitchRecord,
-)
+from schedswitchd.daemon.switcher import NO_SCHED_EXT, PendingSwitch, Switcher
+from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
 
 log = logging.getLogger("schedswitchd")
 
@@ -203,8 +198,8 @@ class _DirectFinished:
     """What the worker's end of a standby hit run on the loop returns: the switch's record
     (final) and the old scheduler's ejection its exit record showed, if any."""
 
-    record: SwitchRecord
-    gone: tuple[SwitchRecord, int] | None
+    record: SwitchInfo
+    gone: tuple[SwitchInfo, int] | None
 
 
 class Reconciler:
@@ -457,13 +452,13 @@ class Reconciler:
         were (but for the time)."""
         return self._gen
 
-    async def settle(self) -> tuple[SwitchRecord | None, bool]:
+    async def settle(self) -> tuple[SwitchInfo | None, bool]:
         """Wait for the reconcile pass covering changes so far. Returns the newest switch
         record made meanwhile (or ``None``) and whether the pass finished in time."""
         made, settled = await self.settle_records()
         return (made[-1] if made else None), settled
 
-    async def settle_records(self, *, early: bool = False) -> tuple[list[SwitchRecord], bool]:
+    async def settle_records(self, *, early: bool = False) -> tuple[list[SwitchInfo], bool]:
         """Like :meth:`settle`, but every switch record made meanwhile, oldest first.
         With ``early``, returns as soon as that pass's switch has its scheduler running
         (the record is then live: ``finished`` False) or the pass ended without one.
@@ -508,7 +503,7 @@ class Reconciler:
                 n += 1
         return n
 
-    def _on_enabled(self, record: SwitchRecord) -> None:
+    def _on_enabled(self, record: SwitchInfo) -> None:
         """The switcher's callback (worker thread): the pass's new scheduler runs. Waits,
         at most ``reply_wait_s``, until the replies it releases are written: the
         switch's remaining work would otherwise share the CPU (and the GIL) with them,
@@ -596,7 +591,7 @@ class Reconciler:
         worker's held call."""
         self._rest_timer = None
         if socks and time.monotonic() < deadline:
-            socks = [sock for sock in socks if _unread(sock)]
+            socks = [sock for sock in socks if unread_bytes(sock)]
             if socks:
                 self._rest_timer = asyncio.get_running_loop().call_later(
                     REPLY_TAKEN_POLL_S, self._release_when_taken, socks, deadline
@@ -785,7 +780,7 @@ class Reconciler:
 
     async def direct_switch(
         self, target: str, spec: SchedulerConfig, reason: str
-    ) -> tuple[list[SwitchRecord], bool]:
+    ) -> tuple[list[SwitchInfo], bool]:
         """Switch to a held standby (``target``, ``spec``, ``reason`` from
         :meth:`standby_hit`) without a reconcile pass first. Returns like
         :meth:`settle_records` with ``early``: as soon as the kernel runs ``target`` (the
@@ -815,7 +810,7 @@ class Reconciler:
 
     async def _direct_on_loop(
         self, target: str, spec: SchedulerConfig, reason: str
-    ) -> tuple[list[SwitchRecord], bool] | None:
+    ) -> tuple[list[SwitchInfo], bool] | None:
         """The standby hit's first half on the event loop: the pool's take, the switch
         window, the old scheduler's detach and the new one's attach with its
         confirmation (:meth:`Switcher.begin_standby`). The loop is blocked for that
@@ -892,14 +887,14 @@ class Reconciler:
 
     async def _direct_on_worker(
         self, target: str, spec: SchedulerConfig, reason: str, pool: bool
-    ) -> tuple[list[SwitchRecord], bool]:
+    ) -> tuple[list[SwitchInfo], bool]:
         """The standby hit through one call on the worker (see :meth:`direct_switch`)."""
         loop = asyncio.get_running_loop()
         # The running record, or None once the worker's call ended without one (or the
         # wait timed out): one future, so that the reply is one loop step from on_enabled.
-        running: asyncio.Future[SwitchRecord | None] = loop.create_future()
+        running: asyncio.Future[SwitchInfo | None] = loop.create_future()
 
-        def on_enabled(record: SwitchRecord) -> None:  # the worker thread
+        def on_enabled(record: SwitchInfo) -> None:  # the worker thread
             written = threading.Event()
             taken: list[Any] = []
             try:
@@ -940,7 +935,7 @@ class Reconciler:
         if not work.done():
             return [], False
         outcome = work.result() if not work.cancelled() and work.exception() is None else None
-        made = [outcome] if isinstance(outcome, SwitchRecord) else []
+        made = [outcome] if isinstance(outcome, SwitchInfo) else []
         # Not switched, or failed: a normal pass takes it from here, as it would have.
         later, settled = await self.settle_records(early=True)
         return made + later, settled
@@ -952,7 +947,7 @@ class Reconciler:
         reason: str,
         on_enabled: Callable[..., None],
         pool: bool = True,
-    ) -> SwitchRecord | tuple[SwitchRecord, int] | str | None:
+    ) -> SwitchInfo | tuple[SwitchInfo, int] | str | None:
         """The worker's part of :meth:`direct_switch`: an ejection found (returned, not
         switched), :data:`_FOREIGN` (another program's scheduler runs), or the switch's
         record (``None`` if ``target`` runs already)."""
@@ -967,8 +962,8 @@ class Reconciler:
 
     def _direct_enabled(
         self,
-        running: asyncio.Future[SwitchRecord | None],
-        record: SwitchRecord,
+        running: asyncio.Future[SwitchInfo | None],
+        record: SwitchInfo,
         written: threading.Event,
         taken: list[Any],
     ) -> None:
@@ -997,7 +992,7 @@ class Reconciler:
         self._direct = False
         if error is not None:
             log.error("direct switch to %s failed", target, exc_info=error)
-        record: SwitchRecord | None = None
+        record: SwitchInfo | None = None
         if isinstance(outcome, _DirectFinished):
             record = outcome.record
             if outcome.gone is not None:
@@ -1006,7 +1001,7 @@ class Reconciler:
                 self._note_ejection(outcome.gone, self.clock())
         elif isinstance(outcome, tuple):
             self._note_ejection(outcome, self.clock())
-        elif isinstance(outcome, SwitchRecord):
+        elif isinstance(outcome, SwitchInfo):
             record = outcome
         if record is not None:
             self._switched(record)
@@ -1059,7 +1054,7 @@ class Reconciler:
             if refresh and self.stale == (target, spec):
                 break  # its new form failed already; the old one runs on (active_stale)
             switch_to = self.switcher.switch_to
-            record: SwitchRecord | None = await loop.run_in_executor(
+            record: SwitchInfo | None = await loop.run_in_executor(
                 self.worker, switch_to, target, spec, reason, self._on_enabled
             )
             if record is None:
@@ -1084,7 +1079,7 @@ class Reconciler:
         if self.on_change is not None:
             self.on_change(self.summary())
 
-    def _note_ejection(self, ejected: tuple[SwitchRecord, int], now: int) -> None:
+    def _note_ejection(self, ejected: tuple[SwitchInfo, int], now: int) -> None:
         """What a pass does on an ejection :meth:`Switcher.check_ejected` found: a restart
         the exit asked for is honoured (no backoff), else the scheduler is backed off (and
         an admin override of it dropped); logged either way."""
@@ -1124,7 +1119,7 @@ class Reconciler:
                 },
             )
 
-    def _publish_ejection(self, gone: SwitchRecord, backoff_s: float | None) -> None:
+    def _publish_ejection(self, gone: SwitchInfo, backoff_s: float | None) -> None:
         """An ejection on the feed; ``backoff_s``: its hold, ``None`` for a restart."""
         exit_ = gone.exit
         self.feed.publish(
@@ -1137,7 +1132,7 @@ class Reconciler:
             backoff_s=backoff_s,
         )
 
-    def _restart_asked(self, gone: SwitchRecord, now: int) -> bool:
+    def _restart_asked(self, gone: SwitchInfo, now: int) -> bool:
         """True when the ejected scheduler's exit code carries ``SCX_ECODE_ACT_RESTART``
         (``kernel/sched/ext.c``: a CPU going on- or offline ejects a scheduler without
         hotplug ops with ``SCX_EXIT_UNREG_KERN`` and ``SCX_ECODE_ACT_RESTART |
@@ -1238,7 +1233,7 @@ class Reconciler:
             assert timer is not None, "the reconciler has not started"
             self._deadline = timer.call_at(timer.time() + delay, self.kick)
 
-    def _switched(self, record: SwitchRecord) -> None:
+    def _switched(self, record: SwitchInfo) -> None:
         """A switch record made: logged and on the feed."""
         self._log_switch(record)
         error = record.error
@@ -1253,7 +1248,7 @@ class Reconciler:
             error=error.message if error is not None else None,
         )
 
-    def _log_switch(self, record: SwitchRecord) -> None:
+    def _log_switch(self, record: SwitchInfo) -> None:
         total = record.phases_ns.get("total", 0)
         fields = {"SCHEDULER": record.target, "SWITCH_NS": total}
         if record.ok:
@@ -1291,7 +1286,7 @@ class Reconciler:
         return text
 
 
-def _unread(sock: Any) -> int:
+def unread_bytes(sock: Any) -> int:
     """Bytes written to ``sock`` (a connected ``AF_UNIX`` stream socket, or asyncio's view
     of one) that its peer has not read yet: ``SIOCOUTQ`` (``unix(7)``: for a Unix socket
     the data stays charged to the sender until the receiver consumed it). 0 once the socket
@@ -1307,15 +1302,11 @@ def _unread(sock: Any) -> int:
     return value
 
 
-#: :func:`_unread` for the server (a connection's reply not read yet).
-unread_bytes = _unread
-
-
 def _wait_taken(socks: list[Any], bound_s: float) -> bool:
     """On the worker, after its replies were written: until their clients read them from
     ``socks``, at most ``bound_s`` s; True if they did."""
     deadline = time.monotonic() + bound_s
-    while any(_unread(sock) for sock in socks):
+    while any(unread_bytes(sock) for sock in socks):
         if time.monotonic() >= deadline:
             return False
         time.sleep(REPLY_TAKEN_POLL_S)

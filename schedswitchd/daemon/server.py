@@ -39,13 +39,7 @@ from typing import Any
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
-from schedswitchd.daemon.connection import (
-    Cancellable,
-    Connection,
-    LoopTimer,
-    Timer,
-    accept_step,
-)
+from schedswitchd.daemon.connection import Connection, accept_step
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.passed_fds import (
     NotAPidfd,
@@ -56,6 +50,7 @@ from schedswitchd.daemon.passed_fds import (
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler, unread_bytes
+from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -361,7 +356,15 @@ class Server:
         for lease_id in list(conn.leases):
             self._end_lease(lease_id, "connection closed")
 
-    async def _dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
+    def reply_sent(self, sock: socket.socket | None) -> None:
+        """A connection wrote a reply marked ``early_reply`` to ``sock``: tell the reconciler
+        (:meth:`Reconciler.reply_sent <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`)."""
+        self.reconciler.reply_sent(sock)
+
+    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
+        """The reply to one request ``line`` of ``conn``: parsed, checked against ``[auth]``
+        (admin requests), answered; a bad line or a refused request is an error reply,
+        never an exception."""
         try:
             request = proto.parse_request(line, self.config.limits.max_message_bytes)
         except proto.RequestError as exc:

@@ -43,9 +43,9 @@ from schedswitchd.errors import ConfigError, SchedSwitchError
 # The daemon's heavy imports (asyncio, pydantic, the loader: ~30 MiB resident) happen in
 # main(), after it opted out of transparent huge pages (schedswitchd.daemon.memory_tuning).
 if TYPE_CHECKING:
+    from schedswitchd.daemon.backend import SchedulerBackend
     from schedswitchd.daemon.config import Config
     from schedswitchd.daemon.server import Server
-    from schedswitchd.daemon.switcher import SchedulerBackend
     from schedswitchd.desktop.faces import Faces
 
 DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"

@@ -27,14 +27,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from schedswitchd.daemon.backend import Prepared, SchedulerBackend
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.errors import SchedSwitchError
-
-if TYPE_CHECKING:  # the switcher imports this module
-    from schedswitchd.daemon.switcher import Prepared, SchedulerBackend
 
 log = logging.getLogger("schedswitchd")
 

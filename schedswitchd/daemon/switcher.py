@@ -1,8 +1,8 @@
 """The one place that changes which sched_ext scheduler the kernel runs.
 
-The kernel side sits behind :class:`SchedulerBackend`, a small Protocol implemented by the
-real backend (loader + ``/sys/kernel/sched_ext`` + bpffs pins) and, for host tests, by a
-fake in ``tests/``. :class:`Switcher` drives it:
+The kernel side sits behind :class:`~schedswitchd.daemon.backend.SchedulerBackend`, a small
+Protocol implemented by the real backend (loader + ``/sys/kernel/sched_ext`` + bpffs pins)
+and, for host tests, by a fake in ``tests/``. :class:`Switcher` drives it:
 
 1. ``prepare`` the new scheduler while the old one still runs (all heavy work), or take
    it ready from the standby pool;
@@ -17,7 +17,7 @@ If 2-4 fail, the new one is discarded and the old one attached (and pinned) agai
 objects kept for that purpose; the record says ``rolled_back`` (or ``rollback_failed`` if
 that failed too: the kernel's own scheduler runs) -- also when the failure (4) came after
 ``on_enabled``: ``finished`` is False until the record's outcome is final. Every attempt
-is a :class:`SwitchRecord` with per-phase timings in ns and the no-scheduler gap, kept in
+is a :class:`SwitchInfo` with per-phase timings in ns and the no-scheduler gap, kept in
 a bounded history.
 
 Threading: a :class:`Switcher` is not thread-safe; the server calls it from one worker
@@ -32,8 +32,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
 
+from schedswitchd.daemon.backend import Prepared, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
 from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.daemon.protocol import (
@@ -46,7 +46,6 @@ from schedswitchd.daemon.protocol import (
     ROLLED_BACK,
     ErrorBody,
     ExitInfo,
-    KernelInfo,
     SwitchInfo,
     exit_kind_name,
 )
@@ -66,8 +65,6 @@ __all__ = [
     "exit_kind_name",
 ]
 
-#: ``KernelState.state`` of a kernel without sched_ext (no ``/sys/kernel/sched_ext``).
-UNAVAILABLE = "unavailable"
 #: What the daemon says, once, where a kernel without sched_ext matters.
 NO_SCHED_EXT = (
     "this kernel has no sched_ext (/sys/kernel/sched_ext missing): schedulers cannot be "
@@ -76,138 +73,6 @@ NO_SCHED_EXT = (
 
 
 log = logging.getLogger("schedswitchd")
-
-#: What ``/sys/kernel/sched_ext`` says, as the backend reads it and as ``status`` sends it:
-#: one class, :class:`~schedswitchd.daemon.protocol.KernelInfo` (``state``, ``ops``,
-#: ``enable_seq``).
-KernelState = KernelInfo
-
-
-class Prepared(Protocol):
-    """A scheduler loaded into the kernel (maps, programs, struct_ops value) but not
-    necessarily attached. Opaque to the daemon except for two names."""
-
-    @property
-    def name(self) -> str:
-        """The configured scheduler name (a key of ``[schedulers]``)."""
-        ...
-
-    @property
-    def ops_name(self) -> str:
-        """``sched_ext_ops.name``: what ``/sys/kernel/sched_ext/root/ops`` reads when it runs."""
-        ...
-
-    @property
-    def timings_ns(self) -> Mapping[str, int]:
-        """Durations in ns of the load's own phases (e.g. ``btf``, ``core``, ``maps``,
-        ``prog:<name>``), reported as ``prepare.<phase>`` in switch records, and of the
-        latest ``attach.<phase>``/``detach.<phase>``, reported as they are; may be empty."""
-        ...
-
-
-class SchedulerBackend(Protocol):
-    """The kernel side of switching. All methods block; errors are
-    :class:`~schedswitchd.errors.SchedSwitchError` subclasses (others are treated as bugs).
-
-    Contract, method by method:
-
-    ``prepare(name, spec) -> Prepared``
-        Open ``spec.object``, apply ``spec``'s rodata/struct_ops/hotplug_seq settings, resolve
-        kmod BTFs and CO-RE against the running kernel, create maps and load programs.
-        Does not touch the running scheduler. Raises ``LoadError``/``BpfSyscallError`` (with
-        ``verifier_log``)/``ObjectError``/... on failure, leaving nothing behind.
-    ``attach(prepared, timeout_s) -> int | None``
-        Requires sched_ext ``disabled``. Creates the struct_ops link; returns once
-        ``state`` reads ``enabled`` and ``root/ops`` equals ``prepared.ops_name`` (one
-        confirmation: the switcher does not check again). Returns the
-        ``time.monotonic_ns()`` by which the kernel was running the scheduler, as the
-        confirmation showed (work after that, such as confirming, is outside the
-        no-scheduler gap), or ``None`` (the gap then ends when ``attach`` returns). On
-        failure or timeout: undoes the link (the kernel is ``disabled`` again) and raises
-        ``SchedExtError``/``BpfSyscallError``. Must work again on a handle that was
-        attached and detached before (used for rollback).
-    ``pin(prepared)``
-        Pins an attached handle (so that a restarted daemon can adopt it); called after
-        ``attach``, once the switch's waiters were told. Raises ``PinError`` (the handle
-        stays attached; the switcher rolls back).
-    ``detach(prepared, timeout_s)``
-        Detaches the link of an attached handle and returns once the kernel no longer runs
-        it (``disabled``, unless someone else attached meanwhile); the handle's maps stay
-        readable (for ``exit_info``) until ``discard``, and releasing its pin may be left to
-        ``discard`` or the next ``attach``. A no-op if the handle is not attached (e.g. the
-        kernel already ejected it). Raises ``SchedExtError`` on timeout.
-    ``discard(prepared)``
-        Frees everything the handle holds (detaching first if still attached, releasing its
-        pin). Idempotent; never raises.
-    ``kernel_state() -> KernelState``
-        Reads ``/sys/kernel/sched_ext``. Thread-safe, cheap, never raises (``unavailable``).
-    ``exit_info(prepared) -> ExitInfo | None``
-        The exit record the scheduler's ``ops.exit`` wrote to its data map, or ``None`` if it
-        has none or it was never written (kind 0).
-    ``exit_recorded(prepared) -> bool``
-        Whether ``exit_info`` of the handle can tell, after a ``detach``, how it ended: it
-        keeps a readable exit record (the ``uei`` variable of its data map). Cheap (no
-        syscall); for a standby hit, which then reads the old scheduler's exit after the
-        switch instead of the kernel's state before it.
-    ``adopt(schedulers) -> Prepared | None``
-        At daemon start: if a link pinned by a previous daemon is still enabled and names a
-        scheduler in ``schedulers``, return an attached handle for it (``detach`` works on
-        it; ``exit_info`` may return ``None`` if its data map was not pinned). Removes
-        every other (stale) pin. ``None`` if nothing is adopted.
-    ``counters() -> Mapping[str, int]``
-        Loader/BTF-cache counters for status (e.g. ``btf_cache_hits``). Thread-safe.
-    ``watch(notify) -> stop``
-        Start calling ``notify()`` (from any thread, without arguments) whenever sched_ext's
-        state may have changed (``SCXOPS`` uevents); returns a function that stops it.
-    ``switch_window() -> context manager``
-        Held from before the old scheduler's detach to after the new one's attach: kernel
-        conditions that shorten the no-scheduler gap (expedited RCU grace periods); yields
-        whether they took effect (recorded as ``SwitchRecord.expedited``).
-    ``fresh(prepared, spec) -> bool``
-        Whether an unattached handle is still what ``prepare(name, spec)`` would make now
-        (object file, module set, CPU topology unchanged); cheap. For standbys.
-    ``kernel_bytes(prepared) -> int``
-        Kernel memory the handle holds (bytes, as the kernel accounts it). For standbys.
-    ``preopen(schedulers)``
-        Read and parse every configured object ahead of need (ELF, BTF, relocations), so
-        that the first switch to each needs no open; bounded by the backend's spec cache.
-        Failures are logged, never raised (the switch itself reports them).
-    """
-
-    def prepare(self, name: str, spec: SchedulerConfig) -> Prepared: ...
-
-    def attach(self, prepared: Prepared, timeout_s: float) -> int | None: ...
-
-    def pin(self, prepared: Prepared) -> None: ...
-
-    def detach(self, prepared: Prepared, timeout_s: float) -> None: ...
-
-    def discard(self, prepared: Prepared) -> None: ...
-
-    def kernel_state(self) -> KernelState: ...
-
-    def exit_info(self, prepared: Prepared) -> ExitInfo | None: ...
-
-    def exit_recorded(self, prepared: Prepared) -> bool: ...
-
-    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> Prepared | None: ...
-
-    def counters(self) -> Mapping[str, int]: ...
-
-    def watch(self, notify: Callable[[], None]) -> Callable[[], None]: ...
-
-    def switch_window(self) -> AbstractContextManager[bool]: ...
-
-    def fresh(self, prepared: Prepared, spec: SchedulerConfig, *, quick: bool = False) -> bool: ...
-
-    def kernel_bytes(self, prepared: Prepared) -> int: ...
-
-    def preopen(self, schedulers: Mapping[str, SchedulerConfig]) -> None: ...
-
-
-#: The daemon's record of a switch is its wire form: one class (fields, results, meaning:
-#: :class:`~schedswitchd.daemon.protocol.SwitchInfo`), filled in as the switch goes.
-SwitchRecord = SwitchInfo
 
 
 #: ``on_enabled`` of :meth:`Switcher.switch_to`: called with the live record the moment
@@ -223,7 +88,7 @@ SCX_EXIT_UNREG = 64
 _BACKEND_PHASES = ("attach.", "detach.")
 
 
-def _copy_phases(record: SwitchRecord, prepared: Prepared, prefix: str) -> None:
+def _copy_phases(record: SwitchInfo, prepared: Prepared, prefix: str) -> None:
     """The backend's ``<prefix><phase>`` timings of ``prepared`` into the record as is."""
     for phase, ns in prepared.timings_ns.items():
         if phase.startswith(prefix):
@@ -233,7 +98,7 @@ def _copy_phases(record: SwitchRecord, prepared: Prepared, prefix: str) -> None:
 class _Clock:
     """Phase timer: ``with clock.phase("attach"):`` adds the phase's duration in ns."""
 
-    def __init__(self, record: SwitchRecord) -> None:
+    def __init__(self, record: SwitchInfo) -> None:
         self.record = record
         self.start = time.monotonic_ns()
 
@@ -245,7 +110,7 @@ class _Clock:
 
 
 class _Phase:
-    def __init__(self, record: SwitchRecord, name: str) -> None:
+    def __init__(self, record: SwitchInfo, name: str) -> None:
         self.record, self.name = record, name
 
     def __enter__(self) -> None:
@@ -262,7 +127,7 @@ class PendingSwitch:
     rules hold (one thread at a time; the first half may run on one thread and
     :meth:`finish` on another, one after the other)."""
 
-    def __init__(self, switcher: Switcher, record: SwitchRecord, clock: _Clock) -> None:
+    def __init__(self, switcher: Switcher, record: SwitchInfo, clock: _Clock) -> None:
         self.switcher = switcher
         self.record = record
         self.running = False
@@ -274,7 +139,7 @@ class PendingSwitch:
         self._check_old = False
         self._old_attached_ns = 0
         self._detached_ns = 0
-        self._gone: tuple[SwitchRecord, int] | None = None
+        self._gone: tuple[SwitchInfo, int] | None = None
         self._finished = False
 
     def swap(self, new: Prepared | None, spec: SchedulerConfig | None, *, check_old: bool) -> None:
@@ -296,7 +161,7 @@ class PendingSwitch:
             # reply waits for); the rest of ``total`` comes after it.
             self.record.phases_ns["until_enabled"] = time.monotonic_ns() - self._clock.start
 
-    def old_gone(self, old: Prepared) -> tuple[SwitchRecord, int] | None:
+    def old_gone(self, old: Prepared) -> tuple[SwitchInfo, int] | None:
         """With ``check_old``: whether ``old`` (detached) had been ejected before, from its
         exit record (:meth:`Switcher._ejected_before`); remembered for :meth:`finish`."""
         if not self._check_old or self._gone is not None:
@@ -304,7 +169,7 @@ class PendingSwitch:
         self._gone = self.switcher._ejected_before(old, self._old_attached_ns, self._detached_ns)
         return self._gone
 
-    def finish(self) -> tuple[SwitchRecord, int] | None:
+    def finish(self) -> tuple[SwitchInfo, int] | None:
         """Close the switch window; if the new scheduler runs, read the old one's exit
         record (with ``check_old``), pin the new one and free the old one (a pin failure
         rolls back, never to an old scheduler the kernel had ejected). Returns the old
@@ -356,7 +221,7 @@ class Switcher:
         #: The configuration entry ``current`` was prepared from (``None`` for the kernel).
         self.current_spec: SchedulerConfig | None = None
         self.attached_ns = 0
-        self.history: collections.deque[SwitchRecord] = collections.deque(maxlen=history_size)
+        self.history: collections.deque[SwitchInfo] = collections.deque(maxlen=history_size)
         self.last_exit: ExitInfo | None = None
         #: Prepared schedulers held for instant switches; bounded by :meth:`configure_standby`.
         self.standby = StandbyPool(backend, 0, 0)
@@ -387,9 +252,9 @@ class Switcher:
         """Name of what the daemon has attached, or ``kernel``."""
         return self.current.name if self.current is not None else KERNEL
 
-    def _record(self, target: str, result: str, reason: str) -> SwitchRecord:
+    def _record(self, target: str, result: str, reason: str) -> SwitchInfo:
         self._seq += 1
-        record = SwitchRecord(
+        record = SwitchInfo(
             seq=self._seq,
             time=time.time(),
             previous=self.active,
@@ -400,7 +265,7 @@ class Switcher:
         self.history.append(record)
         return record
 
-    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> SwitchRecord | None:
+    def adopt(self, schedulers: Mapping[str, SchedulerConfig]) -> SwitchInfo | None:
         """At start, take over a scheduler a previous daemon left pinned and enabled."""
         prepared = self.backend.adopt(schedulers)
         if prepared is None:
@@ -419,7 +284,7 @@ class Switcher:
         on_enabled: OnEnabled | None = None,
         *,
         pool: bool = True,
-    ) -> SwitchRecord | None:
+    ) -> SwitchInfo | None:
         """Make ``target`` (a scheduler name, with its ``spec``; or ``kernel`` with ``None``)
         run. Returns ``None`` if it already runs from this ``spec``, else the record (check
         ``record.ok``). A running ``target`` whose entry changed (a reload) is switched to
@@ -453,7 +318,7 @@ class Switcher:
         reason: str,
         on_enabled: OnEnabled | None,
         pool: bool,
-    ) -> SwitchRecord:
+    ) -> SwitchInfo:
         record = self._record(target, OK, reason)
         record.finished = False
         pending = PendingSwitch(self, record, _Clock(record))
@@ -537,7 +402,7 @@ class Switcher:
 
     def _swap(
         self,
-        record: SwitchRecord,
+        record: SwitchInfo,
         old: Prepared | None,
         new: Prepared | None,
         spec: SchedulerConfig | None,
@@ -595,11 +460,11 @@ class Switcher:
 
     def _settle_in(
         self,
-        record: SwitchRecord,
+        record: SwitchInfo,
         old: Prepared | None,
         new: Prepared,
         old_spec: SchedulerConfig | None,
-        gone: tuple[SwitchRecord, int] | None = None,
+        gone: tuple[SwitchInfo, int] | None = None,
     ) -> None:
         """After the new scheduler runs (and ``on_enabled``): pin it, then free the old
         one. A pin that fails rolls back as a failed attach does: the new one is
@@ -629,7 +494,7 @@ class Switcher:
 
     def _ejected_before(
         self, old: Prepared, attached_ns: int, detached_ns: int
-    ) -> tuple[SwitchRecord, int] | None:
+    ) -> tuple[SwitchInfo, int] | None:
         """After a switch away from ``old`` that skipped ``check_ejected``: its exit record
         says how it ended. ``SCX_EXIT_UNREG`` is the ``ops.exit`` our own detach caused
         (``bpf_scx_unreg()`` -> ``scx_disable(SCX_EXIT_UNREG)``); any other kind means the
@@ -658,7 +523,7 @@ class Switcher:
         record.exit = info
         return record, detached_ns - attached_ns
 
-    def _roll_back(self, record: SwitchRecord, old: Prepared | None) -> str:
+    def _roll_back(self, record: SwitchInfo, old: Prepared | None) -> str:
         if old is None:
             return ROLLED_BACK  # the kernel's own scheduler was running and still is
         try:
@@ -683,7 +548,7 @@ class Switcher:
             self.last_exit = info
         return info
 
-    def check_ejected(self) -> tuple[SwitchRecord, int] | None:
+    def check_ejected(self) -> tuple[SwitchInfo, int] | None:
         """If the kernel no longer runs the attached scheduler (error, stall, sysrq), read
         its exit info, free it, record an ``ejected`` entry and return it with how long it
         ran (``clock`` ns). ``None`` if nothing changed. Transitional states are not ejections."""

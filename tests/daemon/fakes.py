@@ -15,8 +15,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import cast
 
+from schedswitchd.daemon.backend import Prepared
 from schedswitchd.daemon.config import SchedulerConfig
-from schedswitchd.daemon.switcher import ExitInfo, KernelState, Prepared
+from schedswitchd.daemon.protocol import ExitInfo, KernelInfo
 from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
 from schedswitchd.kernel.scheduler_pins import PinError
 
@@ -155,9 +156,9 @@ class FakeBackend:
         prepared.discarded = True
         self.live.discard(id(prepared))
 
-    def kernel_state(self) -> KernelState:
+    def kernel_state(self) -> KernelInfo:
         with self.lock:
-            return KernelState(state=self.state, ops=self.ops, enable_seq=self.enable_seq)
+            return KernelInfo(state=self.state, ops=self.ops, enable_seq=self.enable_seq)
 
     def exit_info(self, prepared: Prepared) -> ExitInfo | None:
         return cast(FakePrepared, prepared).exit

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from schedswitchd.daemon.config import Config, parse_config
-from schedswitchd.daemon.connection import Cancellable
 from schedswitchd.daemon.reconcile import Reconciler
 from schedswitchd.daemon.server import Server
+from schedswitchd.daemon.timer import Cancellable
 
 from .fakes import FakeBackend
 
@@ -118,7 +118,7 @@ class _FakeCall:
 
 
 class FakeTimer:
-    """The server's :class:`~schedswitchd.daemon.connection.Timer` (connection timeouts,
+    """The server's :class:`~schedswitchd.daemon.timer.Timer` (connection timeouts,
     lease TTLs), standing still until the test moves it with :meth:`Running.advance`; the
     calls that fall due then run, in order, on the server's loop."""
 

@@ -90,7 +90,7 @@ class Steps:
         self.seen: list[tuple[str, str]] = []
         server = srv.server
         assert server is not None
-        dispatch = server._dispatch
+        dispatch = server.dispatch
 
         async def recording(line: bytes, conn: Any) -> Any:
             frames = _frames()
@@ -108,7 +108,7 @@ class Steps:
             self.seen.append((op, how))
             return await dispatch(line, conn)
 
-        server._dispatch = recording  # type: ignore[method-assign]
+        server.dispatch = recording  # type: ignore[method-assign]
 
 
 def _prepared(srv: Running) -> Client:

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from schedswitchd.daemon import launcher_wire as wire
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.launcher_wire import (
+    DaemonError,
+    DaemonUnavailable,
     LauncherConnection,
-    LauncherRefused,
-    LauncherUnavailable,
 )
 from schedswitchd.errors import ProtocolError
 from tests import fuzzing
@@ -59,7 +59,7 @@ def test_hint_through_the_live_server_and_lease_ends_on_close(srv: Running) -> N
 
 def test_refusal_carries_the_servers_code(srv: Running) -> None:
     conn = LauncherConnection(srv.path, timeout_s=10)
-    with pytest.raises(LauncherRefused) as err:
+    with pytest.raises(DaemonError) as err:
         conn.exchange({"op": "hint", "workload": "no-such"})
     assert err.value.code == proto.UNKNOWN_WORKLOAD
     conn.close()
@@ -119,7 +119,7 @@ def test_closed_connection_is_unavailable() -> None:
     b.close()
     conn = LauncherConnection.__new__(LauncherConnection)
     conn.path, conn.sock, conn._buffer = "pair", a, b""
-    with pytest.raises(LauncherUnavailable):
+    with pytest.raises(DaemonUnavailable):
         conn.exchange({"op": "hint", "workload": "gaming"})
     a.close()
 

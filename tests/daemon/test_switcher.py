@@ -10,7 +10,9 @@ from contextlib import AbstractContextManager
 import pytest
 
 from schedswitchd.daemon import switcher as sw
+from schedswitchd.daemon.backend import Prepared, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
+from schedswitchd.daemon.protocol import KernelInfo, SwitchInfo
 from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
 
 from .fakes import FakeBackend
@@ -31,7 +33,7 @@ def test_switch_order_and_timings() -> None:
     assert rec is not None and rec.ok and rec.result == sw.OK
     assert (rec.previous, rec.target) == (KERNEL, "fifo")
     assert rec.gap_ns is None  # nothing was running: no gap
-    assert b.kernel_state() == sw.KernelState(state="enabled", ops="fifo_ops", enable_seq=1)
+    assert b.kernel_state() == KernelInfo(state="enabled", ops="fifo_ops", enable_seq=1)
     b.calls.clear()
     rec = s.switch_to("vtime", SPEC, "lease 2")
     assert rec is not None and rec.ok
@@ -113,7 +115,7 @@ def test_attach_failure_rolls_back_to_previous() -> None:
     assert rec.error is not None and rec.error.code == SchedExtError.code
     assert rec.exit is not None and rec.exit.kind_name == "ERROR"
     assert "rollback" in rec.phases_ns
-    assert b.kernel_state() == sw.KernelState(state="enabled", ops="fifo_ops", enable_seq=2)
+    assert b.kernel_state() == KernelInfo(state="enabled", ops="fifo_ops", enable_seq=2)
     assert s.active == "fifo" and len(b.live) == 1  # the failed one was freed
 
 
@@ -254,7 +256,7 @@ def _conformance_problems(backend_cls: type) -> list[str]:
     """How ``backend_cls`` differs from :class:`SchedulerBackend`: missing methods and
     parameters that differ in name, kind or order (annotations are mypy's to check)."""
     problems = []
-    for name, want in _protocol_members(sw.SchedulerBackend).items():
+    for name, want in _protocol_members(SchedulerBackend).items():
         have = getattr(backend_cls, name, None)
         if not callable(have):
             problems.append(f"{backend_cls.__name__}.{name} is missing")
@@ -271,18 +273,18 @@ def test_backends_conform_to_the_protocol() -> None:
     the types where a backend is passed as one); the check itself can fail."""
     from schedswitchd.daemon.kernel_backend import KernelBackend
 
-    assert len(_protocol_members(sw.SchedulerBackend)) >= 12
+    assert len(_protocol_members(SchedulerBackend)) >= 12
     assert _conformance_problems(KernelBackend) == []
     assert _conformance_problems(FakeBackend) == []
 
     class Drifted(FakeBackend):
-        def attach(self, handle: sw.Prepared, timeout: float) -> int | None:
+        def attach(self, handle: Prepared, timeout: float) -> int | None:
             return None
 
     del_watch = type("NoWatch", (), {k: v for k, v in vars(FakeBackend).items() if k != "watch"})
     assert _conformance_problems(Drifted) == [
-        "Drifted.attach(self, handle: 'sw.Prepared', timeout: 'float') -> 'int | None' != "
-        + str(inspect.signature(sw.SchedulerBackend.attach))
+        "Drifted.attach(self, handle: 'Prepared', timeout: 'float') -> 'int | None' != "
+        + str(inspect.signature(SchedulerBackend.attach))
     ]
     assert "NoWatch.watch is missing" in _conformance_problems(del_watch)
 
@@ -385,7 +387,7 @@ def test_on_enabled_comes_before_the_pin_and_freeing_the_old_one() -> None:
     b.calls.clear()
     seen: list[tuple[list[str], bool, str, int | None]] = []
 
-    def on_enabled(rec: sw.SwitchRecord) -> None:
+    def on_enabled(rec: SwitchInfo) -> None:
         seen.append((list(b.calls), rec.finished, s.active, rec.gap_ns))
 
     rec = s.switch_to("vtime", SPEC, "lease 2", on_enabled)
@@ -395,7 +397,7 @@ def test_on_enabled_comes_before_the_pin_and_freeing_the_old_one() -> None:
     assert b.calls[3:] == ["pin vtime", "discard fifo"]
     assert 0 <= rec.phases_ns["until_enabled"] <= rec.phases_ns["total"]
     # not called for a switch to the kernel, nor for one that fails before running
-    called: list[sw.SwitchRecord] = []
+    called: list[SwitchInfo] = []
     s.switch_to(KERNEL, None, "stop", called.append)
     b.fail_prepare.add("gaming")
     s.switch_to("gaming", SPEC, "lease 3", called.append)

@@ -47,10 +47,18 @@ _SYSTEM_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Conf
 
 
 def system_bus_conf(
-    listen: str, policies: Iterable[Path | str] = (), system_d: str = SYSTEM_POLICY_DIR
+    listen: str,
+    policies: Iterable[Path | str] = (),
+    system_d: str = SYSTEM_POLICY_DIR,
+    service_dirs: Iterable[Path | str] = (),
 ) -> str:
     """The configuration text: listening at ``listen`` (a D-Bus server address, e.g.
     ``unix:path=/x/socket`` or ``unix:tmpdir=/tmp``), with ``system_d``'s policy files and
-    then ``policies`` included."""
-    includes = "\n".join(f"  <include>{p}</include>" for p in policies)
+    then ``policies`` included, and activation files read from ``service_dirs``."""
+    includes = "\n".join(
+        [
+            *(f"  <include>{p}</include>" for p in policies),
+            *(f"  <servicedir>{d}</servicedir>" for d in service_dirs),
+        ]
+    )
     return _SYSTEM_CONF.format(listen=listen, system_d=system_d, includes=includes)

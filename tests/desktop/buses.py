@@ -111,9 +111,13 @@ class PrivateBus:
     a client (``busctl``, ``gdbus``, sd-bus) at it. A context manager: leaving it stops the
     bus and removes its directory."""
 
-    def __init__(self, kind: str, policies: Sequence[Path | str] = ()) -> None:
+    def __init__(
+        self, kind: str, policies: Sequence[Path | str] = (), service_dirs: Sequence[Path] = ()
+    ) -> None:
+        """``service_dirs``: where the system bus finds activation files (``.service``)."""
         self.kind = kind
         self.policies = [str(p) for p in policies]
+        self.service_dirs = list(service_dirs)
         # Not pytest's tmp_path: its parents are 0700 root, and a client running as
         # uid 65534 must reach the socket.
         self.dir = Path(tempfile.mkdtemp(prefix=f"schedswitchd-{kind}-bus-"))
@@ -127,7 +131,7 @@ class PrivateBus:
         listen = f"unix:path={self.socket}"
         conf = self.dir / f"{self.kind}.conf"
         if self.kind == "system":
-            conf.write_text(system_bus_conf(listen, self.policies))
+            conf.write_text(system_bus_conf(listen, self.policies, service_dirs=self.service_dirs))
         else:
             includes = "\n".join(f"  <include>{p}</include>" for p in self.policies)
             conf.write_text(_SESSION_CONF.format(listen=listen, includes=includes))

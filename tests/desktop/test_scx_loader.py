@@ -330,3 +330,28 @@ def test_the_real_daemon_on_a_kernel_without_sched_ext_fails_cleanly(tmp_path: P
             _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "serving org.scx.Loader on the system bus" in err
+
+
+def test_the_activation_file_names_org_scx_loader_for_the_unit() -> None:
+    """The shipped ``dbus/org.scx.Loader.service`` as ``dbus-daemon`` reads it: a system bus
+    given the directory lists ``org.scx.Loader`` as activatable (``ListActivatableNames``),
+    and the file hands activation to systemd's ``schedswitchd.service``."""
+    need_root()
+    service = ROOT / "dbus" / "org.scx.Loader.service"
+    assert "SystemdService=schedswitchd.service" in service.read_text().splitlines()
+    with PrivateBus("system", [POLICY], service_dirs=[service.parent]) as bus:
+        out = subprocess.run(
+            [program("busctl"), f"--address={bus.address}", "--json=short", "--", "call",
+             "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+             "ListActivatableNames"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert NAME in json.loads(out.stdout)["data"][0]
+    with PrivateBus("system", [POLICY]) as bus:  # the control: not without the file
+        out = subprocess.run(
+            [program("busctl"), f"--address={bus.address}", "--json=short", "--", "call",
+             "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+             "ListActivatableNames"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert NAME not in json.loads(out.stdout)["data"][0]

@@ -51,6 +51,11 @@ def kernel_facts(vmlinux: str | None) -> KernelFacts:
     return KernelFacts(lookup, vmlinux)
 
 
+def _btf_and_json(p: argparse.ArgumentParser, vmlinux_help: str) -> None:
+    p.add_argument("--vmlinux", default=DEFAULT_VMLINUX, help=vmlinux_help)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: str | None = None
 ) -> None:
@@ -69,12 +74,7 @@ def register(
     show.add_argument("profile", metavar="PROFILE", help="a profile name or a .toml path")
     show.add_argument("--mode", default=None, help="merge this mode into the base")
     show.add_argument("--sysfs", default="/sys", help="sysfs root to read the topology from")
-    show.add_argument(
-        "--vmlinux",
-        default=DEFAULT_VMLINUX,
-        help="BTF to look kernel_enum() names up in ('' for none)",
-    )
-    show.add_argument("--json", action="store_true", help="print one JSON document")
+    _btf_and_json(show, "BTF to look kernel_enum() names up in ('' for none)")
     show.set_defaults(handler=_show)
     check = psub.add_parser(
         "check",
@@ -94,13 +94,11 @@ def register(
     check.add_argument(
         "--no-bundled", action="store_true", help="only --sysfs's tree, not the bundled ones"
     )
-    check.add_argument(
-        "--vmlinux",
-        default=DEFAULT_VMLINUX,
-        help="the target kernel's BTF for flags and kernel_enum() (e.g. build/sid/vmlinux.btf; "
+    _btf_and_json(
+        check,
+        "the target kernel's BTF for flags and kernel_enum() (e.g. build/sid/vmlinux.btf; "
         "'' for none)",
     )
-    check.add_argument("--json", action="store_true", help="print one JSON document")
     check.set_defaults(handler=_check)
     cap = psub.add_parser(
         "capture",

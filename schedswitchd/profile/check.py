@@ -27,9 +27,15 @@ from typing import Any
 
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Composite
-from schedswitchd.bpf.spec import MapKind, ObjectSpec
+from schedswitchd.bpf.spec import MapKind, MapSpec, ObjectSpec
 from schedswitchd.errors import BtfError, CustomizationError, SchedSwitchError
-from schedswitchd.profile.apply import check_runnable, find_map, profile_spec, syscall_ctx_type
+from schedswitchd.profile.apply import (
+    MAP_PERF_EVENT_ARRAY,
+    check_runnable,
+    find_map,
+    profile_spec,
+    syscall_ctx_type,
+)
 from schedswitchd.profile.model import Expr, Profile
 from schedswitchd.profile.resolve import NO_KERNEL, KernelFacts, resolve_profile
 from schedswitchd.profile.topology import Topology, read_topology
@@ -117,12 +123,18 @@ def static_step_problems(spec: ObjectSpec, profile: Profile, mode: str | None = 
             out.extend(_member_problems(btf, tid, r.args, f"{where}: args"))
         elif r.args:
             out.append(f"{where}: {r.program!r} takes no context struct, but args are given")
-    for n, mu in enumerate(p.map_updates):
-        where = f"map_updates[{n}] {mu.map}"
+
+    def find(name: str, where: str) -> MapSpec | None:
         try:
-            m = find_map(spec, mu.map, where)
+            return find_map(spec, name, where)
         except CustomizationError as exc:
             out.append(str(exc))
+            return None
+
+    for n, mu in enumerate(p.map_updates):
+        where = f"map_updates[{n}] {mu.map}"
+        m = find(mu.map, where)
+        if m is None:
             continue
         if m.kind is not MapKind.DECLARED:
             out.append(f"{where}: map {mu.map!r} is a {m.kind.value} map")
@@ -133,12 +145,8 @@ def static_step_problems(spec: ObjectSpec, profile: Profile, mode: str | None = 
                 out.extend(_member_problems(btf, m.value_type_id, mu.value, f"{where}: value"))
     for n, pe in enumerate(p.perf_events):
         where = f"perf_events[{n}] {pe.map}"
-        try:
-            m = find_map(spec, pe.map, where)
-        except CustomizationError as exc:
-            out.append(str(exc))
-            continue
-        if m.type != 4:  # BPF_MAP_TYPE_PERF_EVENT_ARRAY
+        m = find(pe.map, where)
+        if m is not None and m.type != MAP_PERF_EVENT_ARRAY:
             out.append(f"{where}: map {pe.map!r} is not a BPF_MAP_TYPE_PERF_EVENT_ARRAY")
     return out
 

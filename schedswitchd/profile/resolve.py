@@ -343,53 +343,45 @@ def resolve_profile(
     for k, v in p.after_load.items():
         guarded(table, out.after_load, "after_load", k, v)
 
+    def expand(where: str, step: Any, into: list[Any], make: Callable[..., Any]) -> int:
+        """One item per iteration of ``step`` that ``only_if`` keeps, from
+        ``make(names, label)``, appended to ``into``; how many."""
+        before = len(into)
+        for binding, label in _iterations(step.for_each, topo, base, f"{file}: {where}"):
+            names = {**base, **binding}
+            if step.only_if is not None and not val(step.only_if, f"{where}.only_if", names):
+                continue
+            into.append(make(names, f" ({label})" if label else ""))
+        return len(into) - before
+
     def map_update(n: int, mu: Any) -> None:
         where = f"map_updates[{n}]"
-        before = len(out.map_updates)
-        for binding, label in _iterations(mu.for_each, topo, base, f"{file}: {where}"):
-            names = {**base, **binding}
-            if mu.only_if is not None and not val(mu.only_if, f"{where}.only_if", names):
-                continue
-            out.map_updates.append(
-                ResolvedMapUpdate(
-                    mu.map,
-                    val(mu.key, f"{where}.key", names),
-                    val(mu.value, f"{where}.value", names),
-                    mu.when,
-                    mu.flags,
-                    f"{where} {mu.map}" + (f" ({label})" if label else ""),
-                )
+
+        def make(names: Mapping[str, object], label: str) -> ResolvedMapUpdate:
+            key = val(mu.key, f"{where}.key", names)
+            value = val(mu.value, f"{where}.value", names)
+            return ResolvedMapUpdate(
+                mu.map, key, value, mu.when, mu.flags, f"{where} {mu.map}{label}"
             )
-        out.iterations[f"{where} {mu.map}"] = len(out.map_updates) - before
+
+        out.iterations[f"{where} {mu.map}"] = expand(where, mu, out.map_updates, make)
 
     def run_step(n: int, run: Any) -> None:
         where = f"run[{n}]"
-        before = len(out.runs)
-        for binding, label in _iterations(run.for_each, topo, base, f"{file}: {where}"):
-            names = {**base, **binding}
-            if run.only_if is not None and not val(run.only_if, f"{where}.only_if", names):
-                continue
+
+        def make(names: Mapping[str, object], label: str) -> ResolvedRun:
             args = {k: val(v, f"{where}.args.{k}", names) for k, v in run.args.items()}
             cpu = _cpu_value(val(run.cpu, f"{where}.cpu", names), topo, f"{file}: {where}.cpu")
-            out.runs.append(
-                ResolvedRun(
-                    run.program,
-                    args,
-                    cpu,
-                    run.expect_retval,
-                    run.when,
-                    f"{where} {run.program}" + (f" ({label})" if label else ""),
-                )
+            return ResolvedRun(
+                run.program, args, cpu, run.expect_retval, run.when, f"{where} {run.program}{label}"
             )
-        out.iterations[f"{where} {run.program}"] = len(out.runs) - before
+
+        out.iterations[f"{where} {run.program}"] = expand(where, run, out.runs, make)
 
     def perf_event(n: int, pe: Any) -> None:
         where = f"perf_events[{n}]"
-        before = len(out.perf_events)
-        for binding, label in _iterations(pe.for_each, topo, base, f"{file}: {where}"):
-            names = {**base, **binding}
-            if pe.only_if is not None and not val(pe.only_if, f"{where}.only_if", names):
-                continue
+
+        def make(names: Mapping[str, object], label: str) -> ResolvedPerfEvent:
             nums = {
                 k: val(getattr(pe, k), f"{where}.{k}", names) for k in ("type", "config", "cpu")
             }
@@ -397,21 +389,16 @@ def resolve_profile(
                 bits = 32 if k == "type" else 64
                 if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 1 << bits:
                     raise ProfileError(f"{file}: {where}.{k}: {x!r} is not a u{bits}")
-            if not 0 <= nums["cpu"] < topo.nr_cpu_ids or not topo.cpus[nums["cpu"]].possible:
-                raise ProfileError(f"{file}: {where}.cpu: {nums['cpu']} is not a possible CPU")
-            key = nums["cpu"] if pe.key is None else val(pe.key, f"{where}.key", names)
-            out.perf_events.append(
-                ResolvedPerfEvent(
-                    pe.map,
-                    nums["type"],
-                    nums["config"],
-                    nums["cpu"],
-                    key,
-                    pe.on_error,
-                    f"{where} {pe.map}" + (f" ({label})" if label else ""),
-                )
-            )
-        out.iterations[f"{where} {pe.map}"] = len(out.perf_events) - before
+            cpu = nums["cpu"]
+            if not 0 <= cpu < topo.nr_cpu_ids or not topo.cpus[cpu].possible:
+                raise ProfileError(f"{file}: {where}.cpu: {cpu} is not a possible CPU")
+            key = cpu if pe.key is None else val(pe.key, f"{where}.key", names)
+            return ResolvedPerfEvent(
+                pe.map, nums["type"], nums["config"], cpu, key, pe.on_error,
+                f"{where} {pe.map}{label}",
+            )  # fmt: skip
+
+        out.iterations[f"{where} {pe.map}"] = expand(where, pe, out.perf_events, make)
 
     for n, mu in enumerate(p.map_updates):
         guarded(map_update, n, mu)

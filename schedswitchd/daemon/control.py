@@ -107,7 +107,7 @@ class DaemonControl:
             raise proto.RequestError(proto.BAD_REQUEST, "no scheduler is running")
         before = self.override
         await self.switch(KERNEL)
-        return await self.switch(running if before is None or before == running else before)
+        return await self.switch(AUTO if before is None else before)
 
     def hold(self, workload: str, *, why: str) -> str:
         """Hold a lease of ``workload`` (a configured hint) for the daemon itself (uid 0,

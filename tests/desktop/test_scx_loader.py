@@ -196,6 +196,17 @@ def test_switch_in_a_mode_then_stop_restore_and_restart(loader: Loader) -> None:
         out = loader.call("RestoreDefault")
         assert out.returncode == 0, out.stderr
         assert loader.srv.read(lambda s: s.policy.override) is None
+        # A restart of what a hint runs loads it again and leaves the hints ruling.
+        hint = loader.srv.client()
+        assert hint.request(op="hint", workload="battery")["active"] == "fifo"
+        prepares = loader.srv.backend.calls.count("prepare fifo")
+        out = loader.call("RestartScheduler")
+        assert out.returncode == 0, out.stderr
+        assert (
+            loader.active() == "fifo" and loader.srv.backend.calls.count("prepare fifo") > prepares
+        )
+        assert loader.srv.read(lambda s: s.policy.override) is None
+        hint.close()
     finally:
         monitor.close()
 

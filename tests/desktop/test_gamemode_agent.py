@@ -76,7 +76,8 @@ def _game_holds_its_hint(bus: PrivateBus, srv: Running) -> None:
     game = subprocess.Popen([_gamemoderun(), "sleep", "2"], env=bus.env())
     try:
         _until(lambda: _leases(srv) == [("gaming", game.pid)])
-        assert srv.read(lambda s: s.switcher.active) == "gaming"
+        # The lease is in before the pass that switches for it has run.
+        srv.wait_for(lambda s: s.switcher.active == "gaming")
         assert game.poll() is None
         assert game.wait(10) == 0
         _until(lambda: not _leases(srv))

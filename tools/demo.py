@@ -2,7 +2,9 @@
 (``config/schedswitchd.toml``) and play a short launcher session in it (``tools.session
 demo``): hint, status, a lower- and a higher-priority hint, release, a scheduler the kernel
 ejects, release all, then a switch over D-Bus as scx_loader's users make it (``busctl call
-org.scx.Loader ... SwitchScheduler``) and ``RestoreDefault``. Prints the session as it ran,
+org.scx.Loader ... SwitchScheduler``) and ``RestoreDefault``, and a game launched with
+``gamemoderun`` (``schedswitch-gamemode`` serving GameMode's name on a session bus of the
+demo's own). Prints the session as it ran,
 then its last line: a JSON summary (kernel version, switches made, median switch and gap in
 ms, result).
 
@@ -47,6 +49,9 @@ modprobe -d "$KMOD_ROOT" uinput
 dbus-daemon --config-file="$RESULTS/system-bus.conf" --fork --nopidfile --print-address=3 \
     3>"$RESULTS/bus-address"
 export DBUS_SYSTEM_BUS_ADDRESS="$(head -n1 "$RESULTS/bus-address")"
+# A session bus, for GameMode's launchers: gamemoderun registers the game there
+dbus-daemon --session --fork --nopidfile --print-address=3 3>"$RESULTS/session-bus-address"
+export DBUS_SESSION_BUS_ADDRESS="$(head -n1 "$RESULTS/session-bus-address")"
 "$PY" -m tools.session demo --config "$RESULTS/demo.toml" --log "$RESULTS/daemon.log"
 """
 

@@ -665,6 +665,8 @@ def run_demo(config: str, sock: str, log: Path) -> int:
     print(_kernel_line())
     if os.environ.get("DBUS_SYSTEM_BUS_ADDRESS"):
         _dbus_steps(expect, settled_last, problems)
+    if os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
+        _gamemode_steps(sock, log, expect, settled_last, problems)
     entries = history(sock)
     print("daemon history:")
     for n, h in enumerate(entries, 1):
@@ -715,6 +717,45 @@ def _dbus_steps(
     got = _busctl("get-property", *_LOADER, "CurrentScheduler")
     if got.stdout.strip() != 's "unknown"':
         problems.append(f"CurrentScheduler after RestoreDefault: {got.stdout.strip()}")
+
+
+def _gamemode_steps(
+    sock: str,
+    log: Path,
+    expect: Callable[..., None],
+    settled_last: Callable[[], proto.SwitchInfo | None],
+    problems: list[str],
+) -> None:
+    """A game launched as Steam's ``gamemoderun %command%`` launches it: with
+    ``schedswitch-gamemode`` serving GameMode's name on the session bus in gamemoded's
+    place, the game holds the ``gaming`` hint while it runs, and its end ends it."""
+    _say("a game launched with `gamemoderun` (Steam's launch option), no gamemoded")
+    print("schedswitch-gamemode serves com.feralinteractive.GameMode on the session bus")
+    agent_log = log.with_name("gamemode-agent.log")
+    agent_exe = Path(sys.executable).with_name("schedswitch-gamemode")
+    with open(agent_log, "ab") as out:
+        agent = subprocess.Popen(
+            [str(agent_exe), "--socket", sock, "--mode", "serve"], stdout=out, stderr=out
+        )
+    try:
+        if not wait_for(lambda: b"serving" in agent_log.read_bytes(), 300, 0.2):
+            problems.append(f"schedswitch-gamemode did not start: {agent_log.read_text()}")
+            return
+        print("$ gamemoderun sleep 20", flush=True)
+        game = subprocess.Popen(["/usr/games/gamemoderun", "sleep", "20"])
+        expect("gamemoderun game", os.environ.get("SCHEDSWITCHD_DEMO_GAMING_OPS", "ss_latency"))
+        print(_switch_line(settled_last()))
+        if game.poll() is not None:
+            problems.append("the game ended before its scheduler ran")
+        game.wait(120)
+        print(f"the game exited ({game.returncode}): its lease ends with it", flush=True)
+        expect("gamemoderun game's end", None)
+        print(_switch_line(settled_last()))
+    finally:
+        agent.terminate()
+        agent.wait(60)
+    for line in agent_log.read_text().splitlines():
+        print(f"agent: {line}")
 
 
 def _closed(entries: list[proto.SwitchInfo]) -> bool:

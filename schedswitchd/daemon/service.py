@@ -173,6 +173,8 @@ def activated_socket() -> socket.socket | None:
 def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
     """Bind and listen at ``path`` (replacing a stale socket file, never a live one or a
     non-socket), then apply ``mode`` and ``group``. Raises :class:`ConfigError`."""
+    if "\0" in path:
+        raise ConfigError(f"cannot bind {path!r}: the path has a NUL byte")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -205,10 +207,21 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
         raise ConfigError(f"cannot bind {path}: {exc.strerror}") from None
     finally:
         os.umask(old_umask)
-    if group is not None:
-        gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
-        os.chown(path, -1, gid)
-    os.chmod(path, mode)
+    bound = socket_identity(path)
+    try:
+        if group is not None:
+            try:
+                gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ConfigError(f"{path}: [socket] group {group!r}: no such group") from None
+            os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except (OSError, ConfigError) as exc:
+        sock.close()
+        unlink_own_socket(path, bound)  # the file just bound, nothing else
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"cannot set the mode or group of {path}: {exc.strerror}") from None
     return sock
 
 

@@ -8,7 +8,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from schedswitchd.daemon import service
+from schedswitchd.errors import ConfigError
 
 from .harness import make_config
 from .test_service import daemon_cmd, env, workdir
@@ -73,3 +76,14 @@ def test_a_path_replaced_meanwhile_is_not_unlinked(workdir: Path) -> None:
     sock.close()
     service.unlink_own_socket(str(workdir / "b.sock"), owned)
     assert not (workdir / "b.sock").exists()
+
+
+def test_a_socket_that_cannot_be_finished_is_removed_and_said(workdir: Path) -> None:
+    """An unknown ``[socket] group`` or a NUL byte in the path is a ConfigError; the
+    socket file bound for it is not left behind."""
+    path = workdir / "g.sock"
+    with pytest.raises(ConfigError, match="no such group"):
+        service.own_socket(str(path), 0o600, "schedswitchd-no-such-group")
+    assert not path.exists()
+    with pytest.raises(ConfigError, match="NUL byte"):
+        service.own_socket(str(workdir / "a\0b.sock"), 0o600, None)

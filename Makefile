@@ -13,7 +13,7 @@ APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev p
 	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux
 
 .PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz fuzz-props \
-	man completions install
+	man completions install install-desktop
 all: test
 
 $(BUILD)/.apt-stamp: tools/ensure-apt.sh Makefile
@@ -225,6 +225,21 @@ install: man completions
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/
 	install -m 0644 $(patsubst %,$(BUILD)/completions/zsh/_%,$(CLI_PROGS)) \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/
+
+# The desktop faces' system files (docs/desktop.md): org.scx.Loader's bus policy and activation
+# file, its polkit action, and schedswitch-gamemode's user unit. Under $(DESTDIR)/usr whatever
+# PREFIX is: dbus-daemon, polkitd and systemd's user manager read these directories and not
+# /usr/local. GameMode's session activation file is left out on purpose: it would shadow
+# gamemoded's own (docs/desktop.md says when to install it).
+DESKTOP_FILES := dbus/org.scx.Loader.conf:share/dbus-1/system.d \
+	dbus/org.scx.Loader.service:share/dbus-1/system-services \
+	polkit/org.scx.Loader.policy:share/polkit-1/actions \
+	systemd/user/schedswitch-gamemode.service:lib/systemd/user
+install-desktop:
+	@set -e; for f in $(DESKTOP_FILES); do \
+		src=$${f%%:*}; dir=$(DESTDIR)/usr/$${f#*:}; \
+		install -d $$dir && install -m 0644 $$src $$dir/; \
+	done
 
 clean:
 	rm -rf $(BUILD) .mypy_cache .pytest_cache .ruff_cache

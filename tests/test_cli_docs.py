@@ -169,3 +169,27 @@ def test_make_install_puts_each_page_in_its_section(tmp_path: Path) -> None:
         "man1/schedswitchctl.1",
         "man8/schedswitchd.8",
     ]
+
+
+def test_make_install_desktop_lays_the_system_files_where_their_readers_look(
+    tmp_path: Path,
+) -> None:
+    # The paths dbus-daemon (system.d, system-services), polkitd (actions) and systemd's
+    # user manager read, whatever PREFIX is; each file the repository's, byte for byte.
+    proc = subprocess.run(
+        ["make", "-s", "install-desktop", f"DESTDIR={tmp_path}", "PREFIX=/usr/local"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected = {
+        "usr/share/dbus-1/system.d/org.scx.Loader.conf": "dbus/org.scx.Loader.conf",
+        "usr/share/dbus-1/system-services/org.scx.Loader.service": "dbus/org.scx.Loader.service",
+        "usr/share/polkit-1/actions/org.scx.Loader.policy": "polkit/org.scx.Loader.policy",
+        "usr/lib/systemd/user/schedswitch-gamemode.service": (
+            "systemd/user/schedswitch-gamemode.service"
+        ),
+    }
+    laid = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
+    assert laid == set(expected)  # GameMode's activation file stays out: it shadows gamemoded's
+    for dest, src in expected.items():
+        assert (tmp_path / dest).read_bytes() == (REPO / src).read_bytes()

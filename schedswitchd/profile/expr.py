@@ -69,6 +69,9 @@ ELEMENTS_PER_STEP = 16
 #: What one evaluation may build in all, in 8-byte words: a list element or 8 bytes of a
 #: str/bytes is one, an int above 64 bits one per 64 bits (16 sequences of the longest).
 MAX_BUILT = 1 << 20
+#: How deeply a profile value may nest lists and tables (``[let]`` entries can each wrap
+#: the one before; JSON and the BTF encoder walk values recursively).
+MAX_VALUE_DEPTH = 64
 
 
 class ExprError(ProfileError):
@@ -408,14 +411,16 @@ def evaluate(expr: CompiledExpr | str, names: Mapping[str, object]) -> Any:
 def check_plain(value: object) -> None:
     """Raise :class:`ExprError` unless ``value`` is plain data, what a profile value is and
     JSON can carry: None, bool, int (at most :data:`MAX_INT_BITS` bits), finite float, str,
-    bytes, and lists and tables (str keys) of them, at most :data:`MAX_BUILT` elements in
-    all once nested lists are counted in full. Refused with what it is: a function (``len``),
+    bytes, and lists and tables (str keys) of them, nested at most :data:`MAX_VALUE_DEPTH`
+    deep and at most :data:`MAX_BUILT` elements in all once nested lists are counted in
+    full. Refused with what it is: a function (``len``),
     a topology record (``topo``, a ``Cpu``), a complex number (``(-1.0) ** 0.5``), ``inf``
-    or ``nan``. Each distinct list is looked at once."""
-    seen: set[int] = set()
-    todo: list[object] = [value]
+    or ``nan``. A list is looked at again only when met deeper than before (so at most
+    :data:`MAX_VALUE_DEPTH` times)."""
+    seen: dict[int, int] = {}  # id of a list -> the deepest it was looked at
+    todo: list[tuple[object, int]] = [(value, 0)]
     while todo:
-        v = todo.pop()
+        v, depth = todo.pop()
         if v is None or isinstance(v, bool | str | bytes):
             continue
         if isinstance(v, int):
@@ -427,9 +432,11 @@ def check_plain(value: object) -> None:
                 raise ExprError(f"its value holds {v!r}, which JSON cannot carry")
             continue
         if isinstance(v, list | tuple | dict):
-            if id(v) not in seen:
-                seen.add(id(v))
-                todo.extend(v.values() if isinstance(v, dict) else v)
+            if depth >= MAX_VALUE_DEPTH:
+                raise ExprError(f"its value nests lists deeper than {MAX_VALUE_DEPTH}")
+            if seen.get(id(v), -1) < depth:
+                seen[id(v)] = depth
+                todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
             continue
         what = (
             "a function"

@@ -17,6 +17,7 @@ from schedswitchd.profile.expr import (
     MAX_BUILT,
     MAX_INT_BITS,
     MAX_STEPS,
+    MAX_VALUE_DEPTH,
     ExprError,
     check_plain,
     compile_expr,
@@ -156,3 +157,29 @@ def test_profile_show_json_refuses_them(
     err = capsys.readouterr().err
     assert "variables.bad:" in err, err
     assert "Traceback" not in err
+
+
+def test_values_nested_past_the_depth_limit_are_refused(
+    tmp_path: Path, sysfs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each [let] entry wraps the one before: 1500 levels made the value's walk (and the
+    # JSON of profile show --json) raise RecursionError
+    lets = "\n".join(f'a{i} = {{ expr = "[a{i - 1}]" }}' for i in range(1, 1500))
+    prof = tmp_path / "x.toml"
+    prof.write_text(
+        '[profile]\nname = "x"\nops_name = "x"\nsummary = "s"\nsource = "s"\n'
+        f'userspace = "none"\n\n[let]\na0 = {{ expr = "[1]" }}\n{lets}\n\n'
+        '[variables]\nv = { expr = "a1499" }\n'
+    )
+    assert ctl.main(["profile", "show", str(prof), "--sysfs", str(sysfs), "--json"]) == 1
+    err = capsys.readouterr().err
+    assert f"let.a{MAX_VALUE_DEPTH}: its value nests lists deeper than {MAX_VALUE_DEPTH}" in err
+    deep: list[object] = [1]
+    for _ in range(MAX_VALUE_DEPTH - 1):
+        deep = [deep]
+    check_plain(deep)
+    with pytest.raises(ExprError, match="deeper than"):
+        check_plain([deep])
+    # a list met shallow first and deeper later is judged at its deepest
+    with pytest.raises(ExprError, match="deeper than"):
+        check_plain([[deep], deep[0]])

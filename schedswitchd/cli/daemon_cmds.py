@@ -511,6 +511,9 @@ def event_line(event: Reply) -> str:
             f"ejected {d['scheduler']}: {d.get('exit_kind')} ({d.get('reason')}: "
             f"{d.get('message')}); {what}"
         )
+    elif kind in ("lease_added", "lease_ended") and d.get("hidden"):
+        what = "added" if kind == "lease_added" else "ended"
+        text = f"another user's lease {what} (not shown)"
     elif kind == "lease_added":
         pid = "" if d.get("pid") is None else f" pid {d['pid']}"
         text = f"lease {d['lease']}: {d['workload']} for uid {d['uid']}{pid}"

@@ -380,7 +380,7 @@ class Connection(asyncio.Protocol):
                     seq=change.seq,
                     time=change.time,
                     kind=cast(Any, change.kind),  # one of feed.KINDS, checked by publish()
-                    data=change.fields,
+                    data=sub.view(change),
                 )
                 if not await self._send(proto.encode(event)):
                     return

@@ -15,9 +15,14 @@ Kinds and their fields (``Change.fields``; the wire form is
 - ``ejection``: ``scheduler``, ``exit_kind``, ``reason``, ``message`` (the kernel's exit
   record), ``restart`` (the exit asked for a restart), ``backoff_s`` (``None`` on a restart);
 - ``lease_added``: ``lease``, ``workload``, ``uid``, ``pid``;
-- ``lease_ended``: ``lease``, ``workload``, ``why``;
+- ``lease_ended``: ``lease``, ``workload``, ``uid`` (the lease's owner), ``why``;
 - ``override``: ``override`` (a scheduler, ``kernel``, or ``None``: following hints),
   ``why``.
+
+A subscription may have a ``viewer`` (a uid that is not an admin's): it then receives the
+lease changes of other uids as ``{"hidden": True}`` only (:func:`visible_fields`), the same
+rule as ``status``'s ``hidden_leases``: which user runs what, and when, is the holder's
+business, but a watcher may still count the leases that decide what runs.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ QUEUE_MAX = 256
 
 KINDS = frozenset({"switch", "ejection", "lease_added", "lease_ended", "override"})
 
+#: The kinds about one lease, carrying its owner's ``uid``.
+LEASE_KINDS = frozenset({"lease_added", "lease_ended"})
+
 
 @dataclass(frozen=True)
 class Change:
@@ -48,13 +56,24 @@ class Change:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+def visible_fields(change: Change, viewer: int | None) -> dict[str, Any]:
+    """``change``'s fields as ``viewer`` may see them: all of them for ``None`` (an admin,
+    the daemon's own faces) and for every kind but a lease's; a lease change of a uid other
+    than ``viewer`` is ``{"hidden": True}`` (no lease id, workload, uid, pid or reason)."""
+    if viewer is None or change.kind not in LEASE_KINDS or change.fields.get("uid") == viewer:
+        return change.fields
+    return {"hidden": True}
+
+
 class Subscription:
     """One subscriber's queue of changes. Iterate it (``async for``) or :meth:`get`; the
-    iteration ends when it is closed or dropped (:attr:`dropped`: its queue filled)."""
+    iteration ends when it is closed or dropped (:attr:`dropped`: its queue filled).
+    ``viewer``: whose lease changes it sees in full (:func:`visible_fields`)."""
 
-    def __init__(self, feed: ChangeFeed, maxsize: int) -> None:
+    def __init__(self, feed: ChangeFeed, maxsize: int, viewer: int | None = None) -> None:
         self._feed = feed
         self.maxsize = maxsize
+        self.viewer = viewer
         self._queue: deque[Change] = deque()
         self._ready = asyncio.Event()
         self.closed = False
@@ -82,6 +101,10 @@ class Subscription:
         if self.dropped:
             return None
         return self._queue.popleft()
+
+    def view(self, change: Change) -> dict[str, Any]:
+        """``change``'s fields as this subscriber may see them (:func:`visible_fields`)."""
+        return visible_fields(change, self.viewer)
 
     def close(self) -> None:
         """Stop receiving; a waiting :meth:`get` returns ``None``."""
@@ -123,9 +146,10 @@ class ChangeFeed:
                 self.dropped += 1
         return change
 
-    def subscribe(self, maxsize: int = QUEUE_MAX) -> Subscription:
-        """A new subscription, receiving changes published from now on."""
-        sub = Subscription(self, maxsize)
+    def subscribe(self, maxsize: int = QUEUE_MAX, viewer: int | None = None) -> Subscription:
+        """A new subscription, receiving changes published from now on; ``viewer``: a uid
+        that sees only its own lease changes in full, or ``None`` for every one."""
+        sub = Subscription(self, maxsize, viewer)
         self._subscribers.add(sub)
         return sub
 

@@ -22,7 +22,8 @@ Requests::
         (a caller that is not an admin sees its own leases in full, other uids' only
         counted: ``hidden_leases``, ``lease_hidden``)
     {"v":1,"op":"watch"}  -> WatchReply, then a WatchEvent line per change until the
-                             client leaves (see WatchRequest)
+                             client leaves (see WatchRequest); a non-admin gets other
+                             uids' lease events as {"hidden": true} only (WatchEvent)
     admin: {"v":1,"op":"switch","scheduler":"fifo"|"kernel"|"auto"},
            {"v":1,"op":"stop"}, {"v":1,"op":"reload"}
 """
@@ -632,7 +633,10 @@ class WatchEvent(_Reply):
     """One change, sent unasked to a ``watch`` client: ``seq`` (1, 2, ... per daemon run;
     a gap means changes were missed), ``time`` (s since the epoch), ``kind`` (``switch``,
     ``ejection``, ``lease_added``, ``lease_ended``, ``override``) and ``data``, the
-    kind's fields as :mod:`schedswitchd.daemon.feed` lists them."""
+    kind's fields as :mod:`schedswitchd.daemon.feed` lists them. A watcher that is not an
+    admin gets another uid's ``lease_added`` and ``lease_ended`` with ``data``
+    ``{"hidden": true}`` only (no lease id, workload, uid, pid or reason), as ``status``
+    counts such leases in ``hidden_leases``; its own leases' events are in full."""
 
     op: Literal["event"] = "event"
     seq: int

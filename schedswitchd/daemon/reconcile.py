@@ -1022,7 +1022,13 @@ class Reconciler:
         if ejected is not None:
             self._note_ejection(ejected, now)
         for lease in self.policy.expire(now):
-            self.feed.publish("lease_ended", lease=lease.id, workload=lease.workload, why="ttl")
+            self.feed.publish(
+                "lease_ended",
+                lease=lease.id,
+                workload=lease.workload,
+                uid=lease.owner_uid,
+                why="ttl",
+            )
         if self.policy.leases or self.policy.override is not None:
             # Clients reconnected (or an admin chose): the grace has done its job, and must
             # not keep an adopted scheduler once their leases are gone.

@@ -727,7 +727,11 @@ class Server:
         if lease is not None:
             log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
             self.reconciler.feed.publish(
-                "lease_ended", lease=lease_id, workload=lease.workload, why=why
+                "lease_ended",
+                lease=lease_id,
+                workload=lease.workload,
+                uid=lease.owner_uid,
+                why=why,
             )
             if kick:
                 self.reconciler.kick()
@@ -795,10 +799,12 @@ class Server:
 
     def _watch(self, request: proto.WatchRequest, conn: Connection) -> proto.Reply:
         """Subscribe ``conn`` to the change feed; the connection streams it after this
-        reply (:meth:`Connection.stream <schedswitchd.daemon.connection.Connection.stream>`)."""
+        reply (:meth:`Connection.stream <schedswitchd.daemon.connection.Connection.stream>`).
+        A caller that is not an admin sees other uids' lease changes only as hidden
+        (:func:`~schedswitchd.daemon.feed.visible_fields`)."""
         feed = self.reconciler.feed
         seq = feed.last_seq
-        conn.watching = feed.subscribe()
+        conn.watching = feed.subscribe(viewer=self._viewer(conn.peer))
         return proto.WatchReply(
             id=request.id,
             active=self.switcher.active,

@@ -186,3 +186,82 @@ def test_event_line_says_each_kind() -> None:
     ]  # fmt: skip
     for event, text in cases:
         assert event_line({**base, **event}).endswith(text)
+
+
+@pytest.mark.root  # setuid in a forked child
+def test_a_non_admin_watcher_sees_other_users_lease_events_without_identity(
+    srv: Running,
+) -> None:
+    """uid 65534 (may hint, not admin) watches: its own lease's events in full, root's
+    only as ``{"hidden": true}`` (counted, as ``status``'s ``hidden_leases``); root's uid,
+    pid and lease id appear in none of its lines. An admin watcher sees root's in full."""
+    from .test_server import as_user
+
+    admin_watch = Watcher(srv.path, "--json")
+    admin_watch.wait_lines(1)
+    root = srv.client()
+    root_ready = threading.Event()
+    root_lease: dict[str, str] = {}
+
+    def root_hints() -> None:
+        # root's lease comes and goes while the child watches
+        root_ready.wait(10)
+        root_lease["id"] = root.request(op="hint", workload="gaming", pid=os.getpid())["lease"]
+        root.request(op="release", lease=root_lease["id"])
+
+    thread = threading.Thread(target=root_hints, daemon=True)
+    thread.start()
+
+    def watch(c: Any) -> dict[str, Any]:
+        c.send_raw(b'{"v":1,"op":"watch"}\n')
+        lines = [c.recv_line()]
+        mine = srv.client()
+        own = mine.request(op="hint", workload="battery")["lease"]
+        mine.close()
+        # root's lease is made after the child's ended: its events come last
+        ended = 0
+        while ended < 2:
+            line = c.recv_line()
+            assert line is not None
+            lines.append(line)
+            if line.get("kind") == "lease_ended":
+                ended += 1
+                if ended == 1:  # the parent's thread makes root's lease now
+                    os.write(ready_w, b"x")
+        return {"own": own, "lines": lines}
+
+    ready_r, ready_w = os.pipe()
+
+    def signal_root() -> None:
+        os.read(ready_r, 1)
+        root_ready.set()
+
+    relay = threading.Thread(target=signal_root, daemon=True)
+    relay.start()
+    try:
+        seen = as_user(srv, 65534, watch)
+        assert "child_error" not in seen, seen
+        thread.join(10)
+        events = [e for e in seen["lines"][1:] if e["kind"] in ("lease_added", "lease_ended")]
+        assert [e["kind"] for e in events] == ["lease_added", "lease_ended"] * 2, events
+        own_added, own_ended, root_added, root_ended = events
+        assert own_added["data"]["lease"] == seen["own"] and own_added["data"]["uid"] == 65534
+        assert own_ended["data"]["lease"] == seen["own"] and own_ended["data"]["why"]
+        assert root_added["data"] == {"hidden": True} == root_ended["data"]
+        # root's uid and pid appear nowhere; its lease id in no lease event (a switch's
+        # reason names the lease that chose it, as status's last_switch does)
+        text = json.dumps(seen["lines"])
+        assert '"uid": 0' not in text and f'"pid": {os.getpid()}' not in text
+        assert root_lease["id"] not in json.dumps(events)
+        # the human line says only that one was
+        assert event_line(root_added).endswith("another user's lease added (not shown)")
+        # an admin's watch has root's lease in full
+        admin = _events(admin_watch.wait_lines(1 + 4, 20))
+        full = [e for e in admin if e["data"].get("lease") == root_lease["id"]]
+        assert [e["kind"] for e in full[:2]] == ["lease_added", "lease_ended"], admin
+        assert full[0]["data"]["uid"] == 0 and full[0]["data"]["pid"] == os.getpid()
+        assert full[1]["data"]["uid"] == 0
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
+        admin_watch.stop()

@@ -7,7 +7,7 @@ root over 9p), ``uinput`` inserted (``ss_latency`` reads its BTF). The real daem
 it) runs ``ss_fifo`` as its default, with hint rules ``gaming`` -> ``ss_latency`` (priority
 50) and ``battery`` -> ``ss_fifo`` (10), no standby (``[standby] max = 0``, so no
 background prepare lands inside the measurement), and connection caps of the flood's size.
-Then :func:`tests.daemon.flood.measure`, the driver of ``tests/daemon/test_flood.py``: a
+Then :func:`tools.daemon_flood.measure`, the driver of ``tests/daemon/test_flood.py``: a
 held ``gaming`` lease (``ss_latency`` runs throughout, so the flood's ``battery`` hints
 switch nothing), ``VmRSS`` read, ``--clients`` clients as uid 65534 for ``--seconds``
 (hint with a TTL, release, status, list, history, junk) while root asks for ``status``
@@ -91,7 +91,7 @@ priority = 10
 
 def vm_main(args: argparse.Namespace) -> int:
     """Inside the VM: start the daemon, flood it, JSON to ``--results``."""
-    from tests.daemon.flood import measure
+    from tools.daemon_flood import measure
 
     results = Path(args.results)
     work = Path(tempfile.mkdtemp(prefix="ssd-flood-"))
@@ -158,7 +158,7 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
                 f"{meta['load_end']}. The real daemon (real kernel backend) with `ss_fifo` as the "
                 "default and a `gaming` lease held (`ss_latency` running throughout); "
                 f"{raw['clients']} clients as uid 65534 for {raw['seconds']:.0f} s "
-                "(tests/daemon/flood.py), root's `status` every 0.2 s meanwhile. RSS = `VmRSS`.",
+                "(tools/daemon_flood.py), root's `status` every 0.2 s meanwhile. RSS = `VmRSS`.",
                 "",
                 "| clients x s | replies | admin statuses | daemon's open fds before / most "
                 "| RSS before | at the end | after | after - before |",

@@ -2,7 +2,7 @@
 back afterwards, and an admin's ``status`` is answered throughout (issue 14.10).
 
 The daemon runs in its own process (:mod:`tests.daemon.serve_fake`, memory tuned as the
-real one); the flood (:mod:`tests.daemon.flood`) runs in a forked child as uid 65534 (a
+real one); the flood (:mod:`tools.daemon_flood`) runs in a forked child as uid 65534 (a
 hint user, not an admin): each client loops over hint (with a short TTL), status, list,
 history, release and a malformed line. Size: ``$SCHEDSWITCHD_FLOOD_CLIENTS`` clients for
 ``$SCHEDSWITCHD_FLOOD_S`` seconds (``make test``: 8 x 3 s; ``make fuzz``: 200 x 30 s). The
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from .flood import measure
+from tools.daemon_flood import measure
+
 from .harness import make_config
 
 #: Seconds of many clients by design: make test runs it, make unit leaves it out.

@@ -1,6 +1,7 @@
-"""A flood of clients against a running daemon, and its resident memory before and after
-(issue 14.10): the driver of ``tests/daemon/test_flood.py`` (fake backend, on the host) and
-of ``bench/daemon_flood_vm.py`` (the real daemon in the sched_ext VM).
+"""A flood of clients against a running daemon, and its resident memory before and after:
+the driver of ``tests/daemon/test_flood.py`` (fake backend, on the host) and of
+``bench/daemon_flood_vm.py`` (the real daemon in the sched_ext VM), in ``tools/`` so that
+neither the benchmark stands on ``tests/`` nor the test on ``bench/``.
 
 :func:`measure` warms the daemon up, holds a lease of ``hold`` for the whole run (a game
 that runs throughout, so the flood's own hints of the lower-priority ``workload`` switch
@@ -25,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from schedswitchd.daemon.launcher_wire import ControlConnection
-
-from .harness import Client
 
 #: The uid the flood runs as.
 NOBODY = 65534
@@ -147,14 +146,11 @@ def fd_count(pid: int) -> int:
 
 def warm_up(path: str, workload: str) -> None:
     """Every request kind once, so lazily built things (validators, imports) exist."""
-    c = Client(path, timeout=120.0)
-    try:
-        lease = c.request(op="hint", workload=workload)["lease"]
+    with ControlConnection(path, timeout_s=120.0) as c:
+        lease = c.exchange({"op": "hint", "workload": workload})["lease"]
         for op in ("status", "list", "history"):
-            assert c.request(op=op)["ok"]
-        c.request(op="release", lease=lease)
-    finally:
-        c.close()
+            assert c.exchange({"op": op})["ok"]
+        c.exchange({"op": "release", "lease": lease})
 
 
 def measure(
@@ -174,9 +170,9 @@ def measure(
     asyncio.run(flood(path, min(clients, 8), 1.0, workload))  # warm every path, as root
     warm_up(path, workload)
     time.sleep(settle_s)
-    game = Client(path, timeout=120.0)
+    game = ControlConnection(path, timeout_s=120.0)
     try:
-        held = game.request(op="hint", workload=hold)
+        held = game.exchange({"op": "hint", "workload": hold})
         assert held["ok"], held
         time.sleep(settle_s)
         before = rss_kib(daemon_pid)

@@ -25,15 +25,6 @@ def _mounts() -> list[tuple[str, str]]:
     return out
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if os.geteuid() == 0 and os.path.exists("/sys/kernel/btf/vmlinux"):
-        return
-    skip = pytest.mark.skip(reason="needs root and a kernel with BTF")
-    for item in items:
-        if "root" in item.keywords:
-            item.add_marker(skip)
-
-
 @pytest.fixture
 def bpffs() -> Iterator[Path]:
     """A fresh directory on a bpf filesystem: a subdirectory of /sys/fs/bpf when that is

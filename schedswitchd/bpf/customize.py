@@ -58,7 +58,12 @@ def encode_value(btf: Btf, type_id: int, value: object, current: bytes, what: st
         out = _encode(btf, type_id, value, current, what, 0)
     except BtfError as exc:
         raise CustomizationError(f"{what}: its BTF type cannot be used: {exc}") from exc
-    assert len(out) == len(current)
+    if len(out) != len(current):
+        # A DATASEC entry (or struct_ops member) larger than its type, which the kernel
+        # accepts: which bytes the value should fill is not ours to guess.
+        raise CustomizationError(
+            f"{what}: its BTF type is {len(out)} bytes, not {len(current)} as its place"
+        )
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,24 @@ def test_set_variable_errors(
 ) -> None:
     with pytest.raises(CustomizationError, match=re.escape(message)):
         set_variable(globals_spec, name, value)
+
+
+def test_a_variable_whose_type_is_smaller_than_its_place_is_refused(
+    globals_spec: ObjectSpec,
+) -> None:
+    # The DATASEC entry says 8 bytes, the VAR's type 4 (the kernel accepts an entry larger
+    # than its type): found by make fuzz as an AssertionError out of set_variable.
+    rodata = globals_spec.map(".rodata")
+    var = rodata.variable("nr_cpus")
+    assert var is not None and var.size == 4
+    wide = replace(rodata, variables=tuple(
+        replace(v, size=8) if v.name == "nr_cpus" else v for v in rodata.variables
+    ))  # fmt: skip
+    spec = replace(globals_spec, maps=tuple(
+        wide if m.name == ".rodata" else m for m in globals_spec.maps
+    ))  # fmt: skip
+    with pytest.raises(CustomizationError, match=r"nr_cpus: its BTF type is 4 bytes, not 8"):
+        set_variable(spec, "nr_cpus", 1)
 
 
 def test_customization_error_is_object_error() -> None:

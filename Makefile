@@ -176,7 +176,8 @@ bench: deps kernel test-objects schedulers
 #   (objects, BTF, profiles and expressions, configs, protocol) in long-lived workers; only
 #   the project's typed errors are allowed, no input may take over 5 s of CPU or 1 GiB.
 #   Counts per surface and outcome in build/fuzz/report.{md,json}, reproducers of findings
-#   under build/fuzz/findings/; exit 1 on any finding (after the flood has run too);
+#   under build/fuzz/findings/; exit 1 on any finding (after the flood has run too).
+#   FUZZ_JOBS workers at once, each surface's inputs split among FUZZ_SHARDS of them;
 # - the daemon under a flood of 200 clients for 30 s (its resident memory before, at the
 #   end and after is printed; an admin's status must be answered throughout).
 # `make fuzz-props` runs the hypothesis property tests of the opener, the BTF reader and the
@@ -184,13 +185,15 @@ bench: deps kernel test-objects schedulers
 # docs/fuzzing.md has the method and the figures of a run.
 FUZZ_INPUTS ?= 100000
 FUZZ_JOBS ?= 2
+FUZZ_SHARDS ?= 1
 FUZZ_SCALE ?= 5
 FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_FLOOD_CLIENTS ?= 200
 FUZZ_FLOOD_S ?= 30
 fuzz: deps test-objects
 	@mkdir -p $(FUZZ_DIR) && rm -rf $(FUZZ_DIR)/findings
-	$(VPY) -m tools.fuzz run --inputs $(FUZZ_INPUTS) --jobs $(FUZZ_JOBS) --out $(FUZZ_DIR); \
+	$(VPY) -m tools.fuzz run --inputs $(FUZZ_INPUTS) --jobs $(FUZZ_JOBS) --shards $(FUZZ_SHARDS) \
+		--out $(FUZZ_DIR); \
 	rc=$$?; \
 	SCHEDSWITCHD_FLOOD_CLIENTS=$(FUZZ_FLOOD_CLIENTS) SCHEDSWITCHD_FLOOD_S=$(FUZZ_FLOOD_S) \
 		$(VENV)/bin/pytest -q -s -rxX -p no:cacheprovider tests/daemon/test_flood.py && exit $$rc

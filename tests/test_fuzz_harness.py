@@ -60,10 +60,12 @@ ALLOC = _surface("alloc")
 DIE = _surface("die")
 
 
-def _run(tmp_path: Path, refs: list[str], inputs: int, jobs: int = 2) -> list[fuzz.SurfaceResult]:
+def _run(
+    tmp_path: Path, refs: list[str], inputs: int, jobs: int = 2, shards: int = 1
+) -> list[fuzz.SurfaceResult]:
     args = argparse.Namespace(
         surfaces=refs, inputs=inputs, seed=1, jobs=jobs, cpu_limit=0.5,
-        mem_headroom=1 << 30, out=str(tmp_path),
+        mem_headroom=1 << 30, out=str(tmp_path), shards=shards,
     )  # fmt: skip
     return fuzz.supervise(args)
 
@@ -100,6 +102,13 @@ def test_a_run_with_findings_exits_1_and_writes_its_counts(tmp_path: Path) -> No
     (surface,) = json.loads((tmp_path / "report.json").read_text())["surfaces"]
     assert surface["inputs"] == INPUTS and surface["findings"] == {"untyped": 1}
     assert "| untyped | 12 |" in (tmp_path / "report.md").read_text()
+
+
+def test_shards_run_every_input_once(tmp_path: Path) -> None:
+    (one,) = _run(tmp_path / "1", ["tests.test_fuzz_harness:UNTYPED"], 30)
+    (three,) = _run(tmp_path / "3", ["tests.test_fuzz_harness:UNTYPED"], 30, jobs=3, shards=3)
+    assert three.inputs == 30 and three.workers == 3
+    assert three.outcomes == one.outcomes and three.findings == {"untyped": 1}
 
 
 def test_typed_errors_only_exit_0(tmp_path: Path) -> None:

@@ -295,13 +295,22 @@ def _proc_cpu(pid: int) -> float:
 class _Job:
     """One surface's run: its workers one after another, from input ``start`` on."""
 
-    def __init__(self, ref: str, name: str, args: argparse.Namespace, out_dir: Path) -> None:
+    def __init__(
+        self,
+        ref: str,
+        name: str,
+        args: argparse.Namespace,
+        out_dir: Path,
+        start: int,
+        stop: int,
+    ) -> None:
         self.ref = ref
         self.result = SurfaceResult(name)
         self.args = args
         self.out_dir = out_dir
-        self.next_index = 0
-        self.stop = args.inputs
+        self.next_index = start
+        self.stop = stop
+        self.t_end = 0.0
         self.proc: subprocess.Popen[str] | None = None
         self.t_start = 0.0
         # The shared index: an unnamed file (its descriptor passed to each worker).
@@ -391,7 +400,8 @@ class _Job:
             self._message(json.loads(self._pending))
             self._pending = ""
         if rc == 0 and self.next_index >= self.stop:
-            self.result.wall_s = time.monotonic() - self.t_start
+            self.t_end = time.monotonic()
+            self.result.wall_s = self.t_end - self.t_start
             return True
         if rc not in (0, _EXIT_RESTART):  # died without saying why
             index = self._current()
@@ -442,11 +452,17 @@ class _Job:
 
 
 def supervise(args: argparse.Namespace) -> list[SurfaceResult]:
-    """Run every surface of ``args.surfaces`` to ``args.inputs`` inputs, ``args.jobs``
-    workers at a time; returns each surface's counts."""
+    """Run every surface of ``args.surfaces`` to ``args.inputs`` inputs, each split into
+    ``args.shards`` ranges of inputs run by workers of their own, ``args.jobs`` workers at
+    a time; returns each surface's counts (its shards' summed)."""
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    waiting = [_Job(ref, ref.rsplit(":", 1)[-1].lower(), args, out_dir) for ref in args.surfaces]
+    n, shards = args.inputs, max(1, args.shards)
+    waiting = [
+        _Job(ref, ref.rsplit(":", 1)[-1].lower(), args, out_dir, k * n // shards,
+             (k + 1) * n // shards)
+        for ref in args.surfaces for k in range(shards)
+    ]  # fmt: skip
     running: list[_Job] = []
     done: list[_Job] = []
     last_line = time.monotonic()
@@ -471,7 +487,29 @@ def supervise(args: argparse.Namespace) -> list[SurfaceResult]:
     finally:
         for job in waiting + running + done:
             job.close()
-    return [j.result for j in done]
+    return _merged(done)
+
+
+def _merged(jobs: list[_Job]) -> list[SurfaceResult]:
+    """One result per surface, in the order the surfaces finished: its shards' counts and
+    CPU summed, its wall time from its first shard's start to its last one's end."""
+    out: dict[str, SurfaceResult] = {}
+    span: dict[str, tuple[float, float]] = {}
+    for job in jobs:
+        r = job.result
+        m = out.setdefault(r.name, SurfaceResult(r.name))
+        m.inputs += r.inputs
+        m.outcomes.update(r.outcomes)
+        m.findings.update(r.findings)
+        m.signatures.update(r.signatures)
+        m.saved += r.saved
+        m.cpu_s += r.cpu_s
+        m.setup_cpu_s += r.setup_cpu_s
+        m.workers += r.workers
+        t0, t1 = span.get(r.name, (job.t_start, job.t_end))
+        span[r.name] = (min(t0, job.t_start), max(t1, job.t_end))
+        m.wall_s = span[r.name][1] - span[r.name][0]
+    return list(out.values())
 
 
 def report_markdown(results: list[SurfaceResult], header: str) -> str:
@@ -520,6 +558,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", type=int, default=100_000, help="inputs per surface")
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--jobs", "-j", type=int, default=2, help="workers at once")
+    run.add_argument("--shards", type=int, default=1,
+                     help="workers per surface, each running its own range of inputs")  # fmt: skip
     run.add_argument("--cpu-limit", type=float, default=5.0, help="CPU s per input")
     run.add_argument("--mem-headroom", type=int, default=1 << 30, help="bytes over set-up")
     run.add_argument("--out", default="build/fuzz", help="report and findings directory")
@@ -558,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     head = (f"Fuzz run of {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t0))}-"
             f"{time.strftime('%H:%M UTC', time.gmtime())}, seed {args.seed}, "
-            f"{args.inputs:,} inputs per surface, {args.jobs} workers at once, CPU limit "
+            f"{args.inputs:,} inputs per surface in {args.shards} shard(s), {args.jobs} workers "
+            f"at once, CPU limit "
             f"{args.cpu_limit} s per input, {args.mem_headroom >> 20} MiB over set-up")  # fmt: skip
     text = report_markdown(results, head)
     (out / "report.md").write_text(text)

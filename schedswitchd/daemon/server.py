@@ -826,15 +826,25 @@ class Server:
         """Re-read ``config.source`` and take it (``reload`` request, SIGHUP), unless it is
         invalid or would take away what a live lease needs (:meth:`refusal`); either way
         the outcome is in ``status``'s ``reload``. Raises :class:`ConfigError` when refused
-        (the old configuration stays)."""
+        (the old configuration stays), also when reading the file failed in a way
+        :func:`load_config` does not type: a reload is never a defect that ends its caller
+        (SIGHUP's task, a ``reload`` request) while the daemon goes on."""
         source = self.config.source
         try:
-            if source is None:
-                raise ConfigError("no configuration file to re-read")
-            config = await asyncio.to_thread(load_config, source)
-            refused = self.refusal(config)
-            if refused is not None:
-                raise ConfigError(f"{source}: {refused}")
+            try:
+                if source is None:
+                    raise ConfigError("no configuration file to re-read")
+                config = await asyncio.to_thread(load_config, source)
+                refused = self.refusal(config)
+                if refused is not None:
+                    raise ConfigError(f"{source}: {refused}")
+            except ConfigError:
+                raise
+            except Exception as exc:
+                log.exception("reading %s failed", source)
+                raise ConfigError(
+                    f"{source}: could not be read ({type(exc).__name__}: {exc})"
+                ) from exc
         except ConfigError as exc:
             log.error("reload refused, keeping the old configuration: %s", exc)
             self.last_reload = proto.ReloadInfo(

@@ -80,6 +80,7 @@ class Section:
 
     @property
     def is_exec(self) -> bool:
+        """An executable ``SHT_PROGBITS`` section (``SHF_EXECINSTR``): BPF program code."""
         return self.type == SHT_PROGBITS and bool(self.flags & SHF_EXECINSTR)
 
 

@@ -53,10 +53,12 @@ class Insn:
 
     @property
     def cls(self) -> int:
+        """The instruction class, the low 3 bits of ``code`` (``BPF_LD`` .. ``BPF_ALU64``)."""
         return self.code & 0x07
 
     @property
     def is_ld_imm64(self) -> bool:
+        """The first half of a 16-byte ``BPF_LD | BPF_IMM | BPF_DW`` (64-bit immediate load)."""
         return self.code == LD_IMM64
 
     def encode(self) -> bytes:

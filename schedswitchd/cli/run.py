@@ -59,6 +59,8 @@ class HintHolder:
         self.done: threading.Event | None = None
 
     def say(self, text: str) -> None:
+        """Print ``text`` to stderr after ``schedswitch-run:``, unless ``quiet``; a stderr that
+        cannot be written turns ``quiet`` on instead of raising."""
         if self.quiet:
             return
         try:
@@ -113,6 +115,7 @@ class HintHolder:
             self.take()
 
     def release(self) -> None:
+        """Stop the holding thread and close the connection, which ends the lease."""
         if self.done is not None:
             self.done.set()
         if self.client is not None:

@@ -114,6 +114,9 @@ class JournalFieldsHandler(logging.Handler):
         self._send = send
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Send ``record`` to the journal: its message, ``PRIORITY`` from its level, the
+        upper-case extra fields as journal fields; a failed send is handled as
+        :meth:`logging.Handler.handleError` does."""
         try:
             fields = {k: str(v) for k, v in record.__dict__.items() if k.isupper() and k.isascii()}
             message = self.format(record)

@@ -34,18 +34,25 @@ class BtfObjectOps(Protocol):
     syscall`). ``next_id`` returns ``None`` past the last id; errors are
     :class:`~schedswitchd.errors.BpfSyscallError`."""
 
-    def next_id(self, start_id: int) -> int | None: ...
-    def open(self, btf_id: int) -> BtfFd: ...
-    def name_of(self, fd: BtfFd) -> tuple[str, bool]: ...
+    def next_id(self, start_id: int) -> int | None:
+        """``BPF_BTF_GET_NEXT_ID`` after ``start_id``: the next id, or ``None`` past the last."""
+
+    def open(self, btf_id: int) -> BtfFd:
+        """``BPF_BTF_GET_FD_BY_ID``: an fd of BTF object ``btf_id``."""
+
+    def name_of(self, fd: BtfFd) -> tuple[str, bool]:
+        """(name, kernel_btf) of the BTF object behind ``fd`` (``BPF_OBJ_GET_INFO_BY_FD``)."""
 
 
 class SyscallBtfObjectOps:
     """:class:`BtfObjectOps` on the real ``bpf(2)``."""
 
     def next_id(self, start_id: int) -> int | None:
+        """``BPF_BTF_GET_NEXT_ID`` after ``start_id``; ``None`` past the last id."""
         return syscall.btf_get_next_id(start_id)
 
     def open(self, btf_id: int) -> BtfFd:
+        """``BPF_BTF_GET_FD_BY_ID``; raises :class:`~schedswitchd.errors.BpfSyscallError`."""
         return syscall.btf_get_fd_by_id(btf_id)
 
     def name_of(self, fd: BtfFd) -> tuple[str, bool]:
@@ -84,6 +91,7 @@ class KernelBtfIds:
         self._denied = False
 
     def stats(self) -> BtfIdStats:
+        """A consistent snapshot of the counters (:class:`BtfIdStats`)."""
         with self._lock:
             return BtfIdStats(self._full, self._incr, self._eperm, self._mismatch, self._denied)
 

@@ -100,6 +100,7 @@ class FileIdentity:
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
+        """The identity of the file ``st`` describes (device, inode, size, mtime in ns)."""
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
@@ -571,6 +572,7 @@ class KernelBtfRegistry:
     # --- counters --------------------------------------------------------------------------
 
     def stats(self) -> RegistryStats:
+        """A consistent snapshot of the registry's counters (:class:`RegistryStats`)."""
         with self._lock:
             return RegistryStats(
                 cache=self._cache.stats(),
@@ -627,6 +629,7 @@ class TargetBtfs:
 
     @property
     def fallback(self) -> bool:
+        """No module BTFs were declared: every loaded module may be searched (read lazily)."""
         return self.report.fallback
 
     @property

@@ -45,6 +45,7 @@ class OwnedFd:
 
     @property
     def closed(self) -> bool:
+        """Whether the fd was closed (or released): it is then -1."""
         return self._fd < 0
 
     def close(self) -> None:

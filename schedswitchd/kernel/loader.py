@@ -137,11 +137,14 @@ class KernelBtfs(Protocol):
     """What the loader needs from a set of kernel BTFs (``TargetBtfs`` satisfies it)."""
 
     @property
-    def vmlinux(self) -> Btf: ...
+    def vmlinux(self) -> Btf:
+        """The kernel's own BTF (``/sys/kernel/btf/vmlinux``)."""
 
     def __iter__(self) -> Iterator[Btf]: ...
 
-    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None: ...
+    def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
+        """libbpf's search order: ``probe(vmlinux)``, then each module BTF until ``probe``
+        returns something other than ``None``; that BTF and the result, or ``None``."""
 
 
 @runtime_checkable
@@ -149,13 +152,16 @@ class IndexedKernelBtfs(KernelBtfs, Protocol):
     """Kernel BTFs that answer named module lookups (``TargetBtfs`` does): the loader then
     reads only the module BTFs that hold what vmlinux lacks."""
 
-    def prefetch(self, lookups: Iterable[ModuleLookup]) -> None: ...
+    def prefetch(self, lookups: Iterable[ModuleLookup]) -> None:
+        """Find the holders of every lookup at once, ahead of the searches that need them."""
 
-    def modules_holding(self, lookups: Iterable[ModuleLookup]) -> list[Btf]: ...
+    def modules_holding(self, lookups: Iterable[ModuleLookup]) -> list[Btf]:
+        """The module BTFs that may hold a match for any of ``lookups``, in search order."""
 
     def first_holding(
         self, lookup: ModuleLookup, probe: Callable[[Btf], T | None]
-    ) -> tuple[Btf, T] | None: ...
+    ) -> tuple[Btf, T] | None:
+        """:meth:`first` for a probe that can succeed only on a BTF holding ``lookup``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,8 @@ class StaticKernelBtfs:
         yield from self.modules
 
     def first(self, probe: Callable[[Btf], T | None]) -> tuple[Btf, T] | None:
+        """``probe(vmlinux)``, then each module in order, until ``probe`` returns something
+        other than ``None``: that BTF and the result, or ``None``."""
         for btf in self:
             got = probe(btf)
             if got is not None:
@@ -193,6 +201,7 @@ class LoadedMap:
 
     @property
     def name(self) -> str:
+        """The map's name (its ELF symbol or section name, as the spec has it)."""
         return self.spec.name
 
 
@@ -208,6 +217,7 @@ class LoadedProgram:
 
     @property
     def name(self) -> str:
+        """The program's name (its ELF function symbol)."""
         return self.spec.name
 
 
@@ -630,6 +640,9 @@ class LoadedObject:
 
     @staticmethod
     def read_variable_map(m: LoadedMap) -> bytes:
+        """Element 0 of a data map (``.bss``/``.data``/``.rodata``: one value, ``value_size``
+        bytes) as the kernel holds it (``BPF_MAP_LOOKUP_ELEM``). Raises
+        :class:`~schedswitchd.errors.LoadError` if it has none."""
         value = map_lookup_elem(m.fd, b"\0\0\0\0", m.spec.value_size)
         if value is None:
             raise LoadError(f"data map {m.name} has no element 0")

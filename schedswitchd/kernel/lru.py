@@ -146,6 +146,7 @@ class BoundedLru(Generic[K, V]):
 
     @property
     def bytes_held(self) -> int:
+        """The sizes of the entries held, summed (bytes, as the cache was told them)."""
         with self._lock:
             return self._bytes
 

@@ -166,10 +166,12 @@ class ModuleSet:
 
     @property
     def generation(self) -> int:
+        """The module event generation this set was read at."""
         return self.key[0]
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The loaded modules' names, sorted, without ``vmlinux`` (decoded on first use)."""
         if self._names is None:
             self._names = tuple(sorted(n for n in dirent_names(self._raw) if n != _VMLINUX))
         return self._names
@@ -316,6 +318,7 @@ class LookupMemo:
             return True
 
     def stats(self) -> MemoStats:
+        """A consistent snapshot of the memo's counters (:class:`MemoStats`)."""
         with self._lock:
             return MemoStats(
                 self._hits,

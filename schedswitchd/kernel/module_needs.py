@@ -44,6 +44,7 @@ class ObjectLookups:
 
     @property
     def all(self) -> list[ModuleLookup]:
+        """``core`` then ``other``."""
         return [*self.core, *self.other]
 
 

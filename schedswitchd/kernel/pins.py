@@ -123,6 +123,7 @@ class PinnedObject:
     maps: dict[str, MapFd] = field(default_factory=dict)
 
     def close(self) -> None:
+        """Close every fd (links, programs, maps); the pins stay."""
         for group in (self.links, self.programs, self.maps):
             for fd in group.values():
                 fd.close()

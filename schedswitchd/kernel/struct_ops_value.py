@@ -40,6 +40,7 @@ class StructOpsKernelType:
 
     @property
     def value_size(self) -> int:
+        """Bytes of the kernel's value type (``bpf_struct_ops_<name>``), from its BTF."""
         return self.value_type.size
 
 

@@ -77,6 +77,7 @@ class SyscallStats:
     total_ns: int = 0
 
     def reset(self) -> None:
+        """Zero the counters."""
         self.calls = 0
         self.total_ns = 0
 

@@ -200,6 +200,7 @@ class Subscription:
 
     @property
     def active(self) -> bool:
+        """Whether the subscription still delivers (not cancelled)."""
         return not self._done
 
     def cancel(self) -> None:

@@ -76,6 +76,7 @@ class Int:
 
     @property
     def signed(self) -> bool:
+        """Whether ``BTF_INT_SIGNED`` is set in the encoding (``include/uapi/linux/btf.h``)."""
         return bool(self.encoding & INT_SIGNED)
 
 

@@ -7,6 +7,12 @@ lease when the game exits (and then closes the connection); the agent ends it so
 closing the connection when the game unregisters. Each lease is one connection, read by
 asyncio until the daemon closes it.
 
+A connection that closes without the daemon's ``lease_ended`` line while the game still
+runs was lost with the daemon (it stopped, restarted or crashed; its leases went with it):
+the agent connects again with a growing delay (:data:`RECONNECT_FIRST_S` doubling up to
+:data:`RECONNECT_MAX_S`) and hints for the game again, for as long as the game runs and is
+registered. It keeps its own copy of the game's pidfd for that.
+
 Speaks the protocol through :mod:`schedswitchd.daemon.launcher_wire` (no pydantic).
 """
 
@@ -15,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import select
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,15 +43,22 @@ log = logging.getLogger("schedswitch-gamemode")
 #: How long the agent waits for the daemon's reply to a hint, s (it waits for the switch).
 HINT_TIMEOUT_S = 30.0
 
+#: The first wait before hinting again after the daemon's connection was lost, s; each
+#: failed attempt doubles it up to :data:`RECONNECT_MAX_S`.
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 5.0
+
 
 @dataclass(eq=False)
 class Held:
     """A game's lease: the game's ``pid``, the daemon's ``lease`` id, the connection
-    that holds it (closing it ends the lease) and the task reading that connection."""
+    that holds it (closing it ends the lease), the task reading that connection and the
+    agent's own copy of the game's ``pidfd`` (to hint again after the daemon restarted)."""
 
     pid: int
     lease: str
     writer: asyncio.StreamWriter
+    pidfd: int = -1
     watcher: asyncio.Task[None] | None = field(default=None)
 
 
@@ -53,7 +68,8 @@ class GameLeases:
     ``workload``: the hint each game holds (a hint rule of the daemon's configuration);
     ``path``: the daemon's socket (:func:`~schedswitchd.daemon.launcher_wire.socket_path`);
     ``on_end(pid)``: called on the event loop when a game's lease ended without
-    :meth:`release` (the daemon saw the game exit, or closed the connection)."""
+    :meth:`release` (the daemon saw the game exit, or refused the hint made again after it
+    restarted)."""
 
     def __init__(
         self,
@@ -68,7 +84,8 @@ class GameLeases:
 
     async def hold(self, pid: int, pidfd: int) -> Held:
         """Hint :attr:`workload` for the game ``pid`` named by ``pidfd`` (the caller keeps
-        and closes ``pidfd``; the daemon gets its own copy) and keep the lease.
+        and closes ``pidfd``; the daemon gets its own copy, and so does the agent) and keep
+        the lease, hinting again should the daemon restart while the game runs.
 
         Raises :class:`~schedswitchd.daemon.launcher_wire.DaemonUnavailable` when the
         socket cannot be reached or the connection breaks, and
@@ -76,6 +93,24 @@ class GameLeases:
         ``[auth]``; ``bad_pid``: the game exited; ``unknown_workload``)."""
         if pid in self.held:
             raise DaemonError("exists", f"game {pid} holds a hint already")
+        reply, reader, writer = await self._hint(pidfd)
+        held = Held(pid=pid, lease=str(reply.get("lease")), writer=writer)
+        try:
+            held.pidfd = os.dup(pidfd)
+        except OSError:
+            writer.close()
+            raise
+        self.held[pid] = held
+        held.watcher = asyncio.get_running_loop().create_task(self._watch(held, reader))
+        active = reply.get("active")
+        log.info("game %d: lease %s (%s), running %s", pid, held.lease, self.workload, active)
+        return held
+
+    async def _hint(
+        self, pidfd: int
+    ) -> tuple[dict[str, object], asyncio.StreamReader, asyncio.StreamWriter]:
+        """One connection with the hint for ``pidfd`` made on it: the daemon's reply, and
+        the connection (its reader and writer). Raises as :meth:`hold`."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
@@ -87,41 +122,90 @@ class GameLeases:
         except OSError as exc:
             sock.close()
             raise DaemonUnavailable(f"cannot hint at {self.path}: {exc.strerror or exc}") from None
+        except BaseException:  # cancelled: the socket must not outlive the attempt
+            sock.close()
+            raise
         reader, writer = await asyncio.open_unix_connection(
             sock=sock, limit=MAX_LAUNCHER_REPLY_BYTES
         )
         try:
             raw = await asyncio.wait_for(reader.readline(), HINT_TIMEOUT_S)
+            if not raw.endswith(b"\n"):
+                raise DaemonUnavailable(f"{self.path}: the daemon closed the connection")
+            reply = check_reply(raw[:-1], "hint")
         except (OSError, TimeoutError, ValueError) as exc:
             writer.close()
             raise DaemonUnavailable(f"{self.path}: no reply to the hint ({exc!r})") from None
-        if not raw.endswith(b"\n"):
-            writer.close()
-            raise DaemonUnavailable(f"{self.path}: the daemon closed the connection")
-        try:
-            reply = check_reply(raw[:-1], "hint")
-        except SchedSwitchError:
+        except BaseException:
             writer.close()
             raise
-        held = Held(pid=pid, lease=str(reply.get("lease")), writer=writer)
-        self.held[pid] = held
-        held.watcher = asyncio.get_running_loop().create_task(self._watch(held, reader))
-        active = reply.get("active")
-        log.info("game %d: lease %s (%s), running %s", pid, held.lease, self.workload, active)
-        return held
+        return reply, reader, writer
 
     async def _watch(self, held: Held, reader: asyncio.StreamReader) -> None:
-        """Read until the daemon closes the connection: the lease has ended."""
-        last = b""
-        with contextlib.suppress(OSError):
-            while line := await reader.readline():
-                last = line
-        if self.held.get(held.pid) is held:
-            del self.held[held.pid]
+        """Read until the daemon closes the connection. With its ``lease_ended`` line, or
+        once the game has exited, the lease has ended; else the daemon went away with it:
+        hint again (:meth:`_again`) and read the new connection."""
+        while True:
+            last = b""
+            with contextlib.suppress(OSError):
+                while line := await reader.readline():
+                    last = line
+            if self.held.get(held.pid) is not held:
+                return
             held.writer.close()
-            log.info("game %d: lease %s ended (%s)", held.pid, held.lease, _why(last))
-            if self.on_end is not None:
-                self.on_end(held.pid)
+            why = _why(last)
+            if why is None and not _exited(held.pidfd):
+                log.warning(
+                    "game %d: the daemon closed the connection of lease %s; hinting again",
+                    held.pid,
+                    held.lease,
+                )
+                again = await self._again(held)
+                if again is not None:
+                    reader = again
+                    continue
+                why = "the daemon refused the hint again"
+            self._end(held, why or "the game exited")
+            return
+
+    async def _again(self, held: Held) -> asyncio.StreamReader | None:
+        """Hint for ``held``'s game on a new connection, waiting longer after each failed
+        attempt, until the daemon takes it (its reader), refuses it, or the game exits or
+        is released (``None``)."""
+        delay = RECONNECT_FIRST_S
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
+            if self.held.get(held.pid) is not held or _exited(held.pidfd):
+                return None
+            try:
+                reply, reader, writer = await self._hint(held.pidfd)
+            except DaemonUnavailable as exc:
+                log.info("game %d: the daemon is not back yet: %s", held.pid, exc)
+                continue
+            except DaemonError as exc:
+                log.warning("game %d: the daemon refused the hint again: %s", held.pid, exc)
+                return None
+            held.lease, held.writer = str(reply.get("lease")), writer
+            log.info(
+                "game %d: lease %s (%s) again, running %s",
+                held.pid,
+                held.lease,
+                self.workload,
+                reply.get("active"),
+            )
+            return reader
+
+    def _end(self, held: Held, why: str) -> None:
+        """``held``'s lease ended without :meth:`release`."""
+        if self.held.get(held.pid) is not held:
+            return
+        del self.held[held.pid]
+        held.writer.close()
+        _close_pidfd(held)
+        log.info("game %d: lease %s ended (%s)", held.pid, held.lease, why)
+        if self.on_end is not None:
+            self.on_end(held.pid)
 
     def release(self, pid: int) -> bool:
         """End the lease of game ``pid``; False if it holds none."""
@@ -131,6 +215,7 @@ class GameLeases:
         if held.watcher is not None:
             held.watcher.cancel()
         held.writer.close()
+        _close_pidfd(held)
         log.info("game %d: lease %s released", pid, held.lease)
         return True
 
@@ -140,8 +225,25 @@ class GameLeases:
             self.release(pid)
 
 
-def _why(line: bytes) -> str:
-    """The reason in the daemon's last line (``lease_ended``), or that it closed."""
+def _close_pidfd(held: Held) -> None:
+    if held.pidfd >= 0:
+        os.close(held.pidfd)
+        held.pidfd = -1
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has exited (a pidfd polls readable then,
+    ``pidfd_open(2)``); a closed one counts as exited."""
+    if pidfd < 0:
+        return True
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _why(line: bytes) -> str | None:
+    """The reason in the daemon's last line (``lease_ended``), or ``None`` when it closed
+    the connection without one."""
     with contextlib.suppress(SchedSwitchError):
         return str(check_reply(line.rstrip(b"\n"), "lease_ended").get("why"))
-    return "the daemon closed the connection"
+    return None

@@ -166,6 +166,7 @@ class Running:
         reply_taken_wait_s: float | None = None,
         collect_idle_delay_s: float | None = None,
         trim: Callable[[], object] | None = None,
+        directory: Path | None = None,
         **overrides: Any,
     ) -> None:
         """``clock``: the reconciler's monotonic ns clock (default: the real one), e.g. a
@@ -178,7 +179,9 @@ class Running:
         start passes, or that the test moves (:meth:`advance_poll`; a large ``poll_s``
         leaves only the deadlines to fire); ``reply_wait_s``, ``reply_taken_wait_s``,
         ``trim``, ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
-        ``overrides``: :func:`make_config` keywords."""
+        ``directory``: where its config and socket go (default: a new temp dir), e.g. a
+        stopped one's, for a daemon restarted on the same socket path; ``overrides``:
+        :func:`make_config` keywords."""
         self.clock = clock
         self.timer = timer
         self.poll_timer = poll_timer
@@ -197,7 +200,8 @@ class Running:
         self._server_options: dict[str, Any] = {}
         if collect_idle_delay_s is not None:
             self._server_options["collect_idle_delay_s"] = collect_idle_delay_s
-        self.dir = Path(tempfile.mkdtemp(prefix="ssd-"))
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="ssd-"))
+        self.dir.mkdir(exist_ok=True)
         os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket
         self.config = make_config(self.dir, **overrides)
         self.backend = backend or FakeBackend()

@@ -209,3 +209,33 @@ def test_a_refused_hint_is_a_failed_registration(session_bus: PrivateBus, srv: R
         finally:
             game.kill()
             game.wait()
+
+
+def test_the_agent_hints_again_after_the_daemon_restarts(session_bus: PrivateBus) -> None:
+    """The daemon stops under a live agent while a registered game runs (its leases go with
+    it) and comes back on the same socket: the agent hints for the game again by itself,
+    the game stays registered, and its lease ends when it exits."""
+    srv = Running()
+    game = subprocess.Popen(["sleep", "60"])
+    try:
+        with _agent(session_bus, srv, "--mode", "serve"):
+            session_bus.wait_for_name(GAMEMODE[0])
+            assert _call(session_bus, "RegisterGame", "i", game.pid) == "i 0"
+            _until(lambda: _leases(srv) == [("gaming", game.pid)])
+            directory = srv.dir
+            srv.stop()  # its lease ends with it; the socket is gone
+            time.sleep(1)  # the agent tries a closed socket meanwhile
+            assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 2"
+            srv = Running(directory=directory)
+            _until(lambda: _leases(srv) == [("gaming", game.pid)])
+            srv.wait_for(lambda s: s.switcher.active == "gaming")
+            assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 2"
+            game.kill()
+            game.wait()
+            _until(lambda: not _leases(srv))
+            _until(lambda: _call(session_bus, "QueryStatus", "i", game.pid) == "i 0")
+    finally:
+        game.kill()
+        game.wait()
+        if not srv.loop.is_closed():  # not the one stopped above
+            srv.stop()

@@ -27,8 +27,8 @@ from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
-# Neither argparse nor typing is imported on a quick line (issue 15: status in at most
-# 120 ms); annotations are strings (PEP 563) and mypy reads this block.
+# Neither argparse nor typing is imported on a quick line (its time budget:
+# docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse

@@ -8,9 +8,9 @@ daemon, 4 when the daemon refuses (``denied``, ``limit``); with ``--json`` an er
 also printed on stdout as ``{"error": {...}}``.
 
 It imports the standard library and :mod:`schedswitchd.daemon.launcher_wire` only (no
-pydantic, no asyncio; issue 15: ``status`` in at most 120 ms, ``bench/launcher_start.py``
-measures it): requests are built as dicts, checked against the protocol's bounds here, and
-replies are read as the JSON objects the daemon sends. Only an argument these checks do
+pydantic, no asyncio: ``status`` has a time budget, docs/performance.md): requests are
+built as dicts, checked against the protocol's bounds here, and replies are read as the
+JSON objects the daemon sends. Only an argument these checks do
 not accept brings in the protocol's pydantic model, so that the usage error says what the
 model says. ``--json`` prints the reply line as the daemon sent it (the daemon's own
 pydantic JSON of the reply).
@@ -36,8 +36,8 @@ from schedswitchd.daemon.launcher_wire import (
 )
 from schedswitchd.errors import ProtocolError
 
-# typing is not imported at run time: it costs ~3 ms of the start of a command that
-# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+# typing is not imported at run time: the start of this command has a time budget
+# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse

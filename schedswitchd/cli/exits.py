@@ -43,8 +43,8 @@ from schedswitchd.daemon.launcher_wire import (
 from schedswitchd.entry import EXIT_BROKEN_PIPE
 from schedswitchd.errors import ProtocolError
 
-# typing is not imported at run time: it costs ~3 ms of the start of a command that
-# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+# typing is not imported at run time: the start of this command has a time budget
+# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final

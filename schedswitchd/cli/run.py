@@ -11,8 +11,8 @@ It sits on the game's launch path, so it imports the standard library and
 :mod:`schedswitchd.daemon.launcher_wire` only (no pydantic, no asyncio, not even
 ``subprocess`` or ``typing``), and before the command starts, on the usual launch line,
 not even ``argparse``, ``signal``, ``socket``, ``json`` or ``threading`` (with them ``enum``,
-``re``, ``functools`` and ``collections``): ``bench/launcher_start.py`` measures its start
-to the command's exec (issue 15: at most 60 ms). The command is started with ``posix_spawnp``,
+``re``, ``functools`` and ``collections``): its start to the command's exec has a time budget
+(docs/performance.md). The command is started with ``posix_spawnp``,
 as a shell's ``exec`` would leave it: it inherits the wrapper's environment and open file
 descriptors (a launcher may pass some on; the daemon connection is close-on-exec), with
 ``SIGPIPE`` and ``SIGXFSZ`` back at their defaults (Python ignores them).

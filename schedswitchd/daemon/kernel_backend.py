@@ -418,9 +418,9 @@ class KernelBackend:
         :mod:`schedswitchd.kernel.rcu_expedite`; yields whether they took effect), and a
         quiet :meth:`watch`. The switch's own sched_ext uevents and state changes would
         otherwise wake the watch's threads right inside the no-scheduler gap and on the
-        way to the reply: under TCG every Python instruction there is time taken from the
-        kernel's work (the watch added 69 ms to the gap in bench/results/gap_profile), and
-        the daemon's passes they kick find nothing the switch does not already know. So
+        way to the reply, where every Python instruction is time taken from the kernel's
+        work (docs/performance.md, standby hit), and the daemon's passes they kick find
+        nothing the switch does not already know. So
         the uevent reader does not read during the window (the kernel's datagrams wait in
         its socket and are dispatched in order once it ends: an ejection's event is
         delivered then) and the sysfs check skips its reads (its next one, at most
@@ -462,7 +462,8 @@ class KernelBackend:
 
     def _state_ops(self) -> _StateOps:
         """Only ``state`` and, when enabled, ``root/ops``: these checks sit inside the
-        no-scheduler gap, where a full status read (7 files) cost ~3-5 ms each under TCG."""
+        no-scheduler gap, where a full status read (7 files) costs several times more
+        (docs/performance.md, standby hit)."""
         state = self.scx_files.state()
         ops = self.scx_files.ops() if state is scx.ScxState.ENABLED else None
         return _StateOps(state, ops)
@@ -632,8 +633,8 @@ class KernelBackend:
         also the same profile file and the same topology (its values were computed from
         it). The caller compares the configuration itself.
 
-        The topology is read whole (~30 sysfs files a CPU: 21-22 ms for 2 CPUs under
-        the VM's TCG, about the no-scheduler gap; bench/results/standby_take.md) unless
+        The topology is read whole (~30 sysfs files a CPU, about as long as the
+        no-scheduler gap: docs/performance.md, standby hit) unless
         ``quick``: then, if ``hotplug_seq`` still reads what it read before the topology
         was read at prepare (or at the last full check that found it unchanged) and so
         does ``devices/system/cpu/online`` (read between the two), the topology counts as
@@ -689,7 +690,8 @@ class KernelBackend:
         generation and the ``/sys/kernel/btf`` listing) was taken from. While the watch's
         uevent listener feeds the registry, every module add or remove and every lost-events
         overflow moves the generation, so an equal generation answers without listing the
-        directory again (300 entries: ~7 ms under TCG); otherwise the listing is compared."""
+        directory again (docs/performance.md, standby hit); otherwise the listing is
+        compared."""
         if (
             self._module_events
             and isinstance(then, tuple)
@@ -902,7 +904,7 @@ class KernelBackend:
         held ``state`` descriptor and the record read in place from the handle's mapping
         of its data map (:attr:`KernelPrepared.exit_view`, made by prepare; without one,
         a ``BPF_MAP_LOOKUP_ELEM``) instead of opening ``root/ops`` (an ``open(2)`` of
-        sysfs cost ~2.5 ms under TCG). Raises
+        sysfs costs about two reads: docs/performance.md). Raises
         ``SchedExtError`` when the record shows the exit. False (nothing decided: the
         caller confirms from sysfs) when the handle keeps no record its ``ops.exit``
         writes, or the state or record cannot be read, or ``state`` is not ``enabled``."""

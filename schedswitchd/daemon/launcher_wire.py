@@ -20,7 +20,7 @@ from __future__ import annotations
 # The C cores of socket and json: the socket type the socket module subclasses, and the
 # string quoting and scanner json.dumps and json.loads run on. The modules around them
 # import enum (socket's constants) and re (json's whitespace and escapes), with functools
-# and collections: ~10 ms of the start of a client that has a time budget (issue 15).
+# and collections, at the start of a client that has a time budget (docs/performance.md).
 import _json
 import _socket
 import os
@@ -28,8 +28,8 @@ import struct
 
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
-# typing is not imported at run time: it costs ~3 ms of the start of a command that
-# has a time budget (issue 15); annotations are strings (PEP 563) and mypy reads this block.
+# typing is not imported at run time: the start of this command has a time budget
+# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator

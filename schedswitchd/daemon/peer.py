@@ -27,8 +27,8 @@ class Peer:
     Made by :func:`peer_of`, ``groups`` is read from the socket when first asked, and kept:
     the kernel fixed the peer's credentials at its ``connect(2)``, so a later read says
     what one at the accept would have, and a daemon without ``[auth]`` group rules never
-    asks (it reads the uid only; issue 15). A socket closed by then reads as no
-    supplementary groups (fewer rights, never more)."""
+    asks (it reads the uid only: docs/performance.md, standby hit). A socket closed by then
+    reads as no supplementary groups (fewer rights, never more)."""
 
     __slots__ = ("_groups", "_sock", "gid", "pid", "uid")
 

@@ -683,8 +683,8 @@ def _describe(err: Any) -> str:
 
 #: Request lines parsed lately, by their exact bytes (:func:`parse_request`): a launcher
 #: sends the same line for the same workload every time (``{"v":1,"op":"hint",
-#: "workload":"gaming"}``), and its parse was ~2 us of the standby hit's path on the host,
-#: ~0.3 ms under the VM's TCG (issue 15). Only untagged hint, prepare, status and list
+#: "workload":"gaming"}``), and its parse is on the standby hit's path
+#: (docs/performance.md). Only untagged hint, prepare, status and list
 #: requests, whose models are immutable and whose lines do not carry per-request values
 #: (a tag, a lease id) that would churn it; at most :data:`PARSED_LINES_MAX` lines.
 PARSED_LINES_MAX = 32
@@ -813,7 +813,7 @@ def _refuse_duplicate_keys(line: bytes) -> None:
     try:
         # One decoder for all lines: json.loads(..., object_pairs_hook=...) builds a decoder
         # and a C scanner per call, small blocks that under a flood were left scattered
-        # over allocator arenas and kept them resident (issue 14.10).
+        # over allocator arenas and kept them resident (docs/performance.md, memory).
         _DUPLICATE_CHECKER.decode(line.decode(json.detect_encoding(line), "surrogatepass"))
     except _DuplicateKey as dup:
         raise RequestError(BAD_REQUEST, f"duplicate key {dup.key!r} in the request") from None

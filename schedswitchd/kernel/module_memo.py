@@ -19,10 +19,9 @@ What identifies the set of loaded modules (:class:`ModuleSet`):
   removes it, and a reloaded one is a new sysfs (kernfs) node with a new inode number
   (kernfs inode numbers carry a generation); a file replaced by rename in a test directory
   is a new inode too. (The kernel never rewrites a module's BTF node in place.) Entry
-  names are decoded only when a walk needs them. Cost under TCG in the VM with 292 module
-  BTFs: ~0.9 ms per check, as cheap as a bare ``os.listdir`` and ~10x cheaper than
-  ``os.scandir`` with inodes (9.8 ms), i.e. <0.5% of a ~220 ms switch
-  (``bench/switch_latency.py`` reports it per switch as ``module_set_check_ns``).
+  names are decoded only when a walk needs them. A check costs about a bare
+  ``os.listdir``, far less than ``os.scandir`` with inodes (docs/performance.md, standby
+  hit; ``bench/switch_latency.py`` reports it per switch as ``module_set_check_ns``).
 
 Answers stay exactly those of a full walk: a lookup's holders are every module, in walk
 order, that has a type of the looked-up kind with that (essential) name among its own

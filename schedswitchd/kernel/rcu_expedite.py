@@ -54,7 +54,7 @@ class RcuExpediter:
         #: Hold the kernel's file open, read and written with pread/pwrite at offset 0
         #: (a sysfs attribute's store takes each write whole, its show runs again at every
         #: read from 0); default where it is under ``/sys``. Each switch opened it twice
-        #: otherwise, on the critical path (~2.5 ms per open under TCG).
+        #: otherwise, on the critical path (docs/performance.md, standby hit).
         self.keep_open = self.path.is_relative_to("/sys") if keep_open is None else keep_open
         self._fd: int | None = None
         self._marker_dir_made = False

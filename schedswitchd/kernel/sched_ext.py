@@ -185,8 +185,8 @@ class StateFiles:
     attribute's ``show`` runs again on every read from offset 0: ``seq_read_iter()`` in
     ``fs/seq_file.c`` resets its buffer there), and ``root/ops`` opened relative to a
     descriptor of the root directory (``root/`` belongs to the attached scheduler and goes
-    with it, so it cannot be held). In the TCG VM one ``open(2)`` of a sysfs path cost about
-    as much as two reads (the 2026-12-01 19:33 UTC hint profile: 2.3-2.5 ms per open).
+    with it, so it cannot be held). An ``open(2)`` of a sysfs path costs about as much as two
+    reads (docs/performance.md, standby hit).
 
     ``keep_open``: hold the descriptors; default: when ``root`` is under ``/sys``, whose
     attribute files stay the same files while the kernel runs (a test's directory of plain

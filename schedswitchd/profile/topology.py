@@ -379,8 +379,8 @@ class OnlineFile:
     """``devices/system/cpu/online`` under ``sysfs_root``, as the kernel has it now: raw
     bytes, for comparing with an earlier read (a standby hit's quick freshness check). Under
     ``/sys`` read with one ``pread(2)`` at offset 0 from a descriptor opened once (an
-    attribute's ``show`` runs again on every read from offset 0; under the VM's TCG an
-    ``open(2)`` of a sysfs path costs about two reads); elsewhere (a test's tree, whose
+    attribute's ``show`` runs again on every read from offset 0; an ``open(2)`` of a
+    sysfs path costs about two reads: docs/performance.md); elsewhere (a test's tree, whose
     files may be replaced) opened for each read. Thread-safe."""
 
     def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys") -> None:

@@ -5,6 +5,7 @@ the file that set its key (schedswitchd/daemon/config_dropins.py)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from schedswitchd.daemon.config import load_config
 from schedswitchd.daemon.config_dropins import DROPIN_DIR, Layers, dropin_files
 from schedswitchd.errors import ConfigError
+from tests.daemon.harness import run_as
 
 MAIN = """
 default = "fifo"
@@ -129,14 +131,17 @@ def test_a_drop_in_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) 
     assert "10-dir.toml: not a regular file" in _error(main)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_an_unreadable_conf_d_is_an_error(tmp_path: Path) -> None:
-    main = _setup(tmp_path, {"10-a.toml": ""})
-    (tmp_path / DROPIN_DIR).chmod(0)
-    try:
-        assert _error(main).startswith(f"{tmp_path / DROPIN_DIR}: cannot list: ")
-    finally:
-        (tmp_path / DROPIN_DIR).chmod(0o755)
+def test_an_unreadable_conf_d_is_an_error() -> None:
+    # Root reads any directory, so under root the load runs as an unprivileged uid, in a
+    # directory that uid may traverse (pytest's own are 0700).
+    with tempfile.TemporaryDirectory() as top:
+        base = Path(top)
+        base.chmod(0o755)
+        main = _setup(base, {"10-a.toml": ""})
+        (base / DROPIN_DIR).chmod(0)
+        error = run_as(65534, lambda: _error(main)) if os.geteuid() == 0 else _error(main)
+        (base / DROPIN_DIR).chmod(0o755)
+        assert error.startswith(f"{base / DROPIN_DIR}: cannot list: "), error
 
 
 def test_layers_origin_follows_replacement() -> None:

@@ -44,6 +44,8 @@ class Buses:
         return self._system
 
     def close(self) -> None:
+        """Close the system bus connection if one was opened (its names go with it); the
+        next :attr:`system` opens a new one."""
         if self._system is not None:
             self._system.close()
             self._system = None
@@ -78,10 +80,14 @@ class BusDaemon(sdbus.DbusInterfaceCommonAsync, interface_name=DBUS_NAME):
 
     @sdbus.dbus_method_async("s", "b", method_name="NameHasOwner")
     async def name_has_owner(self, name: str) -> bool:
+        """``NameHasOwner(s) -> b``: whether the bus name ``name`` (well-known or unique) has
+        an owner now. Raises :class:`sdbus.SdBusBaseError` when the bus refuses the call."""
         raise NotImplementedError  # a proxy's: the bus answers
 
     @sdbus.dbus_signal_async("sss", signal_name="NameOwnerChanged")
     def name_owner_changed(self) -> tuple[str, str, str]:
+        """``NameOwnerChanged(sss)``: ``(name, old owner, new owner)``, the owners as unique
+        names, empty for none; iterate ``.catch()`` to receive them."""
         raise NotImplementedError
 
 

@@ -26,7 +26,9 @@ FACES: tuple[str, ...] = (
 class Face(Protocol):
     """A started face: :meth:`close` releases its names and stops its tasks."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the face's bus names and exported objects and stop its tasks; an
+        exception it raises is logged by :meth:`Faces.close`, which closes the others."""
 
 
 class Faces:

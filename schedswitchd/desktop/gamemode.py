@@ -160,60 +160,92 @@ class GameModeFace(sdbus.DbusInterfaceCommonAsync, interface_name=GAMEMODE_NAME)
 
     @sdbus.dbus_method_async("i", "i", method_name="RegisterGame")
     async def register_game(self, pid: int) -> int:
+        """``RegisterGame(i) -> i``: register process ``pid`` as a game; :data:`OK` once its
+        hint is held, :data:`ERROR` if it is registered already, does not exist, or the
+        daemon did not take the hint."""
         return await self.games.register(pid)
 
     @sdbus.dbus_method_async("i", "i", method_name="UnregisterGame")
     async def unregister_game(self, pid: int) -> int:
+        """``UnregisterGame(i) -> i``: end game ``pid``'s hint; :data:`OK`, or :data:`ERROR` if
+        it is not registered."""
         return self.games.unregister(pid)
 
     @sdbus.dbus_method_async("i", "i", method_name="QueryStatus")
     async def query_status(self, pid: int) -> int:
+        """``QueryStatus(i) -> i``: :data:`INACTIVE` (no game), :data:`ACTIVE_OTHERS` (games,
+        not ``pid``) or :data:`ACTIVE_THIS`."""
         return self.games.status(pid)
 
     @sdbus.dbus_method_async("ii", "i", method_name="RegisterGameByPID")
     async def register_game_by_pid(self, caller: int, game: int) -> int:
+        """``RegisterGameByPID(ii) -> i``: :meth:`register_game` of ``game`` on behalf of
+        ``caller`` (the portal's call for sandboxed games; ``caller`` is not checked)."""
         return await self.games.register(game)
 
     @sdbus.dbus_method_async("ii", "i", method_name="UnregisterGameByPID")
     async def unregister_game_by_pid(self, caller: int, game: int) -> int:
+        """``UnregisterGameByPID(ii) -> i``: :meth:`unregister_game` of ``game`` on behalf of
+        ``caller`` (not checked)."""
         return self.games.unregister(game)
 
     @sdbus.dbus_method_async("ii", "i", method_name="QueryStatusByPID")
     async def query_status_by_pid(self, caller: int, game: int) -> int:
+        """``QueryStatusByPID(ii) -> i``: :meth:`query_status` of ``game`` on behalf of
+        ``caller`` (not checked)."""
         return self.games.status(game)
 
     @sdbus.dbus_method_async("hh", "i", method_name="RegisterGameByPIDFd")
     async def register_game_by_pidfd(self, game: int, caller: int) -> int:
+        """``RegisterGameByPIDFd(hh) -> i``: :meth:`register_game` of the process the pidfd
+        ``game`` names (libgamemode's first choice: a pidfd cannot name a reused pid).
+        Both descriptors are closed here; :data:`ERROR` also when ``game`` is not a pidfd
+        or its process has exited."""
         with _owned(game, caller):
             pid = _pid_of(game)
             return ERROR if pid is None else await self.games.register(pid, game)
 
     @sdbus.dbus_method_async("hh", "i", method_name="UnregisterGameByPIDFd")
     async def unregister_game_by_pidfd(self, game: int, caller: int) -> int:
+        """``UnregisterGameByPIDFd(hh) -> i``: :meth:`unregister_game` of the process the
+        pidfd ``game`` names; both descriptors closed here, :data:`ERROR` also for a
+        descriptor that is not a live pidfd."""
         with _owned(game, caller):
             pid = _pid_of(game)
             return ERROR if pid is None else self.games.unregister(pid)
 
     @sdbus.dbus_method_async("hh", "i", method_name="QueryStatusByPIDFd")
     async def query_status_by_pidfd(self, game: int, caller: int) -> int:
+        """``QueryStatusByPIDFd(hh) -> i``: :meth:`query_status` of the process the pidfd
+        ``game`` names; both descriptors closed here, :data:`ERROR` for a descriptor that is
+        not a live pidfd."""
         with _owned(game, caller):
             pid = _pid_of(game)
             return ERROR if pid is None else self.games.status(pid)
 
     @sdbus.dbus_method_async("", "a(io)", method_name="ListGames")
     async def list_games(self) -> list[tuple[int, str]]:
+        """``ListGames() -> a(io)``: each registered game as ``(pid, object path)`` (the path
+        from :func:`game_path`), ordered by pid."""
         return [(pid, game_path(pid)) for pid in sorted(self.games.leases.held)]
 
     @sdbus.dbus_property_async("i", property_name="ClientCount")
     def client_count(self) -> int:
+        """``ClientCount`` (``i``, read-only): how many games are registered; changes are sent
+        with each ``GameRegistered`` and ``GameUnregistered``."""
         return len(self.games.leases.held)
 
     @sdbus.dbus_signal_async("io", signal_name="GameRegistered")
     def game_registered(self) -> tuple[int, str]:
+        """``GameRegistered(io)``: ``(pid, object path)`` of a game just registered; emitted
+        in served mode, received from gamemoded in follow mode."""
         raise NotImplementedError  # emitted, never called
 
     @sdbus.dbus_signal_async("io", signal_name="GameUnregistered")
     def game_unregistered(self) -> tuple[int, str]:
+        """``GameUnregistered(io)``: ``(pid, object path)`` of a game whose registration ended
+        (unregistered, or its process exited); emitted in served mode, received from
+        gamemoded in follow mode."""
         raise NotImplementedError
 
 

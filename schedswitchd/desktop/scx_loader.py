@@ -195,26 +195,41 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
 
     @dbus_property_async("s", property_name="CurrentScheduler")
     def current_scheduler(self) -> str:
+        """``CurrentScheduler`` (``s``): the scx_loader name of the scheduler the kernel runs
+        now (its configured name when ``[dbus.scx_names]`` gives it none); :data:`UNKNOWN`
+        when sched_ext is not enabled or the kernel's own scheduler runs."""
         return str(self._face.state.now()["CurrentScheduler"][1])
 
     @dbus_property_async("u", property_name="SchedulerMode")
     def scheduler_mode(self) -> int:
+        """``SchedulerMode`` (``u``): scx_loader's mode number of the running scheduler
+        (:data:`~schedswitchd.daemon.config.SCX_MODES`); 0 when it runs as configured or
+        none runs."""
         return int(self._face.state.now()["SchedulerMode"][1])
 
     @dbus_property_async("as", property_name="CurrentSchedulerArgs")
     def current_scheduler_args(self) -> list[str]:
+        """``CurrentSchedulerArgs`` (``as``): the flags the ``...WithArgs`` call that started
+        the running scheduler gave; empty when another call started it or none runs."""
         return list(self._face.state.now()["CurrentSchedulerArgs"][1])
 
     @dbus_property_async("as", property_name="SupportedSchedulers")
     def supported_schedulers(self) -> list[str]:
+        """``SupportedSchedulers`` (``as``): the scx_loader names ``[dbus.scx_names]`` offers,
+        sorted; from the configuration, not the kernel."""
         return list(self._face.state.snapshot("")["SupportedSchedulers"][1])
 
     @dbus_property_async("s", property_name="DefaultScheduler")
     def default_scheduler(self) -> str:
+        """``DefaultScheduler`` (``s``): the scx_loader name of the configured default;
+        :data:`UNKNOWN` when the default is the kernel's own scheduler or has no scx_loader
+        name."""
         return str(self._face.state.snapshot("")["DefaultScheduler"][1])
 
     @dbus_property_async("u", property_name="DefaultMode")
     def default_mode(self) -> int:
+        """``DefaultMode`` (``u``): the default's mode number (0 when it runs as configured or
+        has no scx_loader name)."""
         return int(self._face.state.snapshot("")["DefaultMode"][1])
 
     # --- methods (polkit) --------------------------------------------------------------------
@@ -226,6 +241,11 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
         flags=DbusUnprivilegedFlag,
     )
     async def start_scheduler(self, scx_name: str, sched_mode: int) -> None:
+        """``StartScheduler(su)``: an admin override to the scheduler ``scx_name`` names, in
+        scx_loader mode ``sched_mode`` (0: as configured; :func:`resolve`); returns once the
+        kernel runs it. Raises :class:`DbusFailedError` (``org.freedesktop.DBus.Error.Failed``)
+        when the caller is not authorised, the name or mode is not offered, or the switch
+        failed; what ran before runs on."""
         await self._face.call("StartScheduler", lambda c: resolve(c, scx_name, sched_mode))
 
     @dbus_method_async(
@@ -235,6 +255,8 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
         flags=DbusUnprivilegedFlag,
     )
     async def switch_scheduler(self, scx_name: str, sched_mode: int) -> None:
+        """``SwitchScheduler(su)``: the same as :meth:`start_scheduler` (the daemon replaces
+        whatever runs either way); the same errors."""
         await self._face.call("SwitchScheduler", lambda c: resolve(c, scx_name, sched_mode))
 
     @dbus_method_async(
@@ -244,6 +266,10 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
         flags=DbusUnprivilegedFlag,
     )
     async def start_scheduler_with_args(self, scx_name: str, scx_args: list[str]) -> None:
+        """``StartSchedulerWithArgs(sas)``: :meth:`start_scheduler` of the mode of ``scx_name``
+        whose documented flags are exactly ``scx_args`` (:func:`resolve_args`; empty: as
+        configured). Raises :class:`DbusFailedError` for any other flags, and as
+        :meth:`start_scheduler` does."""
         await self._face.call(
             "StartSchedulerWithArgs", lambda c: resolve_args(c, scx_name, scx_args), scx_args
         )
@@ -255,20 +281,32 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
         flags=DbusUnprivilegedFlag,
     )
     async def switch_scheduler_with_args(self, scx_name: str, scx_args: list[str]) -> None:
+        """``SwitchSchedulerWithArgs(sas)``: the same as :meth:`start_scheduler_with_args`;
+        the same errors."""
         await self._face.call(
             "SwitchSchedulerWithArgs", lambda c: resolve_args(c, scx_name, scx_args), scx_args
         )
 
     @dbus_method_async(method_name="StopScheduler", flags=DbusUnprivilegedFlag)
     async def stop_scheduler(self) -> None:
+        """``StopScheduler()``: an admin override to the kernel's own scheduler (sched_ext
+        disabled). Raises :class:`DbusFailedError` when the caller is not authorised or the
+        switch failed."""
         await self._face.call("StopScheduler", lambda c: KERNEL)
 
     @dbus_method_async(method_name="RestartScheduler", flags=DbusUnprivilegedFlag)
     async def restart_scheduler(self) -> None:
+        """``RestartScheduler()``: the running scheduler loaded again from its file and
+        configuration as they are now (the kernel's own runs in between). Raises
+        :class:`DbusFailedError` when the caller is not authorised, no scheduler of the
+        daemon's runs, or the new load failed (the kernel's own then runs on)."""
         await self._face.call("RestartScheduler", None)
 
     @dbus_method_async(method_name="RestoreDefault", flags=DbusUnprivilegedFlag)
     async def restore_default(self) -> None:
+        """``RestoreDefault()``: the admin override ends, and hints and the default rule choose
+        the scheduler again. Raises :class:`DbusFailedError` when the caller is not
+        authorised or the switch failed."""
         await self._face.call("RestoreDefault", lambda c: "auto")
 
 
@@ -286,6 +324,9 @@ class ScxLoaderFace:
         self._last: dict[str, tuple[str, Any]] = {}
 
     async def start(self) -> None:
+        """Export the object at :data:`PATH`, follow the daemon's changes, then request
+        :data:`NAME`. Raises :class:`sdbus.SdBusRequestNameError` when the name is taken,
+        :class:`sdbus.SdBusBaseError` for other failures of the bus."""
         self._export = self.interface.export_to_dbus(PATH, self.bus)
         self._last = self.state.snapshot((await self.control.kernel_state()).state)
         sub = self.control.subscribe()
@@ -295,6 +336,8 @@ class ScxLoaderFace:
         log.info("serving %s on the system bus", NAME)
 
     async def close(self) -> None:
+        """Stop following the daemon and withdraw the exported object; the name goes with
+        the connection (:meth:`~schedswitchd.desktop.bus.Buses.close`)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -312,6 +355,9 @@ class ScxLoaderFace:
             sub.close()
 
     def emit_changes(self, state: str) -> None:
+        """Send one ``PropertiesChanged`` with every property whose value differs from the
+        last sent, for the kernel's ``state`` (the ``/sys/kernel/sched_ext/state`` word);
+        nothing when none changed."""
         now = self.state.snapshot(state)
         changed = {k: v for k, v in now.items() if self._last.get(k) != v}
         self._last = now

@@ -7,11 +7,12 @@ the transport delivers into ``\\n``-terminated request lines itself and keeps it
 as timer handles, so an idle connection costs the transport, this object and one timer
 handle. A request is answered in the loop step that read its line, as far as it goes
 without waiting (a standby hit, a malformed line: all of it); a task goes on with it only
-from its first wait, so a task exists only while a request waits for something (issue 15).
-asyncio's streams cost ~9 KB per connection instead (stream reader, writer, their
+from its first wait, so a task exists only while a request waits for something, and a
+standby hit's reply waits for no extra loop step (docs/performance.md, "Standby hit").
+asyncio's streams cost several objects per connection instead (stream reader, writer, their
 protocol, the handler's task and the helper tasks and futures of each wait), which a flood
-of 200 clients turned into 2 MiB of pymalloc arenas that stayed mapped after it (issue
-14.10).
+of clients turned into pymalloc arenas that stayed mapped after it (docs/performance.md,
+"Memory").
 
 The rules, per connection (limits from ``[limits]``):
 
@@ -281,8 +282,8 @@ class Connection(asyncio.Protocol):
         """Answer ``line`` (and the lines after it) in this loop step as far as that goes
         without waiting; from its first wait on (a reconcile pass, the worker, a reply the
         client does not take) a task goes on with it. A task would be first run a loop
-        step later, then the request answered in a step of its own (~1 ms of a standby hit
-        under the VM's TCG, with the accept's; issue 15)."""
+        step later, then the request answered in a step of its own: loop steps a standby
+        hit's reply would wait for (docs/performance.md, "Standby hit")."""
         self._busy = True
         coro = self._serve(line)
         try:
@@ -341,7 +342,8 @@ class Connection(asyncio.Protocol):
             while line is not None and not self._closing:
                 # The reply goes out as bytes at once: a reply model (a history or status
                 # is hundreds of small objects) kept while the connection waits for its
-                # next request would stay alive per idle connection (issue 14.10).
+                # next request would stay alive per idle connection (docs/performance.md,
+                # "Memory").
                 data = proto.encode(await owner.dispatch(line, self))
                 line = None
                 sent = await self._send(data)
@@ -474,8 +476,8 @@ class Connection(asyncio.Protocol):
 def accept_step(sock: socket.socket, conn: Connection) -> asyncio.Transport:
     """A stand-in transport for ``conn`` on a just-accepted ``sock`` (non-blocking) while
     the accept's loop step serves it (:meth:`Connection.hand_over` ends it): asyncio's own
-    transport costs ~8 us of CPU to make (~0.5 ms under the VM's TCG), which a standby
-    hit's reply need not wait for (issue 15)."""
+    transport takes CPU to make (far more in the emulated sched_ext VM), which a standby
+    hit's reply need not wait for (docs/performance.md, "Standby hit")."""
     return _AcceptStep(sock, conn)
 
 

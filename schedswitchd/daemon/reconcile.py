@@ -814,8 +814,8 @@ class Reconciler:
         """The standby hit's first half on the event loop: the pool's take, the switch
         window, the old scheduler's detach and the new one's attach with its
         confirmation (:meth:`Switcher.begin_standby`). The loop is blocked for that
-        long: the kernel's no-scheduler gap plus a few ms (under TCG ~80 ms; every wait
-        in it is bounded by ``switch_timeout_s``), which no request could have been
+        long: the kernel's no-scheduler gap plus the detach's and attach's own work
+        (every wait in it is bounded by ``switch_timeout_s``), which no request could have been
         answered in sooner anyway, since the worker it would otherwise have waited for
         does the same. If the new scheduler runs, the reply goes out in this same loop
         step and the second half (:meth:`PendingSwitch.finish`: the old scheduler's exit

@@ -58,8 +58,8 @@ log = logging.getLogger("schedswitchd")
 #: The listening socket's accept queue, connections (``listen(2)``; the kernel caps it at
 #: ``net.core.somaxconn``). asyncio calls ``listen()`` again with its own default of 100
 #: when it starts serving on a socket, whatever the socket unit's ``Backlog=`` or the
-#: daemon's own ``listen()`` said: a flood of a few hundred clients then filled the queue
-#: and an admin's connect failed with ``EAGAIN`` (issue 14.10).
+#: daemon's own ``listen()`` said: a flood of clients then filled the queue and an admin's
+#: connect failed with ``EAGAIN``.
 LISTEN_BACKLOG = socket.SOMAXCONN
 #: Connections accepted in one loop step at most (asyncio's own accept loop takes as many
 #: as the listen backlog): the rest wait for the next step, behind what is ready by then.
@@ -84,8 +84,9 @@ COLLECT_EVERY = 128
 #: ... or fewer, once no connection is left ...
 COLLECT_IDLE = 8
 #: ... and then this long after (s), with no connection and no switch under way: run in the
-#: close itself, the collection (116 ms in the TCG VM, the 2026-12-01 20:25 UTC hint profile)
-#: blocked the loop right when a launcher's hint followed its status or prepare request.
+#: close itself, the collection blocked the loop (a hint profile in the VM showed it) right
+#: when a launcher's hint followed its status or prepare request (docs/performance.md,
+#: "Memory").
 #: The default of ``Server(collect_idle_delay_s=...)``.
 COLLECT_IDLE_DELAY_S = 0.5
 
@@ -186,8 +187,9 @@ class Server:
 
         The daemon's own accept, not asyncio's ``create_unix_server``, whose accept takes
         four loop steps before the first byte of a request is read (the accept, a task
-        that makes the transport, ``connection_made``, then the transport's reader):
-        ~8 ms of a standby hit's 37 ms overhead under the VM's TCG (issue 15)."""
+        that makes the transport, ``connection_made``, then the transport's reader): a
+        large part of a standby hit's overhead in the VM (docs/performance.md, "Standby
+        hit")."""
         listener = self._listener
         if listener is None:
             return
@@ -212,8 +214,9 @@ class Server:
                 sock.close()
                 continue
             if replied:
-                # Its client is reading the reply: let the loop go idle for it (single-
-                # threaded TCG) rather than ask for another connection now; one waiting
+                # Its client is reading the reply: let the loop go idle for it (the VM's
+                # CPU emulation is single-threaded, so work done now would run instead of
+                # the client) rather than ask for another connection now; one waiting
                 # keeps the socket readable, and the next step accepts it.
                 return
 
@@ -258,9 +261,10 @@ class Server:
             and unread_bytes(sock) > 0
         ):
             # A reply went out in this step and its client has not read it yet: under the
-            # VM's single-threaded TCG whatever the daemon still does now runs instead of
-            # the client, so the transport (~8 us of CPU on the host, ~0.5 ms there) is
-            # made once the client took the reply (issue 15), at most HANDOVER_WAIT_S on.
+            # VM's single-threaded CPU emulation whatever the daemon still does now runs
+            # instead of the client, so the transport (costly to make there) is made once
+            # the client took the reply, at most HANDOVER_WAIT_S on (docs/performance.md,
+            # "Standby hit").
             loop = asyncio.get_running_loop()
             self._handing_over[conn.id] = (conn, sock, addr)
             loop.call_later(
@@ -440,7 +444,8 @@ class Server:
         self._collect()
 
     def _collect(self) -> None:
-        """Free closed connections now and give their memory back (issue 14.10).
+        """Free closed connections now and give their memory back (docs/performance.md,
+        "Memory").
 
         CPython 3.11's selector transport keeps a bound method of itself
         (``_read_ready_cb``), so every closed connection's transport and socket objects
@@ -639,8 +644,8 @@ class Server:
 
     def _lease_token(self) -> str:
         """8 hex digits of ``secrets`` randomness for a lease id, from bytes fetched
-        :data:`LEASE_ID_POOL` at a time: one ``getrandom(2)`` took ~9 ms in the TCG VM,
-        on the hint's path to its switch."""
+        :data:`LEASE_ID_POOL` at a time: a ``getrandom(2)`` per lease was slow in the
+        emulated VM, on the hint's path to its switch."""
         if len(self._id_bytes) < 4:
             self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
         token, self._id_bytes = self._id_bytes[:4], self._id_bytes[4:]

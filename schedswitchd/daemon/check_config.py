@@ -232,9 +232,11 @@ def format_report(
     *,
     no_sched_ext: bool = False,
 ) -> str:
-    """The text ``--check-config`` prints: the file, what was checked, one block per
-    scheduler. ``no_sched_ext``: the kernel has no sched_ext, said first."""
-    lines = [f"{config.source}: configuration is valid"]
+    """The text ``--check-config`` prints: the file (its syntax and keys are valid by now,
+    the schedulers not yet vetted), what was checked, one block per scheduler, then the
+    verdict over them all as the last line. ``no_sched_ext``: the kernel has no sched_ext,
+    said first."""
+    lines = [f"{config.source}: configuration file is valid; checking schedulers..."]
     static = (
         "checked: each object opened and customised as the loader does, without a kernel "
         "(its sched_ext_ops, profile and mode, rodata and struct_ops keys against its BTF)"
@@ -256,4 +258,12 @@ def format_report(
         lines.extend(f"    {note}" for note in result.notes)
     if not results:
         lines.append("  (no schedulers configured)")
+    failed = [result.name for result in results if not result.ok]
+    if failed:
+        lines.append(
+            f"{config.source}: FAILED: {len(failed)} of {len(results)} schedulers "
+            f"have problems ({', '.join(failed)})"
+        )
+    else:
+        lines.append(f"{config.source}: ok: all {len(results)} schedulers checked fine")
     return "\n".join(lines)

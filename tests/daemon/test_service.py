@@ -91,7 +91,10 @@ def test_check_config_on_shipped_file_says_what_it_checked(
 ) -> None:
     status = service.main(["--check-config", "--config", str(ROOT / "config/schedswitchd.toml")])
     out = capsys.readouterr().out
-    assert "configuration is valid" in out
+    assert "configuration file is valid; checking schedulers..." in out
+    last = out.splitlines()[-1]
+    assert last.startswith(("config/schedswitchd.toml", str(ROOT))), last
+    assert ("FAILED" in last) == (status == 1), out
     assert "NOT checked" in out or "prepared with" in out
     if not Path("/sys/kernel/sched_ext").exists():  # the host: said first, no kfunc noise
         first = out.splitlines()[0]
@@ -102,6 +105,22 @@ def test_check_config_on_shipped_file_says_what_it_checked(
     built = all((ROOT / f"build/bpf/{n}.bpf.o").exists() for n in ("fifo", "vtime", "latency"))
     if not built:
         assert status == 1 and "No such file or directory" in out
+
+
+def test_check_config_verdict_agrees_with_exit_status(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A valid file naming an unusable object: the first line claims only the file's
+    validity, the last gives the verdict, and neither contradicts the exit status."""
+    conf = workdir / "sched.toml"
+    conf.write_text('[schedulers.broken]\nobject = "missing.o"\n')
+    assert service.main(["--check-config", "--config", str(conf)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    first = next(line for line in lines if str(conf) in line)
+    assert first == f"{conf}: configuration file is valid; checking schedulers...", lines
+    assert any(line.startswith("  broken: FAILED [object] ") for line in lines), lines
+    assert lines[-1] == f"{conf}: FAILED: 1 of 1 schedulers have problems (broken)", lines
+    assert not any("configuration is valid" in line for line in lines)
 
 
 def test_check_config_reports_config_errors(

@@ -45,6 +45,7 @@ import sdbus
 from sdbus import (
     DbusFailedError,
     DbusInterfaceCommonAsync,
+    DbusPropertyEmitsChangeFlag,
     DbusUnprivilegedFlag,
     dbus_method_async,
     dbus_property_async,
@@ -193,40 +194,44 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
 
     # --- properties (read-only; from the kernel when asked) -------------------------------
 
-    @dbus_property_async("s", property_name="CurrentScheduler")
+    @dbus_property_async("s", property_name="CurrentScheduler", flags=DbusPropertyEmitsChangeFlag)
     def current_scheduler(self) -> str:
         """``CurrentScheduler`` (``s``): the scx_loader name of the scheduler the kernel runs
         now (its configured name when ``[dbus.scx_names]`` gives it none); :data:`UNKNOWN`
         when sched_ext is not enabled or the kernel's own scheduler runs."""
         return str(self._face.state.now()["CurrentScheduler"][1])
 
-    @dbus_property_async("u", property_name="SchedulerMode")
+    @dbus_property_async("u", property_name="SchedulerMode", flags=DbusPropertyEmitsChangeFlag)
     def scheduler_mode(self) -> int:
         """``SchedulerMode`` (``u``): scx_loader's mode number of the running scheduler
         (:data:`~schedswitchd.daemon.config.SCX_MODES`); 0 when it runs as configured or
         none runs."""
         return int(self._face.state.now()["SchedulerMode"][1])
 
-    @dbus_property_async("as", property_name="CurrentSchedulerArgs")
+    @dbus_property_async(
+        "as", property_name="CurrentSchedulerArgs", flags=DbusPropertyEmitsChangeFlag
+    )
     def current_scheduler_args(self) -> list[str]:
         """``CurrentSchedulerArgs`` (``as``): the flags the ``...WithArgs`` call that started
         the running scheduler gave; empty when another call started it or none runs."""
         return list(self._face.state.now()["CurrentSchedulerArgs"][1])
 
-    @dbus_property_async("as", property_name="SupportedSchedulers")
+    @dbus_property_async(
+        "as", property_name="SupportedSchedulers", flags=DbusPropertyEmitsChangeFlag
+    )
     def supported_schedulers(self) -> list[str]:
         """``SupportedSchedulers`` (``as``): the scx_loader names ``[dbus.scx_names]`` offers,
         sorted; from the configuration, not the kernel."""
         return list(self._face.state.snapshot("")["SupportedSchedulers"][1])
 
-    @dbus_property_async("s", property_name="DefaultScheduler")
+    @dbus_property_async("s", property_name="DefaultScheduler", flags=DbusPropertyEmitsChangeFlag)
     def default_scheduler(self) -> str:
         """``DefaultScheduler`` (``s``): the scx_loader name of the configured default;
         :data:`UNKNOWN` when the default is the kernel's own scheduler or has no scx_loader
         name."""
         return str(self._face.state.snapshot("")["DefaultScheduler"][1])
 
-    @dbus_property_async("u", property_name="DefaultMode")
+    @dbus_property_async("u", property_name="DefaultMode", flags=DbusPropertyEmitsChangeFlag)
     def default_mode(self) -> int:
         """``DefaultMode`` (``u``): the default's mode number (0 when it runs as configured or
         has no scx_loader name)."""

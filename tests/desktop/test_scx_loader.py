@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -161,6 +162,24 @@ def test_properties_from_the_kernel_and_the_configuration(loader: Loader) -> Non
     out = loader.busctl("introspect", NAME, PATH, IFACE)
     for member in ("StartScheduler", "SwitchSchedulerWithArgs", "RestoreDefault", "DefaultMode"):
         assert member in out.stdout
+    # Every property is sent in PropertiesChanged, and Introspect says so: a client that
+    # honours the annotation (GDBus's proxies do) follows the changes.
+    xml = subprocess.run(
+        [program("gdbus"), "introspect", "--xml", "--address", loader.bus.address,
+         "--dest", NAME, "--object-path", PATH],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert xml.returncode == 0, xml.stderr
+    iface = next(i for i in ElementTree.fromstring(xml.stdout) if i.get("name") == IFACE)
+    props = iface.findall("property")
+    assert len(props) == 6
+    for prop in props:
+        emits = [
+            a.get("value")
+            for a in prop.findall("annotation")
+            if a.get("name") == "org.freedesktop.DBus.Property.EmitsChangedSignal"
+        ]
+        assert emits in ([], ["true"]), (prop.get("name"), emits)
 
 
 def test_switch_in_a_mode_then_stop_restore_and_restart(loader: Loader) -> None:

@@ -360,6 +360,9 @@ SCX_MODES: dict[int, str | None] = {
 #: What an scx scheduler's name looks like (``scx_bpfland``): scx_loader's names.
 SCX_NAME_PATTERN = r"^scx_[a-z0-9_]{1,40}$"
 ScxName = Annotated[str, Field(pattern=SCX_NAME_PATTERN)]
+#: The profiles power-profiles-daemon offers (its ``Profiles`` property's ``Profile``
+#: values): the only keys ``[dbus.power_profiles]`` may have.
+POWER_PROFILES = ("power-saver", "balanced", "performance")
 
 
 class DbusConfig(_Model):
@@ -379,6 +382,18 @@ class DbusConfig(_Model):
     power_profiles: dict[Annotated[str, Field(pattern=r"^[a-z][a-z-]{0,31}$")], Name] = Field(
         default_factory=dict, description="Power profile -> workload hint held while active."
     )
+
+    @field_validator("power_profiles")
+    @classmethod
+    def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
+        # A mistyped profile (powersaver) would never become active: refused, not ignored.
+        for key in value:
+            if key not in POWER_PROFILES:
+                raise ValueError(
+                    f"{key!r} is not a power profile (power-profiles-daemon has "
+                    f"{', '.join(POWER_PROFILES)})"
+                )
+        return value
 
 
 class Config(_Model):

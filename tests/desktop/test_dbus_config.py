@@ -63,6 +63,11 @@ def test_scx_loader_off_adds_nothing(tmp_path: Path) -> None:
         ('[dbus]\n[dbus.scx_names]\nscx_x = "nope"\n', "dbus.scx_names.scx_x: 'nope' is not"),
         ('[dbus]\n[dbus.scx_names]\nrusty = "fifo"\n', "dbus.scx_names.rusty.\\[key\\]"),
         ('[dbus]\n[dbus.power_profiles]\npower-saver = "gaming"\n', "no hint rule 'gaming'"),
+        (
+            '[dbus]\n[dbus.power_profiles]\npowersaver = "battery"\n',
+            "dbus.power_profiles: 'powersaver' is not a power profile "
+            "\\(power-profiles-daemon has power-saver, balanced, performance\\)",
+        ),
         ("[dbus]\nscx_loader = 1\n", "dbus.scx_loader: Input should be a valid boolean"),
         ("[dbus]\nsession = true\n", "dbus.session: unknown key"),
     ],

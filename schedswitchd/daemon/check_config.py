@@ -225,6 +225,24 @@ def sched_ext_missing(backend: SchedulerBackend) -> bool:
     return backend.kernel_state().state == UNAVAILABLE
 
 
+def config_warnings(config: Config) -> list[str]:
+    """What in an otherwise valid ``config`` cannot work as it is meant to, one sentence each
+    (``--check-config`` prints them; not errors: the daemon runs). So far: ``[dbus]`` serving
+    ``org.scx.Loader`` with no scheduler to offer (no ``[dbus.scx_names]`` and no scheduler
+    with a profile), where ``SupportedSchedulers`` is empty and every ``SwitchScheduler``
+    fails."""
+    warnings = []
+    if config.dbus is not None and config.dbus.scx_loader and not config.dbus.scx_names:
+        warnings.append(
+            "[dbus] serves org.scx.Loader (scx_loader = true) but offers no scheduler: its "
+            "SupportedSchedulers is empty and every SwitchScheduler fails. Add "
+            '[dbus.scx_names] (e.g. scx_bpfland = "bpfland", naming a configured scheduler), '
+            'or give a scheduler a profile (profile = "bpfland") to offer it as scx_<profile>; '
+            "or set scx_loader = false"
+        )
+    return warnings
+
+
 def format_report(
     config: Config,
     results: list[CheckResult],
@@ -234,7 +252,8 @@ def format_report(
 ) -> str:
     """The text ``--check-config`` prints: the file (its syntax and keys are valid by now,
     the schedulers not yet vetted), what was checked, one block per scheduler, then the
-    verdict over them all as the last line. ``no_sched_ext``: the kernel has no sched_ext,
+    verdict over them all as the last line, with the config's warnings
+    (:func:`config_warnings`) before it. ``no_sched_ext``: the kernel has no sched_ext,
     said first."""
     lines = [f"{config.source}: configuration file is valid; checking schedulers..."]
     static = (
@@ -258,6 +277,8 @@ def format_report(
         lines.extend(f"    {note}" for note in result.notes)
     if not results:
         lines.append("  (no schedulers configured)")
+    warnings = config_warnings(config)
+    lines.extend(f"WARNING: {warning}" for warning in warnings)
     failed = [result.name for result in results if not result.ok]
     if failed:
         lines.append(
@@ -265,5 +286,6 @@ def format_report(
             f"have problems ({', '.join(failed)})"
         )
     else:
-        lines.append(f"{config.source}: ok: all {len(results)} schedulers checked fine")
+        more = f" ({len(warnings)} warning{'s' * (len(warnings) > 1)} above)" if warnings else ""
+        lines.append(f"{config.source}: ok: all {len(results)} schedulers checked fine{more}")
     return "\n".join(lines)

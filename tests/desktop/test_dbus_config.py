@@ -118,3 +118,29 @@ def test_resolve_names_modes_and_args(tmp_path: Path) -> None:
         resolve(config, "scx_bpfland", 5)
     with pytest.raises(Refused, match="not the flags of any"):
         resolve_args(config, "scx_bpfland", ["-S"])
+
+
+def test_check_config_warns_when_scx_loader_offers_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``scx_loader = true`` with no scheduler having a profile and no ``[dbus.scx_names]``:
+    valid, but ``SupportedSchedulers`` would be empty, so ``--check-config`` says so and
+    what to add; with a name offered it says nothing."""
+    from schedswitchd.daemon import service
+
+    bare = '[schedulers.fifo]\nobject = "fifo.bpf.o"\n[dbus]\n'
+    conf = tmp_path / "c.toml"
+    for text, warned in ((bare, True), (bare + '[dbus.scx_names]\nscx_fifo = "fifo"\n', False)):
+        conf.write_text(text)
+        service.main(["--check-config", "--config", str(conf)])
+        out = capsys.readouterr().out
+        warning = [line for line in out.splitlines() if line.startswith("WARNING: ")]
+        if warned:
+            [line] = warning
+            assert "org.scx.Loader" in line and "offers no scheduler" in line, out
+            assert "[dbus.scx_names]" in line and "profile" in line, out
+        else:
+            assert not warning, out
+    conf.write_text("[dbus]\nscx_loader = false\n")
+    service.main(["--check-config", "--config", str(conf)])
+    assert "WARNING" not in capsys.readouterr().out

@@ -138,3 +138,13 @@ class ProtocolError(SchedSwitchError):
     """A socket request that does not parse or is not allowed."""
 
     code = "protocol"
+
+
+# --- desktop/ --------------------------------------------------------------------------------
+
+
+class BusUnavailableError(SchedSwitchError):
+    """A D-Bus bus that cannot be used: no bus at its address, or a bus name another
+    connection owns; the message names the address or the owner."""
+
+    code = "dbus"

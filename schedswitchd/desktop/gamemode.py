@@ -42,8 +42,9 @@ import sdbus
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, DaemonError, DaemonUnavailable
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
-from schedswitchd.desktop.bus import bus_daemon
+from schedswitchd.desktop.bus import bus_daemon, open_bus, request_name
 from schedswitchd.desktop.game_leases import GameLeases
+from schedswitchd.errors import SchedSwitchError
 
 log = logging.getLogger("schedswitch-gamemode")
 
@@ -251,13 +252,14 @@ class GameModeFace(sdbus.DbusInterfaceCommonAsync, interface_name=GAMEMODE_NAME)
 
 async def serve(bus: sdbus.SdBus, leases: GameLeases) -> None:
     """Own :data:`GAMEMODE_NAME` on ``bus`` and answer gamemoded's methods until
-    cancelled. Raises :class:`sdbus.SdBusRequestNameError` if the name is taken."""
+    cancelled. Raises :class:`~schedswitchd.errors.BusUnavailableError` naming the owner
+    if the name is taken."""
     games = ServedGames(leases)
     face = GameModeFace()
     face.games = games
     games.face = face
     face.export_to_dbus(GAMEMODE_PATH, bus)
-    await bus.request_name_async(GAMEMODE_NAME, 0)
+    await request_name(bus, GAMEMODE_NAME, "is gamemoded running? (--mode follow follows it)")
     log.info("serving %s: games hold a %r hint", GAMEMODE_NAME, leases.workload)
     try:
         await asyncio.Event().wait()
@@ -338,7 +340,7 @@ def gamemoded_present(has_owner: bool) -> bool:
 async def run(workload: str, socket: str | None, mode: str) -> None:
     """The agent on the session bus (``$DBUS_SESSION_BUS_ADDRESS``) until cancelled.
     ``mode``: ``auto`` (:func:`gamemoded_present` decides), ``follow`` or ``serve``."""
-    bus = sdbus.sd_bus_open_user()
+    bus = open_bus("session")
     leases = GameLeases(workload, socket)
     if mode == "auto":
         daemon = bus_daemon(bus)
@@ -396,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         asyncio.run(until_stopped())
-    except (sdbus.SdBusBaseError, OSError) as exc:
+    except (sdbus.SdBusBaseError, OSError, SchedSwitchError) as exc:
         log.error("%s", exc)
         return 1
     return 0

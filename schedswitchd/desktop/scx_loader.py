@@ -54,7 +54,7 @@ from sdbus import (
 
 from schedswitchd.daemon.config import KERNEL, MODE_SEPARATOR, SCX_MODES, Config
 from schedswitchd.daemon.control import DaemonControl
-from schedswitchd.desktop.bus import Buses, caller_of
+from schedswitchd.desktop.bus import Buses, caller_of, request_name
 from schedswitchd.errors import SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
@@ -330,14 +330,15 @@ class ScxLoaderFace:
 
     async def start(self) -> None:
         """Export the object at :data:`PATH`, follow the daemon's changes, then request
-        :data:`NAME`. Raises :class:`sdbus.SdBusRequestNameError` when the name is taken,
-        :class:`sdbus.SdBusBaseError` for other failures of the bus."""
+        :data:`NAME`. Raises :class:`~schedswitchd.errors.BusUnavailableError` naming the
+        owner when the name is taken, :class:`sdbus.SdBusBaseError` for other failures of
+        the bus."""
         self._export = self.interface.export_to_dbus(PATH, self.bus)
         self._last = self.state.snapshot((await self.control.kernel_state()).state)
         sub = self.control.subscribe()
         self._task = asyncio.create_task(self._follow(sub))
         # Last: a client that sees the name finds the object and its change signals.
-        await self.bus.request_name_async(NAME, 0)
+        await request_name(self.bus, NAME, "is scx_loader still running?")
         log.info("serving %s on the system bus", NAME)
 
     async def close(self) -> None:

@@ -385,3 +385,23 @@ def test_the_activation_file_names_org_scx_loader_for_the_unit() -> None:
             capture_output=True, text=True, timeout=30, check=True,
         )  # fmt: skip
         assert NAME not in json.loads(out.stdout)["data"][0]
+
+
+def test_a_second_face_names_who_owns_the_name(
+    loader: Loader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second daemon's face (a connection of its own) finds ``org.scx.Loader`` taken: it
+    is left out, and the log names the owner's unique name, pid and command."""
+    assert loader.srv.server is not None
+    control = DaemonControl(loader.srv.server)
+    with caplog.at_level("ERROR", logger="schedswitchd"):
+        second = loader.srv.run(start_faces(control))
+    try:
+        assert second.faces == []
+        comm = Path("/proc/self/comm").read_text().strip()
+        text = caplog.text
+        assert "the D-Bus face scx_loader did not start: org.scx.Loader is owned by :1." in text
+        assert f" (pid {os.getpid()}, {comm}); is scx_loader still running?" in text, text
+    finally:
+        loader.srv.run(second.close())
+    assert loader.prop("CurrentScheduler") == "unknown"  # the first serves on

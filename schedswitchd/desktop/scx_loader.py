@@ -160,8 +160,11 @@ class LoaderState:
         current = UNKNOWN
         mode = 0
         args: list[str] = []
-        if running:
-            current = self._scx_name(config, active) or active.partition(MODE_SEPARATOR)[0]
+        scx_name = self._scx_name(config, active) if running else None
+        # A scheduler without an scx name reads as none scx_loader knows: clients (scxctl)
+        # parse the value as one of scx_loader's scheduler names.
+        if scx_name is not None:
+            current = scx_name
             mode = self._mode(config, active)
             if self.args is not None and self.args[0] == active:
                 args = list(self.args[1])
@@ -197,8 +200,9 @@ class ScxLoaderInterface(DbusInterfaceCommonAsync, interface_name=INTERFACE):
     @dbus_property_async("s", property_name="CurrentScheduler", flags=DbusPropertyEmitsChangeFlag)
     def current_scheduler(self) -> str:
         """``CurrentScheduler`` (``s``): the scx_loader name of the scheduler the kernel runs
-        now (its configured name when ``[dbus.scx_names]`` gives it none); :data:`UNKNOWN`
-        when sched_ext is not enabled or the kernel's own scheduler runs."""
+        now; :data:`UNKNOWN` when sched_ext is not enabled, the kernel's own scheduler runs,
+        or what runs has no scx name in ``[dbus.scx_names]`` (as scx_loader says when it
+        runs nothing it knows)."""
         return str(self._face.state.now()["CurrentScheduler"][1])
 
     @dbus_property_async("u", property_name="SchedulerMode", flags=DbusPropertyEmitsChangeFlag)

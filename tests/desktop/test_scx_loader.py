@@ -405,3 +405,22 @@ def test_a_second_face_names_who_owns_the_name(
     finally:
         loader.srv.run(second.close())
     assert loader.prop("CurrentScheduler") == "unknown"  # the first serves on
+
+
+def test_a_scheduler_without_an_scx_name_reads_unknown(loader: Loader) -> None:
+    """scxctl parses ``CurrentScheduler`` as one of scx_loader's names: a scheduler that has
+    none in ``[dbus.scx_names]`` (the harness's ``gaming``, run by a hint) reads ``unknown``,
+    as scx_loader answers when it runs nothing it knows, never its configured name."""
+    hint = loader.srv.client()
+    try:
+        assert hint.request(op="hint", workload="gaming")["active"] == "gaming"
+        assert loader.active() == "gaming"
+        assert loader.srv.backend.kernel_state().state == "enabled"
+        assert loader.prop("CurrentScheduler") == "unknown"
+        assert loader.prop("SchedulerMode") == 0
+        assert loader.prop("CurrentSchedulerArgs") == []
+    finally:
+        hint.close()
+    # One it names still reads its scx name.
+    assert loader.call("SwitchScheduler", "su", "scx_fifo", "0").returncode == 0
+    assert loader.prop("CurrentScheduler") == "scx_fifo"

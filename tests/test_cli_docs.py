@@ -52,6 +52,24 @@ def test_man_page_names_every_subcommand_and_option(
     assert "SCHEDSWITCHD_SOCKET" in text
 
 
+@pytest.mark.parametrize("command", cli_docs.COMMANDS, ids=lambda c: c.prog)
+def test_see_also_names_the_other_pages_not_itself(
+    generated: Path, command: cli_docs.Command
+) -> None:
+    text = (generated / "man" / command.man_file).read_text()
+    see_also = text.split(".SH SEE ALSO", 1)[1].split(".SH ", 1)[0]
+    for other in cli_docs.COMMANDS:
+        roff = other.prog.replace("-", "\\-")
+        named = f"\\fB{roff}\\fR({other.section})" in see_also
+        assert named == (other is not command), (other.prog, see_also)
+
+
+def test_readme_lists_every_man_page() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for command in cli_docs.COMMANDS:
+        assert f"`{command.prog}({command.section})`" in readme, command.prog
+
+
 def test_schedswitchctl_has_its_nested_subcommands(generated: Path) -> None:
     # a walk that stopped at the first level would miss these
     text = (generated / "man" / "schedswitchctl.1").read_text()

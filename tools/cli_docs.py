@@ -98,7 +98,10 @@ def _roff(text: str) -> str:
     return text.replace("-", "\\-")
 
 
-_SEE_ALSO = ", ".join(rf"\fB{_roff(c.prog)}\fR({c.section})" for c in COMMANDS)
+def _see_also(command: Command) -> str:
+    """The other commands' pages (never ``command``'s own), then systemd.socket(5)."""
+    pages = [rf"\fB{_roff(c.prog)}\fR({c.section})" for c in COMMANDS if c is not command]
+    return ", ".join([*pages, r"\fBsystemd.socket\fR(5)"])
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -145,7 +148,7 @@ def man_page(command: Command) -> str:
             "=",
             "\n".join(rf".TP" "\n" rf"\fI{_roff(p)}\fR" "\n" + _roff(w) for p, w in command.files),
         )
-    page.add_section("see also", "=", _SEE_ALSO + r", \fBsystemd.socket\fR(5)")
+    page.add_section("see also", "=", _see_also(command))
     text: str = str(page)
     return text
 

@@ -388,17 +388,22 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         return 0
     print(f"default: {reply['default']}")
+    # One name column for both tables, as wide as the longest name (a mode variant such
+    # as bpfland@lowlatency is longer than most), so every row stays in line.
+    names = [sched["name"] for sched in reply["schedulers"]]
+    names += [rule["workload"] for rule in reply["hints"]]
+    width = max([12, *map(len, names)])
     print("schedulers:")
     for sched in reply["schedulers"]:
         flags = " *active*" if sched.get("active") else ""
         if (held := sched.get("backoff_remaining_s")) is not None:
             flags += f" (held back {held:.0f} s)"
-        print(f"  {sched['name']:<12} {sched['object']}{flags}")
+        print(f"  {sched['name']:<{width}} {sched['object']}{flags}")
         if sched.get("description"):
-            print(f"  {'':<12} {sched['description']}")
+            print(f"  {'':<{width}} {sched['description']}")
     print("hints:")
     for rule in reply["hints"]:
-        print(f"  {rule['workload']:<12} -> {rule['scheduler']} (priority {rule['priority']})")
+        print(f"  {rule['workload']:<{width}} -> {rule['scheduler']} (priority {rule['priority']})")
     hidden = reply.get("hidden_leases", 0)
     print("leases:" + ("" if reply["leases"] or hidden else " none"))
     for lease in reply["leases"]:

@@ -273,3 +273,28 @@ def test_hint_cli_takes_sigterm_from_the_moment_it_asks(tmp_path: Path, answered
     else:
         assert proc.returncode == 130, err
         assert out == "" and "interrupted before the daemon answered" in err
+
+
+def test_list_columns_fit_the_longest_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mode variant's name (``bpfland@lowlatency``) is longer than the old fixed column:
+    every scheduler's object and every hint's arrow still start in one column."""
+    from schedswitchd.cli import daemon_cmds
+
+    reply = {
+        "default": "kernel",
+        "schedulers": [
+            {"name": "fifo", "object": "/o/fifo.bpf.o"},
+            {"name": "bpfland@lowlatency", "object": "/o/bpfland.bpf.o", "active": True},
+        ],
+        "hints": [{"workload": "gaming", "scheduler": "bpfland", "priority": 50}],
+        "leases": [],
+    }
+    monkeypatch.setattr(daemon_cmds, "_call", lambda args, request: reply)
+    assert ctl.main(["list", "--socket", "unused"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    objects = {line.index("/o/") for line in lines if "/o/" in line}
+    assert objects == {len("  bpfland@lowlatency ")}, lines
+    [hint] = [line for line in lines if "->" in line]
+    assert hint.index("->") == len("  bpfland@lowlatency "), lines

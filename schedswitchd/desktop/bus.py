@@ -156,6 +156,12 @@ class BusDaemon(sdbus.DbusInterfaceCommonAsync, interface_name=DBUS_NAME):
         an owner now. Raises :class:`sdbus.SdBusBaseError` when the bus refuses the call."""
         raise NotImplementedError  # a proxy's: the bus answers
 
+    @sdbus.dbus_method_async("", "as", method_name="ListActivatableNames")
+    async def list_activatable_names(self) -> list[str]:
+        """``ListActivatableNames() -> as``: the names the bus can start a service for (its
+        ``.service`` files). Raises :class:`sdbus.SdBusBaseError` when the bus refuses."""
+        raise NotImplementedError  # a proxy's: the bus answers
+
     @sdbus.dbus_signal_async("sss", signal_name="NameOwnerChanged")
     def name_owner_changed(self) -> tuple[str, str, str]:
         """``NameOwnerChanged(sss)``: ``(name, old owner, new owner)``, the owners as unique

@@ -33,6 +33,7 @@ from schedswitchd.daemon.launcher_wire import (
     DaemonUnavailable,
     check_reply,
     dumps,
+    hint_summary,
     send_with_fds,
     socket_path,
 )
@@ -102,8 +103,9 @@ class GameLeases:
             raise
         self.held[pid] = held
         held.watcher = asyncio.get_running_loop().create_task(self._watch(held, reader))
-        active = reply.get("active")
-        log.info("game %d: lease %s (%s), running %s", pid, held.lease, self.workload, active)
+        # The reply's reason when the workload's scheduler is not what runs, as
+        # schedswitch-run prints it.
+        log.info("game %d: %s", pid, hint_summary(self.workload, reply))
         return held
 
     async def _hint(

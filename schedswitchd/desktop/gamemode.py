@@ -305,16 +305,34 @@ async def follow(bus: sdbus.SdBus, leases: GameLeases) -> None:
                 if pid not in leases.held:
                     start(pid)
 
+    async def absent() -> None:
+        # Installed but neither running nor activatable: games would register with
+        # nobody, and the agent would wait silently.
+        await asyncio.sleep(GAMEMODED_WAIT_S)
+        if not await daemon.name_has_owner(GAMEMODE_NAME):
+            log.warning(
+                "gamemoded has not appeared on the session bus in %g s and the bus cannot "
+                "start it: games get no hint until it runs (--mode serve serves %s instead)",
+                GAMEMODED_WAIT_S,
+                GAMEMODE_NAME,
+            )
+
     watchers = [asyncio.ensure_future(w()) for w in (registered, unregistered, owners)]
     log.info("following gamemoded's games: each holds a %r hint", leases.workload)
     try:
         if await daemon.name_has_owner(GAMEMODE_NAME):
             await catch_up()
+        elif GAMEMODE_NAME not in await daemon.list_activatable_names():
+            watchers.append(asyncio.ensure_future(absent()))
         await asyncio.gather(*watchers)
     finally:
         for task in [*watchers, *tasks]:
             task.cancel()
         leases.release_all()
+
+
+#: How long following waits for gamemoded to own its name before warning, seconds.
+GAMEMODED_WAIT_S = 5.0
 
 
 async def _hold_followed(leases: GameLeases, pid: int) -> None:

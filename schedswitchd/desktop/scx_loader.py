@@ -382,7 +382,12 @@ class ScxLoaderFace:
         if sender is None:
             raise DbusFailedError("the call has no sender")
         try:
-            who = await self._authorise(sender)
+            try:
+                who = await self._authorise(sender)
+            except Refused as exc:
+                # Granted calls are logged below; a refusal is as much the admin's business.
+                log.warning("%s.%s refused: %s", NAME, method, exc)
+                raise
             config = self.control.config
             if target is None:
                 log.info("%s: restart, asked by %s", NAME, who)

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,57 @@ def test_the_agent_hints_again_after_the_daemon_restarts(session_bus: PrivateBus
         game.wait()
         if not srv.loop.is_closed():  # not the one stopped above
             srv.stop()
+
+
+def _agent_logging(
+    bus: PrivateBus, srv: Running, log: Path, *options: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "schedswitchd.desktop.gamemode", "--socket", srv.path]
+    with log.open("wb") as out:
+        return subprocess.Popen([*argv, *options], env=env or bus.env(), stderr=out)
+
+
+def _stop(agent: subprocess.Popen[bytes]) -> None:
+    agent.terminate()
+    assert agent.wait(10) == 0
+
+
+def test_the_agent_logs_why_a_games_scheduler_does_not_run(
+    session_bus: PrivateBus, srv: Running, tmp_path: Path
+) -> None:
+    """A lease whose switch failed: the agent's log line says why, as schedswitch-run does."""
+    srv.backend.verifier_reject.add("broken")
+    log = tmp_path / "agent.log"
+    agent = _agent_logging(session_bus, srv, log, "--mode", "serve", "--workload", "broken")
+    game = subprocess.Popen(["sleep", "30"])
+    try:
+        session_bus.wait_for_name(GAMEMODE[0])
+        assert _call(session_bus, "RegisterGame", "i", game.pid) == "i 0"
+        _until(lambda: f"game {game.pid}: lease " in log.read_text())
+        line = next(x for x in log.read_text().splitlines() if f"game {game.pid}: lease " in x)
+        assert "broken -> running kernel (switch to broken failed: " in line, line
+    finally:
+        game.kill()
+        game.wait()
+        _stop(agent)
+
+
+def test_the_agent_warns_when_gamemoded_never_comes(
+    session_bus: PrivateBus, srv: Running, tmp_path: Path
+) -> None:
+    """auto with a ``gamemoded`` on ``$PATH`` that neither runs nor is activatable on the
+    bus: the agent follows, and warns once the wait for gamemoded is over."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "gamemoded").write_text("#!/bin/sh\nexit 1\n")
+    (fake / "gamemoded").chmod(0o755)
+    log = tmp_path / "agent.log"
+    env = session_bus.env() | {"PATH": f"{fake}:{os.environ['PATH']}"}
+    agent = _agent_logging(session_bus, srv, log, env=env)
+    try:
+        _until(lambda: "gamemoded has not appeared" in log.read_text(), timeout_s=30)
+        text = log.read_text()
+        assert "following gamemoded's games" in text
+        assert "--mode serve serves com.feralinteractive.GameMode instead" in text, text
+    finally:
+        _stop(agent)

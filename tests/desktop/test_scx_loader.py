@@ -268,8 +268,16 @@ def test_errors_are_failed_with_the_reason(loader: Loader) -> None:
     assert loader.active() == "fifo" and loader.prop("CurrentScheduler") == "scx_fifo"
 
 
-def test_polkit_refuses_an_unprivileged_caller_and_a_rule_grants_one(loader: Loader) -> None:
-    out = loader.call("SwitchScheduler", "su", "scx_fifo", "0", nobody=True)
+def test_polkit_refuses_an_unprivileged_caller_and_a_rule_grants_one(
+    loader: Loader, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="schedswitchd"):
+        out = loader.call("SwitchScheduler", "su", "scx_fifo", "0", nobody=True)
+    # The daemon's log says who was refused what, as it says who was granted.
+    assert (
+        "org.scx.Loader.SwitchScheduler refused: uid 65534 (:1." in caplog.text
+        and "not authorized for org.scx.loader.manage-schedulers (polkit)" in caplog.text
+    ), caplog.text
     assert out.returncode != 0
     assert (
         "uid 65534" in out.stderr

@@ -585,6 +585,25 @@ def _sched_ext_verdict(
             "verdict": verdict}  # fmt: skip
 
 
+#: How long an ejection seen as ``disabling`` may take to reach ``disabled`` (seconds).
+EJECTION_SETTLE_S = 10.0
+
+
+def _settled_ejection(
+    obj: LoadedObject, spec: ObjectSpec, ops_name: str, scx: dict[str, Any]
+) -> dict[str, Any]:
+    """``scx`` (a verdict of :func:`_sched_ext_verdict` that is not ``enabled``) once the
+    kernel has finished disabling: the state reads ``disabling`` from the ejection on, and the
+    kernel calls ``ops.exit``, which writes the exit record, before it reads ``disabled``
+    (``scx_disable_workfn``). Read any earlier and the record may still be empty. Waits at
+    most :data:`EJECTION_SETTLE_S`; returns the last verdict read."""
+    settle = time.monotonic() + EJECTION_SETTLE_S
+    while scx["exit"] is None and scx["state"] == "disabling" and time.monotonic() < settle:
+        time.sleep(0.05)
+        scx = _sched_ext_verdict(obj, spec, ops_name, enabled_once=True)
+    return scx
+
+
 def _load_and_print(args: argparse.Namespace) -> int:
     spec, note = open_object_noted(args.object)
     spec.link_programs()  # a malformed program is reported before anything is loaded
@@ -660,7 +679,10 @@ def _load_and_print(args: argparse.Namespace) -> int:
             deadline = time.monotonic() + max(0.0, args.watch)
             while True:
                 scx = _sched_ext_verdict(obj, spec, scx_ops or "", enabled_once=True)
-                if scx["verdict"] != ENABLED or time.monotonic() >= deadline:
+                if scx["verdict"] != ENABLED:
+                    scx = _settled_ejection(obj, spec, scx_ops or "", scx)
+                    break
+                if time.monotonic() >= deadline:
                     break
                 time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         info = describe_loaded(obj)

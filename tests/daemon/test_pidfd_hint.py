@@ -74,7 +74,8 @@ def test_a_pidfd_of_the_callers_own_process_binds_the_lease(srv: Running) -> Non
         client = threading.Thread(target=lambda: results.append(run_as(NOBODY, hint_and_wait)))
         client.start()
         srv.wait_for(lambda s: [lease.pid for lease in s.policy.leases.values()] == [game.pid])
-        assert srv.read(lambda s: s.switcher.active) == "gaming"
+        # the lease is in the policy before the pass that switches for it has run
+        srv.wait_for(lambda s: s.switcher.active == "gaming")
         game.kill()  # the client holds its connection open: only the pidfd ends the lease
         game.wait()
         client.join(30)

@@ -56,7 +56,15 @@ def case_prepare_raises(sock: str, log_path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     bad = holding(sock, "bad")
     try:
-        st = wait(sock, lambda s: (s.get("last_switch") or {}).get("target") == "corrupt")
+        # The record shows from the switch's start (``finished`` False, result still "ok"):
+        # wait for the switcher to be done with it.
+        st = wait(
+            sock,
+            lambda s: (
+                (s.get("last_switch") or {}).get("target") == "corrupt"
+                and s["last_switch"].get("finished", True)
+            ),
+        )
         out["status"], out["kernel"] = st, kernel()
         time.sleep(5)  # later passes: the backoff holds, nothing is prepared again
         out["later"], out["kernel_later"] = ctl(sock, "status")["status"], kernel()

@@ -352,16 +352,26 @@ def apply_profile(
     *,
     flags: FlagLookup | None = None,
     ops_map: str | None = None,
+    problems: list[str] | None = None,
 ) -> tuple[ObjectSpec, ProfilePlan]:
     """``spec`` with ``res``'s pre-load edits, and the plan of its later steps (see the
     module docstring). ``flags``: the kernel's ``SCX_OPS_*`` names -> values
     (:func:`~schedswitchd.bpf.ops_flags.ops_flags_table`; ``None``: no kernel BTF;
     every named flag is then dropped with a note, required ones refused); ``ops_map``
     names the struct_ops map to edit (default :func:`struct_ops_target`). Raises
-    :class:`~schedswitchd.errors.CustomizationError` naming the profile and key."""
+    :class:`~schedswitchd.errors.CustomizationError` naming the profile and key -- or,
+    given ``problems``, appends each such message to it, skips that key and goes on, so
+    a check lists every bad key of an object at once (the result is then only good for
+    reporting when ``problems`` grew)."""
     tag = f"profile {res.name}" + (f" mode {res.mode}" if res.mode else "")
     plan = ProfilePlan(res.name, res.mode, attach_cpu=res.attach_cpu)
     target = ops_map if ops_map is not None else struct_ops_target(spec)
+
+    def bad(exc: CustomizationError) -> None:
+        # Raises unless the caller collects: every step below skips its key after this.
+        if problems is None:
+            raise exc from None
+        problems.append(str(exc))
 
     def fail(where: str, exc: CustomizationError) -> CustomizationError:
         return CustomizationError(f"{tag}: {where}: {exc}")
@@ -369,34 +379,40 @@ def apply_profile(
     if res.ops_name is not None:
         got = _ops_name(spec, target) if target is not None else ""
         if got != res.ops_name:
-            raise CustomizationError(
-                f"{tag}: profile.ops_name is {res.ops_name!r} but object {spec.name!r} "
-                f"registers {got or 'no struct_ops'!r}: wrong object for this profile?"
+            bad(
+                CustomizationError(
+                    f"{tag}: profile.ops_name is {res.ops_name!r} but object {spec.name!r} "
+                    f"registers {got or 'no struct_ops'!r}: wrong object for this profile?"
+                )
             )
     for sec, n in res.resize.items():
         try:
             spec = resize_array_section(spec, sec, n)
         except CustomizationError as exc:
-            raise fail(f"resize.{sec!r}", exc) from None
+            bad(fail(f"resize.{sec!r}", exc))
     for name, value in res.variables.items():
         try:
             spec = set_variable(spec, name, value)
         except CustomizationError as exc:
-            raise fail(f"variables.{name}", exc) from None
+            bad(fail(f"variables.{name}", exc))
     if res.struct_ops or res.flags is not None or res.add_flags or res.remove_flags:
         if target is None:
-            raise CustomizationError(f"{tag}: struct_ops: object {spec.name!r} has no struct_ops")
-        for k, v in res.struct_ops.items():
+            bad(CustomizationError(f"{tag}: struct_ops: object {spec.name!r} has no struct_ops"))
+        else:
+            for k, v in res.struct_ops.items():
+                try:
+                    spec = set_struct_ops_member(spec, target, k, v)
+                except CustomizationError as exc:
+                    bad(fail(f"struct_ops.{k}", exc))
             try:
-                spec = set_struct_ops_member(spec, target, k, v)
+                spec = _apply_flags(spec, target, res, flags, "struct_ops", plan.notes)
             except CustomizationError as exc:
-                raise fail(f"struct_ops.{k}", exc) from None
-        try:
-            spec = _apply_flags(spec, target, res, flags, "struct_ops", plan.notes)
-        except CustomizationError as exc:
-            raise CustomizationError(f"{tag}: {exc}") from None
+                bad(CustomizationError(f"{tag}: {exc}"))
     elif res.required_flags:
-        spec = _apply_flags(spec, target or "", res, flags, "struct_ops", plan.notes)
+        try:
+            spec = _apply_flags(spec, target or "", res, flags, "struct_ops", plan.notes)
+        except CustomizationError as exc:
+            bad(exc)
 
     btf = spec.btf
     for name, value in res.after_load.items():
@@ -409,32 +425,46 @@ def apply_profile(
             if v.name == name
         ]
         if not hits:
-            raise CustomizationError(f"{tag}: {where}: no global variable {name!r}")
+            bad(CustomizationError(f"{tag}: {where}: no global variable {name!r}"))
+            continue
         m, var = hits[0]
         if m.kind is MapKind.RODATA:
-            raise CustomizationError(
-                f"{tag}: {where}: {name!r} is in {m.name} (frozen after load); set it in "
-                "[variables] instead"
+            bad(
+                CustomizationError(
+                    f"{tag}: {where}: {name!r} is in {m.name} (frozen after load); set it in "
+                    "[variables] instead"
+                )
             )
+            continue
         if var.static or btf is None:
-            raise CustomizationError(f"{tag}: {where}: {name!r} is static or has no BTF")
+            bad(CustomizationError(f"{tag}: {where}: {name!r} is static or has no BTF"))
+            continue
         try:
             raw = encode_value(btf, var.type_id, value, bytes(var.size), name)
         except CustomizationError as exc:
-            raise fail(where, exc) from None
+            bad(fail(where, exc))
+            continue
         plan.after_load.append((name, raw))
     for u in res.map_updates:
-        m = find_map(spec, u.map, f"{tag}: {u.label}")
+        try:
+            m = find_map(spec, u.map, f"{tag}: {u.label}")
+        except CustomizationError as exc:
+            bad(exc)
+            continue
         if m.kind not in (MapKind.DECLARED,):
-            raise CustomizationError(
-                f"{tag}: {u.label}: map {u.map!r} is a {m.kind.value} map; write variables "
-                "with [after_load]"
+            bad(
+                CustomizationError(
+                    f"{tag}: {u.label}: map {u.map!r} is a {m.kind.value} map; write "
+                    "variables with [after_load]"
+                )
             )
+            continue
         try:
             key = _layout(btf, m.key_type_id, m.key_size, u.key, f"{u.label} key")
             value = _layout(btf, m.value_type_id, m.value_size, u.value, f"{u.label} value")
         except CustomizationError as exc:
-            raise CustomizationError(f"{tag}: {exc}") from None
+            bad(CustomizationError(f"{tag}: {exc}"))
+            continue
         plan.map_updates.append(
             PlannedMapUpdate(
                 m.name,
@@ -447,38 +477,60 @@ def apply_profile(
             )
         )
     for e in res.perf_events:
-        m = find_map(spec, e.map, f"{tag}: {e.label}")
+        try:
+            m = find_map(spec, e.map, f"{tag}: {e.label}")
+        except CustomizationError as exc:
+            bad(exc)
+            continue
         if m.type != MAP_PERF_EVENT_ARRAY or m.kind is not MapKind.DECLARED:
-            raise CustomizationError(
-                f"{tag}: {e.label}: map {e.map!r} is not a BPF_MAP_TYPE_PERF_EVENT_ARRAY"
+            bad(
+                CustomizationError(
+                    f"{tag}: {e.label}: map {e.map!r} is not a BPF_MAP_TYPE_PERF_EVENT_ARRAY"
+                )
             )
+            continue
         try:
             key = _layout(btf, m.key_type_id, m.key_size, e.key, f"{e.label} key")
         except CustomizationError as exc:
-            raise CustomizationError(f"{tag}: {exc}") from None
+            bad(CustomizationError(f"{tag}: {exc}"))
+            continue
         plan.perf_events.append(
             PlannedPerfEvent(m.name, key, e.type, e.config, e.cpu, e.on_error == "skip", e.label)
         )
     ctx_types: dict[str, tuple[int, int]] = {}
     for r in res.runs:
         if r.program not in ctx_types:
-            ctx_types[r.program] = syscall_ctx_type(spec, r.program, f"{tag}: {r.label}")
+            try:
+                ctx_types[r.program] = syscall_ctx_type(spec, r.program, f"{tag}: {r.label}")
+            except CustomizationError as exc:
+                bad(exc)
+                continue
         tid, size = ctx_types[r.program]
         if tid == 0:
             if r.args:
-                raise CustomizationError(
-                    f"{tag}: {r.label}: {r.program!r} takes no context struct, but args are given"
+                bad(
+                    CustomizationError(
+                        f"{tag}: {r.label}: {r.program!r} takes no context struct, but args "
+                        "are given"
+                    )
                 )
+                continue
             ctx = b""
         else:
             assert btf is not None
             try:
                 ctx = encode_value(btf, tid, r.args, bytes(size), f"{r.label} args")
             except CustomizationError as exc:
-                raise CustomizationError(f"{tag}: {exc}") from None
+                bad(CustomizationError(f"{tag}: {exc}"))
+                continue
         plan.runs.append(PlannedRun(r.program, ctx, r.cpu, r.expect_retval, r.when, r.label))
     for s in res.stats:
-        plan.stats.append(_stat(spec, s, res.stat_keys.get(s.name, 0), f"{tag}: stats.{s.name}"))
+        try:
+            plan.stats.append(
+                _stat(spec, s, res.stat_keys.get(s.name, 0), f"{tag}: stats.{s.name}")
+            )
+        except CustomizationError as exc:
+            bad(exc)
     return spec, plan
 
 
@@ -536,13 +588,15 @@ def profile_spec(
     mode: str | None = None,
     kernel_btf: Btf | None = None,
     ops_map: str | None = None,
+    problems: list[str] | None = None,
 ) -> ProfiledSpec:
     """Resolve ``profile`` (and ``mode``) for ``topology`` and apply it to ``spec``:
     expressions' ``kernel_enum()`` and ``SCX_OPS_*`` flags answer from ``kernel_btf``
     (``None``: no kernel; flags are then dropped with a note, required ones refused).
     Refuses a profile or mode whose ``userspace`` is not ``"none"``
     (:func:`check_runnable`). Raises ``ProfileError`` /
-    ``CustomizationError`` naming the file and key."""
+    ``CustomizationError`` naming the file and key; with ``problems``, applying the
+    resolved values lists every bad key there instead (:func:`apply_profile`)."""
 
     check_runnable(profile, mode)
     facts = btf_facts(kernel_btf) if kernel_btf is not None else None
@@ -550,5 +604,5 @@ def profile_spec(
 
     res = resolve_profile(profile, topology, mode=mode, kernel=facts or NO_KERNEL)
     flags = ops_flags_table(kernel_btf) if kernel_btf is not None else None
-    out, plan = apply_profile(spec, res, flags=flags, ops_map=ops_map)
+    out, plan = apply_profile(spec, res, flags=flags, ops_map=ops_map, problems=problems)
     return ProfiledSpec(out, plan, res, topology)

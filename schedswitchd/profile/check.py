@@ -218,7 +218,7 @@ def check_profile(
             out.checked += 1
             where = f"{label} on {mname}: "
             # First every key that fails to resolve (each listed), then, when all
-            # resolve, the object's own checks (apply stops at its first).
+            # resolve, every key the object refuses (each listed too).
             failed: list[str] = []
             try:
                 resolve_profile(
@@ -231,9 +231,17 @@ def check_profile(
                 continue
             try:
                 if spec is not None:
+                    refused: list[str] = []
                     ps = profile_spec(
-                        spec, profile, topo, mode=mode, kernel_btf=vmlinux, ops_map=ops_map
+                        spec,
+                        profile,
+                        topo,
+                        mode=mode,
+                        kernel_btf=vmlinux,
+                        ops_map=ops_map,
+                        problems=refused,
                     )
+                    out.problems.extend(where + line for line in refused)
                     out.notes.extend(ps.plan.notes)
             except SchedSwitchError as exc:
                 out.problems.extend(where + line for line in str(exc).splitlines())

@@ -213,3 +213,39 @@ def test_capture_reads_back_as_this_machine(
     assert read_topology(tmp_path / "again") == read_topology(dest) and again
     with pytest.raises(Exception, match="not a sysfs tree"):
         capture_sysfs(tmp_path / "x", tmp_path / "nothing")
+
+
+def test_every_key_the_object_refuses_is_reported(spec: ObjectSpec) -> None:
+    """Keys that all resolve but that the object refuses (no such variable, struct_ops
+    member or map) are each listed on each machine; applying without a list raises at
+    the first."""
+    from schedswitchd.errors import CustomizationError
+    from schedswitchd.profile.apply import apply_profile
+    from schedswitchd.profile.resolve import NO_KERNEL, resolve_profile
+
+    text = """
+[profile]
+name = "prof"
+ops_name = "ssd_prof"
+[variables]
+no_such_var = 1
+[struct_ops]
+no_such_member = 2
+[after_load]
+no_such_late = 3
+[[map_updates]]
+map = "no_such_map"
+key = 0
+value = 0
+"""
+    profile = parse_profile(text)
+    topos, _ = machines(None)
+    res = check_profile(profile, topos, spec=spec)
+    for name, _topo in topos:
+        mine = [p for p in res.problems if p.startswith(f"base on {name}: ")]
+        for key in ("no_such_var", "no_such_member", "no_such_late", "no_such_map"):
+            assert len([p for p in mine if key in p]) == 1, (name, key, mine)
+    resolved = resolve_profile(profile, topos[0][1], kernel=NO_KERNEL)
+    with pytest.raises(CustomizationError, match="no_such_var") as info:
+        apply_profile(spec, resolved)
+    assert "no_such_member" not in str(info.value)

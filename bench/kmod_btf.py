@@ -9,7 +9,7 @@ have the declared module's BTF parsed and ready, three ways, in the same run:
     like ``/sys/kernel/btf`` with libbpf's own parser, ``btf__parse_split(path, vmlinux)``
     from ``libbpf.so.1`` through ctypes, on each of the N files (the kernel-side id walk
     libbpf also does is not counted, which favours (a));
-(b) ours, cold: a new :class:`~schedswitchd.kernel.btf_registry.KernelBtfRegistry` on that
+(b) ours, cold: a new :class:`~schedswitchd.kernel.btf.registry.KernelBtfRegistry` on that
     directory, ``targets([declared])``: reads and parses the one declared file;
 (c) ours, warm: the same call on a registry that already holds it (a file-identity check
     and a cache hit).
@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, shared_vmlinux
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, shared_vmlinux
 from tools.sidkernel import ensure_kernel
 
 FLAT_TARGET = 0.05

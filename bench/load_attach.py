@@ -33,7 +33,7 @@ from typing import Any
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 
 REPO = Path(__file__).resolve().parents[1]

@@ -158,7 +158,7 @@ def cold_main(obj_path: str, ops: str) -> int:
     then wait for stdin to close and detach."""
     t_main = _now_ns()
     from schedswitchd.bpf.object import open_object
-    from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+    from schedswitchd.kernel.btf.registry import KernelBtfRegistry
     from schedswitchd.kernel.loader import load_object
     from schedswitchd.kernel.syscall import STATS
 
@@ -258,7 +258,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
     from schedswitchd.daemon.launcher_wire import LauncherConnection
     from schedswitchd.daemon.service import own_socket, setup_logging
-    from schedswitchd.kernel import rcu_expedite
+    from schedswitchd.kernel.sched_ext import rcu_expedite
 
     config = load_config(config_path)
     setup_logging(config)

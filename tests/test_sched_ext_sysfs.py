@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.errors import SchedExtError
-from schedswitchd.kernel import sched_ext
-from schedswitchd.kernel.sched_ext import SchedExtUnavailable, ScxState
+from schedswitchd.kernel.sched_ext import sysfs
+from schedswitchd.kernel.sched_ext.sysfs import SchedExtUnavailable, ScxState
 
 
 def _sysfs(tmp_path: Path, state: str = "disabled", ops: str | None = None) -> Path:
@@ -38,14 +38,14 @@ def _attach(root: Path, ops: str) -> None:
 
 
 def test_host_without_sched_ext_is_a_clear_error() -> None:
-    if sched_ext.available():
+    if sysfs.available():
         pytest.skip("this kernel has sched_ext")
     with pytest.raises(SchedExtUnavailable, match="CONFIG_SCHED_CLASS_EXT"):
-        sched_ext.read_status()
+        sysfs.read_status()
 
 
 def test_status_disabled(tmp_path: Path) -> None:
-    st = sched_ext.read_status(_sysfs(tmp_path))
+    st = sysfs.read_status(_sysfs(tmp_path))
     assert st.state is ScxState.DISABLED
     assert st.ops is None and st.events == {}
     assert (st.switch_all, st.nr_rejected, st.hotplug_seq, st.enable_seq) == (False, 0, 3, 7)
@@ -54,30 +54,30 @@ def test_status_disabled(tmp_path: Path) -> None:
 def test_status_enabled_with_ops_and_events(tmp_path: Path) -> None:
     root = _sysfs(tmp_path, ops="simple")
     (root / "switch_all").write_text("1\n")
-    st = sched_ext.read_status(root)
+    st = sysfs.read_status(root)
     assert st.state is ScxState.ENABLED and st.ops == "simple" and st.switch_all
     assert st.events["SCX_EV_SELECT_CPU_FALLBACK"] == 12
-    assert sched_ext.read_ops(root) == "simple"
+    assert sysfs.read_ops(root) == "simple"
 
 
 def test_older_kernel_without_enable_seq(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
     (root / "enable_seq").unlink()
-    assert sched_ext.read_status(root).enable_seq is None
-    assert sched_ext.read_enable_seq(root) is None
+    assert sysfs.read_status(root).enable_seq is None
+    assert sysfs.read_enable_seq(root) is None
 
 
 def test_single_file_readers(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
-    assert (sched_ext.read_enable_seq(root), sched_ext.read_hotplug_seq(root)) == (7, 3)
+    assert (sysfs.read_enable_seq(root), sysfs.read_hotplug_seq(root)) == (7, 3)
     (root / "hotplug_seq").write_text("soon\n")
     with pytest.raises(SchedExtError, match="not an integer"):
-        sched_ext.read_hotplug_seq(root)
+        sysfs.read_hotplug_seq(root)
     (root / "hotplug_seq").unlink()
     with pytest.raises(SchedExtError, match="hotplug_seq is missing"):
-        sched_ext.read_hotplug_seq(root)
+        sysfs.read_hotplug_seq(root)
     with pytest.raises(SchedExtUnavailable):
-        sched_ext.read_hotplug_seq(tmp_path / "absent")
+        sysfs.read_hotplug_seq(tmp_path / "absent")
 
 
 @pytest.mark.parametrize(
@@ -88,14 +88,14 @@ def test_malformed_files(tmp_path: Path, name: str, text: str) -> None:
     root = _sysfs(tmp_path, ops="simple")
     (root / name).write_text(text)
     with pytest.raises(SchedExtError):
-        sched_ext.read_status(root)
+        sysfs.read_status(root)
 
 
 def test_missing_required_file(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
     (root / "hotplug_seq").unlink()
     with pytest.raises(SchedExtError, match="hotplug_seq"):
-        sched_ext.read_status(root)
+        sysfs.read_status(root)
 
 
 # --- StateFiles: the switch path's reads through held descriptors ---------------------------
@@ -110,7 +110,7 @@ def _rewrite(path: Path, text: str) -> None:
 
 def test_state_files_hold_descriptors_and_read_each_change(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
-    files = sched_ext.StateFiles(root, keep_open=True)
+    files = sysfs.StateFiles(root, keep_open=True)
     try:
         assert (files.state(), files.ops(), files.enable_seq(), files.hotplug_seq()) == (
             ScxState.DISABLED,
@@ -129,8 +129,8 @@ def test_state_files_hold_descriptors_and_read_each_change(tmp_path: Path) -> No
             12,
         )
         # the same answers as the module's functions, which open the files each time
-        assert files.state() == sched_ext.read_state(root)
-        assert files.ops() == sched_ext.read_ops(root)
+        assert files.state() == sysfs.read_state(root)
+        assert files.ops() == sysfs.read_ops(root)
         # the files stay open: a file replaced (new inode) is not seen, by design (sysfs
         # attributes are never replaced); that is why this is only the default under /sys
         (root / "state").unlink()
@@ -149,7 +149,7 @@ def test_state_files_hold_descriptors_and_read_each_change(tmp_path: Path) -> No
 def test_state_files_absent_files(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
     (root / "enable_seq").unlink()  # kernels before 6.12
-    files = sched_ext.StateFiles(root, keep_open=True)
+    files = sysfs.StateFiles(root, keep_open=True)
     try:
         assert files.enable_seq() is None
         (root / "hotplug_seq").unlink()
@@ -157,7 +157,7 @@ def test_state_files_absent_files(tmp_path: Path) -> None:
             files.hotplug_seq()
     finally:
         files.close()
-    gone = sched_ext.StateFiles(tmp_path / "nowhere", keep_open=True)
+    gone = sysfs.StateFiles(tmp_path / "nowhere", keep_open=True)
     with pytest.raises(SchedExtUnavailable):
         gone.state()
     with pytest.raises(SchedExtUnavailable):
@@ -167,5 +167,5 @@ def test_state_files_absent_files(tmp_path: Path) -> None:
 
 
 def test_state_files_keep_descriptors_only_under_sys(tmp_path: Path) -> None:
-    assert sched_ext.StateFiles().keep_open
-    assert not sched_ext.StateFiles(_sysfs(tmp_path)).keep_open
+    assert sysfs.StateFiles().keep_open
+    assert not sysfs.StateFiles(_sysfs(tmp_path)).keep_open

@@ -57,17 +57,18 @@ from schedswitchd.errors import (
     ObjectError,
     SchedSwitchError,
 )
-from schedswitchd.kernel import sched_ext, syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel import syscall
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.pins import pin_object, unpin_directory
-from schedswitchd.kernel.profile_steps import (
+from schedswitchd.kernel.sched_ext import sysfs
+from schedswitchd.kernel.sched_ext.exit_info import uei_layout
+from schedswitchd.kernel.sched_ext.profile_steps import (
     attach_from_cpu,
     read_stats,
     run_after_attach,
     run_before_attach,
 )
-from schedswitchd.kernel.scx_exit import uei_layout
 from schedswitchd.profile.apply import ProfiledSpec, profile_spec
 from schedswitchd.profile.model import find_profile, load_profile
 from schedswitchd.profile.topology import read_topology
@@ -539,10 +540,10 @@ def _sched_ext_note(spec: ObjectSpec) -> Iterator[None]:
             m.struct_ops is not None and m.struct_ops.type_name == "sched_ext_ops"
             for m in spec.struct_ops_maps
         )
-        if not is_scheduler or sched_ext.available() or getattr(exc, "verifier_log", None):
+        if not is_scheduler or sysfs.available() or getattr(exc, "verifier_log", None):
             raise
         raise LoadError(
-            f"{exc} (this kernel has no sched_ext: {sched_ext.SCHED_EXT_ROOT} is missing, "
+            f"{exc} (this kernel has no sched_ext: {sysfs.SCHED_EXT_ROOT} is missing, "
             "CONFIG_SCHED_CLASS_EXT is not set; `object inspect` works without it)"
         ) from exc
 
@@ -574,8 +575,8 @@ def _sched_ext_verdict(
     runs and it recorded no exit), ``ejected`` (it was enabled, then the kernel disabled
     it or it recorded an exit) or ``never enabled``."""
     try:
-        state: str | None = str(sched_ext.read_state())
-        ops = sched_ext.read_ops()
+        state: str | None = str(sysfs.read_state())
+        ops = sysfs.read_ops()
     except SchedSwitchError:
         state, ops = None, None
     record = _exit_record(obj, spec)

@@ -74,25 +74,25 @@ from schedswitchd.errors import (
     SchedSwitchError,
 )
 from schedswitchd.kernel import bpf_uapi, syscall
-from schedswitchd.kernel import sched_ext as scx
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetReport, memo_counters
+from schedswitchd.kernel.btf.module_needs import object_module_lookups
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, TargetReport, memo_counters
 from schedswitchd.kernel.fd import LinkFd, MapFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from schedswitchd.kernel.module_needs import object_module_lookups
-from schedswitchd.kernel.profile_steps import (
+from schedswitchd.kernel.sched_ext import sysfs as scx
+from schedswitchd.kernel.sched_ext.exit_info import UeiLayout, UeiView, uei_layout
+from schedswitchd.kernel.sched_ext.profile_steps import (
     attach_from_cpu,
     enable_helper_pids,
     read_stats,
     run_after_attach,
     run_before_attach,
 )
-from schedswitchd.kernel.rcu_expedite import RcuExpediter
-from schedswitchd.kernel.scheduler_pins import PinDir, PinError
-from schedswitchd.kernel.scx_exit import UeiLayout, UeiView, uei_layout
+from schedswitchd.kernel.sched_ext.rcu_expedite import RcuExpediter
+from schedswitchd.kernel.sched_ext.scheduler_pins import PinDir, PinError
 from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
-from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS, StructOpsLinkCalls
-from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
+from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS, StructOpsLinkCalls
+from schedswitchd.kernel.struct_ops.value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
 from schedswitchd.profile.model import load_profile
@@ -296,7 +296,7 @@ class KernelBackend:
     which have no sched_ext); ``rcu``: what :meth:`switch_window` holds (default: nothing);
     ``sysfs_root``: the sysfs tree a scheduler profile's topology is read from (``/sys``;
     another tree only in tests); ``links``: the ``BPF_LINK_CREATE``/``BPF_LINK_DETACH``
-    of struct_ops links (:mod:`schedswitchd.kernel.struct_ops_link`; the kernel's by
+    of struct_ops links (:mod:`schedswitchd.kernel.struct_ops.link`; the kernel's by
     default, a model of sched_ext's answers to them only in host tests).
     """
 
@@ -415,7 +415,7 @@ class KernelBackend:
     def switch_window(self) -> AbstractContextManager[bool]:
         """Held by the switcher from before the old scheduler's detach until the new one
         runs and the waiting replies are written: expedited RCU grace periods (see
-        :mod:`schedswitchd.kernel.rcu_expedite`; yields whether they took effect), and a
+        :mod:`schedswitchd.kernel.sched_ext.rcu_expedite`; yields whether they took effect), and a
         quiet :meth:`watch`. The switch's own sched_ext uevents and state changes would
         otherwise wake the watch's threads right inside the no-scheduler gap and on the
         way to the reply, where every Python instruction is time taken from the kernel's
@@ -475,7 +475,7 @@ class KernelBackend:
         attaches. Raises ``ObjectError``/``CustomizationError``/``BtfError``/``CoreError``/
         ``LoadError`` (``ProgramLoadError`` with ``verifier_log``)/``BpfSyscallError``/
         ``RegistryError``, ``PinError`` (the pin directory is not on a writable bpffs:
-        :meth:`PinDir.check <schedswitchd.kernel.scheduler_pins.PinDir.check>`); a failure
+        :meth:`PinDir.check <schedswitchd.kernel.sched_ext.scheduler_pins.PinDir.check>`); a failure
         leaves nothing loaded. When declared modules are not loaded, the error message
         names them."""
         self._count("prepares")
@@ -718,7 +718,7 @@ class KernelBackend:
     def _warm_vmlinux(self, name: str, spec: ObjectSpec) -> None:
         """Parse vmlinux BTF and build the name and CO-RE candidate indexes ``spec``'s
         lookups read (kfuncs, ksyms, struct_ops types, CO-RE root types: what
-        :func:`~schedswitchd.kernel.module_needs.object_module_lookups` asks vmlinux), as
+        :func:`~schedswitchd.kernel.btf.module_needs.object_module_lookups` asks vmlinux), as
         its first load would. The first prepare after the daemon's start spent ~5 s of
         5.7 there under the VM's emulation (vmlinux's ~100k types scanned and indexed per
         kind), while the hint that asked waited. The indexes belong to the process's one
@@ -842,7 +842,7 @@ class KernelBackend:
 
     def pin(self, prepared: Prepared) -> None:
         """Pin the attached handle's link, exit map and program links under the pin dir
-        (:class:`~schedswitchd.kernel.scheduler_pins.PinDir`), after the switch replied. A
+        (:class:`~schedswitchd.kernel.sched_ext.scheduler_pins.PinDir`), after the switch replied. A
         daemon that dies before this leaves no pin: its link fd closes, which unregisters
         the scheduler, and the kernel falls back to its own scheduler -- the same as a
         daemon stopping without pins; nothing is left behind. Raises ``PinError`` (the

@@ -9,11 +9,11 @@ bind ``.rodata`` and build each struct_ops value. Attaching (struct_ops map upda
 ``BPF_LINK_CREATE``) is a separate step, :meth:`LoadedObject.attach_struct_ops`, so the
 daemon can do all heavy work while the previous scheduler still runs.
 
-Kernel BTF comes through a :class:`~schedswitchd.kernel.btf_registry.TargetBtfs` (vmlinux
+Kernel BTF comes through a :class:`~schedswitchd.kernel.btf.registry.TargetBtfs` (vmlinux
 first, then the object's declared modules); module BTF fds through a callable (normally
 ``KernelBtfRegistry.open_btf_object``). Any failure closes everything created so far.
 Without declared modules, every name vmlinux lacks is looked up in the modules in one batch
-(:func:`~schedswitchd.kernel.module_needs.object_module_lookups`) before anything else,
+(:func:`~schedswitchd.kernel.btf.module_needs.object_module_lookups`) before anything else,
 so a registry's lookup memo walks the module BTFs at most once per load.
 """
 
@@ -55,16 +55,16 @@ from schedswitchd.errors import BpfSyscallError, BtfError, CoreError, LoadError
 from schedswitchd.kernel import bpf_uapi, kmsg
 from schedswitchd.kernel.arena import ArenaMapping, map_arena
 from schedswitchd.kernel.arena import page_size as arena_page_size
-from schedswitchd.kernel.btf_sanitize import sanitize_btf
+from schedswitchd.kernel.btf.features import BtfFeatures, btf_features
+from schedswitchd.kernel.btf.module_memo import ModuleLookup
+from schedswitchd.kernel.btf.module_needs import TRACING_TARGETS, object_module_lookups
+from schedswitchd.kernel.btf.sanitize import sanitize_btf
 from schedswitchd.kernel.fd import BtfFd, LinkFd, MapFd, OwnedFd, ProgFd
-from schedswitchd.kernel.features import BtfFeatures, btf_features
 from schedswitchd.kernel.kconfig import KconfigValue, extern_bytes, read_kernel_config
 from schedswitchd.kernel.kmsg import KernelLogWatch
-from schedswitchd.kernel.module_memo import ModuleLookup
-from schedswitchd.kernel.module_needs import TRACING_TARGETS, object_module_lookups
 from schedswitchd.kernel.prog_attach import AttachError, attach_program
-from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS, StructOpsLinkCalls
-from schedswitchd.kernel.struct_ops_value import (
+from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS, StructOpsLinkCalls
+from schedswitchd.kernel.struct_ops.value import (
     StructOpsKernelType,
     StructOpsPlan,
     build_value,
@@ -300,7 +300,7 @@ class LoadedObject:
         With ``programs`` (the default) the object's other programs are attached first
         (:meth:`attach_programs`, once), as scx's ``SCX_OPS_ATTACH`` runs the skeleton's
         attach before it creates the struct_ops link. ``links`` issues the
-        ``BPF_LINK_CREATE`` (see :mod:`schedswitchd.kernel.struct_ops_link`)."""
+        ``BPF_LINK_CREATE`` (see :mod:`schedswitchd.kernel.struct_ops.link`)."""
         if programs and not self._programs_attached:
             self.attach_programs()
         start = time.perf_counter_ns()

@@ -1,6 +1,6 @@
 """Applying a resolved profile to an object spec: the edits before load, and the plan of
 the steps between load and attach (pure; the kernel floor runs the plan:
-:mod:`schedswitchd.kernel.profile_steps`).
+:mod:`schedswitchd.kernel.sched_ext.profile_steps`).
 
 :func:`apply_profile` does, in this order (each an edit of the
 :class:`~schedswitchd.bpf.spec.ObjectSpec` through :mod:`schedswitchd.bpf.customize`):

@@ -19,7 +19,7 @@ from schedswitchd.daemon.backend import Prepared
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.protocol import ExitInfo, KernelInfo
 from schedswitchd.errors import BpfSyscallError, LoadError, SchedExtError
-from schedswitchd.kernel.scheduler_pins import PinError
+from schedswitchd.kernel.sched_ext.scheduler_pins import PinError
 
 
 @dataclass(eq=False)

@@ -3,7 +3,7 @@
 
 :class:`FakeSchedExt` is what a :class:`~schedswitchd.daemon.kernel_backend.KernelBackend`
 is built with as its ``links`` (the ``BPF_LINK_CREATE``/``BPF_LINK_DETACH`` seam of
-:mod:`schedswitchd.kernel.struct_ops_link`). Every link is a real one made by the host
+:mod:`schedswitchd.kernel.struct_ops.link`). Every link is a real one made by the host
 kernel; around the real calls it keeps a directory shaped like ``/sys/kernel/sched_ext``
 (the backend's injected sysfs root) as sched_ext keeps its own:
 
@@ -34,7 +34,7 @@ from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.errmsg import explain
 from schedswitchd.kernel.fd import LinkFd, MapFd
-from schedswitchd.kernel.struct_ops_link import StructOpsLinkCalls
+from schedswitchd.kernel.struct_ops.link import StructOpsLinkCalls
 
 TCP_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 

@@ -20,7 +20,7 @@ from schedswitchd.bpf.spec import MapKind, ObjectSpec
 from schedswitchd.errors import BpfSyscallError, LoadError
 from schedswitchd.kernel.arena import page_size
 from schedswitchd.kernel.bpf_uapi import MapType
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.syscall import map_create, map_info, prog_test_run
 from tests.build_outputs import missing_build_output

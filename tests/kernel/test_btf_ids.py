@@ -13,8 +13,8 @@ import pytest
 from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.errors import RegistryError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_ids import KernelBtfIds
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.ids import KernelBtfIds
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import BtfFd
 from schedswitchd.kernel.uevents import make_uevent
 
@@ -94,7 +94,7 @@ def test_eperm_while_walking_is_not_fatal() -> None:
     if setpriv is None:
         pytest.skip("needs setpriv (util-linux)")
     code = (
-        "from schedswitchd.kernel.btf_ids import KernelBtfIds\n"
+        "from schedswitchd.kernel.btf.ids import KernelBtfIds\n"
         "from schedswitchd.errors import RegistryError\n"
         "ids = KernelBtfIds()\n"
         "assert ids.names() == {}, ids.names()\n"

@@ -16,7 +16,7 @@ import pytest
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.errors import BtfError, RegistryError
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, normalize_module_name
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, normalize_module_name
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
 from tests.build_outputs import sid_kernel
 from tools.sidkernel import SidKernel

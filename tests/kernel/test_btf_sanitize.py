@@ -12,8 +12,8 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import FUNC_GLOBAL, VAR_GLOBAL_ALLOCATED, Composite, Kind
 from schedswitchd.errors import BtfError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_sanitize import sanitize_btf
-from schedswitchd.kernel.features import BtfFeatures
+from schedswitchd.kernel.btf.features import BtfFeatures
+from schedswitchd.kernel.btf.sanitize import sanitize_btf
 
 ALL = BtfFeatures(True, True, True, True, True, True, True, True)
 NONE = BtfFeatures(False, False, False, False, False, False, False, False)

@@ -22,9 +22,9 @@ from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.bpf.spec import ExternKind, ExternSpec, Fixup, FixupKind, ObjectSpec, ProgramSpec
 from schedswitchd.errors import BtfError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.module_memo import ModuleLookup
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
-from schedswitchd.kernel.module_memo import ModuleLookup
 from tests.kernel import asm
 
 SYS_VMLINUX = Path("/sys/kernel/btf/vmlinux")
@@ -78,7 +78,7 @@ def _weak_kfunc_spec(kmod_btfs: tuple[str, ...] | None) -> ObjectSpec:
 def test_walk_skips_the_corrupt_module_once(root: Path, caplog: pytest.LogCaptureFixture) -> None:
     reg = KernelBtfRegistry(btf_root=root)
     lookup = ModuleLookup("ssd_nowhere_kfunc", (Kind.FUNC,))
-    with caplog.at_level(logging.WARNING, logger="schedswitchd.kernel.btf_registry"):
+    with caplog.at_level(logging.WARNING, logger="schedswitchd.kernel.btf.registry"):
         t = reg.targets(None)
         assert t.modules_holding([lookup]) == []
         assert [n for n, _ in t.report.skipped] == [BROKEN]

@@ -22,7 +22,7 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.cli.ctl import main
 from schedswitchd.errors import CustomizationError
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from schedswitchd.kernel.syscall import prog_test_run
 from tests.build_outputs import missing_build_output

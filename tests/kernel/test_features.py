@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schedswitchd.bpf.btf.builder import BtfBuilder
-from schedswitchd.kernel import features
+from schedswitchd.kernel.btf import features
 
 pytestmark = pytest.mark.root
 

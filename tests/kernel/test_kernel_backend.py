@@ -26,14 +26,14 @@ from schedswitchd.errors import (
     SchedExtError,
 )
 from schedswitchd.kernel import bpf_uapi, syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import LinkFd
 from schedswitchd.kernel.fdinfo import memlock_bytes
-from schedswitchd.kernel.sched_ext import SchedExtUnavailable
-from schedswitchd.kernel.scheduler_pins import PinDir
-from schedswitchd.kernel.scx_exit import UeiView, uei_layout
+from schedswitchd.kernel.sched_ext.exit_info import UeiView, uei_layout
+from schedswitchd.kernel.sched_ext.scheduler_pins import PinDir
+from schedswitchd.kernel.sched_ext.sysfs import SchedExtUnavailable
 from schedswitchd.kernel.spec_cache import SpecCache
-from schedswitchd.kernel.struct_ops_link import KERNEL_LINKS
+from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
 from tests.fs_events import FileEvents

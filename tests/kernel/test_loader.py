@@ -34,8 +34,8 @@ from schedswitchd.bpf.spec import (
 )
 from schedswitchd.errors import BpfSyscallError, LoadError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
-from schedswitchd.kernel.features import BtfFeatures
+from schedswitchd.kernel.btf.features import BtfFeatures
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.kconfig import kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from schedswitchd.kernel.syscall import (

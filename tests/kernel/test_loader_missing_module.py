@@ -24,7 +24,7 @@ from schedswitchd.bpf.spec import (
 )
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.loader import ProgramLoadError, StaticKernelBtfs, load_object
 from tests.kernel import asm
 

@@ -19,7 +19,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.kernel import bpf_uapi, syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.kconfig import Tristate, kernel_version_code, read_kernel_config
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from tests.build_outputs import built_object

@@ -15,7 +15,7 @@ import pytest
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import ObjectError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object, ringbuf_size
 from tests.build_outputs import built_object
 

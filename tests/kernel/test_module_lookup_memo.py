@@ -26,9 +26,9 @@ from schedswitchd.bpf.insn import decode
 from schedswitchd.bpf.spec import ObjectSpec, ProgramSpec
 from schedswitchd.errors import CoreError, RegistryError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.module_memo import LookupMemo, ModuleLookup, dirent_names, read_dirents
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
-from schedswitchd.kernel.module_memo import LookupMemo, ModuleLookup, dirent_names, read_dirents
 from schedswitchd.kernel.uevents import UeventListener, make_uevent
 from tests.build_outputs import sid_kernel
 from tests.kernel import asm

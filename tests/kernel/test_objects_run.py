@@ -16,7 +16,7 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import MapFd
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from tests.build_outputs import built_object

@@ -16,8 +16,8 @@ import pytest
 
 from schedswitchd.daemon.config import parse_config
 from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
-from schedswitchd.kernel.scheduler_pins import PinDir, PinError
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
+from schedswitchd.kernel.sched_ext.scheduler_pins import PinDir, PinError
 
 from .test_kernel_backend import TCP, _cfg, bpf_object, registry, scx_root
 
@@ -79,9 +79,9 @@ def test_the_start_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``create_backend`` (the daemon's start) logs the problem once sched_ext is there."""
-    from schedswitchd.kernel import sched_ext
+    from schedswitchd.kernel.sched_ext import sysfs
 
-    monkeypatch.setattr(sched_ext, "available", lambda root=None: True)
+    monkeypatch.setattr(sysfs, "available", lambda root=None: True)
     config = parse_config(
         f'[switch]\nruntime_dir = "{tmp_path}"\n[daemon]\npin_dir = "{tmp_path / "pins"}"\n'
     )

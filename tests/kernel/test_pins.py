@@ -11,7 +11,7 @@ import pytest
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import bpf_uapi, syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import load_object
 from schedswitchd.kernel.pins import is_bpffs, open_pinned, pin_object, unpin_directory
 from tests.build_outputs import missing_build_output

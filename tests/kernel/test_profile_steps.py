@@ -18,9 +18,9 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import LoadError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from schedswitchd.kernel.profile_steps import (
+from schedswitchd.kernel.sched_ext.profile_steps import (
     ENABLE_HELPER_COMM,
     attach_from_cpu,
     enable_helper_pids,

@@ -22,7 +22,7 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError, LoadError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import (
     LoadedObject,
     ProgramLoadError,

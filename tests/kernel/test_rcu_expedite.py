@@ -11,7 +11,7 @@ import pytest
 
 from schedswitchd.daemon.config import parse_config
 from schedswitchd.daemon.kernel_backend import create_backend
-from schedswitchd.kernel.rcu_expedite import RCU_EXPEDITED, RcuExpediter
+from schedswitchd.kernel.sched_ext.rcu_expedite import RCU_EXPEDITED, RcuExpediter
 
 REAL = Path("/sys") / RCU_EXPEDITED
 

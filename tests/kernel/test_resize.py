@@ -16,7 +16,7 @@ from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.errors import CustomizationError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import ProgramLoadError, load_object
 from tests.build_outputs import missing_build_output
 

@@ -13,7 +13,7 @@ import pytest
 
 from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.uevents import UeventListener
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output

@@ -14,8 +14,9 @@ from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import INT_CHAR, Kind
 from schedswitchd.errors import LoadError
-from schedswitchd.kernel import bpf_uapi, struct_ops_value
+from schedswitchd.kernel import bpf_uapi
 from schedswitchd.kernel.fd import ProgFd
+from schedswitchd.kernel.struct_ops import value
 from schedswitchd.kernel.syscall import (
     btf_load,
     link_create,
@@ -42,8 +43,8 @@ def vmlinux() -> Btf:
 
 
 @pytest.fixture(scope="module")
-def tcp_ca(vmlinux: Btf) -> struct_ops_value.StructOpsKernelType:
-    kt = struct_ops_value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops")
+def tcp_ca(vmlinux: Btf) -> value.StructOpsKernelType:
+    kt = value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops")
     if kt is None:
         pytest.skip("kernel has no BPF tcp_congestion_ops struct_ops")
     return kt
@@ -83,23 +84,21 @@ def _local_data(name: str, size: int, extra: int = 0) -> bytes:
     return bytes(data)
 
 
-def test_kernel_types_found(tcp_ca: struct_ops_value.StructOpsKernelType, vmlinux: Btf) -> None:
+def test_kernel_types_found(tcp_ca: value.StructOpsKernelType, vmlinux: Btf) -> None:
     assert tcp_ca.type.name == "tcp_congestion_ops"
     assert tcp_ca.value_type.name == "bpf_struct_ops_tcp_congestion_ops"
     assert tcp_ca.data_member.name == "data"
     assert tcp_ca.data_offset + tcp_ca.type.size <= tcp_ca.value_size
-    assert struct_ops_value.find_struct_ops_kernel_type(vmlinux, "no_such_ops") is None
+    assert value.find_struct_ops_kernel_type(vmlinux, "no_such_ops") is None
     # flavoured local names resolve by essential name
-    flavoured = struct_ops_value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops___v2")
+    flavoured = value.find_struct_ops_kernel_type(vmlinux, "tcp_congestion_ops___v2")
     assert flavoured is not None and flavoured.type_id == tcp_ca.type_id
 
 
-def test_plan_maps_members_by_name(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
+def test_plan_maps_members_by_name(tcp_ca: value.StructOpsKernelType) -> None:
     local, tid = _local_ca(extra_member=True)
     data = _local_data("x", 64)
-    plan = struct_ops_value.plan_struct_ops(
-        local, tid, data, tcp_ca, programs={"ssthresh", "undo_cwnd"}
-    )
+    plan = value.plan_struct_ops(local, tid, data, tcp_ca, programs={"ssthresh", "undo_cwnd"})
     kidx = {m.name: i for i, m in enumerate(tcp_ca.type.members)}
     assert plan.member("ssthresh").kern_index == kidx["ssthresh"]
     assert plan.member("undo_cwnd").kern_index == kidx["undo_cwnd"]
@@ -113,28 +112,26 @@ def test_plan_maps_members_by_name(tcp_ca: struct_ops_value.StructOpsKernelType)
 
 
 def test_plan_rejects_nonzero_member_the_kernel_lacks(
-    tcp_ca: struct_ops_value.StructOpsKernelType,
+    tcp_ca: value.StructOpsKernelType,
 ) -> None:
     local, tid = _local_ca(extra_member=True)
     with pytest.raises(LoadError, match="not_in_kernel"):
-        struct_ops_value.plan_struct_ops(local, tid, _local_data("x", 64, extra=5), tcp_ca)
+        value.plan_struct_ops(local, tid, _local_data("x", 64, extra=5), tcp_ca)
 
 
-def test_plan_rejects_size_and_kind_mismatch(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
+def test_plan_rejects_size_and_kind_mismatch(tcp_ca: value.StructOpsKernelType) -> None:
     b = BtfBuilder()
     u64 = b.add_int("unsigned long long", 8)
     u32 = b.add_int("unsigned int", 4)
     tid = b.add_struct("tcp_congestion_ops", 16, [("flags", u64, 0, 0)])
     with pytest.raises(LoadError, match="flags is 8 bytes locally but 4"):
-        struct_ops_value.plan_struct_ops(Btf.from_bytes(b.build()), tid, bytes(16), tcp_ca)
+        value.plan_struct_ops(Btf.from_bytes(b.build()), tid, bytes(16), tcp_ca)
     tid2 = b.add_struct("tcp_congestion_ops", 8, [("ssthresh", u32, 0, 0)])
     with pytest.raises(LoadError, match="ssthresh is a INT locally but a PTR"):
-        struct_ops_value.plan_struct_ops(Btf.from_bytes(b.build()), tid2, bytes(8), tcp_ca)
+        value.plan_struct_ops(Btf.from_bytes(b.build()), tid2, bytes(8), tcp_ca)
 
 
-def _ca_programs(
-    kt: struct_ops_value.StructOpsKernelType, plan: struct_ops_value.StructOpsPlan
-) -> dict[str, ProgFd]:
+def _ca_programs(kt: value.StructOpsKernelType, plan: value.StructOpsPlan) -> dict[str, ProgFd]:
     bodies = {"ssthresh": asm.ret(2), "cong_avoid": asm.ret(0), "undo_cwnd": asm.ret(10)}
     progs: dict[str, ProgFd] = {}
     try:
@@ -166,16 +163,16 @@ def _registered(name: str) -> bool:
 
 @pytest.mark.parametrize("use_link", [True, False], ids=["struct_ops.link", "struct_ops"])
 def test_tcp_congestion_control_registers_and_unregisters(
-    tcp_ca: struct_ops_value.StructOpsKernelType, ca_name: str, use_link: bool
+    tcp_ca: value.StructOpsKernelType, ca_name: str, use_link: bool
 ) -> None:
     local, tid = _local_ca(extra_member=True)
     data = _local_data(ca_name, 64)
     funcs = {"ssthresh", "cong_avoid", "undo_cwnd"}
-    plan = struct_ops_value.plan_struct_ops(local, tid, data, tcp_ca, programs=funcs)
+    plan = value.plan_struct_ops(local, tid, data, tcp_ca, programs=funcs)
     progs = _ca_programs(tcp_ca, plan)
     try:
-        value = struct_ops_value.build_value(plan, data, {k: p.fd for k, p in progs.items()})
-        assert len(value) == tcp_ca.value_size
+        raw_value = value.build_value(plan, data, {k: p.fd for k, p in progs.items()})
+        assert len(raw_value) == tcp_ca.value_size
         with (
             btf_load(local.raw) as btf,
             map_create(
@@ -189,7 +186,7 @@ def test_tcp_congestion_control_registers_and_unregisters(
                 btf_vmlinux_value_type_id=tcp_ca.value_type_id,
             ) as m,
         ):
-            map_update_elem(m, b"\0\0\0\0", value)
+            map_update_elem(m, b"\0\0\0\0", raw_value)
             if use_link:
                 assert not _registered(ca_name)  # a link map registers only on LINK_CREATE
                 with link_create(m, bpf_uapi.AttachType.STRUCT_OPS) as link:
@@ -207,11 +204,9 @@ def test_tcp_congestion_control_registers_and_unregisters(
             p.close()
 
 
-def test_missing_program_fd_is_reported(tcp_ca: struct_ops_value.StructOpsKernelType) -> None:
+def test_missing_program_fd_is_reported(tcp_ca: value.StructOpsKernelType) -> None:
     local, tid = _local_ca()
-    plan = struct_ops_value.plan_struct_ops(
-        local, tid, _local_data("x", 56), tcp_ca, programs={"ssthresh"}
-    )
+    plan = value.plan_struct_ops(local, tid, _local_data("x", 56), tcp_ca, programs={"ssthresh"})
     with pytest.raises(LoadError, match="ssthresh"):
-        struct_ops_value.build_value(plan, _local_data("x", 56), {})
+        value.build_value(plan, _local_data("x", 56), {})
     assert tcp_ca.type.kind == Kind.STRUCT

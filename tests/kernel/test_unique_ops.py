@@ -16,7 +16,7 @@ import pytest
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.scheduler import ops_name_of
 from schedswitchd.errors import SchedSwitchError
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 from tests.build_outputs import built_object
 from tests.kernel.fake_sched_ext import registered_names

@@ -44,10 +44,10 @@ from typing import Any
 from schedswitchd.bpf.customize import set_struct_ops_member
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.scheduler import sched_ext_map
-from schedswitchd.kernel import sched_ext as scx
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
-from schedswitchd.kernel.scx_exit import uei_layout
+from schedswitchd.kernel.sched_ext import sysfs as scx
+from schedswitchd.kernel.sched_ext.exit_info import uei_layout
 from tests.libbpf_ref import MAP_TYPE_STRUCT_OPS, LibbpfError, is_err, loaded
 from tools.profiles_soak import KmsgTail, soak
 from tools.session import kernel_view, wait_for

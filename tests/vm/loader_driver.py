@@ -36,10 +36,10 @@ from typing import Any
 from schedswitchd.bpf.object import open_object
 from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.fd import MapFd, ProgFd
 from schedswitchd.kernel.loader import load_object
-from schedswitchd.kernel.struct_ops_value import find_struct_ops_kernel_type
+from schedswitchd.kernel.struct_ops.value import find_struct_ops_kernel_type
 from tests.xlated import differences
 
 STATE = Path("/sys/kernel/sched_ext/state")

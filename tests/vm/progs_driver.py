@@ -32,7 +32,7 @@ from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
 from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel import syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.loader import LoadedObject, load_object
 
 STATE = Path("/sys/kernel/sched_ext/state")

@@ -26,9 +26,10 @@ from typing import Any
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.errors import RegistryError
-from schedswitchd.kernel import sched_ext, syscall
-from schedswitchd.kernel.btf_registry import KernelBtfRegistry, TargetBtfs
+from schedswitchd.kernel import syscall
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry, TargetBtfs
 from schedswitchd.kernel.loader import load_object
+from schedswitchd.kernel.sched_ext import sysfs
 from schedswitchd.kernel.uevents import Uevent, UeventListener
 
 MODULE = "dummy"  # drivers/net/dummy.ko: no dependencies, has BTF, nothing else loads it
@@ -64,7 +65,7 @@ class Events:
 
 def _wait_for_state(
     state: str, ops: str | None, listener: UeventListener, timeout_s: float = 20.0
-) -> sched_ext.SchedExtStatus:
+) -> sysfs.SchedExtStatus:
     """Poll /sys/kernel/sched_ext (every 5 ms, and at each sched_ext uevent) until it is
     in ``state`` (with ops name ``ops`` if given); AssertionError after ``timeout_s``."""
     wake = threading.Event()
@@ -73,7 +74,7 @@ def _wait_for_state(
         deadline = time.monotonic() + timeout_s
         while True:
             wake.clear()
-            status = sched_ext.read_status()
+            status = sysfs.read_status()
             if status.state == state and (ops is None or status.ops == ops):
                 return status
             left = deadline - time.monotonic()
@@ -197,7 +198,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
 
     def scx() -> dict[str, Any]:
         obj, ops = cfg.get("scheduler"), cfg.get("scx_ops")
-        r: dict[str, Any] = {"before": str(sched_ext.read_status())}
+        r: dict[str, Any] = {"before": str(sysfs.read_status())}
         if not obj:
             r["skipped"] = "no scheduler object"
             return r
@@ -284,7 +285,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         r["second"] = load_nokmod(obj)
         r["third"] = load_nokmod(obj)
         from schedswitchd.bpf.btf.types import Kind
-        from schedswitchd.kernel.module_memo import ModuleLookup
+        from schedswitchd.kernel.btf.module_memo import ModuleLookup
 
         lk = ModuleLookup("uinput_device", (Kind.STRUCT,), essential=True)
         r["holders_before"] = reg.holders([lk])[lk]

@@ -28,7 +28,7 @@ from schedswitchd.daemon.config import SchedulerConfig
 from schedswitchd.daemon.kernel_backend import KernelBackend
 from schedswitchd.daemon.switcher import Switcher
 from schedswitchd.errors import SchedSwitchError
-from schedswitchd.kernel import sched_ext as scx
+from schedswitchd.kernel.sched_ext import sysfs as scx
 
 PIN_DIR = Path("/sys/fs/bpf/ssd-switch-test")
 

@@ -71,7 +71,7 @@ VM_STEPS = {
     'PYTHONPATH="$REPO" "$PY" - <<\'EOF\'\n'
     "import struct\n"
     "from schedswitchd.bpf.object import open_object\n"
-    "from schedswitchd.kernel.btf_registry import KernelBtfRegistry\n"
+    "from schedswitchd.kernel.btf.registry import KernelBtfRegistry\n"
     "from schedswitchd.kernel.kconfig import read_kernel_config\n"
     "from schedswitchd.kernel.loader import load_object\n"
     'print("source", read_kernel_config().source)\n'

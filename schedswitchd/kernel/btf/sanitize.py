@@ -4,7 +4,7 @@ The rules are libbpf's ``bpf_object__sanitize_btf`` (``tools/lib/bpf/libbpf.c``)
 are rewritten in place with the same size, so every type id stays valid (func_info,
 line_info, map key/value ids still point at the same records). Encoding: kernel doc
 ``Documentation/bpf/btf.rst``. What is rewritten, per missing feature
-(:class:`~schedswitchd.kernel.features.BtfFeatures`):
+(:class:`~schedswitchd.kernel.btf.features.BtfFeatures`):
 
 * ``datasec``: VAR -> 1-byte INT; DATASEC -> STRUCT whose members are the variables (name
   with ``.``/``?`` turned into ``_``);
@@ -24,7 +24,7 @@ import struct
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.errors import BtfError
-from schedswitchd.kernel.features import BtfFeatures
+from schedswitchd.kernel.btf.features import BtfFeatures
 
 _HDR = struct.Struct("<HBBIIIII")
 _U32 = struct.Struct("<I")

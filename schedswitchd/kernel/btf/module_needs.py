@@ -5,7 +5,7 @@ attach target or a CO-RE relocation's root type only when vmlinux has no match
 (``src/libbpf.c``: ``bpf_object__resolve_ksym_*``, ``find_struct_ops_kern_types``,
 ``find_kernel_btf_id``, ``bpf_core_find_cands``). Collecting all of them before loading
 lets one module walk answer them together (see
-:class:`~schedswitchd.kernel.module_memo.LookupMemo`).
+:class:`~schedswitchd.kernel.btf.module_memo.LookupMemo`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from schedswitchd.bpf.core.relocate import CandidateCache
 from schedswitchd.bpf.spec import ExternKind, ObjectSpec
 from schedswitchd.errors import BtfError, CoreError
 from schedswitchd.kernel import bpf_uapi
-from schedswitchd.kernel.module_memo import ModuleLookup
-from schedswitchd.kernel.struct_ops_value import VALUE_PREFIX
+from schedswitchd.kernel.btf.module_memo import ModuleLookup
+from schedswitchd.kernel.struct_ops.value import VALUE_PREFIX
 
 #: Tracing attach types whose ``attach_to`` names a kernel BTF type: (kind, name prefix);
 #: the loader's table (``_TRACING_TARGETS``) is the same.

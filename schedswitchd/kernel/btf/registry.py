@@ -13,14 +13,14 @@ object's ``.kmod_btfs`` section plus configured extras) and only those are read:
 * a cached module is served only while its file is the one it was read from (device, inode,
   size, mtime): a reloaded module gets a new sysfs node, so even a missed uevent cannot make
   the registry serve a stale module. Module ``add``/``remove`` uevents drop entries eagerly
-  and keep the name → BTF object id map (:class:`~schedswitchd.kernel.btf_ids.KernelBtfIds`)
+  and keep the name → BTF object id map (:class:`~schedswitchd.kernel.btf.ids.KernelBtfIds`)
   true.
 
 Without any declaration a load falls back to libbpf's behaviour, searching every module, but
 lazily: :meth:`TargetBtfs.first` and :meth:`TargetBtfs.modules` parse one module at a time,
 only when vmlinux lacked what was asked for, and through the cache. Named lookups
 (:meth:`TargetBtfs.first_holding`, :meth:`TargetBtfs.modules_holding`) go through the
-registry's :class:`~schedswitchd.kernel.module_memo.LookupMemo`: the first load after the
+registry's :class:`~schedswitchd.kernel.btf.module_memo.LookupMemo`: the first load after the
 set of loaded modules changed walks every module once for all of an object's names (like
 libbpf); later loads read only the modules that hold candidates. Modules read by a walk
 that hold none are not admitted to the cache, so a walk does not evict useful entries.
@@ -50,10 +50,8 @@ from typing import Final, Literal, TypeVar
 
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.errors import BtfError, RegistryError
-from schedswitchd.kernel.btf_ids import BtfIdStats, KernelBtfIds
-from schedswitchd.kernel.fd import BtfFd
-from schedswitchd.kernel.lru import BoundedLru, LruStats
-from schedswitchd.kernel.module_memo import (
+from schedswitchd.kernel.btf.ids import BtfIdStats, KernelBtfIds
+from schedswitchd.kernel.btf.module_memo import (
     DEFAULT_MAX_LOOKUPS,
     Holders,
     LookupMemo,
@@ -61,6 +59,8 @@ from schedswitchd.kernel.module_memo import (
     ModuleLookup,
     ModuleSet,
 )
+from schedswitchd.kernel.fd import BtfFd
+from schedswitchd.kernel.lru import BoundedLru, LruStats
 from schedswitchd.kernel.uevents import Action, Subscription, Uevent, UeventListener
 
 log = logging.getLogger(__name__)

@@ -205,7 +205,7 @@ class LookupMemo:
     """Module holders per :class:`ModuleLookup`, for one BTF root. Thread-safe.
 
     ``max_entries``: lookups remembered at most (least recently used dropped first).
-    Typical use (by :class:`~schedswitchd.kernel.btf_registry.KernelBtfRegistry`)::
+    Typical use (by :class:`~schedswitchd.kernel.btf.registry.KernelBtfRegistry`)::
 
         mods = memo.scan(root)                 # before walking
         known, missing, _ = memo.get(mods, lookups)

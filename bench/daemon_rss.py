@@ -1,5 +1,5 @@
 """Benchmark: the daemon's resident memory with a prepared standby and pre-opened objects,
-and the kernel memory one standby holds per scheduler (issue 15; in the sched_ext VM).
+and the kernel memory one standby holds per scheduler (in the sched_ext VM).
 
 One boot of the sched_ext VM (:mod:`tools.vm`, Debian sid's kernel under qemu TCG) in the
 harness's ramroot mode, as ``bench/switch_latency.py`` (so the figures sit next to its warm
@@ -25,8 +25,9 @@ Corpus objects are prepared without their profiles (this daemon reads none yet):
 standby's kernel bytes are those of the object's own maps and programs as loaded.
 
 Writes ``daemon_rss_vm.md`` and ``daemon_rss_vm.json`` under ``--out`` (default
-``bench/results``). Exit status 0 on a complete run, 1 on failure; the issue sets no RSS
-target for this (it asks for the figures next to the old one).
+``bench/results``). Target: ``base`` at most 46.3 MiB (:data:`BASE_RSS_TARGET_MIB`, the
+reading the daemon's refactoring started from). Exit status 0 on a complete run that meets
+it, 2 when it misses, 1 on failure.
 
 Usage: ``python bench/daemon_rss.py [--out DIR] [--timeout S]``. Internal sub-command (in the
 VM): ``_vm``.
@@ -280,6 +281,15 @@ def vm_main(args: argparse.Namespace) -> int:
 # --- the host side ---------------------------------------------------------------------------
 
 
+#: ``base``'s VmRSS at most this (MiB): the daemon must not grow while its code is reshaped.
+BASE_RSS_TARGET_MIB = 46.3
+
+
+def base_rss_met(raw: dict[str, Any]) -> bool:
+    """Whether ``base``'s VmRSS is within :data:`BASE_RSS_TARGET_MIB`."""
+    return bool(raw["runs"]["base"]["rss"]["rss_mib"] <= BASE_RSS_TARGET_MIB)
+
+
 def _mib(r: dict[str, float]) -> str:
     return f"{r['rss_mib']:.1f} ({r['anon_mib']:.1f} / {r['file_mib']:.1f})"
 
@@ -348,6 +358,9 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
         f"`base`; holding the default as a standby {sb - pre:+.1f} MiB more; the largest "
         f"reading with one standby held is {worst:.1f} MiB. The warm RSS before standbys "
         "and pre-opening was 48.6 MiB (`switch_latency.md`, 2026-11-30, same VM mode).",
+        "",
+        f"- {'met' if base_rss_met(raw) else 'MISSED'}: `base` VmRSS {base:.1f} MiB "
+        f"(target <= {BASE_RSS_TARGET_MIB:g} MiB)",
     ]
     return "\n".join(lines) + "\n"
 
@@ -404,7 +417,7 @@ def host_main(args: argparse.Namespace) -> int:
     save_run(out, "daemon_rss_vm.json", {"meta": meta, "raw": raw}, report(raw, meta),
              "daemon_rss_vm.md")  # fmt: skip
     print(f"(VM run {meta['vm_wall_s']} s)")
-    return 0
+    return 0 if base_rss_met(raw) else 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,10 +57,15 @@ KernelBackend at the largest count) and, with ``--hint-profile N``, ``switch_pro
 (the standby hit's whole path in one process: a timeline of marks by thread and cProfile of
 the event loop's, the worker's and the client's threads).
 
-Targets (issue 8): (c) and (d) flat within 5% from the smallest to the largest count; (d) at
-300 at most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm
-RSS at most 48 MiB. Issue 15: (e) at most 1.15 x its own gap, and at most 0.25 of (a) at the
-largest count. Exit status 0 when all are met, 2 when not, 1 on failure.
+Targets: (c) and (d) flat within 5% from the smallest to the largest count; (d) at 300 at
+most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm RSS at
+most 48 MiB. (e), judged against the bare lane measured in the same boot
+(``bench/hit_floor.py``): what (e) costs beyond its gap at most 1 ms over what the lane costs
+beyond its own (medians per hit, the largest count), and (e) at most 0.10 of (a) at the
+largest count. A lane-relative target replaces a ratio to (e)'s own gap because the lane
+shows that no implementation of a hit reaches such a ratio under single-threaded TCG
+(docs/performance.md, standby hit). Exit status 0 when all are met, 2 when not, 1 on
+failure.
 
 Usage: ``python bench/switch_latency.py [--reps 21] [--counts 1,10,100,300] [--out DIR]``.
 Internal sub-commands (run inside the VM): ``_vm``, ``_cold``, ``_profile``.
@@ -124,8 +129,9 @@ HINT_CLIENT_NOTE = (
     "2026-12-03 15:00 UTC timed the pydantic client (`DaemonClient`: the request's encode "
     "and the reply's validation, ~1 ms of (e) under TCG, in the time)."
 )
-STANDBY_GAP_TARGET = 1.15
-STANDBY_VS_LIBBPF_TARGET = 0.25
+#: (e) beyond its gap at most this much over the bare lane beyond its own (ms, medians).
+STANDBY_OVER_LANE_MS = 1.0
+STANDBY_VS_LIBBPF_TARGET = 0.10
 RSS_TARGET_MIB = 48.0
 BTF_ROOT = Path("/sys/kernel/btf")
 
@@ -933,8 +939,8 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
 
 def floor_lines(raw: dict[str, Any]) -> list[str]:
     """Markdown lines: the socket floor of this boot (``floor_ns``, bench/socket_floor.py)
-    beside what (e) costs over its gap at each step, and what the target's 1.15x of the
-    gap leaves for it. Nothing for runs without the floor (before 2026-12-03 16:00 UTC)."""
+    beside what (e) costs over its gap at each step. Nothing for runs without the floor
+    (before 2026-12-03 16:00 UTC)."""
     floor = raw.get("floor_ns")
     if not floor:
         return []
@@ -951,11 +957,9 @@ def floor_lines(raw: dict[str, Any]) -> list[str]:
         if not e:
             continue
         over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e)
-        allowed = (STANDBY_GAP_TARGET - 1) * statistics.median(_ms(x["gap_ns"]) for x in e)
         lines.append(
             f"- {step['modules']} module{'s' if step['modules'] != 1 else ''}: (e) over "
-            f"its gap {over:.1f} ms (median per hint); "
-            f"{STANDBY_GAP_TARGET:g}x the gap leaves {allowed:.1f} ms, the floor takes "
+            f"its gap {over:.1f} ms (median per hint), the floor "
             f"{_ms(statistics.median(floor)):.1f} of it."
         )
     return lines + hit_floor_lines(raw)
@@ -1000,8 +1004,7 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         f"confirmation, a canned reply -- around the real kernel backend, ss_fifo -> "
         f"ss_latency; no parse, policy, lease, record or reply model), {len(lane)} hits: "
         f"median {total:.1f} ms, gap {gap:.1f} ms (quartiles {q1:.1f}-{q3:.1f}), "
-        f"**{ratio:.2f}x its gap** (median per hit) "
-        f"(target of (e): <= {STANDBY_GAP_TARGET:g}), {over:.1f} ms over it. Its parts, "
+        f"**{ratio:.2f}x its gap** (median per hit), {over:.1f} ms over it. Its parts, "
         f"median ms: {parts}.",
     ]
     e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
@@ -1012,9 +1015,23 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         lines.append(
             f"- (e) at {raw['steps'][-1]['modules']} modules, the same statistics: "
             f"{e_ratio:.2f}x its gap (median per hit; gap {e_gap:.1f} ms), {e_over:.1f} ms "
-            f"over it: the daemon adds {e_over - over:.1f} ms to the bare lane."
+            f"over it: the daemon adds {e_over - over:.1f} ms to the bare lane (target <= "
+            f"{STANDBY_OVER_LANE_MS:g} ms)."
         )
     return lines
+
+
+def lane_excess_ms(raw: dict[str, Any]) -> float | None:
+    """What (e) at the largest count costs beyond its gap minus what the bare lane costs
+    beyond its own (ms; medians per hit over the samples of one boot): the daemon's own
+    time on a standby hit above the least any implementation pays. ``None`` without a lane
+    or (e) samples. The gaps are the kernel's (detach and attach), left out on both sides."""
+    lane = raw.get("hit_floor")
+    e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
+    if not lane or not e:
+        return None
+    over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in lane)
+    return float(statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e) - over)
 
 
 def outside_split(raw: dict[str, Any]) -> list[str]:
@@ -1130,12 +1147,14 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
                        f"at most {vs_a:.2f} of libbpf's switch (a))",
                        worst <= GAP_TARGET))  # fmt: skip
     if has_e:
-        worst_e = max(st["cols"]["e"]["median"] / st["gaps"]["e"]["median"]
-                      for st in summary["steps"])  # fmt: skip
-        checks.append((f"(e) standby hit at most {worst_e:.2f} x its own gap (target <= 1.15)",
-                       worst_e <= STANDBY_GAP_TARGET))  # fmt: skip
+        adds = lane_excess_ms(raw)
+        if adds is not None:
+            checks.append((f"(e) at {last['modules']} adds {adds:.1f} ms to the bare lane "
+                           f"beyond the gaps (target <= {STANDBY_OVER_LANE_MS:g} ms)",
+                           adds <= STANDBY_OVER_LANE_MS))  # fmt: skip
         e_a = last["cols"]["e"]["median"] / last["cols"]["a"]["median"]
-        checks.append((f"(e) at {last['modules']} = {e_a:.2f} x (a) (target <= 0.25)",
+        checks.append((f"(e) at {last['modules']} = {e_a:.2f} x (a) (target <= "
+                       f"{STANDBY_VS_LIBBPF_TARGET:.2f})",
                        e_a <= STANDBY_VS_LIBBPF_TARGET))  # fmt: skip
     rss = max(st["warm_rss_mib"] for st in summary["steps"])
     checks.append((f"warm RSS max {rss:.1f} MiB (target <= 48; with (e), one standby held)",

@@ -76,6 +76,10 @@ def test_report_rows_deltas_and_errors(dr: ModuleType) -> None:
     )
     assert "adds +3.5 MiB over `base`; holding the default as a standby +0.5 MiB" in text
     assert "largest reading with one standby held is 52.5 MiB" in text
+    assert "- MISSED: `base` VmRSS 47.0 MiB (target <= 46.3 MiB)" in text
+    assert not dr.base_rss_met(raw)
+    raw["runs"]["base"]["rss"] = _rss(46.3, 31.0)
+    assert dr.base_rss_met(raw) and "- met: `base` VmRSS 46.3 MiB" in dr.report(raw, meta)
 
 
 def test_from_json_makes_its_out_dir(dr: ModuleType, tmp_path: Path) -> None:

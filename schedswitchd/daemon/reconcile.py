@@ -59,10 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import struct
-import termios
 import threading
 import time
 from collections.abc import Callable
@@ -76,6 +73,7 @@ from schedswitchd.daemon.feed import ChangeFeed
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Decision, Lease, Policy
 from schedswitchd.daemon.protocol import SwitchInfo
+from schedswitchd.daemon.reply_gate import REPLY_TAKEN_POLL_S, ReplyGate
 from schedswitchd.daemon.standby import StandbyError
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, PendingSwitch, Switcher
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
@@ -117,8 +115,6 @@ REPLY_WAIT_S = 0.25
 #: old scheduler) otherwise shares the CPU with the client reading its reply. A client
 #: that reads at once (any machine with a core to spare) is not waited for.
 REPLY_TAKEN_WAIT_S = 0.05
-#: How often the worker looks whether a written reply was taken, s.
-REPLY_TAKEN_POLL_S = 0.002
 #: What the direct path's worker call returns when another program's scheduler runs.
 _FOREIGN = "foreign"
 
@@ -263,9 +259,9 @@ class Reconciler:
         #: Requests waiting in :meth:`settle_records`: (generation, early, future).
         self._waiters: list[tuple[int, bool, asyncio.Future[bool]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: [replies still to be written, the worker's event] of the switch whose
-        #: ``on_enabled`` released them (see :meth:`reply_sent`).
-        self._reply_gate: list[Any] | None = None
+        #: The replies of the switch whose ``on_enabled`` released them, which its worker
+        #: waits for (see :meth:`reply_sent`, :mod:`~schedswitchd.daemon.reply_gate`).
+        self._reply_gate: ReplyGate | None = None
         #: The fallback that submits a held second half (:meth:`_direct_rest`).
         self._rest_timer: asyncio.TimerHandle | None = None
         #: What waits for that submission (:meth:`after_reply`).
@@ -511,22 +507,24 @@ class Reconciler:
         loop, gen = self._loop, self._pass_gen
         if loop is None:
             return
-        written = threading.Event()
-        taken: list[Any] = []
+        gate = ReplyGate()
         try:
-            loop.call_soon_threadsafe(self._enabled, gen, written, taken)
+            loop.call_soon_threadsafe(self._enabled, gen, gate)
         except RuntimeError:  # the loop is closed: the daemon is stopping
             return
-        if written.wait(self.reply_wait_s):
-            _wait_taken(taken, self.reply_taken_wait_s)
+        gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
 
-    def _enabled(self, gen: int, written: threading.Event, taken: list[Any]) -> None:
+    def _enabled(self, gen: int, gate: ReplyGate) -> None:
         released = self._release_waiters(gen, early_only=True)
+        self._gate_for_replies(gate if released else None)
+        gate.expect(released)
+
+    def _gate_for_replies(self, gate: ReplyGate | None) -> None:
+        """On the loop: ``gate`` counts the replies written from now on (:meth:`reply_sent`);
+        the one it replaces, an earlier switch's, holds its worker no longer."""
         if self._reply_gate is not None:
-            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
-        self._reply_gate = [released, written, taken] if released else None
-        if not released:
-            written.set()
+            self._reply_gate.release()
+        self._reply_gate = gate
 
     def reply_sent(self, sock: Any = None) -> None:
         """The server wrote the reply of a request that waited with ``early`` to ``sock``
@@ -536,28 +534,25 @@ class Reconciler:
         (:meth:`_direct_rest`) is submitted then, the clients' sockets looked at from this
         loop every :data:`REPLY_TAKEN_POLL_S` s."""
         gate = self._reply_gate
-        if gate is None:
+        if gate is None or not gate.sent(sock):
             return
-        if sock is not None:
-            gate[2].append(sock)
-        gate[0] -= 1
-        if gate[0] <= 0:
-            gate[1].set()
-            self._reply_gate = None
-            if self.worker.holding:
-                # A standby hit's second half (_direct_rest): submitted once the client
-                # took its reply, looked at from this loop (first after one poll interval:
-                # not at once, as the client is only now woken), so that no thread of
-                # ours wakes while the client reads it.
-                if self._rest_timer is not None:
-                    self._rest_timer.cancel()
-                socks, deadline = gate[2], time.monotonic() + self.reply_taken_wait_s
-                if not socks:
-                    self._release_held()
-                    return
-                self._rest_timer = asyncio.get_running_loop().call_later(
-                    REPLY_TAKEN_POLL_S, self._release_when_taken, socks, deadline
-                )
+        self._reply_gate = None
+        if self.worker.holding:
+            # A standby hit's second half (_direct_rest): submitted once the client took
+            # its reply, looked at from this loop (first after one poll interval: not at
+            # once, as the client is only now woken), so that no thread of ours wakes
+            # while the client reads it.
+            if self._rest_timer is not None:
+                self._rest_timer.cancel()
+            if not gate.sockets:
+                self._release_held()
+                return
+            self._rest_timer = asyncio.get_running_loop().call_later(
+                REPLY_TAKEN_POLL_S,
+                self._release_when_taken,
+                gate,
+                time.monotonic() + self.reply_taken_wait_s,
+            )
 
     def after_reply(self, callback: Callable[..., object], *args: Any) -> None:
         """On the loop: ``callback(*args)`` once the client of the standby hit answered in
@@ -585,18 +580,16 @@ class Reconciler:
                 except Exception:
                     log.exception("after-reply callback failed")
 
-    def _release_when_taken(self, socks: list[Any], deadline: float) -> None:
-        """Every :data:`REPLY_TAKEN_POLL_S` s on the loop, until the replies written to
-        ``socks`` were read or ``deadline`` (``time.monotonic()``) passed: then submit the
+    def _release_when_taken(self, gate: ReplyGate, deadline: float) -> None:
+        """Every :data:`REPLY_TAKEN_POLL_S` s on the loop, until the clients of ``gate``'s
+        replies read them or ``deadline`` (``time.monotonic()``) passed: then submit the
         worker's held call."""
         self._rest_timer = None
-        if socks and time.monotonic() < deadline:
-            socks = [sock for sock in socks if unread_bytes(sock)]
-            if socks:
-                self._rest_timer = asyncio.get_running_loop().call_later(
-                    REPLY_TAKEN_POLL_S, self._release_when_taken, socks, deadline
-                )
-                return
+        if time.monotonic() < deadline and gate.untaken():
+            self._rest_timer = asyncio.get_running_loop().call_later(
+                REPLY_TAKEN_POLL_S, self._release_when_taken, gate, deadline
+            )
+            return
         self._release_held()
 
     # --- the passes ---------------------------------------------------------------------------
@@ -845,17 +838,13 @@ class Reconciler:
                 self._direct_end(finished, None, target)
             later, settled = await self.settle_records(early=True)
             return [record, *later], settled
-        if self._reply_gate is not None:
-            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
-        written = threading.Event()
-        taken: list[Any] = []
-        self._reply_gate = [1, written, taken]
-        self._direct_rest(pending, target, written, taken)
+        gate = ReplyGate()
+        gate.expect(1)
+        self._gate_for_replies(gate)
+        self._direct_rest(pending, target, gate)
         return [record], True
 
-    def _direct_rest(
-        self, pending: PendingSwitch, target: str, written: threading.Event, taken: list[Any]
-    ) -> None:
+    def _direct_rest(self, pending: PendingSwitch, target: str, gate: ReplyGate) -> None:
         """On the loop, in the reply's step: the second half, held as the worker's next
         call (:meth:`_Worker.hold`) and submitted once the reply is written
         (:meth:`reply_sent`) -- before that, the worker thread is not woken: under the
@@ -867,8 +856,7 @@ class Reconciler:
         loop = asyncio.get_running_loop()
 
         def rest() -> _DirectFinished:
-            if written.wait(self.reply_wait_s):
-                _wait_taken(taken, self.reply_taken_wait_s)
+            gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
             return _DirectFinished(pending.record, pending.finish())
 
         def submit_rest() -> None:
@@ -895,14 +883,12 @@ class Reconciler:
         running: asyncio.Future[SwitchInfo | None] = loop.create_future()
 
         def on_enabled(record: SwitchInfo) -> None:  # the worker thread
-            written = threading.Event()
-            taken: list[Any] = []
+            gate = ReplyGate()
             try:
-                loop.call_soon_threadsafe(self._direct_enabled, running, record, written, taken)
+                loop.call_soon_threadsafe(self._direct_enabled, running, record, gate)
             except RuntimeError:  # the loop is closed: the daemon is stopping
                 return
-            if written.wait(self.reply_wait_s):
-                _wait_taken(taken, self.reply_taken_wait_s)
+            gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
 
         def done(work: asyncio.Future[Any]) -> None:
             self._direct_done(work, target)
@@ -964,18 +950,16 @@ class Reconciler:
         self,
         running: asyncio.Future[SwitchInfo | None],
         record: SwitchInfo,
-        written: threading.Event,
-        taken: list[Any],
+        gate: ReplyGate,
     ) -> None:
         """On the loop: the direct switch's scheduler runs; answer the hint, and let the
         worker go on once its reply is written (:meth:`reply_sent`)."""
-        if self._reply_gate is not None:
-            self._reply_gate[1].set()  # an earlier switch's: its wait is over anyway
         if running.done():  # the hint gave up waiting
-            self._reply_gate = None
-            written.set()
+            self._gate_for_replies(None)
+            gate.release()
             return
-        self._reply_gate = [1, written, taken]
+        gate.expect(1)
+        self._gate_for_replies(gate)
         running.set_result(record)
 
     def _direct_done(self, work: asyncio.Future[Any], target: str) -> None:
@@ -1290,30 +1274,3 @@ class Reconciler:
         if self.policy.override is not None:
             text += f"; admin override {self.policy.override}"
         return text
-
-
-def unread_bytes(sock: Any) -> int:
-    """Bytes written to ``sock`` (a connected ``AF_UNIX`` stream socket, or asyncio's view
-    of one) that its peer has not read yet: ``SIOCOUTQ`` (``unix(7)``: for a Unix socket
-    the data stays charged to the sender until the receiver consumed it). 0 once the socket
-    is closed or the call fails."""
-    try:
-        fd = sock.fileno()
-        if fd < 0:
-            return 0
-        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
-    except (OSError, ValueError):
-        return 0
-    value: int = struct.unpack("i", out)[0]
-    return value
-
-
-def _wait_taken(socks: list[Any], bound_s: float) -> bool:
-    """On the worker, after its replies were written: until their clients read them from
-    ``socks``, at most ``bound_s`` s; True if they did."""
-    deadline = time.monotonic() + bound_s
-    while any(unread_bytes(sock) for sock in socks):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(REPLY_TAKEN_POLL_S)
-    return True

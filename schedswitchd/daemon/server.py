@@ -49,7 +49,8 @@ from schedswitchd.daemon.passed_fds import (
 )
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
-from schedswitchd.daemon.reconcile import Reconciler, unread_bytes
+from schedswitchd.daemon.reconcile import Reconciler
+from schedswitchd.daemon.reply_gate import unread_bytes
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
 from schedswitchd.errors import ConfigError, SchedSwitchError
 

@@ -252,6 +252,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     import pstats
     import threading
 
+    from schedswitchd.daemon import acceptor as acceptor_mod
     from schedswitchd.daemon import connection as connection_mod
     from schedswitchd.daemon import launcher_wire
     from schedswitchd.daemon import protocol as proto
@@ -299,9 +300,10 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
             setattr(owner, attr, wrapped)
 
     Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
+    Acceptor = acceptor_mod.Acceptor
     Connection = connection_mod.Connection
     for owner, attr in [
-        (Server, "_accept_ready"), (Server, "_accepted"),
+        (Acceptor, "_accept_ready"), (Acceptor, "_accepted"),
         (Server, "dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
         (Server, "_collect"), (gc, "collect"),
         (Connection, "connection_made"), (Connection, "data_received"),

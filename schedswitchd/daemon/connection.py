@@ -2,7 +2,7 @@
 
 Each accepted connection is one :class:`Connection`, an :class:`asyncio.Protocol` with
 ``__slots__`` on asyncio's socket transport, which the server's own accept makes
-(:meth:`Server._accepted <schedswitchd.daemon.server.Server._accepted>`). It splits what
+(:meth:`Acceptor._accepted <schedswitchd.daemon.acceptor.Acceptor._accepted>`). It splits what
 the transport delivers into ``\\n``-terminated request lines itself and keeps its timeouts
 as timer handles, so an idle connection costs the transport, this object and one timer
 handle. A request is answered in the loop step that read its line, as far as it goes
@@ -159,8 +159,8 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Accepted: read the peer's credentials, let the server admit it, start the idle
         timeout. A socket without credentials (gone already) is dropped unanswered. The
-        server's accept calls it at once (:meth:`Server._accepted
-        <schedswitchd.daemon.server.Server._accepted>`); the transport's own later call
+        server's accept calls it at once (:meth:`Acceptor._accepted
+        <schedswitchd.daemon.acceptor.Acceptor._accepted>`); the transport's own later call
         then does nothing."""
         assert isinstance(transport, asyncio.Transport)
         if self._transport is transport:
@@ -179,7 +179,7 @@ class Connection(asyncio.Protocol):
         self._idle_since = self.owner.timer.time()
         if not isinstance(transport, _AcceptStep):
             self._advance()
-        # else the accept's step reads next (Server._accepted), then data_received arms
+        # else the accept's step reads next (Acceptor._accepted), then data_received arms
         # what is due: no idle timeout armed and cancelled again in one step
 
     def data_received(self, data: bytes) -> None:
@@ -231,8 +231,8 @@ class Connection(asyncio.Protocol):
     # --- for the server -----------------------------------------------------------------------
 
     def hand_over(self, transport: asyncio.Transport) -> None:
-        """The accept's loop step is over (:meth:`Server._accepted
-        <schedswitchd.daemon.server.Server._accepted>`, which served the connection on an
+        """The accept's loop step is over (:meth:`Acceptor._accepted
+        <schedswitchd.daemon.acceptor.Acceptor._accepted>`, which served the connection on an
         :func:`accept_step` stand-in until here): ``transport``, asyncio's for the same
         socket, carries it from now on, and takes over what the step left (reply bytes the
         socket did not take at once, paused reading, a close). Its own ``connection_made``

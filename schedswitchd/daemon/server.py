@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import gc
 import itertools
 import logging
@@ -34,50 +33,22 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.acceptor import Acceptor
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
-from schedswitchd.daemon.connection import Connection, accept_step
+from schedswitchd.daemon.connection import Connection
 from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.passed_fds import (
-    NotAPidfd,
-    PassingSocket,
-    accept_passing,
-    pidfd_target,
-)
+from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
 from schedswitchd.daemon.peer import Peer, is_descendant
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler
-from schedswitchd.daemon.reply_gate import unread_bytes
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 log = logging.getLogger("schedswitchd")
 
-#: The listening socket's accept queue, connections (``listen(2)``; the kernel caps it at
-#: ``net.core.somaxconn``). asyncio calls ``listen()`` again with its own default of 100
-#: when it starts serving on a socket, whatever the socket unit's ``Backlog=`` or the
-#: daemon's own ``listen()`` said: a flood of clients then filled the queue and an admin's
-#: connect failed with ``EAGAIN``.
-LISTEN_BACKLOG = socket.SOMAXCONN
-#: Connections accepted in one loop step at most (asyncio's own accept loop takes as many
-#: as the listen backlog): the rest wait for the next step, behind what is ready by then.
-ACCEPT_PER_STEP = 64
-#: How long accepting pauses when the process or system is out of descriptors or memory
-#: (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), s; asyncio's ``ACCEPT_RETRY_DELAY``.
-ACCEPT_RETRY_S = 1.0
-#: The most the accept reads of a new connection's first bytes (what is left stays for
-#: the transport): under glibc's mmap threshold (128 KiB), where asyncio's own 256 KiB
-#: read buffer is an mmap and a munmap per read.
-FIRST_READ_BYTES = 64 * 1024
-#: How often the server looks whether the client of a connection answered in its accept's
-#: step took its reply, s, and how long it waits for that at most before asyncio's
-#: transport takes the connection over anyway (its later lines and its end are read
-#: from then on), s (see Server._accepted).
-HANDOVER_POLL_S = 0.002
-HANDOVER_WAIT_S = 0.05
 #: Random bytes fetched at a time for lease ids (4 per lease).
 LEASE_ID_POOL = 256
 #: Closed connections after which their cyclic garbage is collected (see Server._collect).
@@ -130,21 +101,12 @@ class Server:
         self._lease_seq = itertools.count(1)
         #: Random bytes for lease ids, fetched ahead (:meth:`_lease_token`).
         self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
-        self._listener: socket.socket | None = None
-        self._server: asyncio.AbstractServer | None = None  # another loop's (see start)
+        #: The listening socket's reader: accepts, serves each connection's first step.
+        self.acceptor = Acceptor(lambda: Connection(self, next(self._conn_ids)))
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
-        self._accept_retry: asyncio.TimerHandle | None = None
-        #: Connections whose accept's step sent a reply not read yet: asyncio's transport
-        #: takes them over once it is (:meth:`_hand_over_when_taken`).
-        self._handing_over: dict[int, tuple[Connection, socket.socket, object]] = {}
         self._closing = False
         self._closed_since_collect = 0
         self._collect_timer: Cancellable | None = None
-        #: Connections accepted, and of them those whose first bytes were there at the
-        #: accept (read and answered in its step, :meth:`_accepted`): status' counters
-        #: ``connections_accepted``, ``first_read_at_accept``.
-        self.accepted = 0
-        self.first_read_at_accept = 0
         #: The last reload's outcome (``status``), ``None`` before any.
         self.last_reload: proto.ReloadInfo | None = None
 
@@ -169,128 +131,10 @@ class Server:
         listening ``AF_UNIX`` ``SOCK_STREAM`` socket)."""
         await self.reconciler.adopt()
         self.reconciler.start()
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
         if self._timer is None:
-            self._timer = LoopTimer(loop)
-        if hasattr(loop, "_make_socket_transport"):
-            sock.listen(LISTEN_BACKLOG)
-            self._listener = sock
-            loop.add_reader(sock.fileno(), self._accept_ready)
-        else:  # not asyncio's selector loop: its own accept (connection_made in a later step)
-            self._server = await loop.create_unix_server(
-                lambda: Connection(self, next(self._conn_ids)), sock=sock, backlog=LISTEN_BACKLOG
-            )
+            self._timer = LoopTimer(asyncio.get_running_loop())
+        await self.acceptor.start(sock)
         self.reconciler.begin_grace()
-
-    def _accept_ready(self) -> None:
-        """The listening socket is readable: accept what waits (:meth:`_accepted` each).
-
-        The daemon's own accept, not asyncio's ``create_unix_server``, whose accept takes
-        four loop steps before the first byte of a request is read (the accept, a task
-        that makes the transport, ``connection_made``, then the transport's reader): a
-        large part of a standby hit's overhead in the VM (docs/performance.md, "Standby
-        hit")."""
-        listener = self._listener
-        if listener is None:
-            return
-        for _ in range(ACCEPT_PER_STEP):
-            try:
-                sock, addr = accept_passing(listener)
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    raise  # the loop logs it; accepting goes on at the next readiness
-                # Linux keeps the socket readable: stop asking for a while, as asyncio does.
-                log.warning("accepting paused for %.0f s: %s", ACCEPT_RETRY_S, exc)
-                loop = asyncio.get_running_loop()
-                loop.remove_reader(listener.fileno())
-                self._accept_retry = loop.call_later(ACCEPT_RETRY_S, self._accept_again)
-                return
-            try:
-                replied = self._accepted(sock, addr)
-            except Exception:  # a defect: this connection is dropped, serving goes on
-                log.exception("accepting a connection failed")
-                sock.close()
-                continue
-            if replied:
-                # Its client is reading the reply: let the loop go idle for it (the VM's
-                # CPU emulation is single-threaded, so work done now would run instead of
-                # the client) rather than ask for another connection now; one waiting
-                # keeps the socket readable, and the next step accepts it.
-                return
-
-    def _accept_again(self) -> None:
-        self._accept_retry = None
-        if self._listener is not None and not self._closing:
-            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
-
-    def _accepted(self, sock: PassingSocket, addr: object) -> bool:
-        """A new connection, in the accept's loop step: its :class:`Connection`
-        (credentials read, admitted or refused now, not in a later step), then what the
-        client already sent is read and its first request answered here as far as that
-        goes without waiting (:meth:`Connection.data_received`), on a stand-in transport
-        (:func:`~schedswitchd.daemon.connection.accept_step`); then asyncio's own transport
-        takes the connection over (:meth:`Connection.hand_over`), made as its accept makes
-        it. A launcher connects and sends at once, so its line is usually there; if not,
-        or for the rest of the connection's life, the transport reads as it always does.
-        True if a reply went out in this step and its client has not read it yet."""
-        sock.setblocking(False)
-        self.accepted += 1
-        conn = Connection(self, next(self._conn_ids))
-        conn.passed = sock
-        step = accept_step(sock, conn)
-        try:
-            conn.connection_made(step)
-            if not step.is_closing():
-                try:
-                    data = sock.recv(FIRST_READ_BYTES)
-                except OSError:  # nothing sent yet, or an error the transport meets too
-                    data = b""
-                if data:  # b"": the client is done writing; the transport sees that too
-                    self.first_read_at_accept += 1
-                # with nothing read too: the connection's idle timeout is armed there
-                conn.data_received(data)
-        except Exception:  # a defect: this connection ends (its transport closes it)
-            log.exception("connection %d: its first step failed", conn.id)
-            conn.close()
-        if (
-            conn.task is None
-            and not step.is_closing()
-            and not step.get_write_buffer_size()
-            and unread_bytes(sock) > 0
-        ):
-            # A reply went out in this step and its client has not read it yet: under the
-            # VM's single-threaded CPU emulation whatever the daemon still does now runs
-            # instead of the client, so the transport (costly to make there) is made once
-            # the client took the reply, at most HANDOVER_WAIT_S on (docs/performance.md,
-            # "Standby hit").
-            loop = asyncio.get_running_loop()
-            self._handing_over[conn.id] = (conn, sock, addr)
-            loop.call_later(
-                HANDOVER_POLL_S, self._hand_over_when_taken, conn.id, loop.time() + HANDOVER_WAIT_S
-            )
-            return True
-        self._hand_over(conn, sock, addr)
-        return False
-
-    def _hand_over_when_taken(self, conn_id: int, deadline: float) -> None:
-        held = self._handing_over.get(conn_id)
-        if held is None:
-            return  # handed over already (the server is closing)
-        conn, sock, addr = held
-        loop = asyncio.get_running_loop()
-        if not conn.closing and unread_bytes(sock) > 0 and loop.time() < deadline:
-            loop.call_later(HANDOVER_POLL_S, self._hand_over_when_taken, conn_id, deadline)
-            return
-        self._hand_over(conn, sock, addr)
-
-    def _hand_over(self, conn: Connection, sock: socket.socket, addr: object) -> None:
-        """asyncio's transport for ``sock`` takes ``conn`` over from its accept's step."""
-        self._handing_over.pop(conn.id, None)
-        loop: Any = asyncio.get_running_loop()
-        conn.hand_over(loop._make_socket_transport(sock, conn, None, extra={"peername": addr}))
 
     async def close(self) -> None:
         """Stop serving, end every lease without switching (a pinned scheduler stays
@@ -299,17 +143,7 @@ class Server:
         if self._collect_timer is not None:
             self._collect_timer.cancel()
             self._collect_timer = None
-        if self._accept_retry is not None:
-            self._accept_retry.cancel()
-            self._accept_retry = None
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            asyncio.get_running_loop().remove_reader(listener.fileno())
-            listener.close()
-        for conn, sock, addr in list(self._handing_over.values()):
-            self._hand_over(conn, sock, addr)
-        if self._server is not None:
-            self._server.close()
+        self.acceptor.close()
         await self.reconciler.close()
         for lease_id in list(self.leases):
             self._end_lease(lease_id, "daemon stopping", kick=False)
@@ -319,8 +153,7 @@ class Server:
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        await self.acceptor.wait_closed()
 
     # --- connections ----------------------------------------------------------------------------
 
@@ -966,8 +799,8 @@ class Server:
                 **self._standby_counters(),
                 "reconcile_passes": self.reconciler.passes,
                 "notifications_held": self.reconciler.notes_held,
-                "connections_accepted": self.accepted,
-                "first_read_at_accept": self.first_read_at_accept,
+                "connections_accepted": self.acceptor.accepted,
+                "first_read_at_accept": self.acceptor.first_read_at_accept,
             },
             profile=profile,
             pid=os.getpid(),

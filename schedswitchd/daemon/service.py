@@ -196,7 +196,7 @@ def own_socket(path: str, mode: int, group: str | int | None) -> socket.socket:
             raise ConfigError(f"{path}: another schedswitchd is already listening")
         finally:
             probe.close()
-    from schedswitchd.daemon.server import LISTEN_BACKLOG
+    from schedswitchd.daemon.acceptor import LISTEN_BACKLOG
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)  # no window in which the socket is wider than asked

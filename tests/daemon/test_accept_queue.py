@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from schedswitchd.daemon.acceptor import LISTEN_BACKLOG
 from schedswitchd.daemon.launcher_wire import ControlConnection, DaemonUnavailable
-from schedswitchd.daemon.server import LISTEN_BACKLOG
 
 from .fakes import FakeBackend
 from .harness import Running

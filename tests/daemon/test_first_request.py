@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
+from schedswitchd.daemon import acceptor as acceptor_mod
 from schedswitchd.daemon import connection as connection_mod
-from schedswitchd.daemon import server as server_mod
 from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend
@@ -83,7 +83,7 @@ def _line(**fields: Any) -> bytes:
 
 class Steps:
     """How each request of the server was answered: ``accept`` (its dispatch began in the
-    accept's step, :meth:`Server._accepted`, with no task), ``task`` (in a task), ``step``
+    accept's step, :meth:`Acceptor._accepted`, with no task), ``task`` (in a task), ``step``
     (in a loop step of its own without a task: the transport read its line)."""
 
     def __init__(self, srv: Running) -> None:
@@ -175,7 +175,7 @@ def test_errors_of_a_first_request_are_answered_in_the_accept_step(
     and one the client ends inside (EOF), get theirs as the connection's last line."""
     srv = _start(started)
     steps = Steps(srv)
-    accepted, at_accept = srv.read(lambda s: (s.accepted, s.first_read_at_accept))
+    accepted, at_accept = srv.read(lambda s: (s.acceptor.accepted, s.acceptor.first_read_at_accept))
     with loop_held(srv):
         bad = srv.client()
         bad.send_raw(b'{"v":1,"op":\n')
@@ -214,7 +214,7 @@ def test_a_first_line_not_finished_at_the_accept_is_read_by_the_transport(
     srv.wait_for(lambda s: len(s.connections) == 1)
     time.sleep(0.1)
     assert steps.seen == []  # nothing answered: the line goes on
-    assert srv.read(lambda s: (s.accepted, s.first_read_at_accept)) == (1, 1)
+    assert srv.read(lambda s: (s.acceptor.accepted, s.acceptor.first_read_at_accept)) == (1, 1)
     c.send_raw(b'st"}\n')
     reply = c.recv_line()
     assert reply is not None and reply["ok"] and reply["op"] == "list", reply
@@ -283,11 +283,11 @@ def test_accepting_pauses_when_descriptors_run_out(
 ) -> None:
     """``EMFILE`` from accept: no busy loop on the still-readable socket; accepting resumes
     ``ACCEPT_RETRY_S`` later and the waiting client is served."""
-    monkeypatch.setattr(server_mod, "ACCEPT_RETRY_S", 0.3)
+    monkeypatch.setattr(acceptor_mod, "ACCEPT_RETRY_S", 0.3)
     srv = _start(started)
     server = srv.server
     assert server is not None
-    listener = server._listener
+    listener = server.acceptor._listener
     assert listener is not None
     calls: list[float] = []
 
@@ -307,7 +307,7 @@ def test_accepting_pauses_when_descriptors_run_out(
             assert listener is not None
             listener.close()
 
-    srv.read(lambda s: setattr(s, "_listener", Exhausted()))
+    srv.read(lambda s: setattr(s.acceptor, "_listener", Exhausted()))
     start = time.monotonic()
     c = srv.client()
     reply = c.request(op="status")
@@ -456,7 +456,7 @@ def test_the_transport_takes_over_once_the_client_took_its_first_reply(
     assert _transport_kind(srv) == ["_AcceptStep"]  # the reply waits unread
     reply = c.recv_line()
     assert reply is not None and reply["ok"], reply
-    srv.wait_for(lambda s: not s._handing_over)
+    srv.wait_for(lambda s: not s.acceptor.handing_over)
     assert _transport_kind(srv) == ["_SelectorSocketTransport"]
     assert c.request(op="list")["ok"]
     c.close()
@@ -468,14 +468,14 @@ def test_a_first_reply_left_unread_is_handed_over_in_time(
 ) -> None:
     """A client that does not read its reply: the transport takes over after
     ``HANDOVER_WAIT_S`` anyway, and reads the connection's end."""
-    monkeypatch.setattr(server_mod, "HANDOVER_WAIT_S", 0.3)
+    monkeypatch.setattr(acceptor_mod, "HANDOVER_WAIT_S", 0.3)
     srv = _start(started)
     with loop_held(srv):
         c = srv.client()
         c.send_raw(_line(op="list"))
     srv.wait_for(lambda s: len(s.connections) == 1)
     assert _transport_kind(srv) == ["_AcceptStep"]
-    srv.wait_for(lambda s: not s._handing_over, timeout=2)
+    srv.wait_for(lambda s: not s.acceptor.handing_over, timeout=2)
     assert _transport_kind(srv) == ["_SelectorSocketTransport"]
     c.close()  # the reply never read
     srv.wait_for(lambda s: not s.connections)
@@ -492,7 +492,7 @@ def test_a_connection_closed_before_its_first_reply_was_read_ends_its_lease(
         c = srv.client()
         c.send_raw(_line(op="hint", workload="gaming"))
     srv.wait_for(lambda s: len(s.policy.leases) == 1)
-    assert srv.read(lambda s: bool(s._handing_over))
+    assert srv.read(lambda s: bool(s.acceptor.handing_over))
     c.close()
     srv.wait_for(lambda s: not s.policy.leases and len(s.connections) == 1)  # the intent's
     intent.close()
@@ -503,7 +503,7 @@ def test_the_server_closes_connections_still_in_their_accept_step() -> None:
     with loop_held(srv):
         c = srv.client()
         c.send_raw(_line(op="list"))
-    srv.wait_for(lambda s: bool(s._handing_over))
+    srv.wait_for(lambda s: bool(s.acceptor.handing_over))
     srv.stop()
     reply = c.recv_line()
     assert reply is not None and reply["ok"], reply  # its reply, then the end
@@ -520,20 +520,20 @@ def test_connections_waiting_behind_an_answered_one_are_accepted_in_the_next_ste
     srv = _start(started)
     server = srv.server
     assert server is not None
-    ready = server._accept_ready
+    ready = server.acceptor._accept_ready
     steps: list[int] = []
 
     def counting() -> None:
-        steps.append(server.accepted)
+        steps.append(server.acceptor.accepted)
         ready()
 
-    srv.read(lambda s: srv.loop.remove_reader(s._listener.fileno()))  # type: ignore[union-attr]
-    srv.read(lambda s: srv.loop.add_reader(s._listener.fileno(), counting))  # type: ignore[union-attr]
+    srv.read(lambda s: srv.loop.remove_reader(s.acceptor._listener.fileno()))  # type: ignore[union-attr]
+    srv.read(lambda s: srv.loop.add_reader(s.acceptor._listener.fileno(), counting))  # type: ignore[union-attr]
     with loop_held(srv):
         clients = [srv.client() for _ in range(5)]
         for i, c in enumerate(clients):
             c.send_raw(_line(op="list", id=i))
-    srv.wait_for(lambda s: s.accepted == 5)  # no reply read meanwhile
+    srv.wait_for(lambda s: s.acceptor.accepted == 5)  # no reply read meanwhile
     for i, c in enumerate(clients):
         reply = c.recv_line()
         assert reply is not None and reply["ok"] and reply["id"] == i, reply

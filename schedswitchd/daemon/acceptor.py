@@ -1,0 +1,243 @@
+"""The daemon's accept: connections taken off the listening socket and answered in that step.
+
+asyncio's own ``create_unix_server`` takes four loop steps before the first byte of a
+request is read (the accept, a task that makes the transport, ``connection_made``, then
+the transport's reader): a large part of a standby hit's cost in the sched_ext VM
+(docs/performance.md, "Standby hit"). The :class:`Acceptor` is the daemon's own reader of
+the listening socket instead: it accepts, reads what the client already sent and lets the
+:class:`~schedswitchd.daemon.connection.Connection` answer its first request in the same
+step, on a stand-in transport (:func:`~schedswitchd.daemon.connection.accept_step`); then
+asyncio's selector transport takes the connection over -- once the client took a reply
+sent in that step, so that making the transport does not run instead of the client on a
+machine with one (emulated) CPU.
+
+This module is the only place in the daemon that touches asyncio's internals: making a
+selector transport for an accepted socket is
+``BaseSelectorEventLoop._make_socket_transport`` (CPython's ``asyncio/selector_events.py``;
+no public call makes one for a socket already accepted). :func:`make_socket_transport`
+is that one call; ``tests/daemon/test_acceptor.py`` fails with a message naming it when
+CPython moves it. A loop without it (not the selector loop) gets asyncio's own accept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from schedswitchd.daemon.connection import Connection, accept_step
+from schedswitchd.daemon.passed_fds import PassingSocket, accept_passing
+from schedswitchd.daemon.reply_gate import unread_bytes
+
+log = logging.getLogger("schedswitchd")
+
+#: The listening socket's accept queue, connections (``listen(2)``; the kernel caps it at
+#: ``net.core.somaxconn``). asyncio calls ``listen()`` again with its own default of 100
+#: when it starts serving on a socket, whatever the socket unit's ``Backlog=`` or the
+#: daemon's own ``listen()`` said: a flood of clients then filled the queue and an admin's
+#: connect failed with ``EAGAIN``.
+LISTEN_BACKLOG = socket.SOMAXCONN
+#: Connections accepted in one loop step at most (asyncio's own accept loop takes as many
+#: as the listen backlog): the rest wait for the next step, behind what is ready by then.
+ACCEPT_PER_STEP = 64
+#: How long accepting pauses when the process or system is out of descriptors or memory
+#: (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), s; asyncio's ``ACCEPT_RETRY_DELAY``.
+ACCEPT_RETRY_S = 1.0
+#: The most the accept reads of a new connection's first bytes (what is left stays for
+#: the transport): under glibc's mmap threshold (128 KiB), where asyncio's own 256 KiB
+#: read buffer is an mmap and a munmap per read.
+FIRST_READ_BYTES = 64 * 1024
+#: How often the acceptor looks whether the client of a connection answered in its
+#: accept's step took its reply, s, and how long it waits for that at most before asyncio's
+#: transport takes the connection over anyway (its later lines and its end are read from
+#: then on), s (see :meth:`Acceptor._accepted`).
+HANDOVER_POLL_S = 0.002
+HANDOVER_WAIT_S = 0.05
+
+
+def make_socket_transport(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: asyncio.Protocol, addr: object
+) -> asyncio.Transport:
+    """asyncio's selector transport for ``sock`` (accepted, non-blocking), carrying
+    ``protocol``, as asyncio's own accept makes it (``peername`` ``addr``): it registers
+    its reader and calls ``protocol.connection_made`` in a later loop step. Raises
+    :class:`AttributeError` on a loop without it (see :func:`has_socket_transport`)."""
+    make: Any = loop._make_socket_transport  # type: ignore[attr-defined]
+    transport: asyncio.Transport = make(sock, protocol, None, extra={"peername": addr})
+    return transport
+
+
+def has_socket_transport(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` makes transports for accepted sockets (:func:`make_socket_transport`):
+    asyncio's selector loop does; ``BaseEventLoop``'s own stub only raises."""
+    make = getattr(type(loop), "_make_socket_transport", None)
+    return callable(make) and make is not getattr(
+        asyncio.BaseEventLoop, "_make_socket_transport", None
+    )
+
+
+class Acceptor:
+    """Accepts the connections of one listening ``AF_UNIX`` stream socket and serves each
+    one's first step (see the module docstring). ``make_connection``: a new
+    :class:`Connection` for the front end (the server), called once per accepted socket.
+
+    Counters (status ``connections_accepted``, ``first_read_at_accept``): :attr:`accepted`,
+    and of them :attr:`first_read_at_accept` whose first bytes were there at the accept."""
+
+    def __init__(self, make_connection: Callable[[], Connection]) -> None:
+        self.make_connection = make_connection
+        self.accepted = 0
+        self.first_read_at_accept = 0
+        self._listener: socket.socket | None = None
+        self._server: asyncio.AbstractServer | None = None  # asyncio's accept (see start)
+        self._accept_retry: asyncio.TimerHandle | None = None
+        #: Connections whose accept's step sent a reply not read yet: asyncio's transport
+        #: takes them over once it is (:meth:`_hand_over_when_taken`).
+        self._handing_over: dict[int, tuple[Connection, socket.socket, object]] = {}
+        self._closing = False
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve ``sock`` (a listening ``AF_UNIX`` ``SOCK_STREAM`` socket) on the running
+        loop: with the acceptor's own reader on asyncio's selector loop, else with
+        asyncio's ``create_unix_server`` (``connection_made`` then comes a step later)."""
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        if has_socket_transport(loop):
+            sock.listen(LISTEN_BACKLOG)
+            self._listener = sock
+            loop.add_reader(sock.fileno(), self._accept_ready)
+        else:
+            self._server = await loop.create_unix_server(
+                self.make_connection, sock=sock, backlog=LISTEN_BACKLOG
+            )
+
+    def close(self) -> None:
+        """Stop accepting and close the listening socket; a connection still waiting for
+        its handover gets its transport now."""
+        self._closing = True
+        if self._accept_retry is not None:
+            self._accept_retry.cancel()
+            self._accept_retry = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+            listener.close()
+        for conn, sock, addr in list(self._handing_over.values()):
+            self._hand_over(conn, sock, addr)
+        if self._server is not None:
+            self._server.close()
+
+    async def wait_closed(self) -> None:
+        """Until asyncio's server, if one serves, has closed (after :meth:`close`)."""
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    @property
+    def handing_over(self) -> int:
+        """Connections whose transport waits for their client to take the first reply."""
+        return len(self._handing_over)
+
+    def _accept_ready(self) -> None:
+        """The listening socket is readable: accept what waits (:meth:`_accepted` each)."""
+        listener = self._listener
+        if listener is None:
+            return
+        for _ in range(ACCEPT_PER_STEP):
+            try:
+                sock, addr = accept_passing(listener)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise  # the loop logs it; accepting goes on at the next readiness
+                # Linux keeps the socket readable: stop asking for a while, as asyncio does.
+                log.warning("accepting paused for %.0f s: %s", ACCEPT_RETRY_S, exc)
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(listener.fileno())
+                self._accept_retry = loop.call_later(ACCEPT_RETRY_S, self._accept_again)
+                return
+            try:
+                replied = self._accepted(sock, addr)
+            except Exception:  # a defect: this connection is dropped, serving goes on
+                log.exception("accepting a connection failed")
+                sock.close()
+                continue
+            if replied:
+                # Its client is reading the reply: let the loop go idle for it (on one
+                # emulated CPU work done now would run instead of the client) rather than
+                # ask for another connection now; one waiting keeps the socket readable,
+                # and the next step accepts it.
+                return
+
+    def _accept_again(self) -> None:
+        self._accept_retry = None
+        if self._listener is not None and not self._closing:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
+
+    def _accepted(self, sock: PassingSocket, addr: object) -> bool:
+        """A new connection, in the accept's loop step: its :class:`Connection`
+        (credentials read, admitted or refused now, not in a later step), then what the
+        client already sent is read and its first request answered here as far as that
+        goes without waiting (:meth:`Connection.data_received`), on a stand-in transport
+        (:func:`~schedswitchd.daemon.connection.accept_step`); then asyncio's own transport
+        takes the connection over (:meth:`Connection.hand_over`), made as its accept makes
+        it. A launcher connects and sends at once, so its line is usually there; if not,
+        or for the rest of the connection's life, the transport reads as it always does.
+        True if a reply went out in this step and its client has not read it yet."""
+        sock.setblocking(False)
+        self.accepted += 1
+        conn = self.make_connection()
+        conn.passed = sock
+        step = accept_step(sock, conn)
+        try:
+            conn.connection_made(step)
+            if not step.is_closing():
+                try:
+                    data = sock.recv(FIRST_READ_BYTES)
+                except OSError:  # nothing sent yet, or an error the transport meets too
+                    data = b""
+                if data:  # b"": the client is done writing; the transport sees that too
+                    self.first_read_at_accept += 1
+                # with nothing read too: the connection's idle timeout is armed there
+                conn.data_received(data)
+        except Exception:  # a defect: this connection ends (its transport closes it)
+            log.exception("connection %d: its first step failed", conn.id)
+            conn.close()
+        if (
+            conn.task is None
+            and not step.is_closing()
+            and not step.get_write_buffer_size()
+            and unread_bytes(sock) > 0
+        ):
+            # A reply went out in this step and its client has not read it yet: on one
+            # emulated CPU whatever the daemon still does now runs instead of the client,
+            # so the transport (costly to make there) is made once the client took the
+            # reply, at most HANDOVER_WAIT_S on (docs/performance.md, "Standby hit").
+            loop = asyncio.get_running_loop()
+            self._handing_over[conn.id] = (conn, sock, addr)
+            loop.call_later(
+                HANDOVER_POLL_S, self._hand_over_when_taken, conn.id, loop.time() + HANDOVER_WAIT_S
+            )
+            return True
+        self._hand_over(conn, sock, addr)
+        return False
+
+    def _hand_over_when_taken(self, conn_id: int, deadline: float) -> None:
+        held = self._handing_over.get(conn_id)
+        if held is None:
+            return  # handed over already (the acceptor is closing)
+        conn, sock, addr = held
+        loop = asyncio.get_running_loop()
+        if not conn.closing and unread_bytes(sock) > 0 and loop.time() < deadline:
+            loop.call_later(HANDOVER_POLL_S, self._hand_over_when_taken, conn_id, deadline)
+            return
+        self._hand_over(conn, sock, addr)
+
+    def _hand_over(self, conn: Connection, sock: socket.socket, addr: object) -> None:
+        """asyncio's transport for ``sock`` takes ``conn`` over from its accept's step."""
+        self._handing_over.pop(conn.id, None)
+        loop = asyncio.get_running_loop()
+        conn.hand_over(make_socket_transport(loop, sock, conn, addr))

@@ -11,18 +11,18 @@ in the command (argument parsing and ``--help`` included), points stdout and std
 
 from __future__ import annotations
 
-# The signal module's C core (see schedswitchd.cli.run: the signal module's enum types are
-# milliseconds of a launcher's start). No typeshed stub.
-import _signal  # type: ignore[import-not-found]
 import os
 import sys
 
-TYPE_CHECKING = False
+# signal's C core instead of the module, and no typing at run time: the commands' start has
+# a time budget (docs/performance.md, "Launch line").
+from schedswitchd.cpython_internals import SIGPIPE, TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 #: 128 + SIGPIPE: what ``sh`` reports for a command that ``SIGPIPE`` ended.
-EXIT_BROKEN_PIPE: int = 128 + _signal.SIGPIPE
+EXIT_BROKEN_PIPE: int = 128 + SIGPIPE
 
 
 def _silence(stream_fd: int) -> None:

@@ -23,13 +23,13 @@ import sys
 
 from schedswitchd import __version__
 from schedswitchd.cli import exits
+from schedswitchd.cpython_internals import TYPE_CHECKING
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
 # Neither argparse nor typing is imported on a quick line (its time budget:
-# docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
-TYPE_CHECKING = False
+# docs/performance.md, "`schedswitchctl status`"); annotations are strings (PEP 563).
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence

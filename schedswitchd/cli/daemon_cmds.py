@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 
 from schedswitchd.cli.exits import EXIT_INTERRUPTED, UsageError
+from schedswitchd.cpython_internals import TYPE_CHECKING
 from schedswitchd.daemon.launcher_wire import (
     DEFAULT_SOCKET,
     MAX_HINT_TTL_S,
@@ -37,8 +38,7 @@ from schedswitchd.daemon.launcher_wire import (
 from schedswitchd.errors import ProtocolError
 
 # typing is not imported at run time: the start of this command has a time budget
-# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
-TYPE_CHECKING = False
+# (docs/performance.md, "`schedswitchctl status`"); annotations are strings (PEP 563).
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable

@@ -33,6 +33,7 @@ error code, ``unavailable`` for an unreachable daemon, ``usage`` for bad usage, 
 
 from __future__ import annotations
 
+from schedswitchd.cpython_internals import TYPE_CHECKING
 from schedswitchd.daemon.launcher_wire import (
     DENIED,
     LIMIT,
@@ -44,8 +45,7 @@ from schedswitchd.entry import EXIT_BROKEN_PIPE
 from schedswitchd.errors import ProtocolError
 
 # typing is not imported at run time: the start of this command has a time budget
-# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
-TYPE_CHECKING = False
+# (docs/performance.md, "`schedswitchctl status`"); annotations are strings (PEP 563).
 if TYPE_CHECKING:
     from typing import Any, Final
 

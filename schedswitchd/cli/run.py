@@ -20,14 +20,20 @@ descriptors (a launcher may pass some on; the daemon connection is close-on-exec
 
 from __future__ import annotations
 
-# The signal module's C core, which every interpreter loads at start: the signal module
-# adds enum types around the same numbers and functions (enum, with functools and
-# collections, is ~5 ms of the launch line on the dev host). No typeshed stub.
-import _signal  # type: ignore[import-not-found]
 import os
 import sys
 
 from schedswitchd import __version__
+from schedswitchd.cpython_internals import (
+    SIGHUP,
+    SIGINT,
+    SIGPIPE,
+    SIGQUIT,
+    SIGTERM,
+    SIGXFSZ,
+    TYPE_CHECKING,
+    set_signal_handler,
+)
 from schedswitchd.daemon.launcher_wire import (
     DEFAULT_SOCKET,
     DaemonError,
@@ -37,16 +43,15 @@ from schedswitchd.daemon.launcher_wire import (
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError, unreadable
 
-# Neither argparse nor typing is imported on the usual launch line (see _quick_parse);
-# annotations are strings (PEP 563) and mypy reads this block.
-TYPE_CHECKING = False
+# Neither argparse nor typing is imported on the usual launch line (see _quick_parse and
+# docs/performance.md, "Launch line"); annotations are strings (PEP 563).
 if TYPE_CHECKING:
     import argparse
     import threading
     from collections.abc import Sequence
 
 #: Signals passed on to the command (``signal.SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGQUIT``).
-FORWARDED: tuple[int, ...] = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
+FORWARDED: tuple[int, ...] = (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
 
 
 class HintHolder:
@@ -270,9 +275,7 @@ def _run(workload: str, socket: str | None, quiet: bool, command: list[str]) -> 
         # posix_spawnp (vfork and exec in glibc) rather than subprocess: importing
         # subprocess and selectors is ~5 ms of the launch line, and the command should see
         # the file descriptors it would see without the wrapper, not the ones Popen leaves.
-        child = os.posix_spawnp(
-            command[0], command, os.environ, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)
-        )
+        child = os.posix_spawnp(command[0], command, os.environ, setsigdef=(SIGPIPE, SIGXFSZ))
     except OSError as exc:
         holder.release()
         why = unreadable(exc, "an executable: a path, or a name found in $PATH")
@@ -287,7 +290,7 @@ def _run(workload: str, socket: str | None, quiet: bool, command: list[str]) -> 
             os.kill(child, signum)
 
     for sig in FORWARDED:
-        _signal.signal(sig, forward)
+        set_signal_handler(sig, forward)
     if held:
         holder.start()
     try:

@@ -17,21 +17,24 @@ parses as the protocol's requests and that it reads the real server's replies.
 
 from __future__ import annotations
 
-# The C cores of socket and json: the socket type the socket module subclasses, and the
-# string quoting and scanner json.dumps and json.loads run on. The modules around them
-# import enum (socket's constants) and re (json's whitespace and escapes), with functools
-# and collections, at the start of a client that has a time budget (docs/performance.md).
-import _json
-import _socket
 import os
-import struct
 
+# json's, socket's and struct's C cores instead of the modules, and no typing at run time: the
+# start of a client has a time budget (docs/performance.md, "Launch line").
+from schedswitchd.cpython_internals import (
+    JSON_SCANNER,
+    SCM_RIGHTS,
+    SO_SNDTIMEO,
+    SOL_SOCKET,
+    TYPE_CHECKING,
+    json_quote,
+    struct_pack,
+    unix_stream_socket,
+)
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 
-# typing is not imported at run time: the start of this command has a time budget
-# (docs/performance.md); annotations are strings (PEP 563) and mypy reads this block.
-TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     from collections.abc import Iterator
     from types import TracebackType
     from typing import Any, ClassVar, Final, Self
@@ -68,28 +71,6 @@ def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("SCHEDSWITCHD_SOCKET") or DEFAULT_SOCKET
 
 
-_CONSTANTS = {"-Infinity": -float("inf"), "Infinity": float("inf"), "NaN": float("nan")}
-
-
-class _DecoderSettings:
-    """What ``json.loads`` gives json's C scanner (``json.decoder.JSONDecoder``'s defaults:
-    strict strings, plain dicts, ``int`` and ``float``, ``NaN`` and the infinities)."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    array_hook = None  # read from Python 3.15 on
-    parse_float = float
-    parse_int = int
-    parse_constant = _CONSTANTS.__getitem__
-
-
-try:
-    _scan: _json.make_scanner | None = _json.make_scanner(_DecoderSettings())  # type: ignore[arg-type]
-except (AttributeError, TypeError):  # a later CPython's scanner wants more: json reads all
-    _scan = None
-
-
 def loads(line: bytes) -> Any:
     """``json.loads(line)``: the same value, or the same exception.
 
@@ -98,10 +79,10 @@ def loads(line: bytes) -> Any:
     Whatever that does not read whole (another encoding, whitespace around the value, an
     error, whose message is json's) is given to ``json.loads`` itself.
     """
-    if _scan is not None:
+    if JSON_SCANNER is not None:
         try:
             text = line.decode()
-            value, end = _scan(text, 0)
+            value, end = JSON_SCANNER(text, 0)
         # SystemError: the C scanner raises json.decoder's JSONDecodeError only if that
         # module is loaded; json.loads below loads it and raises the error.
         except (StopIteration, ValueError, RecursionError, SystemError):
@@ -135,12 +116,12 @@ def dumps(request: dict[str, Any]) -> bytes:
         if type(key) is not str:
             break
         if type(value) is str:
-            text = _json.encode_basestring_ascii(value)
+            text = json_quote(value)
         elif type(value) in _LITERALS:
             text = _LITERALS[type(value)](value)
         else:
             break
-        members.append(f"{_json.encode_basestring_ascii(key)}:{text}")
+        members.append(f"{json_quote(key)}:{text}")
     else:
         return ("{" + ",".join(members) + "}").encode()
     import json
@@ -184,7 +165,7 @@ class LineConnection:
 
     def __init__(self, path: str | None = None, timeout_s: float = 60.0) -> None:
         self.path = socket_path(path)
-        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        self.sock = unix_stream_socket()
         try:
             self._connect(timeout_s)
         except OSError as exc:
@@ -201,11 +182,11 @@ class LineConnection:
         fails at once with ``EAGAIN``. Past ``timeout_s`` seconds it fails with ``EAGAIN``
         too."""
         whole = int(timeout_s)
-        timeval = struct.pack("ll", whole, int((timeout_s - whole) * 1e6))
-        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)
+        timeval = struct_pack("ll", whole, int((timeout_s - whole) * 1e6))
+        self.sock.setsockopt(SOL_SOCKET, SO_SNDTIMEO, timeval)
         self.sock.connect(self.path)
         # Sends use the Python timeout from here on; no kernel send timeout besides it.
-        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+        self.sock.setsockopt(SOL_SOCKET, SO_SNDTIMEO, struct_pack("ll", 0, 0))
 
     def _read_line(self) -> bytes | None:
         """The next reply line without its newline; ``None`` when the daemon closed."""
@@ -268,8 +249,8 @@ def send_with_fds(sock: _socket.socket, data: bytes, fds: tuple[int, ...]) -> No
     """Send all of ``data`` on the connected Unix stream socket ``sock``, ``fds`` passed as
     ``SCM_RIGHTS`` on its first bytes (the daemon keeps them with what it reads there).
     Raises ``OSError`` as ``sendmsg(2)`` and ``send(2)`` do."""
-    rights = struct.pack(f"{len(fds)}i", *fds)
-    sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    rights = struct_pack(f"{len(fds)}i", *fds)
+    sent = sock.sendmsg([data], [(SOL_SOCKET, SCM_RIGHTS, rights)])
     if sent < len(data):
         sock.sendall(data[sent:])
 

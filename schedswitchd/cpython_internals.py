@@ -1,0 +1,202 @@
+"""The CPython internals the client commands lean on to start fast, each named once here
+with the fallback that keeps the command correct when CPython moves it.
+
+``schedswitch-run`` (start to the command's exec) and ``schedswitchctl status`` have time
+budgets (docs/performance.md, "Launch line" and "`schedswitchctl status`"). Each trick below
+swaps a public module for the C core under it, or for not importing anything: the public
+modules import ``enum``, ``re``, ``functools``, ``collections`` or ``typing``, which are most
+of such a start. A trick leans on something CPython does not promise (a private module's
+names, a private scanner's settings), so a later CPython can take it away; then the fallback
+runs, correct and slower, and nothing else would say so. :data:`FALLBACKS` names the tricks
+whose fallback runs in this interpreter, and ``tests/test_cpython_internals.py`` has a test
+per trick that fails, naming the trick and what moved, when its fallback runs or when the
+launch line imports what the trick keeps out (:data:`KEPT_OUT`).
+
+This module is on the launch line itself: it imports C cores alone (never ``typing``,
+``asyncio``, ``json``, ``socket`` or ``signal`` at import time), and a trick of the daemon's
+takes the objects it works on as arguments.
+
+The tricks:
+
+* ``typing`` not imported at run time: :data:`TYPE_CHECKING` (``False``; mypy and ruff read
+  ``if TYPE_CHECKING:`` blocks as ``typing.TYPE_CHECKING`` ones, by the name), with string
+  annotations (PEP 563).
+* ``json``'s C core: :data:`JSON_SCANNER`, the scanner ``json.loads`` runs, set up as
+  ``json.loads`` sets it up, and :func:`json_quote`, the string quoting ``json.dumps`` runs.
+* ``socket``'s C core: :func:`unix_stream_socket` and the constants a client uses.
+* ``struct``'s C core: :func:`struct_pack` (``Lib/struct.py`` only re-exports ``_struct``;
+  one module file fewer to read at start).
+* ``signal``'s C core, which every interpreter loads at start: the signal numbers a launcher
+  forwards or resets and :func:`set_signal_handler`.
+* No ``argparse`` on the usual command lines: ``schedswitchd.cli.run._quick_parse`` and
+  ``schedswitchd.cli.ctl._quick_parse`` read them by hand and give anything else to
+  argparse (their tests check that both read the same); :data:`KEPT_OUT` ``"argv"``.
+"""
+
+from __future__ import annotations
+
+import _json
+import _socket
+import _struct
+
+#: ``typing.TYPE_CHECKING`` without importing ``typing`` (``False`` at run time; type
+#: checkers treat a block under any name ``TYPE_CHECKING`` as checked).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType, ModuleType
+    from typing import Any
+
+#: The tricks whose fallback runs in this interpreter (names as in :data:`KEPT_OUT`) -> what
+#: moved: each means CPython took away what the trick leans on, and the commands start slower
+#: than their budgets were measured with. Empty on the CPython the budgets were measured on.
+FALLBACKS: dict[str, str] = {}
+
+#: The public module each trick keeps out of ``sys.modules`` on the launch line and in
+#: ``status``: trick -> module name. ``tests/test_cpython_internals.py`` runs both lines and
+#: checks each (what those modules import in turn: ``tests/daemon/test_cli_light.py``).
+KEPT_OUT: dict[str, str] = {
+    "typing": "typing",
+    "json": "json",
+    "socket": "socket",
+    "struct": "struct",
+    "signal": "signal",
+    "argv": "argparse",
+}
+
+
+def _public(name: str) -> ModuleType:
+    """The public module ``name``, imported now (a fallback's cost, paid only then)."""
+    return __import__(name)
+
+
+# --- json ------------------------------------------------------------------------------
+
+_CONSTANTS = {"-Infinity": -float("inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class JsonDecoderSettings:
+    """What ``json.loads`` gives json's C scanner: the attributes of
+    ``json.decoder.JSONDecoder()`` that ``Modules/_json.c``'s ``scanner_new`` reads (strict
+    strings, plain dicts, ``int`` and ``float``, ``NaN`` and the infinities). A CPython whose
+    decoder grows an attribute the scanner reads fails the test of this trick."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    array_hook = None  # read from Python 3.15 on
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+def _json_scanner() -> Callable[[str, int], tuple[Any, int]] | None:
+    try:
+        return _json.make_scanner(JsonDecoderSettings())  # type: ignore[arg-type]
+    except (AttributeError, TypeError) as exc:  # a later CPython's scanner wants more
+        FALLBACKS["json"] = f"_json.make_scanner(JsonDecoderSettings()) raised {exc!r}"
+        return None
+
+
+#: ``scan(text, index) -> (value, end)``: json's C scanner as ``json.loads`` sets it up, or
+#: ``None`` when this CPython's scanner cannot be set up so (then read with ``json.loads``).
+#: It raises ``StopIteration`` where no value starts, ``ValueError`` on bad JSON, and
+#: ``SystemError`` for errors it raises through ``json.decoder`` while that is not imported.
+JSON_SCANNER = _json_scanner()
+
+
+def _json_quote() -> Callable[[str], str]:
+    quote = getattr(_json, "encode_basestring_ascii", None)
+    if callable(quote):
+        return quote  # type: ignore[no-any-return]
+    FALLBACKS["json"] = "_json has no encode_basestring_ascii"
+    encoder: Any = _public("json.encoder")
+    return encoder.encoder.encode_basestring_ascii  # type: ignore[no-any-return]
+
+
+#: ``json.dumps(text)`` (ASCII, as ``ensure_ascii``): the quoted JSON string of ``text``.
+json_quote: Callable[[str], str] = _json_quote()
+
+
+# --- socket ----------------------------------------------------------------------------
+
+#: What a client uses of the socket type (``socket.socket`` is a Python subclass of it).
+_SOCKET_METHODS = ("connect", "setsockopt", "settimeout", "sendall", "sendmsg", "recv", "close")
+_SOCKET_NAMES = ("AF_UNIX", "SOCK_STREAM", "SOL_SOCKET", "SO_SNDTIMEO", "SCM_RIGHTS")
+
+
+def _socket_module() -> Any:
+    missing = [n for n in _SOCKET_NAMES if not hasattr(_socket, n)]
+    missing += [f"socket.{m}" for m in _SOCKET_METHODS if not hasattr(_socket.socket, m)]
+    if not missing:
+        return _socket
+    FALLBACKS["socket"] = f"_socket has no {', '.join(missing)}"
+    return _public("socket")
+
+
+_sockets: Any = _socket_module()
+#: ``SOL_SOCKET``, ``SO_SNDTIMEO``, ``SCM_RIGHTS`` (``socket(7)``, ``unix(7)``).
+SOL_SOCKET: int = _sockets.SOL_SOCKET
+SO_SNDTIMEO: int = _sockets.SO_SNDTIMEO
+SCM_RIGHTS: int = _sockets.SCM_RIGHTS
+
+
+def unix_stream_socket() -> _socket.socket:
+    """A new ``AF_UNIX`` ``SOCK_STREAM`` socket, blocking, close-on-exec: ``socket``'s C type
+    (or ``socket.socket``, a subclass of it, as the fallback). Raises ``OSError`` as
+    ``socket(2)`` does."""
+    sock: _socket.socket = _sockets.socket(_sockets.AF_UNIX, _sockets.SOCK_STREAM)
+    return sock
+
+
+# --- struct ----------------------------------------------------------------------------
+
+
+def _struct_pack() -> Callable[..., bytes]:
+    pack = getattr(_struct, "pack", None)
+    if callable(pack):
+        return pack  # type: ignore[no-any-return]
+    FALLBACKS["struct"] = "_struct has no pack"
+    module: Any = _public("struct")
+    return module.pack  # type: ignore[no-any-return]
+
+
+#: ``struct.pack(format, *values)``: ``values`` packed as ``format`` says (native sizes and
+#: alignment without a prefix character); raises ``struct.error`` as it does.
+struct_pack: Callable[..., bytes] = _struct_pack()
+
+
+# --- signal ----------------------------------------------------------------------------
+
+_SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGXFSZ", "signal")
+
+
+def _signal_module() -> Any:
+    # No typeshed stub for _signal: it is imported by name.
+    try:
+        core = _public("_signal")
+    except ImportError:
+        FALLBACKS["signal"] = "no _signal module"
+        return _public("signal")
+    missing = [n for n in _SIGNAL_NAMES if not hasattr(core, n)]
+    if not missing:
+        return core
+    FALLBACKS["signal"] = f"_signal has no {', '.join(missing)}"
+    return _public("signal")
+
+
+_signals: Any = _signal_module()
+#: Signal numbers (``signal(7)``): those a launcher forwards to its command, and those
+#: Python ignores that a spawned command gets back at their defaults.
+SIGINT: int = int(_signals.SIGINT)
+SIGTERM: int = int(_signals.SIGTERM)
+SIGHUP: int = int(_signals.SIGHUP)
+SIGQUIT: int = int(_signals.SIGQUIT)
+SIGPIPE: int = int(_signals.SIGPIPE)
+SIGXFSZ: int = int(_signals.SIGXFSZ)
+
+
+def set_signal_handler(signum: int, handler: Callable[[int, FrameType | None], object]) -> None:
+    """``signal.signal(signum, handler)`` (main thread only; raises ``ValueError`` for a bad
+    signal number or from another thread, as it does)."""
+    _signals.signal(signum, handler)

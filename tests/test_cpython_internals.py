@@ -1,0 +1,216 @@
+"""A test per trick of :mod:`schedswitchd.cpython_internals`: each fails, naming the trick and
+what moved, when this CPython no longer gives the trick what it leans on (its fallback runs),
+or when the launch line or ``status`` imports the public module the trick keeps out.
+
+The two command lines run in fresh interpreters (``python -S -X importtime``, this checkout
+first on ``sys.path``: a regular install's start, without the development venv's import
+hooks) against a live server with a fake backend; ``-X importtime`` names who imported a
+module that should not be there.
+"""
+
+from __future__ import annotations
+
+import _json
+import json
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from schedswitchd import cpython_internals as internals
+from tests.daemon.fakes import FakeBackend
+from tests.daemon.harness import Running
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = "docs/performance.md"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One command line's run: what ``sys.modules`` held at its end and ``-X importtime``'s
+    lines (``(depth, module)`` in the order printed: a module after what it imported)."""
+
+    name: str
+    modules: frozenset[str]
+    imports: tuple[tuple[int, str], ...]
+
+    def importer_chain(self, module: str) -> str:
+        """``module <- its importer <- ...``, up to the import at the top of the run."""
+        for i, (depth, name) in enumerate(self.imports):
+            if name != module:
+                continue
+            chain = [name]
+            for later_depth, later in self.imports[i + 1 :]:
+                if later_depth < depth:
+                    chain.append(later)
+                    depth = later_depth
+            if len(chain) == 1:
+                chain.append("a function's own import, at run time")
+            return " <- ".join(chain)
+        return f"{module} (not in -X importtime's lines)"
+
+
+def _run_line(name: str, module: str, argv: list[str]) -> Line:
+    probe = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        f"from schedswitchd.cli import {module}\n"
+        f"code = {module}.main(sys.argv[1:])\n"
+        "print('modules:' + ','.join(sorted(sys.modules)), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, f"{name} failed: {out.stderr}"
+    lines = out.stderr.splitlines()
+    modules = next(x for x in reversed(lines) if x.startswith("modules:"))
+    imports = []
+    for text in lines:
+        if text.startswith("import time:") and "|" in text and "imported package" not in text:
+            field = text.rsplit("|", 1)[1]
+            stripped = field.lstrip(" ")
+            imports.append(((len(field) - len(stripped) - 1) // 2, stripped))
+    return Line(name, frozenset(modules.removeprefix("modules:").split(",")), tuple(imports))
+
+
+@pytest.fixture(scope="module")
+def lines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Line, Line]]:
+    """The launch line (a hint taken, its reply read, the command run) and ``status``."""
+    srv = Running(FakeBackend())
+    try:
+        marker = tmp_path_factory.mktemp("launch") / "ran"
+        launch = _run_line(
+            "the launch line (schedswitch-run)",
+            "run",
+            ["--socket", srv.path, "gaming", "--", "touch", str(marker)],
+        )
+        assert marker.exists()
+        status = _run_line("schedswitchctl status", "ctl", ["--socket", srv.path, "status"])
+        yield launch, status
+    finally:
+        srv.stop()
+
+
+def _kept_out(trick: str, lines: tuple[Line, Line]) -> None:
+    module = internals.KEPT_OUT[trick]
+    for line in lines:
+        assert module not in line.modules, (
+            f"{line.name} imported {module} ({line.importer_chain(module)}) on Python "
+            f"{sys.version.split()[0]}: the {trick!r} trick of schedswitchd/cpython_internals.py "
+            f"keeps it out for the start's budget ({PAGE}); find what imports it"
+        )
+
+
+def _no_fallback(trick: str) -> None:
+    assert trick not in internals.FALLBACKS, (
+        f"the {trick!r} trick of schedswitchd/cpython_internals.py runs its fallback on Python "
+        f"{sys.version.split()[0]}: {internals.FALLBACKS.get(trick)}. The commands stay "
+        f"correct but start slower than their budgets ({PAGE}) were measured with"
+    )
+
+
+def test_typing_stays_out(lines: tuple[Line, Line]) -> None:
+    """``TYPE_CHECKING`` is ``False`` at run time, and neither line imports ``typing``."""
+    assert internals.TYPE_CHECKING is False
+    _kept_out("typing", lines)
+
+
+#: ``json.decoder.JSONDecoder()``'s attributes that are its own Python-side machinery, not
+#: settings the C scanner reads (``Lib/json/decoder.py``).
+_DECODER_OWN = {"parse_object", "parse_array", "parse_string", "memo", "scan_once"}
+
+
+def test_json_scanner_is_the_c_one_set_up_as_json_loads_does(lines: tuple[Line, Line]) -> None:
+    """``_json.make_scanner`` takes :class:`JsonDecoderSettings`; those settings are every one
+    ``JSONDecoder()`` gives it, with the same values; the scanner reads what ``json.loads``
+    reads; and neither line imports ``json``."""
+    _no_fallback("json")
+    decoder = json.decoder.JSONDecoder()
+    settings = internals.JsonDecoderSettings()
+    wanted = set(vars(decoder)) - _DECODER_OWN
+    missing = sorted(wanted - set(dir(settings)))
+    assert not missing, (
+        f"json.decoder.JSONDecoder() on Python {sys.version.split()[0]} sets {missing}, which "
+        "the C scanner may read: add them to JsonDecoderSettings in "
+        "schedswitchd/cpython_internals.py with JSONDecoder's defaults"
+    )
+    for name in sorted(wanted - {"parse_constant"}):
+        assert getattr(settings, name) == getattr(decoder, name), (
+            f"JsonDecoderSettings.{name} is not JSONDecoder()'s default"
+        )
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        assert repr(settings.parse_constant(constant)) == repr(decoder.parse_constant(constant))
+    scan = internals.JSON_SCANNER
+    assert scan is not None
+    for text in ('{"v":1,"ok":true,"x":[1.5,null,"\\u00e9",NaN,-2]}', '"a\\tb"', "[]", "1e400"):
+        assert repr(scan(text, 0)) == repr((json.loads(text), len(text))), text
+    _kept_out("json", lines)
+
+
+def test_json_quote_is_the_c_one() -> None:
+    _no_fallback("json")
+    assert internals.json_quote is _json.encode_basestring_ascii
+    for text in ("", "plain", 'q"\\', "\x00\n\u00e9\U0001f600"):
+        assert internals.json_quote(text) == json.dumps(text)
+
+
+def test_socket_core_has_what_a_client_uses(lines: tuple[Line, Line]) -> None:
+    """The client's socket is ``_socket.socket`` (not the module's subclass), with the
+    constants of ``socket(7)``/``unix(7)``, and neither line imports ``socket``."""
+    _no_fallback("socket")
+    sock = internals.unix_stream_socket()
+    try:
+        assert type(sock) is socket.SocketType  # socket.SocketType is _socket.socket
+        assert (sock.family, sock.type) == (socket.AF_UNIX, socket.SOCK_STREAM)
+    finally:
+        sock.close()
+    assert (internals.SOL_SOCKET, internals.SO_SNDTIMEO, internals.SCM_RIGHTS) == (
+        socket.SOL_SOCKET, socket.SO_SNDTIMEO, socket.SCM_RIGHTS
+    )  # fmt: skip
+    _kept_out("socket", lines)
+
+
+def test_struct_pack_is_the_c_one(lines: tuple[Line, Line]) -> None:
+    """``struct_pack`` is ``_struct.pack`` (what ``struct.pack`` re-exports), and neither
+    line imports ``struct``."""
+    _no_fallback("struct")
+    assert internals.struct_pack is struct.pack
+    assert internals.struct_pack("ll", 1, -2) == struct.pack("ll", 1, -2)
+    _kept_out("struct", lines)
+
+
+def test_signal_core_has_the_names(lines: tuple[Line, Line]) -> None:
+    """``_signal`` has every name the launcher uses, with ``signal``'s values, and neither
+    line imports ``signal``."""
+    _no_fallback("signal")
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGXFSZ"):
+        assert getattr(internals, name) == getattr(signal, name).value, name
+    _kept_out("signal", lines)
+
+
+def test_set_signal_handler_installs_the_handler() -> None:
+    def handler(signum: int, frame: object) -> None:
+        del signum, frame
+
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        internals.set_signal_handler(internals.SIGHUP, handler)
+        assert signal.getsignal(signal.SIGHUP) is handler
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def test_the_usual_lines_are_read_without_argparse(lines: tuple[Line, Line]) -> None:
+    """The hand argv readers (``cli/run.py``'s and ``cli/ctl.py``'s ``_quick_parse``) take
+    both lines: neither imports ``argparse`` (that they read what argparse reads:
+    ``tests/daemon/test_cli_light.py``)."""
+    _kept_out("argv", lines)

@@ -200,7 +200,7 @@ fuzz: deps test-objects
 
 fuzz-props: deps test-objects
 	@mkdir -p $(FUZZ_DIR) && rm -f $(FUZZ_DIR)/stats.jsonl $(FUZZ_DIR)/junit.xml
-	SCHEDSWITCHD_FUZZ_SCALE=$(FUZZ_SCALE) SCHEDSWITCHD_FUZZ_STATS=$(FUZZ_DIR)/stats.jsonl $(VENV)/bin/pytest -q -p no:cacheprovider --junitxml=$(FUZZ_DIR)/junit.xml tests/bpf/test_object_fuzz.py tests/test_btf_fuzz.py tests/daemon/test_protocol.py "tests/daemon/test_server.py::test_arbitrary_bytes_over_the_socket" || true
+	SCHEDSWITCHD_FUZZ_SCALE=$(FUZZ_SCALE) SCHEDSWITCHD_FUZZ_STATS=$(FUZZ_DIR)/stats.jsonl $(VENV)/bin/pytest -q -p no:cacheprovider --junitxml=$(FUZZ_DIR)/junit.xml tests/bpf/test_object_fuzz.py tests/bpf/btf/test_btf_fuzz.py tests/daemon/test_protocol.py "tests/daemon/test_server.py::test_arbitrary_bytes_over_the_socket" || true
 	$(VPY) -m tools.fuzz_report $(FUZZ_DIR) --out $(FUZZ_DIR)/props.md
 
 # Man pages (build/man/schedswitchd.8, schedswitchctl.1, schedswitch-run.1,

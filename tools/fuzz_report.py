@@ -23,7 +23,7 @@ from pathlib import Path
 # Which pytest file feeds which family prefix (for the time column).
 _FILES = {
     "elf": "tests/bpf/test_object_fuzz.py",
-    "btf": "tests/test_btf_fuzz.py",
+    "btf": "tests/bpf/btf/test_btf_fuzz.py",
     "protocol": "tests/daemon/test_protocol.py tests/daemon/test_server.py",
 }
 

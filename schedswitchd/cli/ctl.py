@@ -49,7 +49,7 @@ _EPILOG = (
 # registers. Listed here, not discovered, so that the CLI's surface is visible in one
 # place -- and so that a command imports only its own family: the object family pulls in
 # the loader, the profile family the profile engine, which ``status`` never needs
-# (tests/test_cli_entrypoints.py checks this table against what the families register).
+# (tests/cli/test_cli_entrypoints.py checks this table against what the families register).
 _FAMILIES: dict[str, tuple[str, ...]] = {
     "schedswitchd.cli.daemon_cmds": (
         "status", "list", "history", "hint", "prepare", "release", "switch", "stop", "reload",

@@ -77,7 +77,7 @@ def wait_socket(path: Path, proc: subprocess.Popen[Any], timeout: float = 120) -
 
 
 # The one-shot modes run in this process (service.main; the console script is that
-# function, and tests/test_cli_pipes.py runs it as a process): they leave it untuned
+# function, and tests/cli/test_cli_pipes.py runs it as a process): they leave it untuned
 # (tests/daemon/test_memory_tuning.py), so later tests see the process as it was.
 
 

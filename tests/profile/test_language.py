@@ -1,7 +1,7 @@
 """The profile language's additions, resolved against fake sysfs trees: ``[let]``,
 flags given by expressions, a mode's runs before the base's, a mode's own ``userspace``,
 ``[[perf_events]]`` and their refusals (no kernel needed; the kernel side is
-tests/kernel/test_profile_steps.py)."""
+tests/kernel/sched_ext/test_profile_steps.py)."""
 
 from __future__ import annotations
 

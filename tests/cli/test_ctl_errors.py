@@ -13,7 +13,7 @@ import pytest
 from schedswitchd.cli import ctl
 from tests.build_outputs import missing_build_output
 
-OBJ = Path(__file__).resolve().parents[1] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
+OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "struct_ops.bpf.o"
 
 
 def test_socket_is_a_global_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "switch_latency.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "switch_latency.py"
 
 
 @pytest.fixture(scope="module")
@@ -228,9 +228,8 @@ def test_wait_idle_returns_once_the_refill_is_done(sl: ModuleType) -> None:
 
     from schedswitchd.daemon import protocol as proto
     from schedswitchd.daemon.client import DaemonClient
-
-    from .daemon.fakes import FakeBackend
-    from .daemon.harness import FakeTimer, Running
+    from tests.daemon.fakes import FakeBackend
+    from tests.daemon.harness import FakeTimer, Running
 
     srv = Running(FakeBackend(), poll_timer=FakeTimer(), default="fifo")
     try:

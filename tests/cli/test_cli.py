@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.cli import ctl, run
-
-from .fakes import FakeBackend
-from .harness import Running
+from tests.daemon.fakes import FakeBackend
+from tests.daemon.harness import Running
 
 BIN = Path(sys.executable).parent
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "daemon_rss.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "daemon_rss.py"
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_report_rows_deltas_and_errors(dr: ModuleType) -> None:
 
 
 def test_from_json_makes_its_out_dir(dr: ModuleType, tmp_path: Path) -> None:
-    saved = Path(__file__).resolve().parents[1] / "bench" / "results" / "daemon_rss_vm.json"
+    saved = Path(__file__).resolve().parents[2] / "bench" / "results" / "daemon_rss_vm.json"
     out = tmp_path / "new" / "dir"
     assert dr.main(["--from-json", str(saved), "--out", str(out)]) == 0
     assert "| base |" in (out / "daemon_rss_vm.md").read_text()

@@ -1,5 +1,5 @@
 /* Every BTF kind clang 14 emits for BPF, for comparing our BTF reader with bpftool.
- * Compiled by tests/test_btf_bpftool.py into a temporary directory. */
+ * Compiled by tests/bpf/btf/test_btf_bpftool.py into a temporary directory. */
 typedef unsigned long long u64;
 #define __tag(x) __attribute__((btf_decl_tag(x)))
 #define __ttag(x) __attribute__((btf_type_tag(x)))

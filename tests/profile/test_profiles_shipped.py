@@ -37,7 +37,7 @@ from schedswitchd.profile.resolve import KernelFacts, resolve_profile
 from schedswitchd.profile.topology import Topology, read_topology
 from tests.profile.fakesys import fake_sysfs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "config" / "profiles"
 CORPUS = REPO.parent / "shared" / "corpus"
 

@@ -25,9 +25,8 @@ from schedswitchd.cli import daemon_cmds
 from schedswitchd.cli.exits import UsageError
 from schedswitchd.daemon import protocol as proto
 from tests import fuzzing
-
-from .fakes import FakeBackend
-from .harness import Running
+from tests.daemon.fakes import FakeBackend
+from tests.daemon.harness import Running
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 ``/sys/kernel/btf/vmlinux``.
 
 Every relocation clang emitted is matched to an expectation computed from bpftool's JSON
-dump of vmlinux and of the object (``tests/core_expect.py``); then the patched instructions
+dump of vmlinux and of the object (``tests/bpf/core/core_expect.py``); then the patched instructions
 are compared slot by slot with what libbpf itself produces for the same object.
 """
 
@@ -22,7 +22,7 @@ from schedswitchd.bpf.core.patch import POISON_IMM
 from schedswitchd.bpf.core.relo import CoreReloKind
 from schedswitchd.bpf.core.relocate import CoreResult, relocate
 from schedswitchd.bpf.object import open_object
-from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
+from tests.bpf.core.core_expect import JsonBtf, bitfield_window, bpftool_types
 from tests.libbpf_ref import libbpf_relocated_insns
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
@@ -68,7 +68,7 @@ def obj_path(
             "no clang >= 15 installed (make deps installs clang-16): cannot emit TYPE_MATCHES"
         )
     out = tmp_path_factory.mktemp("core_kinds") / "core_kinds.bpf.o"
-    src = Path(__file__).with_name("core_kinds.bpf.c")
+    src = Path(__file__).parents[1] / "core_kinds.bpf.c"  # tests/bpf/, beside the other objects
     vmlinux_h = made.parents[2] / "host"
     subprocess.run(
         [clang, "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{vmlinux_h}",

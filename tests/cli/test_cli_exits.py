@@ -14,9 +14,8 @@ import pytest
 from schedswitchd.cli import ctl, exits
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.client import DaemonError
-
-from .fakes import FakeBackend
-from .harness import Running
+from tests.daemon.fakes import FakeBackend
+from tests.daemon.harness import Running
 
 NO_SOCKET = "/nonexistent/schedswitchd-exits.sock"
 

@@ -20,9 +20,9 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.access import BtfView
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import relocate
+from tests.bpf.core.core_btf import SpyBtf
+from tests.bpf.core.core_expect import JsonBtf, bpftool_types
 from tests.build_outputs import sid_kernel
-from tests.core_btf import SpyBtf
-from tests.core_expect import JsonBtf, bpftool_types
 from tools.sidkernel import SidKernel
 
 MOV64_K = bpf.CLASS_ALU64 | bpf.OP_MOV | bpf.SRC_K

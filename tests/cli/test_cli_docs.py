@@ -17,7 +17,7 @@ pytest.importorskip("shtab", reason="a dev dependency: make deps")
 from schedswitchd.daemon.client import DEFAULT_SOCKET
 from tools import cli_docs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_see_also_names_the_other_pages_not_itself(
 
 
 def test_readme_lists_every_man_page() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for command in cli_docs.COMMANDS:
         assert f"`{command.prog}({command.section})`" in readme, command.prog
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from schedswitchd.bpf.core.compat import fields_are_compat, types_are_compat, types_match
-from tests.core_btf import SpyBtf, TypeBuilder
+from tests.bpf.core.core_btf import SpyBtf, TypeBuilder
 
 
 class Side:

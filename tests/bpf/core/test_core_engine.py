@@ -1,6 +1,6 @@
 """CO-RE engine against small hand-built BTFs, with hand-computed expectations.
 
-Layouts (bit offsets; ``tests/core_btf.py`` builds them):
+Layouts (bit offsets; ``tests/bpf/core/core_btf.py`` builds them):
 
 local ``struct task_struct___local`` (64 bytes)      target ``struct task_struct`` (80 bytes)
   0 pid    int   @0                                    0 state u64  @0
@@ -30,7 +30,7 @@ from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CandidateCache, CoreResult, relocate
 from schedswitchd.errors import CoreError
 from tests import fuzzing
-from tests.core_btf import SpyBtf, TypeBuilder
+from tests.bpf.core.core_btf import SpyBtf, TypeBuilder
 
 LDX_W = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_W
 LDX_DW = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_DW

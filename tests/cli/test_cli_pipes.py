@@ -18,7 +18,7 @@ import pytest
 from schedswitchd.entry import EXIT_BROKEN_PIPE
 from tests.build_outputs import missing_build_output
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CONFIG = REPO / "config" / "schedswitchd.toml"
 OBJ = REPO / "build" / "tests" / "bpf" / "struct_ops.bpf.o"

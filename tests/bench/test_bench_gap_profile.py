@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "gap_profile.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "gap_profile.py"
 
 # One enable and one disable, cut down from a real trace: the syscall's task waits in
 # kthread_flush_work while the helper kthread runs the body; context-switch markers between.

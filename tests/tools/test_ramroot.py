@@ -25,7 +25,7 @@ from tools.ramroot import (
     write_archive,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv" / "bin" / "python"
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 

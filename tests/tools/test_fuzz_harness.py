@@ -77,7 +77,7 @@ def _run(
 def test_each_kind_of_finding_is_reported_and_the_run_goes_on(
     tmp_path: Path, attr: str, kind: str, workers: int
 ) -> None:
-    (r,) = _run(tmp_path, [f"tests.test_fuzz_harness:{attr}"], INPUTS, jobs=1)
+    (r,) = _run(tmp_path, [f"tests.tools.test_fuzz_harness:{attr}"], INPUTS, jobs=1)
     assert r.findings == {kind: 1}, r.as_dict()
     assert r.inputs == INPUTS, r.as_dict()
     assert r.workers == workers  # replaced after a hang, an allocation, a death
@@ -96,7 +96,7 @@ def test_each_kind_of_finding_is_reported_and_the_run_goes_on(
 
 
 def test_a_run_with_findings_exits_1_and_writes_its_counts(tmp_path: Path) -> None:
-    argv = ["run", "tests.test_fuzz_harness:UNTYPED", "--inputs", str(INPUTS),
+    argv = ["run", "tests.tools.test_fuzz_harness:UNTYPED", "--inputs", str(INPUTS),
             "--out", str(tmp_path), "--cpu-limit", "1"]  # fmt: skip
     assert fuzz.main(argv) == 1
     (surface,) = json.loads((tmp_path / "report.json").read_text())["surfaces"]
@@ -105,14 +105,14 @@ def test_a_run_with_findings_exits_1_and_writes_its_counts(tmp_path: Path) -> No
 
 
 def test_shards_run_every_input_once(tmp_path: Path) -> None:
-    (one,) = _run(tmp_path / "1", ["tests.test_fuzz_harness:UNTYPED"], 30)
-    (three,) = _run(tmp_path / "3", ["tests.test_fuzz_harness:UNTYPED"], 30, jobs=3, shards=3)
+    (one,) = _run(tmp_path / "1", ["tests.tools.test_fuzz_harness:UNTYPED"], 30)
+    (three,) = _run(tmp_path / "3", ["tests.tools.test_fuzz_harness:UNTYPED"], 30, jobs=3, shards=3)
     assert three.inputs == 30 and three.workers == 3
     assert three.outcomes == one.outcomes and three.findings == {"untyped": 1}
 
 
 def test_typed_errors_only_exit_0(tmp_path: Path) -> None:
-    assert fuzz.main(["run", "tests.test_fuzz_harness:CLEAN", "--inputs", "30",
+    assert fuzz.main(["run", "tests.tools.test_fuzz_harness:CLEAN", "--inputs", "30",
                       "--out", str(tmp_path)]) == 0  # fmt: skip
 
 

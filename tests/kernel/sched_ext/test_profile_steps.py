@@ -37,7 +37,7 @@ from tests.build_outputs import missing_build_output
 
 pytestmark = pytest.mark.root
 
-OBJ = Path(__file__).resolve().parents[2] / "build" / "tests" / "bpf" / "profile.bpf.o"
+OBJ = Path(__file__).resolve().parents[3] / "build" / "tests" / "bpf" / "profile.bpf.o"
 
 PROFILE = """
 [profile]

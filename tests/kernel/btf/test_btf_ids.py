@@ -20,7 +20,7 @@ from schedswitchd.kernel.uevents import make_uevent
 
 pytestmark = pytest.mark.root
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _user_btf() -> BtfFd:

@@ -13,8 +13,8 @@ import pytest
 from schedswitchd.bpf.btf.json_dump import btf_to_json
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
+from tests.bpf.btf.test_btf_bpftool import assert_same_types, bpftool_json
 from tests.build_outputs import sid_kernel
-from tests.test_btf_bpftool import assert_same_types, bpftool_json
 from tools.sidkernel import SidKernel
 
 # Modules that carry the rarer kinds in their own split BTF (ENUM64 signed/unsigned, FLOAT,

@@ -16,7 +16,7 @@ from tools import vm
 from tools.rodata import RodataError, set_rodata
 from tools.sidkernel import SidKernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

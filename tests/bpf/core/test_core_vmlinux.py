@@ -2,7 +2,7 @@
 
 Local types are built with BtfBuilder the way clang would describe a BPF program's view of
 kernel structs (``___flavour`` names, a subset of the fields, different offsets);
-expectations come from bpftool's JSON dump of the same vmlinux (``tests/core_expect.py``),
+expectations come from bpftool's JSON dump of the same vmlinux (``tests/bpf/core/core_expect.py``),
 not from our BTF reader.
 """
 
@@ -18,7 +18,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.patch import POISON_IMM
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CoreResult, relocate
-from tests.core_expect import JsonBtf, bitfield_window, bpftool_types
+from tests.bpf.core.core_expect import JsonBtf, bitfield_window, bpftool_types
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 pytestmark = [

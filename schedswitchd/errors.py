@@ -20,10 +20,16 @@ def unreadable(exc: OSError, expected: str) -> str:
 class SchedSwitchError(Exception):
     """Root of every error schedswitchd raises on purpose.
 
-    ``code`` is the stable, machine-readable name sent to socket clients.
+    ``code`` is the stable, machine-readable name sent to socket clients. ``verifier_log``
+    is the BPF verifier's text (``BPF_PROG_LOAD``'s ``log_buf``, ``include/uapi/linux/bpf.h``)
+    when the error comes from a program the kernel refused, on whichever branch carries it
+    (:class:`BpfSyscallError`, a loader's ``ProgramLoadError``, a :class:`LoadError` that
+    wraps one, a daemon's error reply), else ``None``: every caller reads it without asking
+    the error's class.
     """
 
     code = "internal"
+    verifier_log: str | None = None
 
 
 # --- bpf/ (pure) ---------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def _run(handler: Callable[..., int], args: object, *, as_json: bool) -> int:
         return int(handler(args))
     except SchedSwitchError as exc:
         text, code = str(exc), exc.code
-        log = getattr(exc, "verifier_log", None)
+        log = exc.verifier_log
         status = exits.exit_status(exc)
     except BrokenPipeError:
         raise  # run_entry ends quietly

@@ -515,7 +515,7 @@ def _load(args: argparse.Namespace) -> int:
     try:
         return _load_and_print(args)
     except SchedSwitchError as exc:
-        log = getattr(exc, "verifier_log", None)
+        log = exc.verifier_log
         if not log:
             raise
         if args.json:
@@ -540,7 +540,7 @@ def _sched_ext_note(spec: ObjectSpec) -> Iterator[None]:
             m.struct_ops is not None and m.struct_ops.type_name == "sched_ext_ops"
             for m in spec.struct_ops_maps
         )
-        if not is_scheduler or sysfs.available() or getattr(exc, "verifier_log", None):
+        if not is_scheduler or sysfs.available() or exc.verifier_log:
             raise
         raise LoadError(
             f"{exc} (this kernel has no sched_ext: {sysfs.SCHED_EXT_ROOT} is missing, "

@@ -207,7 +207,7 @@ def check_config(
                 prepared = prepare_checked(backend, name, spec)
             except SchedSwitchError as exc:
                 problems.append(f"prepare failed ({exc.code}): {exc}")
-                log = getattr(exc, "verifier_log", None)
+                log = exc.verifier_log
                 if log:
                     notes.append("verifier log:\n" + log)
             else:

@@ -557,7 +557,7 @@ class KernelBackend:
                 f"{exc} [declared module BTF not available: {', '.join(missing)} "
                 "(module not loaded?)]"
             )
-            err.verifier_log = getattr(exc, "verifier_log", None)  # type: ignore[attr-defined]
+            err.verifier_log = exc.verifier_log
             raise err from exc
         t["load"] = time.perf_counter_ns() - start
         try:

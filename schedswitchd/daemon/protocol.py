@@ -272,7 +272,7 @@ class ErrorBody(_Wire):
     @classmethod
     def of(cls, exc: SchedSwitchError) -> ErrorBody:
         """The body of a typed error: its ``code``, its text, its verifier log if any."""
-        return cls(code=exc.code, message=str(exc), verifier_log=getattr(exc, "verifier_log", None))
+        return cls(code=exc.code, message=str(exc), verifier_log=exc.verifier_log)
 
 
 class KernelInfo(_Wire):

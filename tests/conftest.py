@@ -1,4 +1,6 @@
-"""Hooks of the whole suite: tests marked ``root`` need root and the host kernel's BTF.
+"""Hooks and fixtures of the whole suite: tests marked ``root`` need root and the host
+kernel's BTF; a daemon on a fake backend for the tests of daemon/, cli/ and desktop/; BPF
+objects compiled from a test's own C source.
 
 Here, not in a subdirectory's conftest, so that ``pytest tests/daemon/test_x.py`` run as a
 normal user skips them as ``pytest`` of the whole tree does. Under ``make test``
@@ -9,10 +11,18 @@ must not pass without having run them.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.build_outputs import full_suite
+
+if TYPE_CHECKING:
+    from tests.daemon.harness import Running
 
 #: Why a ``root`` test cannot run here.
 ROOT_REASON = "needs root and a kernel with BTF (/sys/kernel/btf/vmlinux)"
@@ -30,3 +40,51 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if full_suite():
         pytest.fail(ROOT_REASON, pytrace=False)
     pytest.skip(ROOT_REASON)
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., Running]]:
+    """``start_server(backend=None, **options)``: a :class:`~tests.daemon.harness.Running`
+    server (arguments as ``Running`` takes them: a new ``FakeBackend`` unless given), each
+    stopped after the test. The harness is imported here, not at the top, so that a run of
+    tests that start no daemon (the VM's, the BPF floor's) does not import it."""
+    from tests.daemon.harness import Running
+
+    started: list[Running] = []
+
+    def start(*args: Any, **options: Any) -> Running:
+        running = Running(*args, **options)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def srv(start_server: Callable[..., Running]) -> Running:
+    """A running server on a fresh ``FakeBackend``, every option at its default."""
+    return start_server()
+
+
+@pytest.fixture(scope="session")
+def compile_bpf(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """``compile_bpf(source, name)`` -> ``NAME.bpf.o`` built from the C text ``source`` by
+    ``clang -O2 -g -target bpf`` in a new temporary directory (for objects a test writes
+    itself; the Makefile builds tests/bpf/). Skips the test when clang is not installed."""
+
+    def build(source: str, name: str) -> Path:
+        clang = shutil.which("clang")
+        if clang is None:
+            pytest.skip("clang not installed")
+        tmp = tmp_path_factory.mktemp(name)
+        src = tmp / f"{name}.bpf.c"
+        src.write_text(source)
+        out = tmp / f"{name}.bpf.o"
+        subprocess.run(
+            [clang, "-O2", "-g", "-target", "bpf", "-c", str(src), "-o", str(out)], check=True
+        )
+        return out
+
+    return build

@@ -3,26 +3,19 @@ itself runs in the sched_ext VM: ``python bench/daemon_rss.py``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "daemon_rss.py"
-
 
 @pytest.fixture(scope="module")
-def dr() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("daemon_rss", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["daemon_rss"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def dr(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("daemon_rss")
 
 
 def _rss(total: float, anon: float) -> dict[str, float]:

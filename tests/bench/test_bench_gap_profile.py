@@ -4,15 +4,11 @@ sched_ext VM's (funcgraph-proc and funcgraph-tail on; the measurement itself run
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gap_profile.py"
 
 # One enable and one disable, cut down from a real trace: the syscall's task waits in
 # kthread_flush_work while the helper kthread runs the body; context-switch markers between.
@@ -56,13 +52,8 @@ TRACE = """\
 
 
 @pytest.fixture(scope="module")
-def gp() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gap_profile", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gap_profile"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def gp(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("gap_profile")
 
 
 def test_parse_graph_reads_leaves_and_closing_lines(gp: ModuleType) -> None:

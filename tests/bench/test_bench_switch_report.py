@@ -3,25 +3,17 @@ synthetic samples (the measurement itself runs in the VM: `make bench`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "switch_latency.py"
-
 
 @pytest.fixture(scope="module")
-def sl() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("switch_latency", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["switch_latency"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def sl(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("switch_latency")
 
 
 def _sample(total_ms: float, gap_ms: float, rss_mib: float = 40.0) -> dict[str, Any]:

@@ -86,24 +86,15 @@ SID_BTF = Path(__file__).resolve().parents[2] / "build" / "sid" / "vmlinux.btf"
 
 
 def test_inspect_shows_struct_ops_scalars(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    compile_bpf: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """timeout_ms, exit_dump_len, dispatch_max_batch and the name as compiled; flags by
     name from a sched_ext kernel's BTF (bits no name covers in hex), a pointer left out."""
-    import shutil
-    import subprocess
-
-    clang = shutil.which("clang")
-    if clang is None:
-        pytest.skip("clang not installed")
+    obj = compile_bpf(OPS_C, "ops")
     if not SID_BTF.is_file():
         from tests.build_outputs import missing_build_output
 
         missing_build_output(SID_BTF)
-    (tmp_path / "ops.bpf.c").write_text(OPS_C)
-    obj = tmp_path / "ops.bpf.o"
-    src = str(tmp_path / "ops.bpf.c")
-    subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-c", src, "-o", str(obj)], check=True)
     d = _json(capsys, str(obj), "--vmlinux", str(SID_BTF))
     [ops] = [m["struct_ops"] for m in d["maps"] if "struct_ops" in m]  # type: ignore[attr-defined]
     assert ops["scalars"] == {

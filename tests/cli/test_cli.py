@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,10 +22,8 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running(FakeBackend(verifier_reject={"broken"}))
-    yield running
-    running.stop()
+def srv(start_server: Callable[..., Running]) -> Running:
+    return start_server(FakeBackend(verifier_reject={"broken"}))
 
 
 def test_status_table_and_json(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:

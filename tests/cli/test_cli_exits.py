@@ -6,7 +6,7 @@ one text line on stderr. Against a live server with the fake backend."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,10 +21,8 @@ NO_SOCKET = "/nonexistent/schedswitchd-exits.sock"
 
 
 @pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running(FakeBackend(verifier_reject={"broken"}), max_leases=1)
-    yield running
-    running.stop()
+def srv(start_server: Callable[..., Running]) -> Running:
+    return start_server(FakeBackend(verifier_reject={"broken"}), max_leases=1)
 
 
 def _json_error(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import struct
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,18 +129,8 @@ struct sched_ext_ops test_ops = { .name = "test" };
 
 
 @pytest.fixture(scope="module")
-def bpf_object(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    clang = shutil.which("clang")
-    if clang is None:
-        pytest.skip("clang not installed")
-    tmp = tmp_path_factory.mktemp("obj")
-    (tmp / "t.bpf.c").write_text(SCHED_C)
-    out = tmp / "t.bpf.o"
-    subprocess.run(
-        [clang, "-O2", "-g", "-target", "bpf", "-c", str(tmp / "t.bpf.c"), "-o", str(out)],
-        check=True,
-    )
-    return out
+def bpf_object(compile_bpf: Callable[[str, str], Path]) -> Path:
+    return compile_bpf(SCHED_C, "t")
 
 
 def conf_for(path: Path, rodata: str = "") -> Config:

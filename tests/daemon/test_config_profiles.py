@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,16 +61,8 @@ armed = 1
 
 
 @pytest.fixture(scope="module")
-def obj(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    clang = shutil.which("clang")
-    if clang is None:
-        pytest.skip("clang not installed")
-    tmp = tmp_path_factory.mktemp("obj")
-    (tmp / "demo.bpf.c").write_text(SCHED_C)
-    out = tmp / "demo.bpf.o"
-    src = str(tmp / "demo.bpf.c")
-    subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-c", src, "-o", str(out)], check=True)
-    return out
+def obj(compile_bpf: Callable[[str, str], Path]) -> Path:
+    return compile_bpf(SCHED_C, "demo")
 
 
 @pytest.fixture

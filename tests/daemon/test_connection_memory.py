@@ -11,20 +11,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
-from collections.abc import Iterator
 
 import pytest
 
 from schedswitchd.daemon import protocol as proto
 
 from .harness import Running
-
-
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running()
-    yield running
-    running.stop()
 
 
 def _alive(kind: type) -> int:

@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,6 @@ from schedswitchd.daemon.server import Server
 
 from .fakes import FakeBackend, FakePrepared
 from .harness import Client, FakeClock, FakeTimer, Running, make_config
-
-
-@pytest.fixture
-def timed() -> Iterator[Running]:
-    """Timeouts on a :class:`FakeTimer`: read timeout 0.3 s, idle timeout 0.4 s."""
-    running = Running(timer=FakeTimer(), read_timeout=0.3, idle_timeout=0.4)
-    yield running
-    running.stop()
 
 
 def test_a_client_that_shuts_its_side_and_never_reads_is_let_go(timed: Running) -> None:

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,9 @@ from schedswitchd.daemon.launcher_wire import (
 from schedswitchd.errors import ProtocolError
 from tests import fuzzing
 
-from .fakes import FakeBackend
 from .harness import Running
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running(FakeBackend())
-    yield running
-    running.stop()
 
 
 def test_launcher_path_imports_neither_pydantic_nor_asyncio() -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,13 +19,6 @@ from schedswitchd.daemon.passed_fds import MAX_PASSED
 from .harness import Running, run_as
 
 NOBODY = 65534
-
-
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running()
-    yield running
-    running.stop()
 
 
 def _sleeper(uid: int | None = None) -> subprocess.Popen[bytes]:

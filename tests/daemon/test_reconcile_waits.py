@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import select
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,12 +31,10 @@ REPLY_S = 5.0
 
 
 @pytest.fixture
-def srv() -> Iterator[Running]:
+def srv(start_server: Callable[..., Running]) -> Running:
     """A server whose safety-net poll stands still (until the test moves it): only the
     test's kicks and requests start passes."""
-    running = Running(FakeBackend(fail_attach={"broken"}), poll_timer=FakeTimer())
-    yield running
-    running.stop()
+    return start_server(FakeBackend(fail_attach={"broken"}), poll_timer=FakeTimer())
 
 
 def _quiet(srv: Running) -> Client:

@@ -22,13 +22,6 @@ from .fakes import FakeBackend
 from .harness import Client, FakeClock, FakeTimer, Running, run_as
 
 
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running()
-    yield running
-    running.stop()
-
-
 def kernel_ops(r: Running) -> str | None:
     return r.backend.kernel_state().ops
 
@@ -505,15 +498,6 @@ def _nothing_yet(c: Client) -> bool:
         return not c.closed() and not c.buf
     finally:
         c.sock.settimeout(10.0)
-
-
-@pytest.fixture
-def timed() -> Iterator[Running]:
-    """A server whose timeouts and TTLs run on a :class:`FakeTimer` (read timeout 0.3 s,
-    idle timeout 0.4 s): tests move time instead of sleeping through it."""
-    running = Running(timer=FakeTimer(), read_timeout=0.3, idle_timeout=0.4)
-    yield running
-    running.stop()
 
 
 def test_half_written_request_times_out(timed: Running) -> None:

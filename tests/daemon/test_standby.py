@@ -15,7 +15,7 @@ import struct
 import termios
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -31,20 +31,14 @@ Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start() -> Iterator[Start]:
-    """``start(backend=None, **options)``: a :class:`Running` server (a new
-    :class:`FakeBackend` unless given; ``options`` as :class:`Running` takes them) whose
-    poll stands still; each is stopped after the test."""
-    started: list[Running] = []
+def start(start_server: Start) -> Start:
+    """``start(backend=None, **options)``: the suite's ``start_server`` with the poll
+    standing still."""
 
     def make(backend: FakeBackend | None = None, **options: Any) -> Running:
-        running = Running(backend or FakeBackend(), poll_timer=FakeTimer(), **options)
-        started.append(running)
-        return running
+        return start_server(backend or FakeBackend(), poll_timer=FakeTimer(), **options)
 
-    yield make
-    for running in started:
-        running.stop()
+    return make
 
 
 @pytest.fixture

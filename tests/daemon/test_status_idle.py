@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -24,10 +24,8 @@ from .harness import Client, FakeTimer, Running
 
 
 @pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running(FakeBackend(), poll_timer=FakeTimer(), default="fifo")
-    yield running
-    running.stop()
+def srv(start_server: Callable[..., Running]) -> Running:
+    return start_server(FakeBackend(), poll_timer=FakeTimer(), default="fifo")
 
 
 def _idle(c: Client) -> bool:

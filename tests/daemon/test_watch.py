@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,6 @@ from .harness import Running
 
 ROOT = Path(__file__).resolve().parents[2]
 CTL = Path(sys.executable).parent / "schedswitchctl"
-
-
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running()
-    yield running
-    running.stop()
 
 
 class Watcher:

@@ -28,13 +28,6 @@ def _gamemoderun() -> str:
     return GAMEMODERUN
 
 
-@pytest.fixture
-def srv() -> Iterator[Running]:
-    running = Running()
-    yield running
-    running.stop()
-
-
 @contextmanager
 def _agent(
     bus: PrivateBus, srv: Running, *options: str, env: dict[str, str] | None = None

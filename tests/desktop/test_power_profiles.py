@@ -60,13 +60,16 @@ def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 @pytest.fixture
-def srv(system_bus: PrivateBus, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+def srv(
+    system_bus: PrivateBus,
+    monkeypatch: pytest.MonkeyPatch,
+    start_server: Callable[..., Running],
+) -> Running:
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
-    running = Running()
+    running = start_server()
     dbus = DbusConfig(scx_loader=False, power_profiles={"power-saver": "battery"})
     running.read(lambda s: s.apply_config(s.config.model_copy(update={"dbus": dbus})))
-    yield running
-    running.stop()
+    return running
 
 
 def _leases(srv: Running) -> list[str]:

@@ -1,4 +1,5 @@
-"""Fixtures for tests that run real ``bpf(2)`` commands on the host kernel (root only)."""
+"""Fixtures for tests that run real ``bpf(2)`` commands on the host kernel (root only):
+bpffs and cgroup v2 mounts, the kernel BTF registry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 
 BPF_FS_MAGIC = 0xCAFE4A11
 
@@ -59,3 +62,10 @@ def cgroup2_dir() -> Iterator[Path]:
         yield d
     finally:
         d.rmdir()
+
+
+@pytest.fixture(scope="module")
+def registry() -> KernelBtfRegistry:
+    """The running kernel's BTF registry (``/sys/kernel/btf``), one per test module: the
+    module BTFs a module's tests open stay cached across them, as in the daemon."""
+    return KernelBtfRegistry()

@@ -57,11 +57,6 @@ def _spec() -> ObjectSpec:
     return open_object(OBJ)
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 def _seen(
     spec: ObjectSpec, registry: KernelBtfRegistry, **kw: object
 ) -> tuple[LoadedObject, dict[str, int]]:

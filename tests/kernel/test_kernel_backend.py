@@ -47,11 +47,6 @@ TCP = "tcp_congestion_ops"
 UEI, HOOKS = ca_name("ssd_uei"), ca_name("ssd_hooks")
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 @pytest.fixture(scope="session")
 def bpf_object() -> Callable[[str], Path]:
     """``bpf_object("uei")`` -> a copy of ``build/tests/bpf/uei.bpf.o`` (built by ``make

@@ -57,11 +57,6 @@ pytestmark = pytest.mark.root
 CA_LIST = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 @pytest.fixture
 def kernel(registry: KernelBtfRegistry) -> TargetBtfs:
     return registry.targets(())

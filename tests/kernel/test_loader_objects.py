@@ -44,11 +44,6 @@ def _obj(name: str) -> ObjectSpec:
     return open_object(_path(name))
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 def _load(spec: ObjectSpec, registry: KernelBtfRegistry, **kw: object) -> LoadedObject:
     return load_object(
         spec,

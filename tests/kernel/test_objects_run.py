@@ -31,11 +31,6 @@ def _obj(name: str) -> ObjectSpec:
     return open_object(built_object(name))
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 def _load(spec: ObjectSpec, registry: KernelBtfRegistry, pin_root: Path) -> LoadedObject:
     return load_object(
         spec,

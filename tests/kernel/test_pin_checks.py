@@ -19,9 +19,9 @@ from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
 from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.sched_ext.scheduler_pins import PinDir, PinError
 
-from .test_kernel_backend import TCP, _cfg, bpf_object, registry, scx_root
+from .test_kernel_backend import TCP, _cfg, bpf_object, scx_root
 
-__all__ = ["bpf_object", "registry", "scx_root"]  # fixtures, used by name
+__all__ = ["bpf_object", "scx_root"]  # fixtures, used by name
 
 pytestmark = pytest.mark.root
 

@@ -31,16 +31,6 @@ POISON = bpf.Insn(bpf.CALL, 0, 0, 0, POISON_IMM)
 PROG = "core_kinds"
 
 
-@pytest.fixture(scope="module")
-def vmlinux() -> Btf:
-    return Btf.from_file(VMLINUX, name="vmlinux")
-
-
-@pytest.fixture(scope="module")
-def js() -> JsonBtf:
-    return JsonBtf(bpftool_types(VMLINUX))
-
-
 def newer_clang() -> str | None:
     """A clang that can emit TYPE_MATCHES (LLVM >= 15), if one is installed."""
     for major in range(25, 14, -1):

@@ -18,7 +18,7 @@ from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.core.patch import POISON_IMM
 from schedswitchd.bpf.core.relo import CoreRelo, CoreReloKind
 from schedswitchd.bpf.core.relocate import CoreResult, relocate
-from tests.bpf.core.core_expect import JsonBtf, bitfield_window, bpftool_types
+from tests.bpf.core.core_expect import JsonBtf, bitfield_window
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 pytestmark = [
@@ -29,16 +29,6 @@ pytestmark = [
 LDX_W = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_W
 LDX_DW = bpf.CLASS_LDX | bpf.MODE_MEM | bpf.SIZE_DW
 MOV64_K = bpf.CLASS_ALU64 | bpf.OP_MOV | bpf.SRC_K
-
-
-@pytest.fixture(scope="module")
-def vmlinux() -> Btf:
-    return Btf.from_file(VMLINUX, name="vmlinux")
-
-
-@pytest.fixture(scope="module")
-def js() -> JsonBtf:
-    return JsonBtf(bpftool_types(VMLINUX))
 
 
 class Local:

@@ -99,11 +99,6 @@ key = 1
 """
 
 
-@pytest.fixture(scope="module")
-def registry() -> KernelBtfRegistry:
-    return KernelBtfRegistry()
-
-
 def _spec(name: str) -> ObjectSpec:
     if not OBJ.is_file():
         missing_build_output(OBJ)

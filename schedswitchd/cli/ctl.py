@@ -24,7 +24,7 @@ import sys
 from schedswitchd import __version__
 from schedswitchd.cli import exits
 from schedswitchd.cpython_internals import TYPE_CHECKING
-from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, REQUESTS
 from schedswitchd.entry import run_entry
 from schedswitchd.errors import SchedSwitchError
 
@@ -50,14 +50,13 @@ _EPILOG = (
 # place -- and so that a command imports only its own family: the object family pulls in
 # the loader, the profile family the profile engine, which ``status`` never needs
 # (tests/cli/test_cli_entrypoints.py checks this table against what the families register).
+# The daemon commands are the protocol's requests, a command per request (their table:
+# launcher_wire.REQUESTS).
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "schedswitchd.cli.daemon_cmds": (
-        "status", "list", "history", "hint", "prepare", "release", "switch", "stop", "reload",
-        "watch",
-    ),
+    "schedswitchd.cli.daemon_cmds": tuple(REQUESTS),
     "schedswitchd.cli.object_cmd": ("object",),
     "schedswitchd.cli.profile_cmd": ("profile",),
-}  # fmt: skip
+}
 _OPTIONS_WITH_VALUE = frozenset({"--socket"})
 
 

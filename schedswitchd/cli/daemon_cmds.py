@@ -160,20 +160,8 @@ def _model_checked(op: str, fields: dict[str, Any]) -> dict[str, Any]:
 
     from schedswitchd.daemon import protocol as proto
 
-    models: dict[str, type[Any]] = {
-        "hint": proto.HintRequest,
-        "prepare": proto.PrepareRequest,
-        "release": proto.ReleaseRequest,
-        "status": proto.StatusRequest,
-        "list": proto.ListRequest,
-        "history": proto.HistoryRequest,
-        "switch": proto.SwitchRequest,
-        "stop": proto.StopRequest,
-        "reload": proto.ReloadRequest,
-        "watch": proto.WatchRequest,
-    }
     try:
-        model = models[op](**fields)
+        model = proto.REQUEST_MODELS[op](**fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

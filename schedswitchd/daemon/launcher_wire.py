@@ -60,6 +60,26 @@ MAX_PREPARE_TTL_S: Final = 3600
 MAX_HISTORY_LIMIT: Final = 10000
 MAX_LEASE_ID_CHARS: Final = 64
 
+#: Every request the daemon answers, by ``op``, and who may send it (``"admin"``: only
+#: ``[auth]``'s admins; ``"anyone"``: any caller, within the server's own rules, such as
+#: ``[auth]``'s hint rules for ``hint``): the one table of the protocol's requests.
+#: The protocol's request models, its unknown-``op`` error, the server's admin check and
+#: ``schedswitchctl``'s daemon commands are derived from it; the server's dispatch and the
+#: protocol's documentation are checked against it (``tests/daemon/test_request_table.py``).
+#: In ``schedswitchctl --help``'s order.
+REQUESTS: Final = {
+    "status": "anyone",
+    "list": "anyone",
+    "history": "anyone",
+    "hint": "anyone",
+    "prepare": "anyone",
+    "release": "anyone",
+    "switch": "admin",
+    "stop": "admin",
+    "reload": "admin",
+    "watch": "anyone",
+}
+
 # Error codes a client tells apart (the protocol module has the full list).
 DENIED: Final = "denied"
 LIMIT: Final = "limit"

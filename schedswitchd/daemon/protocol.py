@@ -12,7 +12,8 @@ requests longer than the configured cap are refused before any decoding, and JSO
 decoded by pydantic-core's parser (nesting-depth limited), so no input raises anything but
 :class:`RequestError`.
 
-Requests::
+Requests (``launcher_wire.REQUESTS`` is their one table; :data:`REQUEST_MODELS` their
+models by ``op``)::
 
     {"v":1,"op":"hint","workload":"gaming","pid":1234,"ttl_s":3600}  -> HintReply (lease id)
     {"v":1,"op":"hint","workload":"gaming","pidfd":true} + a pidfd   -> HintReply (SCM_RIGHTS)
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -45,6 +46,7 @@ from schedswitchd.daemon.launcher_wire import (
     MAX_HISTORY_LIMIT,
     MAX_LEASE_ID_CHARS,
     MAX_PREPARE_TTL_S,
+    REQUESTS,
 )
 from schedswitchd.daemon.launcher_wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from schedswitchd.daemon.launcher_wire import PID_MAX_LIMIT as PID_MAX_LIMIT
@@ -231,24 +233,22 @@ Request = Annotated[
     | WatchRequest,
     Field(discriminator="op"),
 ]
-ADMIN_OPS = frozenset({"switch", "stop", "reload"})
+#: Each request model by its ``op``, in the order of ``launcher_wire.REQUESTS``, the one
+#: table of the protocol's requests (a request of that table without a model in
+#: :data:`Request` fails this module's import; a model the table lacks fails
+#: ``tests/daemon/test_request_table.py``).
+REQUEST_MODELS: dict[str, type[_Request]] = {
+    op: {cls.model_fields["op"].default: cls for cls in get_args(get_args(Request)[0])}[op]
+    for op in REQUESTS
+}
+#: The requests only an admin may send (``[auth] admin_uids``/``admin_gids``).
+ADMIN_OPS = frozenset(op for op, who in REQUESTS.items() if who == "admin")
 #: The request models :func:`parse_request` keeps by line.
 _KEPT = frozenset({HintRequest, PrepareRequest, StatusRequest, ListRequest})
 #: Each request model's keys as they appear in a line, quoted (see :func:`_keys_once`).
 _QUOTED_FIELDS: dict[type[BaseModel], tuple[bytes, ...]] = {
     cls: tuple(f'"{f.alias or name}"'.encode() for name, f in cls.model_fields.items())
-    for cls in (
-        HintRequest,
-        PrepareRequest,
-        ReleaseRequest,
-        StatusRequest,
-        ListRequest,
-        HistoryRequest,
-        SwitchRequest,
-        StopRequest,
-        ReloadRequest,
-        WatchRequest,
-    )
+    for cls in REQUEST_MODELS.values()
 }
 #: pydantic-core keeps every short string it decodes (keys and values) in a process-wide
 #: cache of 16384 entries by default. Requests carry unique values (lease ids, tags), so
@@ -759,7 +759,7 @@ def _envelope(line: bytes) -> tuple[str | None, int | str | None, object]:
     tag = raw.get("id")
     if not (type(tag) is int or (type(tag) is str and len(tag) <= 64)):
         tag = None
-    return (op if isinstance(op, str) and op in _ops() else None), tag, raw.get("v")
+    return (op if isinstance(op, str) and op in REQUESTS else None), tag, raw.get("v")
 
 
 #: In a line that validated and holds each key once without an escape (:func:`_keys_once`):
@@ -835,25 +835,10 @@ def _validate(line: bytes) -> Request:
     if kind in ("model_attributes_type", "model_type"):
         raise RequestError(BAD_REQUEST, "a request must be a JSON object")
     if kind in ("union_tag_not_found", "union_tag_invalid"):
-        raise RequestError(UNKNOWN_OP, "'op' must be one of " + ", ".join(_ops()))
+        raise RequestError(UNKNOWN_OP, "'op' must be one of " + ", ".join(REQUESTS))
     if any(len(e["loc"]) == 2 and e["loc"][1] == "v" for e in errors):
         raise RequestError(UNSUPPORTED_VERSION, f"this daemon speaks protocol v{VERSION}")
     raise RequestError(BAD_REQUEST, "; ".join(_describe(e) for e in errors[:5]))
-
-
-def _ops() -> list[str]:
-    return [
-        "hint",
-        "prepare",
-        "release",
-        "status",
-        "list",
-        "history",
-        "switch",
-        "stop",
-        "reload",
-        "watch",
-    ]
 
 
 def parse_reply(line: bytes) -> Reply:

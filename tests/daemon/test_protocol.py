@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedswitchd.daemon import protocol
+from schedswitchd.daemon.launcher_wire import REQUESTS
 from schedswitchd.errors import ProtocolError
 from tests import fuzzing
 
@@ -137,7 +138,7 @@ json_values = st.recursive(
     max_leaves=20,
 )
 near_requests = st.fixed_dictionaries(
-    {"v": st.sampled_from([1, 1, 2, "1", None]), "op": st.sampled_from([*protocol._ops(), "x", 3])},
+    {"v": st.sampled_from([1, 1, 2, "1", None]), "op": st.sampled_from([*REQUESTS, "x", 3])},
     optional={
         "workload": st.text(max_size=40) | json_values,
         "pid": st.integers(-5, 1 << 33) | json_values,

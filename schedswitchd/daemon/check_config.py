@@ -6,9 +6,9 @@ Two depths, and the report says which one ran for each scheduler:
   :func:`~schedswitchd.bpf.object.open_object` (a ``.bpf.o``, or an executable embedding
   one: the report says which embedded object), its one ``sched_ext_ops`` struct_ops map
   found, its profile (if any) resolved for this machine's topology (or ``--sysfs``'s) and
-  applied, then the configured ``rodata``/``struct_ops`` keys on top -- the same
-  customisation code the kernel backend runs before loading (:mod:`schedswitchd.bpf.scheduler`,
-  :mod:`schedswitchd.profile.apply`), so an unknown variable,
+  applied, then the configured ``rodata``/``struct_ops`` keys on top -- the kernel
+  backend's own step before loading
+  (:func:`~schedswitchd.daemon.scheduler_spec.build_scheduler_spec`), so an unknown variable,
   program, map or member, a value of the wrong type or out of range, an unknown mode, a
   profile refused for its user space, or a flag the kernel lacks (a note, or a problem when
   required) is found here. ``SCX_OPS_*`` flags and ``kernel_enum()`` are resolved from the
@@ -30,16 +30,18 @@ from pathlib import Path
 
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.object import open_object_noted
-from schedswitchd.bpf.ops_flags import ops_flags_table
-from schedswitchd.bpf.scheduler import apply_tunables, flags_by_name, ops_name_of, sched_ext_map
+from schedswitchd.bpf.scheduler import ops_name_of, sched_ext_map
+from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
-from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
+from schedswitchd.daemon.config import Config, SchedulerConfig
 from schedswitchd.daemon.prepare_guard import prepare_checked
+from schedswitchd.daemon.scheduler_spec import ProfileFile, build_scheduler_spec, read_profile_file
 from schedswitchd.daemon.switcher import NO_SCHED_EXT
-from schedswitchd.errors import SchedSwitchError
-from schedswitchd.profile.apply import profile_spec
+from schedswitchd.errors import ObjectError, SchedSwitchError
+from schedswitchd.kernel.spec_cache import OpenedSpec, SpecKey
+from schedswitchd.profile.apply import ProfiledSpec
 from schedswitchd.profile.check import check_profile, machines
-from schedswitchd.profile.model import load_profile
+from schedswitchd.profile.model import Profile, load_profile
 from schedswitchd.profile.topology import Topology, read_topology
 
 #: The running kernel's BTF, read as a file (no bpf(2) needed).
@@ -86,38 +88,46 @@ def inspect_object(
         obj.link_programs()  # its programs' code is checked too, as the daemon's open does
         if embedded:
             notes.append(embedded)
-        ops_map = sched_ext_map(obj)
-        notes.append(f"ops name {ops_name_of(obj, ops_map)!r}")
+        notes.append(f"ops name {ops_name_of(obj, sched_ext_map(obj))!r}")
         if obj.kmod_btfs is not None:
             notes.append(f".kmod_btfs declares: {', '.join(obj.kmod_btfs) or '(none)'}")
+        profile: ProfileFile | None = None
+        topo: Topology | None = None
         if spec.profile_path is not None:
-            profile = load_profile(spec.profile_path)
+            profile = read_profile_file(spec.profile_path)
             topo = topology if topology is not None else read_topology("/sys")
-            profiled = profile_spec(
-                obj, profile, topo, mode=spec.mode, kernel_btf=vmlinux, ops_map=ops_map
-            )
-            obj = profiled.spec
-            plan = profiled.plan
+
+        def profiled(profile: Profile, applied: ProfiledSpec) -> None:
+            plan = applied.plan
             mode = f" mode {spec.mode}" if spec.mode else ""
             notes.append(
-                f"profile {profile.name}{mode} ({spec.profile_path}) for {topo.describe()}: "
-                f"{len(plan.after_load)} after-load writes, {len(plan.map_updates)} map "
-                f"updates, {len(plan.runs)} program runs"
+                f"profile {profile.name}{mode} ({spec.profile_path}) for "
+                f"{applied.topology.describe()}: {len(plan.after_load)} after-load writes, "
+                f"{len(plan.map_updates)} map updates, {len(plan.runs)} program runs"
                 + (f", attach from CPU {plan.attach_cpu}" if plan.attach_cpu is not None else "")
             )
             notes.extend(f"profile note: {n}" for n in plan.notes)
-        struct_ops = struct_ops_request(spec)
-        kernel_flags = (
-            ops_flags_table(vmlinux) if vmlinux is not None and flags_by_name(struct_ops) else None
+
+        built = build_scheduler_spec(
+            _opened(spec.object, obj, embedded),
+            spec,
+            topology=topo,
+            vmlinux=vmlinux,
+            profile=profile,
+            on_profile=profiled,
         )
-        flag_notes: list[str] = []
-        apply_tunables(
-            obj, ops_map, spec.rodata, struct_ops, ops_flags=kernel_flags, notes=flag_notes
-        )
-        notes.extend(flag_notes)
+        notes.extend(built.flag_notes)
     except SchedSwitchError as exc:
         problems.extend(_path_dropped(str(exc), spec.object).splitlines())
     return problems, notes
+
+
+def _opened(path: str, obj: ObjectSpec, note: str | None) -> OpenedSpec:
+    """``obj``, opened from ``path`` just now, as the spec cache answers a prepare."""
+    key = SpecKey.of_path(path)
+    if key is None:
+        raise ObjectError(f"cannot read BPF object {path!r}: it went away while checked")
+    return OpenedSpec(obj, key, cached=False, open_ns=0, note=note)
 
 
 def profile_across_machines(

@@ -55,18 +55,23 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 from schedswitchd.bpf.core.relocate import CandidateCache
-from schedswitchd.bpf.ops_flags import ops_flags_table
 from schedswitchd.bpf.scheduler import (
     SCHED_EXT_OPS,
-    apply_tunables,
-    flags_by_name,
     ops_name_of,
     sched_ext_map,
 )
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.daemon.backend import Prepared
-from schedswitchd.daemon.config import Config, SchedulerConfig, struct_ops_request
+from schedswitchd.daemon.config import Config, SchedulerConfig
 from schedswitchd.daemon.protocol import ExitInfo, KernelInfo
+from schedswitchd.daemon.scheduler_spec import (
+    ProfileFile,
+    SpecInputs,
+    build_scheduler_spec,
+    needs_kernel_btf,
+    read_profile_file,
+    spec_inputs,
+)
 from schedswitchd.errors import (
     BpfSyscallError,
     LoadError,
@@ -94,9 +99,9 @@ from schedswitchd.kernel.spec_cache import SpecCache, SpecKey
 from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS, StructOpsLinkCalls
 from schedswitchd.kernel.struct_ops.value import find_struct_ops_kernel_type
 from schedswitchd.kernel.uevents import Uevent, UeventListener
-from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan, profile_spec
-from schedswitchd.profile.model import load_profile
-from schedswitchd.profile.topology import OnlineFile, read_topology
+from schedswitchd.profile.apply import ProfiledSpec, ProfilePlan
+from schedswitchd.profile.model import Profile
+from schedswitchd.profile.topology import OnlineFile, Topology, read_topology
 
 log = logging.getLogger("schedswitchd.backend")
 
@@ -174,9 +179,8 @@ class KernelPrepared:
     adopted_link: LinkFd | None = None
     adopted_ops_map: MapFd | None = None
     adopted_exit_map: MapFd | None = None
-    #: What it was prepared from (object file, module set, hotplug_seq): see
-    #: :meth:`KernelBackend.fresh`.
-    inputs: tuple[object, ...] = ()
+    #: What it was prepared from (see :meth:`KernelBackend.fresh`; ``None`` when adopted).
+    inputs: Freshness | None = None
     #: An adopted handle's program links (fentry/bpf_scx_reg, tracing hooks) by program.
     adopted_program_links: dict[str, LinkFd] = field(default_factory=dict)
     #: The profile's steps after load: attach CPU, after-attach runs, ``[[stats]]``
@@ -268,20 +272,39 @@ def _ejected_at_enable(h: KernelPrepared, kind: int, reason: str) -> SchedExtErr
     )
 
 
-def _same_file(path: str | os.PathLike[str], key: object) -> bool:
-    """Whether ``path`` (symlinks followed) is still the file ``key`` (a :class:`SpecKey`)
-    was taken of, unchanged: one stat(2), no ``realpath`` walk (a freshness check is on a
-    standby hit's path)."""
+def _unchanged(path: str | os.PathLike[str], key: SpecKey | None) -> SpecKey | None:
+    """``key`` when ``path`` (symlinks followed) is still the file ``key`` was taken of,
+    unchanged; ``None`` otherwise: one stat(2), no ``realpath`` walk (a freshness check is
+    on a standby hit's path)."""
+    if key is None:
+        return None
     try:
         st = os.stat(path)
     except OSError:
-        return False
-    return isinstance(key, SpecKey) and (key.dev, key.ino, key.size, key.mtime_ns) == (
+        return None
+    same = (key.dev, key.ino, key.size, key.mtime_ns) == (
         st.st_dev,
         st.st_ino,
         st.st_size,
         st.st_mtime_ns,
     )
+    return key if same else None
+
+
+@dataclass(slots=True)
+class Freshness:
+    """What a prepared handle was made from (:meth:`KernelBackend.fresh` compares it with
+    what it reads now): ``spec``, the inputs of its
+    :func:`~schedswitchd.daemon.scheduler_spec.build_scheduler_spec`; ``modules``, the
+    loaded module set its load read (a ``module_set().key``, ``None`` when unlistable);
+    ``hotplug_seq`` and ``online``, ``hotplug_seq`` and the online CPU list as read before
+    the topology (or at the last full check that found the topology unchanged): while
+    both still read the same, the topology has not changed."""
+
+    spec: SpecInputs
+    modules: object
+    hotplug_seq: int | None
+    online: bytes | None
 
 
 class KernelBackend:
@@ -498,7 +521,8 @@ class KernelBackend:
         opened = self.specs.open(cfg.object)
         t["open"] = opened.open_ns
         start = time.perf_counter_ns()
-        ops_map = sched_ext_map(opened.spec, self.ops_type)
+        # Not a scheduler: refused first, whatever the kernel (the build finds it again).
+        sched_ext_map(opened.spec, self.ops_type)
         if self.ops_type == SCHED_EXT_OPS and not scx.available(self.root):
             raise scx.SchedExtUnavailable(
                 f"cannot load {name}: this kernel has no sched_ext ({self.root / 'state'} "
@@ -513,29 +537,35 @@ class KernelBackend:
         seq: int | None = None
         if (cfg.hotplug_seq or cfg.profile_path is not None) and scx.available(self.root):
             seq = scx.read_hotplug_seq(self.root)
-        hotplug = seq if cfg.hotplug_seq else None
         module_key = self._module_key()
-        spec = opened.spec
-        plan: ProfilePlan | None = None
-        profile_key: tuple[object, ...] = ()
+        topology: Topology | None = None
+        profile: ProfileFile | None = None
+        online: bytes | None = None
         if cfg.profile_path is not None:
             # The topology is read now, so the profile's values are those of the machine
             # the scheduler is loaded on (a hotplug restart comes through here again).
+            profile = read_profile_file(cfg.profile_path)
             online = self.online_file.read()  # before the topology too (see fresh)
-            profiled = self._apply_profile(spec, ops_map, cfg)
-            spec, plan = profiled.spec, profiled.plan
-            profile_key = (SpecKey.of_path(cfg.profile_path), profiled.topology, seq, online)
+            topology = read_topology(self.sysfs_root)
+
+        def profiled(profile: Profile, applied: ProfiledSpec) -> None:
+            for note in applied.plan.notes:
+                log.info("profile %s: %s", profile.name, note)
             t["profile"] = time.perf_counter_ns() - start
-        # The configuration's own keys win over the profile's values.
-        struct_ops = struct_ops_request(cfg)
-        kernel_flags = ops_flags_table(self.registry.vmlinux) if flags_by_name(struct_ops) else None
-        notes: list[str] = []
-        spec = apply_tunables(
-            spec, ops_map, cfg.rodata, struct_ops, hotplug, ops_flags=kernel_flags, notes=notes
+
+        built = build_scheduler_spec(
+            opened,
+            cfg,
+            topology=topology,
+            vmlinux=self.registry.vmlinux if needs_kernel_btf(cfg) else None,
+            profile=profile,
+            hotplug_seq=seq,
+            ops_type=self.ops_type,
+            on_profile=profiled,
         )
-        for note in notes:
+        for note in built.flag_notes:
             log.warning("%s", note)
-        ops_name = ops_name_of(spec, ops_map)
+        spec, plan, ops_name, ops_map = built.spec, built.plan, built.ops_name, built.ops_map
         uei = uei_layout(spec)
         t["customize"] = time.perf_counter_ns() - start
         start = time.perf_counter_ns()
@@ -585,7 +615,7 @@ class KernelBackend:
         self._count("module_btfs_declared", len(report.declared))
         handle = KernelPrepared(name, ops_name, spec, ops_map, loaded, uei, report, t)
         handle.links = self.links
-        handle.inputs = (opened.key, module_key, hotplug, *profile_key)
+        handle.inputs = Freshness(built.inputs, module_key, seq, online)
         handle.plan = plan
         handle.exit_view = self._exit_view(handle)
         return handle
@@ -649,10 +679,12 @@ class KernelBackend:
         rounds check in full, off the hit's path. A few stats, two sysfs reads and, without
         ``quick`` (or without sched_ext), the topology."""
         h = cast(KernelPrepared, prepared)
-        if h.discarded or h.attached or h.adopted or not h.inputs:
+        then = h.inputs
+        if h.discarded or h.attached or h.adopted or then is None:
             return False
-        key, module_key, hotplug_then, *profile_then = h.inputs
-        if not _same_file(spec.object, key) or not self._modules_unchanged(module_key):
+        key = then.spec
+        object_key = _unchanged(spec.object, key.object)
+        if object_key is None or not self._modules_unchanged(then.modules):
             return False
         seq: int | None = None
         if spec.hotplug_seq or spec.profile_path is not None:
@@ -662,27 +694,43 @@ class KernelBackend:
                 seq = None
             except SchedSwitchError:
                 return False
-        if (seq if spec.hotplug_seq else None) != hotplug_then:
+        profile_key: SpecKey | None = None
+        if spec.profile_path is not None:
+            profile_key = _unchanged(spec.profile_path, key.profile)
+            if profile_key is None:
+                return False
+
+        def now(topology: Topology | None) -> SpecInputs:
+            return spec_inputs(
+                object_key,
+                spec,
+                profile_key=profile_key,
+                topology=topology,
+                vmlinux=self.registry.vmlinux if needs_kernel_btf(spec) else None,
+                hotplug_seq=seq,
+                ops_type=self.ops_type,
+            )
+
+        # Everything but the topology first: a standby stale for another reason (a moved
+        # hotplug_seq it carries) needs no topology read to say so.
+        if now(key.topology) != key:
             return False
         if spec.profile_path is None:
-            return not profile_then
-        profile_file, topology_then, seq_then, online_then = profile_then
-        if not _same_file(spec.profile_path, profile_file):
-            return False
+            return True
         online = self.online_file.read()
         unmoved = seq is not None and online is not None
-        if quick and unmoved and seq == seq_then and online == online_then:
+        if quick and unmoved and seq == then.hotplug_seq and online == then.online:
             return True
         try:
-            if read_topology(self.sysfs_root) != topology_then:
+            if now(read_topology(self.sysfs_root)) != key:
                 return False
         except (SchedSwitchError, OSError):
             return False
-        if (seq, online) != (seq_then, online_then):
+        if (seq, online) != (then.hotplug_seq, then.online):
             # CPUs came and went but the topology is the one the values came from again:
             # valid as of ``seq`` and ``online`` (read before the topology just now), so the
             # next quick check needs no full read.
-            h.inputs = (key, module_key, hotplug_then, profile_file, topology_then, seq, online)
+            then.hotplug_seq, then.online = seq, online
         return True
 
     def _modules_unchanged(self, then: object) -> bool:
@@ -743,25 +791,6 @@ class KernelBackend:
         fds = [m.fd.fileno() for m in h.loaded.maps.values()]
         fds += [p.fd.fileno() for p in h.loaded.programs.values()]
         return sum(memlock_bytes(fd) for fd in fds)
-
-    def _apply_profile(self, spec: ObjectSpec, ops_map: str, cfg: SchedulerConfig) -> ProfiledSpec:
-        """``cfg``'s profile (and mode) resolved for the topology read now from
-        ``sysfs_root`` and applied to ``spec``; ``SCX_OPS_*`` flags and ``kernel_enum()``
-        answer from the running kernel's BTF. Raises ``ProfileError``/
-        ``CustomizationError`` naming the file and key."""
-        assert cfg.profile_path is not None
-        profile = load_profile(cfg.profile_path)
-        profiled = profile_spec(
-            spec,
-            profile,
-            read_topology(self.sysfs_root),
-            mode=cfg.mode,
-            kernel_btf=self.registry.vmlinux,
-            ops_map=ops_map,
-        )
-        for note in profiled.plan.notes:
-            log.info("profile %s: %s", profile.name, note)
-        return profiled
 
     # --- attach / detach ---------------------------------------------------------------------
 

@@ -786,7 +786,8 @@ def test_standby_is_stale_after_a_cpu_hotplug(
     h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
     try:
         with_seq = _cfg(bpf_object("uei"))
-        h.inputs = (*h.inputs[:2], 7)  # as if prepared when hotplug_seq read 7
+        assert h.inputs is not None  # as if prepared from with_seq when hotplug_seq read 7
+        h.inputs.spec = h.inputs.spec._replace(config=with_seq, hotplug_seq=7)
         assert backend.fresh(h, with_seq)
         (scx_root / "hotplug_seq").write_text("8\n")  # a CPU went off or on line since
         assert not backend.fresh(h, with_seq)

@@ -144,7 +144,8 @@ def test_standby_freshness_without_a_module_key(
     compared with a listing each time, never taken on the generation alone (checked by a
     backend whose BTF root cannot be listed either: then it matches)."""
     h, cfg, _ = prepared
-    h.inputs = (h.inputs[0], None, *h.inputs[2:])
+    assert h.inputs is not None
+    h.inputs.modules = None
     stop = backend.watch(lambda: None)
     try:
         assert not backend.fresh(h, cfg)

@@ -44,7 +44,7 @@ def run_entry(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] |
         return status
     except BrokenPipeError:
         for stream in (sys.stdout, sys.stderr):
-            # Not contextlib.suppress: contextlib is ~1.5 ms of a launcher's start.
+            # Not contextlib.suppress: contextlib stays off the launch line (docs/performance.md).
             try:  # noqa: SIM105
                 _silence(stream.fileno())
             except (OSError, ValueError):  # ValueError: no real fd (capture)

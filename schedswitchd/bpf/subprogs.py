@@ -618,7 +618,7 @@ def _rebased(
 
 
 # Enum members as module constants: a class attribute lookup of an enum member goes through
-# a descriptor (~0.5 us each on the dev host), paid per relocation at every open.
+# a descriptor, paid per relocation at every open (docs/performance.md, "Cold open").
 _KIND_KFUNC_CALL = FixupKind.KFUNC_CALL
 _KIND_MAP_FD = FixupKind.MAP_FD
 _KIND_MAP_VALUE = FixupKind.MAP_VALUE

@@ -202,8 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _quick_parse(argv: list[str]) -> tuple[str, str | None, bool, list[str]] | None:
     """The usual launch line, ``[--socket PATH] [-q|--quiet] WORKLOAD -- CMD [ARGS...]``,
-    read without argparse (whose import, with ``gettext`` and ``locale``, is ~4 ms of the
-    launch line on the dev host): ``(workload, socket, quiet, command)``, exactly what the
+    read without argparse (whose import brings ``gettext`` and ``locale``: docs/performance.md,
+    "Launch line"): ``(workload, socket, quiet, command)``, exactly what the
     parser makes of such a line. ``None`` for anything else (other options, abbreviations,
     a word starting with ``-`` before ``--``, any word between WORKLOAD and ``--``, no
     command), which the parser then reads and, if need be, explains."""
@@ -272,8 +272,8 @@ def _run(workload: str, socket: str | None, quiet: bool, command: list[str]) -> 
     holder = HintHolder(workload, socket, quiet)
     held = holder.take()
     try:
-        # posix_spawnp (vfork and exec in glibc) rather than subprocess: importing
-        # subprocess and selectors is ~5 ms of the launch line, and the command should see
+        # posix_spawnp (vfork and exec in glibc) rather than subprocess: subprocess and
+        # selectors stay off the launch line (docs/performance.md), and the command should see
         # the file descriptors it would see without the wrapper, not the ones Popen leaves.
         child = os.posix_spawnp(command[0], command, os.environ, setsigdef=(SIGPIPE, SIGXFSZ))
     except OSError as exc:

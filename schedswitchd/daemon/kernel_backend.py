@@ -767,9 +767,9 @@ class KernelBackend:
         """Parse vmlinux BTF and build the name and CO-RE candidate indexes ``spec``'s
         lookups read (kfuncs, ksyms, struct_ops types, CO-RE root types: what
         :func:`~schedswitchd.kernel.btf.module_needs.object_module_lookups` asks vmlinux), as
-        its first load would. The first prepare after the daemon's start spent ~5 s of
-        5.7 there under the VM's emulation (vmlinux's ~100k types scanned and indexed per
-        kind), while the hint that asked waited. The indexes belong to the process's one
+        its first load would, so that the first hint's prepare does not wait for vmlinux's
+        types to be scanned and indexed per kind (the figures: docs/architecture.md, "The
+        daemon's start"). The indexes belong to the process's one
         vmlinux :class:`~schedswitchd.bpf.btf.reader.Btf`, which every load keeps anyway;
         the candidate lists computed here are dropped (each load has its own cache). A
         failure is logged: the load reports it."""

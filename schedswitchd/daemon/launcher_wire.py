@@ -3,7 +3,8 @@
 ``schedswitch-run`` stands on a game's launch line, so every millisecond it spends starting
 delays the game, and ``schedswitchctl status`` is what a person (or a panel applet, once a
 second) runs to see what happens. The full protocol module (:mod:`schedswitchd.daemon.protocol`)
-builds pydantic models on import (~150 ms of CPU on a busy 2-core host); this module speaks
+builds pydantic models on import, more than the commands' whole start budget
+(docs/performance.md, "Launch line"); this module speaks
 the same JSON-lines protocol (one UTF-8 object a line, ``"v": 1``) with ``json`` and
 ``socket`` and checks only the reply's envelope (version, ``ok``, ``op``): what the daemon
 sends is its own pydantic model's JSON, and the commands read the fields they show.

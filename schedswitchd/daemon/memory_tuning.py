@@ -5,7 +5,8 @@ A switch parses and relocates a BPF object: many short-lived allocations (BTF re
 CO-RE candidates, instruction buffers, verifier log) that CPython and C extensions take from
 the C heap. glibc keeps freed heap memory mapped for reuse, and only gives back the free
 space at the very top of the heap on its own, so the long-running daemon's resident size
-ratchets up by the fragmented remainder (~1 MiB per prepare measured in the sched_ext VM).
+ratchets up by the fragmented remainder (what each tuning gave back: docs/performance.md,
+"Memory").
 ``malloc_trim(0)`` (``malloc_trim(3)``) releases every free page of every arena with
 ``MADV_DONTNEED``; the memory is still there for the next allocation, only not resident.
 """
@@ -56,7 +57,7 @@ def disable_transparent_hugepages() -> bool:
     """``prctl(PR_SET_THP_DISABLE, 1)`` for this process (``prctl(2)``): page faults and
     khugepaged no longer back its anonymous memory with 2 MiB pages. With the kernel's THP
     mode ``always`` (Debian's kernels), the daemon's heap and allocator arenas got huge pages
-    that stayed mostly empty: +1.5 MiB resident in the sched_ext VM, for TLB savings an idle
+    that stayed mostly empty (docs/performance.md, "Memory"), for TLB savings an idle
     daemon does not need (what systemd's ``MemoryTHP=disable`` does for a unit). True if set;
     False (never raises) if the kernel or C library refused.
     """
@@ -80,7 +81,7 @@ def limit_malloc_arenas(arenas: int = 1) -> bool:
     """``mallopt(M_ARENA_MAX, arenas)``: threads share the C heap instead of each getting an
     arena of its own (glibc's default allows 8 per core). The daemon's threads (asyncio loop,
     switcher, uevent reader, executor) allocate under the GIL, so they hardly contend, while
-    every extra arena kept its own free pages resident (-0.5 MiB in the sched_ext VM). Call
+    every extra arena kept its own free pages resident (docs/performance.md, "Memory"). Call
     before threads start. True if set; False (never raises) without glibc's ``mallopt``.
     """
     try:

@@ -40,8 +40,9 @@ from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
-# The daemon's heavy imports (asyncio, pydantic, the loader: ~30 MiB resident) happen in
-# main(), after it opted out of transparent huge pages (schedswitchd.daemon.memory_tuning).
+# The daemon's heavy imports (asyncio, pydantic, the loader: most of its resident set) happen
+# in main(), after it opted out of transparent huge pages (schedswitchd.daemon.memory_tuning;
+# docs/performance.md, "Memory").
 if TYPE_CHECKING:
     from schedswitchd.daemon.backend import SchedulerBackend
     from schedswitchd.daemon.config import Config
@@ -160,7 +161,8 @@ def activated_socket() -> socket.socket | None:
     """
     if "LISTEN_FDS" not in os.environ:
         # Not socket-activated (sd_listen_fds(3) would find nothing): leave libsystemd and
-        # its libraries (~1 MiB resident) unloaded unless the journal or sd_notify needs them.
+        # its libraries unloaded unless the journal or sd_notify needs them (their resident
+        # pages: docs/performance.md, "Memory").
         return None
     daemon = _systemd("daemon")
     fds: list[int] = daemon.listen_fds()  # also unsets $LISTEN_FDS so children do not inherit it

@@ -34,7 +34,7 @@ MADV_POPULATE_WRITE = 23
 
 # The process's own symbols (libc is linked into the interpreter), as the other ctypes users
 # here: ctypes.util.find_library("c") runs ``/sbin/ldconfig -p`` on import, a process start the
-# daemon paid on every start (seconds under the VM's emulation).
+# daemon paid on every start.
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (

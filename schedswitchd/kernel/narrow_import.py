@@ -2,9 +2,9 @@
 :mod:`schedswitchd.kernel.uevents` imports pyroute2's uevent socket (its one user).
 
 Why: ``import pyroute2.netlink.uevent`` runs ``pyroute2/__init__.py`` first, and that
-re-exports *every* pyroute2 API (IPRoute, NDB, IPDB, nftables, wireguard, ...): about 200
-modules and +7.4 MiB resident in the daemon, which only reads kernel uevents (+0.9 MiB for
-the uevent socket's own import chain). Python imports a submodule's parent packages, but it
+re-exports *every* pyroute2 API (IPRoute, NDB, IPDB, nftables, wireguard, ...), most of it
+resident memory a daemon that only reads kernel uevents does not need (docs/performance.md,
+"Memory"). Python imports a submodule's parent packages, but it
 only needs each parent's ``__path__`` to find the child.
 
 :func:`import_submodule` registers the package as a module object built from its spec

@@ -430,7 +430,7 @@ class UeventListener:
         """
         if self._thread is not None or self._task is not None:
             raise RuntimeError("uevent listener already started")
-        _socket_class()  # import pyroute2 here: seconds under emulation, not bind time
+        _socket_class()  # import pyroute2 here, at start, not when a socket is bound
         self._error = None
         self._ready.clear()
         self._thread = threading.Thread(target=self._thread_main, name="uevents", daemon=True)
@@ -580,8 +580,8 @@ def _socket_class() -> Any:
     """pyroute2's ``AsyncUeventSocket``, imported on first use.
 
     Narrowly (:func:`~schedswitchd.kernel.narrow_import.import_submodule`): the uevent socket's own
-    modules without ``pyroute2/__init__.py``, which imports all of pyroute2 (+7.4 MiB resident
-    in the daemon against +0.9 MiB).
+    modules without ``pyroute2/__init__.py``, which imports all of pyroute2
+    (docs/performance.md, "Memory").
     """
     return import_submodule("pyroute2", "netlink.uevent").AsyncUeventSocket
 

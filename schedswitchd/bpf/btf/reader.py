@@ -490,8 +490,9 @@ class Btf:
                 pos = tops.find(top, pos + 1)
         positions.sort()
         words, offs, string = self._words, self._offs, self.string
-        # Names are decoded once here and dropped: a dict of vmlinux names kept ~9 MiB of
-        # str/int/dict objects resident in the daemon; two arrays take 8 bytes per type.
+        # Names are decoded once here and dropped: a dict of vmlinux names kept megabytes of
+        # str/int/dict objects resident in the daemon (docs/performance.md, "Memory"); two
+        # arrays take 8 bytes per type.
         hashes = [hash(string(words[offs[pos]])) & _HASH_MASK for pos in positions]
         order = sorted(range(len(positions)), key=hashes.__getitem__)  # stable: ids ascend
         index = _NameIndex(array("I", [hashes[i] for i in order]),
@@ -562,8 +563,8 @@ class Btf:
 
         Enumerator names have no index (they are not type names), so this compares string
         offsets instead of strings: each wanted name's offsets in the string section are
-        found once, then the ENUM records' words are scanned without decoding a type (a few
-        ms for vmlinux's ~20k enumerators, against ~0.2 s decoding every enum).
+        found once, then the ENUM records' words are scanned without decoding a type, far
+        less work than decoding every enum of vmlinux.
         """
         wanted: dict[int, str] = {}
         buf, start, end = self._buf, self._str_start, self._str_start + self._str_len

@@ -6,7 +6,8 @@ during which no BPF scheduler runs. ``/sys/kernel/rcu_expedited`` (kernel
 ``Documentation/RCU/Design/Expedited-Grace-Periods``; the file is ``kernel/ksysfs.c``'s
 ``rcu_expedited`` attribute: a decimal int, non-zero makes ``synchronize_rcu()`` behave as
 ``synchronize_rcu_expedited()``) shortens those waits at the price of IPIs to every CPU, a
-fair trade for the ~100 ms a switch happens in and bad for a whole system's uptime. So the
+fair trade for the moment a switch takes and bad for a whole system's uptime (the gap it
+saves: docs/performance.md, "Standby hit"). So the
 daemon sets it around the detach/attach pair and restores it after.
 
 Ownership: the file holds one value for the whole system. A non-zero value found before a
@@ -131,7 +132,7 @@ class RcuExpediter:
     def _make_marker(self) -> None:
         """Create the marker file (its directory the first time, or when it went): one
         ``mknod(2)`` of an empty regular file, where ``open(2)`` and ``close(2)`` were two
-        system calls on the switch's path (each ~0.1 ms under the VM's emulation). One
+        system calls on the switch's path (docs/performance.md, "Standby hit"). One
         there already (a previous switch's restore failed) is fine. A filesystem that
         refuses ``mknod`` gets the file opened as before."""
         if not self._marker_dir_made:

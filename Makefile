@@ -115,7 +115,15 @@ $(EMBED_DIR)/two_obj: tests/embed/embed.c $(BUILD)/tests/bpf/globals.bpf.o $(BUI
 	gcc -O1 -DOBJ1='"$(BUILD)/tests/bpf/globals.bpf.o"' \
 		-DOBJ2='"$(BUILD)/tests/bpf/profile.bpf.o"' -o $@ $<
 
-test-objects: $(TEST_BPF_OBJS) $(TEST_LINKED_OBJS) $(EMBED_EXES)
+# Schedulers run as their own programs (tests/vm/exec/*.c, tests/vm/test_executables_vm.py):
+# linked with the system's libbpf (libbpf-dev and pkg-config in APT_PACKAGES).
+EXEC_DIR := $(BUILD)/tests/exec
+EXEC_EXES := $(patsubst tests/vm/exec/%.c,$(EXEC_DIR)/%,$(wildcard tests/vm/exec/*.c))
+$(EXEC_DIR)/%: tests/vm/exec/%.c | $(BUILD)/.apt-stamp
+	@mkdir -p $(@D)
+	gcc -O1 -Wall -o $@ $< $$(pkg-config --cflags --libs libbpf)
+
+test-objects: $(TEST_BPF_OBJS) $(TEST_LINKED_OBJS) $(EMBED_EXES) $(EXEC_EXES)
 
 # Sample sched_ext schedulers, against the sched_ext VM kernel's vmlinux.h: bpf/NAME.bpf.c ->
 #   build/bpf/NAME.bpf.o                .struct_ops.link (our loader)

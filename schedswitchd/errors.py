@@ -140,6 +140,14 @@ class ConfigError(SchedSwitchError):
     code = "config"
 
 
+class ExecutableError(SchedSwitchError):
+    """A scheduler run as its own executable that could not be started, or that exited (or
+    never got the kernel to enable it) before the kernel ran it; names the program, its
+    exit status or signal, and how long it ran."""
+
+    code = "executable"
+
+
 class ProtocolError(SchedSwitchError):
     """A socket request that does not parse or is not allowed."""
 

@@ -288,6 +288,7 @@ def _status(args: argparse.Namespace) -> int:
     rows = [
         ("sched_ext", kernel),
         ("active", s["active"] + ("  (re-adopted)" if s.get("adopted") else "")),
+        ("runs as", _runs_text(s.get("runs"))),
         ("desired", s["desired"] + (f"  (admin override {override})" if override else "")),
         ("lease", _lease_line(s["lease"]) if s.get("lease") else _no_deciding_lease(s)),
         ("leases", _leases_count(s.get("leases", 0), s.get("hidden_leases", 0))),
@@ -338,6 +339,16 @@ def _prepare(args: argparse.Namespace) -> int:
             "kernel memory)"
         )
     return 0
+
+
+def _runs_text(runs: Reply | None) -> str:
+    """The ``runs as`` row (a ``RunsInfo`` object): ``object``, or ``executable`` with the
+    child's pid and argv; ``-`` for the kernel's own scheduler."""
+    if not runs:
+        return "-"
+    if runs["way"] != "executable":
+        return str(runs["way"])
+    return f"executable  pid {runs.get('pid') or '-'}  {' '.join(runs.get('argv') or [])}"
 
 
 def _profile_text(p: Reply) -> str:

@@ -33,7 +33,7 @@ from schedswitchd.bpf.object import open_object_noted
 from schedswitchd.bpf.scheduler import ops_name_of, sched_ext_map
 from schedswitchd.bpf.spec import ObjectSpec
 from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
-from schedswitchd.daemon.config import Config, SchedulerConfig
+from schedswitchd.daemon.config import Config, SchedulerConfig, exec_argv
 from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.daemon.scheduler_spec import ProfileFile, build_scheduler_spec, read_profile_file
 from schedswitchd.daemon.switcher import NO_SCHED_EXT
@@ -50,7 +50,8 @@ VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
 @dataclass
 class CheckResult:
-    """Outcome for one scheduler. ``depth``: ``object`` or ``prepared`` (see module doc);
+    """Outcome for one scheduler. ``depth``: ``object`` or ``prepared`` (see module doc), or
+    ``executable`` for a scheduler run as its own program (nothing loaded to check);
     ``ok``; ``problems``: one line each; ``notes``: facts found (kmods, timings)."""
 
     name: str
@@ -194,6 +195,12 @@ def check_config(
     except SchedSwitchError as exc:
         topo_problem = f"cannot read the topology: {exc}"
     for name, spec in config.schedulers.items():
+        if not spec.object:
+            # Its program loads what it loads; the configuration checked that it can run.
+            argv = " ".join(exec_argv(spec))
+            note = f"runs as its executable (docs/executables.md): {argv}"
+            results.append(CheckResult(name, spec.executable or "", "executable", True, [], [note]))
+            continue
         if spec.profile_path is not None and topology is None:
             problems: list[str] = [topo_problem or "no topology"]
             notes: list[str] = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import grp
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -238,8 +238,21 @@ class OpsFlagEntry(_Model):
 StructOpsValue = int | list[OpsFlagName | OpsFlagEntry]
 
 
+#: An argv element passed to a scheduler's executable (no NUL: ``execve(2)`` cannot pass one).
+ArgvItem = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
+
+
+class ExecModeConfig(_Model):
+    """``[schedulers.NAME.modes.MODE]``: the argv a scheduler run as its own executable gets
+    in mode ``MODE`` (after the program's name; replaces the scheduler's ``args``), as
+    scx_loader's ``MODE_mode`` lists of a scheduler do."""
+
+    args: list[ArgvItem] = Field(default_factory=list, max_length=256)
+
+
 class SchedulerConfig(_Model):
-    """One scheduler: a sched_ext BPF object and its load-time customisation.
+    """One scheduler: a sched_ext BPF object and its load-time customisation, or a
+    scheduler's own executable that the daemon runs as a supervised child.
 
     ``object``: path of the ELF BPF object (absolute after loading). ``kmods``: extra module
     names whose BTF to consult, for objects without a ``.kmod_btfs`` section. ``rodata``:
@@ -258,9 +271,42 @@ class SchedulerConfig(_Model):
     ``mode``: the profile's mode used unless a hint picks another. ``profile_path`` and
     ``profile_name`` are not keys: :func:`parse_config` sets them to the profile file it
     found and that file's ``[profile] name``.
+
+    ``executable``: the scheduler's own program (absolute after loading; relative: to this
+    file), run as a child of the daemon (``docs/executables.md``) when the scheduler has no
+    ``object``, or when its profile (in the mode asked for) says its user space does work
+    the daemon cannot do (``userspace`` not ``"none"``). ``args``: its argv after the
+    program's name; ``modes``: a mode's own ``args``; ``stop_timeout_s``: how long a child
+    has after ``SIGINT`` before ``SIGKILL``. ``runs_executable`` is not a key:
+    :func:`parse_config` sets it for every entry (mode variants included) that runs as
+    the executable.
     """
 
-    object: str
+    # "" (the default, never a value a file may give): none, the scheduler runs as its
+    # executable; kept a str so that every loader of objects reads it as before.
+    object: Annotated[str, Field(min_length=1)] = Field(
+        default="", description="The BPF ELF object; omitted: the executable alone."
+    )
+    executable: str | None = Field(
+        default=None,
+        description="The scheduler's own program, run as a supervised child (docs/executables.md).",
+    )
+    args: list[ArgvItem] = Field(
+        default_factory=list,
+        max_length=256,
+        description="The executable's argv after the program's name.",
+    )
+    modes: dict[Annotated[str, Field(pattern=MODE_PATTERN)], ExecModeConfig] = Field(
+        default_factory=dict, description="A mode's own args for the executable."
+    )
+    stop_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Time a child scheduler has to exit after SIGINT before SIGKILL.",
+    )
+    #: Whether this entry runs as its executable (set by :func:`parse_config`, not a key).
+    runs_executable: bool = Field(default=False, exclude=True)
     description: str = ""
     profile: str | None = Field(
         default=None,
@@ -285,10 +331,34 @@ class SchedulerConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _no_profile_path(cls, data: Any) -> Any:
-        for key in ("profile_path", "profile_name"):
+        for key in ("profile_path", "profile_name", "runs_executable"):
             if isinstance(data, dict) and key in data:
                 raise ValueError(f"{key!r} is not a configuration key")
         return data
+
+    @model_validator(mode="after")
+    def _object_or_executable(self) -> SchedulerConfig:
+        if not self.object and self.executable is None:
+            raise ValueError("needs an 'object' (a BPF object) or an 'executable' (its program)")
+        if self.executable is None:
+            for key in ("args", "modes"):
+                if getattr(self, key):
+                    raise ValueError(f"{key!r} is for an 'executable', and none is given")
+        elif self.object and self.profile is None:
+            # Without a profile nothing says the object's user space does work after attach,
+            # so the object always runs natively and the executable would never start.
+            raise ValueError(
+                "both 'object' and 'executable' without a 'profile': the object always runs "
+                "natively; give one of them (or a profile whose userspace needs the program)"
+            )
+        elif not self.object:
+            for key in ("profile", "kmods", "rodata", "struct_ops"):
+                if getattr(self, key):
+                    raise ValueError(
+                        f"{key!r} customises a BPF object, and this scheduler runs as its "
+                        "executable only (no 'object')"
+                    )
+        return self
 
     @field_validator("rodata")
     @classmethod
@@ -505,21 +575,91 @@ def _validate(layers: Layers) -> Config:
     problems: list[str] = []
     schedulers = {}
     for name, sched in config.schedulers.items():
-        # beside the file that names it (the main file or a drop-in)
-        where = origin(("schedulers", name, "object"))
-        try:
-            obj = _object_path(_dir_of(where), sched.object)
-        except ValueError as exc:
-            problems.append(f"{where}: schedulers.{name}.object: {exc}")
-        else:
-            schedulers[name] = sched.model_copy(update={"object": obj})
+        update_paths: dict[str, str] = {}
+        for key in ("object", "executable"):
+            value = getattr(sched, key)
+            if not value:
+                continue
+            # beside the file that names it (the main file or a drop-in)
+            where = origin(("schedulers", name, key))
+            try:
+                update_paths[key] = _object_path(_dir_of(where), value)
+                if key == "executable":
+                    _check_executable(update_paths[key])
+            except ValueError as exc:
+                problems.append(f"{where}: schedulers.{name}.{key}: {exc}")
+        schedulers[name] = sched.model_copy(update=update_paths)
     if problems:
         raise ConfigError("\n".join(problems))
     schedulers, hints = _profiles_and_modes(origin, schedulers, dict(config.hints))
-    update: dict[str, Any] = {"schedulers": schedulers, "hints": hints, "source": path}
+    update: dict[str, Any] = {"hints": hints, "source": path}
     if config.dbus is not None and config.dbus.scx_loader:
-        update["dbus"], update["schedulers"] = _scx_names_and_modes(config.dbus, schedulers)
+        update["dbus"], schedulers = _scx_names_and_modes(config.dbus, schedulers)
+    update["schedulers"] = _ways_to_run(origin, schedulers)
     return config.model_copy(update=update)
+
+
+def _check_executable(path: str) -> None:
+    """Refuse (:class:`ValueError` saying why) a scheduler ``executable`` that is not a
+    regular file this process may execute."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or type(exc).__name__}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path}: not a regular file")
+    if not os.access(path, os.X_OK):
+        raise ValueError(f"{path}: not executable (no execute permission)")
+
+
+def _ways_to_run(
+    origin: Origin, schedulers: dict[str, SchedulerConfig]
+) -> dict[str, SchedulerConfig]:
+    """Each entry with ``runs_executable`` set: an entry without an object runs as its
+    executable; one with an object and an executable runs as the executable exactly when
+    its profile in its mode says its user space does work the daemon cannot do. An
+    executable that no mode of the profile would ever run is refused (:class:`ConfigError`),
+    as is a mode's ``args`` for a mode the profile does not have."""
+    from schedswitchd.profile.model import load_profile
+
+    problems: list[str] = []
+    out: dict[str, SchedulerConfig] = {}
+    for name, sched in schedulers.items():
+        runs = sched.executable is not None
+        if runs and sched.object and sched.profile_path is not None:
+            prof = load_profile(Path(sched.profile_path))
+            runs = not prof.with_mode(sched.mode).profile.runnable
+            if MODE_SEPARATOR not in name:
+                where = f"{origin(('schedulers', name, 'executable'))}: schedulers.{name}"
+                natively = [m for m in [None, *prof.modes] if prof.with_mode(m).profile.runnable]
+                if len(natively) == len(prof.modes) + 1:
+                    problems.append(
+                        f"{where}.executable: never run: profile {prof.name!r} runs natively "
+                        'in every mode (its userspace is "none")'
+                    )
+                for mode in sched.modes:
+                    if mode not in prof.modes:
+                        known = ", ".join(prof.modes) or "none"
+                        problems.append(
+                            f"{where}.modes.{mode}: profile {prof.name!r} has no mode "
+                            f"{mode!r} (modes: {known})"
+                        )
+        out[name] = sched.model_copy(update={"runs_executable": runs}) if runs else sched
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return out
+
+
+def exec_argv(spec: SchedulerConfig) -> list[str]:
+    """The argv a scheduler run as its executable gets: the program, then its mode's
+    ``args`` when ``modes`` has the entry's mode, else ``args``."""
+    if spec.executable is None:
+        raise ValueError("the scheduler has no executable")
+    mode = spec.modes.get(spec.mode) if spec.mode is not None else None
+    return [spec.executable, *(mode.args if mode is not None else spec.args)]
 
 
 def _dir_of(path: str) -> Path:
@@ -580,8 +720,13 @@ def _profiles_and_modes(
     for name, sched in schedulers.items():
         mode_at = f"{origin(('schedulers', name, 'mode'))}: schedulers.{name}.mode"
         if sched.profile is None:
-            if sched.mode is not None:
-                problems.append(f"{mode_at}: needs a profile")
+            if sched.mode is not None and sched.mode not in sched.modes:
+                problems.append(
+                    f"{mode_at}: needs a profile"
+                    if sched.executable is None
+                    else f"{mode_at}: {sched.mode!r} is not one of its modes "
+                    f"(modes: {', '.join(sched.modes) or 'none'})"
+                )
             continue
         profile_from = origin(("schedulers", name, "profile"))
         try:
@@ -606,11 +751,20 @@ def _profiles_and_modes(
             problems.append(f"{where}: the kernel's scheduler has no modes")
             continue
         rule_prof = profiles.get(rule.scheduler)
-        if rule_prof is None:
-            if schedulers[rule.scheduler].profile is None:
+        target = schedulers[rule.scheduler]
+        if rule_prof is None and target.profile is None and target.executable is not None:
+            if rule.mode not in target.modes:
+                known = ", ".join(target.modes) or "none"
+                problems.append(
+                    f"{where}: scheduler {rule.scheduler!r} has no mode {rule.mode!r} "
+                    f"(modes: {known})"
+                )
+                continue
+        elif rule_prof is None:
+            if target.profile is None:
                 problems.append(f"{where}: scheduler {rule.scheduler!r} has no profile")
             continue  # else its profile's own problem is reported above
-        if rule.mode not in rule_prof.modes:
+        elif rule.mode not in rule_prof.modes:
             known = ", ".join(rule_prof.modes) or "none"
             problems.append(
                 f"{where}: profile {rule_prof.name!r} has no mode {rule.mode!r} (modes: {known})"
@@ -639,16 +793,26 @@ def _scx_names_and_modes(
     names = dict(dbus.scx_names)
     if not names:
         for name, sched in schedulers.items():
-            if MODE_SEPARATOR in name or sched.profile_path is None:
+            if MODE_SEPARATOR in name:
                 continue
-            stem = Path(sched.profile_path).stem
+            if sched.profile_path is not None:
+                stem = Path(sched.profile_path).stem
+            elif sched.executable is not None and re.match(
+                SCX_NAME_PATTERN, Path(sched.executable).name
+            ):
+                stem = Path(sched.executable).name  # scx_rusty, as scx_loader calls it
+            else:
+                continue
             names.setdefault(stem if stem.startswith("scx_") else f"scx_{stem}", name)
     out = dict(schedulers)
     for name in names.values():
         sched = schedulers[name]
-        if sched.profile_path is None:
+        if sched.profile_path is not None:
+            modes: Collection[str] = load_profile(Path(sched.profile_path)).modes
+        elif sched.executable is not None:
+            modes = sched.modes
+        else:
             continue
-        modes = load_profile(Path(sched.profile_path)).modes
         for mode in SCX_MODES.values():
             if mode is not None and mode in modes and mode != sched.mode:
                 out.setdefault(

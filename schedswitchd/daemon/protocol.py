@@ -460,6 +460,16 @@ class ProfileStatus(_Wire):
     stats: dict[str, int] = Field(default_factory=dict)
 
 
+class RunsInfo(_Wire):
+    """How the attached scheduler runs: ``way`` ``object`` (its BPF object loaded by the
+    daemon) or ``executable`` (its own program, a child of the daemon: ``pid``, ``argv``;
+    ``docs/executables.md``)."""
+
+    way: Literal["object", "executable"]
+    pid: int | None = None
+    argv: list[str] | None = None
+
+
 class StatusBody(_Wire):
     """What ``status`` returns; ``active`` is what the daemon attached (``kernel``: none)
     and ``kernel`` is what the kernel itself reports, which is the truth."""
@@ -512,6 +522,11 @@ class StatusBody(_Wire):
     counters: dict[str, int] = Field(default_factory=dict)
     profile: ProfileStatus | None = Field(
         default=None, description="The active scheduler's profile, mode and counters."
+    )
+    runs: RunsInfo | None = Field(
+        default=None,
+        description="How the active scheduler runs (object or executable, with its pid); "
+        "None: the kernel's own scheduler.",
     )
     pid: int
     version: str

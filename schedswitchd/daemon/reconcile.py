@@ -698,6 +698,8 @@ class Reconciler:
             hold = self.policy.backoff.get(name)
             if spec is None or name == self.switcher.active or any(n == name for n, *_ in out):
                 continue
+            if spec.runs_executable:
+                continue  # nothing to hold: its program loads itself once started
             if hold is not None and hold.until_ns > now:
                 continue
             if self.restart_holds.get(name, 0) > now:

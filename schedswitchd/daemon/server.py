@@ -39,6 +39,7 @@ from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.acceptor import Acceptor
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import Connection
+from schedswitchd.daemon.exec_backend import runs_info
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
 from schedswitchd.daemon.peer import Peer, is_descendant
@@ -803,6 +804,7 @@ class Server:
                 "first_read_at_accept": self.acceptor.first_read_at_accept,
             },
             profile=profile,
+            runs=runs_info(self.switcher.current),
             pid=os.getpid(),
             version=__version__,
             uptime_s=(now - self.started_ns) / NS_PER_S,

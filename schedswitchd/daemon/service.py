@@ -477,7 +477,9 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
             own_path = args.socket or config.socket.path
             sock = own_socket(own_path, config.socket.mode, config.socket.group)
             owned = socket_identity(own_path)
-        backend = factory(config)
+        from schedswitchd.daemon.exec_backend import with_executables
+
+        backend = with_executables(factory(config))
         asyncio.run(serve(config, backend, sock))
     except SchedSwitchError as exc:
         log.error("%s", exc)

@@ -534,8 +534,11 @@ def apply_profile(
     return spec, plan
 
 
-#: Said after a refused ``userspace`` sentence: the daemon cannot run it another way yet.
-NO_EXECUTABLES = "running a scheduler as its own executable is not built yet"
+#: Said after a refused ``userspace`` sentence: how such a scheduler can run after all.
+NO_EXECUTABLES = (
+    "no executable is configured for it: give [schedulers.NAME] the scheduler's own program "
+    "as 'executable' to run it that way (docs/executables.md)"
+)
 
 
 def check_runnable(profile: Profile, mode: str | None = None) -> None:

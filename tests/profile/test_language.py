@@ -144,7 +144,8 @@ def test_a_polling_mode_is_refused_with_its_sentence(one_node: Topology) -> None
     assert prof.with_mode("polling").profile.userspace.startswith("its user space polls")
     assert prof.with_mode("m").profile.runnable
     with pytest.raises(
-        ProfileError, match=r"mode polling.*polls CPU utilisation every 250 ms.*not built"
+        ProfileError,
+        match=r"mode polling.*polls CPU utilisation every 250 ms.*no executable is configured",
     ):
         profile_spec(None, prof, one_node, mode="polling")  # type: ignore[arg-type]
 

@@ -17,7 +17,7 @@ import os
 from typing import TYPE_CHECKING
 
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.config import AUTO, KERNEL, Config
+from schedswitchd.daemon.config import AUTO, KERNEL, MODE_SEPARATOR, Config
 from schedswitchd.daemon.feed import QUEUE_MAX, ChangeFeed, Subscription
 from schedswitchd.daemon.peer import Peer
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from schedswitchd.daemon.server import Server
 
 log = logging.getLogger("schedswitchd")
+
+#: The mode name of the variant :meth:`DaemonControl.switch_args` runs (not a profile's).
+ARGS_MODE = "args"
 
 
 class DaemonControl:
@@ -86,6 +89,30 @@ class DaemonControl:
         :class:`~schedswitchd.daemon.protocol.SwitchFailed` with the reason when the
         switch failed (what ran before runs on)."""
         return await self._server.override(target)
+
+    async def switch_args(self, scheduler: str, argv: list[str]) -> proto.SwitchInfo | None:
+        """Admin override to ``scheduler`` (one run as its own executable) with ``argv``
+        after its program instead of its configured ``args``: its variant
+        ``SCHEDULER@ARGS_MODE`` (:data:`ARGS_MODE`) is added to the configuration in force
+        (replaced by the next call; a reload drops it, and the override with it), then
+        switched to as :meth:`switch` does. Raises
+        :class:`~schedswitchd.daemon.protocol.RequestError` (``bad_request``) for a
+        scheduler that is not configured or not run as its executable, and as
+        :meth:`switch` does."""
+        config = self.config
+        spec = config.schedulers.get(scheduler)
+        if spec is None or not spec.runs_executable:
+            raise proto.RequestError(
+                proto.BAD_REQUEST, f"{scheduler} is not a scheduler run as its own executable"
+            )
+        variant = f"{scheduler.split(MODE_SEPARATOR)[0]}{MODE_SEPARATOR}{ARGS_MODE}"
+        entry = spec.model_copy(update={"args": list(argv), "modes": {}})
+        if config.schedulers.get(variant) != entry:
+            schedulers = {**config.schedulers, variant: entry}
+            self._server.reconciler.apply_config(
+                config.model_copy(update={"schedulers": schedulers})
+            )
+        return await self.switch(variant)
 
     async def stop(self) -> proto.SwitchInfo | None:
         """Admin override to the kernel's own scheduler (detach the BPF one)."""

@@ -16,9 +16,12 @@ What a call means here:
   profile mode (0: as configured). It returns once the kernel runs it; a failure is
   ``org.freedesktop.DBus.Error.Failed`` with the reason (the verifier's, the kernel's), and
   what ran before runs on.
-- ``...WithArgs(name, argv)``: accepted only when ``argv`` is exactly the flags a mode of
-  the scheduler's profile documents (``argv`` of ``[modes.X]``; empty: as configured);
-  refused otherwise, never ignored.
+- ``...WithArgs(name, argv)``: a scheduler run as its own executable
+  (``docs/executables.md``) runs its program with ``argv`` after it instead of its
+  configured ``args`` (:meth:`~schedswitchd.daemon.control.DaemonControl.switch_args`); for
+  one the daemon loads, accepted only when ``argv`` is exactly the flags a mode of the
+  scheduler's profile documents (``argv`` of ``[modes.X]``), refused otherwise, never
+  ignored. Empty: as configured.
 - ``StopScheduler``: the kernel's own scheduler (an override). ``RestoreDefault``: the
   override ends, and hints and the default rule again. ``RestartScheduler``: the running
   scheduler loaded again.
@@ -39,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import sdbus
 from sdbus import (
@@ -53,7 +56,7 @@ from sdbus import (
 )
 
 from schedswitchd.daemon.config import KERNEL, MODE_SEPARATOR, SCX_MODES, Config
-from schedswitchd.daemon.control import DaemonControl
+from schedswitchd.daemon.control import ARGS_MODE, DaemonControl
 from schedswitchd.desktop.bus import Buses, caller_of, request_name
 from schedswitchd.errors import SchedSwitchError
 
@@ -102,13 +105,24 @@ def resolve(config: Config, scx_name: str, mode: int) -> str:
     return variant
 
 
-def resolve_args(config: Config, scx_name: str, argv: list[str]) -> str:
-    """The configured scheduler or mode variant whose documented flags are exactly
-    ``argv`` (the profile's ``[modes.X] argv``; an empty ``argv``: the scheduler as
-    configured). Raises :class:`Refused` for any other ``argv``."""
+class WithArgs(NamedTuple):
+    """A scheduler run as its own executable, to run with ``argv`` after its program."""
+
+    scheduler: str
+    argv: list[str]
+
+
+def resolve_args(config: Config, scx_name: str, argv: list[str]) -> str | WithArgs:
+    """What a ``...WithArgs`` call runs: for a scheduler run as its own executable, that
+    program with ``argv`` (:class:`WithArgs`); for one the daemon loads, the configured
+    scheduler or mode variant whose documented flags are exactly ``argv`` (the profile's
+    ``[modes.X] argv``). An empty ``argv``: the scheduler as configured. Raises
+    :class:`Refused` for other flags of a scheduler the daemon loads."""
     base = resolve(config, scx_name, 0)
     if not argv:
         return base
+    if config.schedulers[base].runs_executable:
+        return WithArgs(base, list(argv))
     from pathlib import Path
 
     from schedswitchd.profile.model import load_profile
@@ -122,7 +136,8 @@ def resolve_args(config: Config, scx_name: str, argv: list[str]) -> str:
     known = "; ".join(f"{m}: {' '.join(a) or '(none)'}" for m, a in documented.items()) or "none"
     raise Refused(
         f"{scx_name} with {' '.join(argv)!r}: not the flags of any of its modes ({known}); "
-        "running a scheduler as its own program with any flags is not supported"
+        "the daemon loads it itself, so only those flags mean something; any flags are "
+        "passed to a scheduler run as its own executable (docs/executables.md)"
     )
 
 
@@ -394,8 +409,13 @@ class ScxLoaderFace:
                 await self.control.restart()
                 return
             name = target(config)
-            log.info("%s.%s: %s, asked by %s", NAME, method, name, who)
-            await self.control.switch(name)
+            if isinstance(name, WithArgs):
+                log.info("%s.%s: %s %s, asked by %s", NAME, method, name[0], name[1], who)
+                await self.control.switch_args(name.scheduler, name.argv)
+                name = f"{name.scheduler.split(MODE_SEPARATOR)[0]}{MODE_SEPARATOR}{ARGS_MODE}"
+            else:
+                log.info("%s.%s: %s, asked by %s", NAME, method, name, who)
+                await self.control.switch(name)
             self.state.args = (name, list(argv)) if argv else None
         except Refused as exc:
             raise DbusFailedError(str(exc)) from None

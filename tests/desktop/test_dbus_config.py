@@ -144,3 +144,23 @@ def test_check_config_warns_when_scx_loader_offers_nothing(
     conf.write_text("[dbus]\nscx_loader = false\n")
     service.main(["--check-config", "--config", str(conf)])
     assert "WARNING" not in capsys.readouterr().out
+
+
+def test_an_executable_scheduler_takes_any_args_and_its_modes(tmp_path: Path) -> None:
+    from schedswitchd.desktop.scx_loader import WithArgs, resolve, resolve_args
+
+    exe = tmp_path / "scx_rusty"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    text = BASE + (
+        '[schedulers.rusty]\nexecutable = "scx_rusty"\n'
+        '[schedulers.rusty.modes.gaming]\nargs = ["-g"]\n[dbus]\n'
+    )
+    config = parse_config(text, str(tmp_path / "c.toml"))
+    assert config.dbus is not None and config.dbus.scx_names["scx_rusty"] == "rusty"
+    assert resolve(config, "scx_rusty", 1) == "rusty@gaming"  # its own modes' args
+    assert config.schedulers["rusty@gaming"].runs_executable
+    assert resolve_args(config, "scx_rusty", ["-k", "-c", "0"]) == WithArgs(
+        "rusty", ["-k", "-c", "0"]
+    )
+    assert resolve_args(config, "scx_rusty", []) == "rusty"

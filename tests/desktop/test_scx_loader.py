@@ -432,3 +432,35 @@ def test_a_scheduler_without_an_scx_name_reads_unknown(loader: Loader) -> None:
     # One it names still reads its scx name.
     assert loader.call("SwitchScheduler", "su", "scx_fifo", "0").returncode == 0
     assert loader.prop("CurrentScheduler") == "scx_fifo"
+
+
+def test_with_args_runs_an_executable_scheduler_with_those_args(
+    loader: Loader, tmp_path: Path
+) -> None:
+    """A scheduler run as its own executable takes any flags (as scx_loader passes them);
+    one the daemon loads still refuses flags no mode documents."""
+    exe = tmp_path / "scx_rusty"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    path = loader.srv.dir / "schedswitchd.toml"
+    text = (
+        path.read_text().replace("[dbus.scx_names]\n", '[dbus.scx_names]\nscx_rusty = "rusty"\n')
+        + f'[schedulers.rusty]\nexecutable = "{exe}"\nargs = ["--configured"]\n'
+    )
+    config = parse_config(text, str(path))
+    loader.srv.read(lambda s: s.apply_config(config))
+    out = loader.call("SwitchSchedulerWithArgs", "sas", "scx_rusty", "3", "-k", "-c", "0")
+    assert out.returncode == 0, out.stderr
+    assert loader.active() == "rusty@args"
+    spec = loader.srv.read(lambda s: s.config.schedulers["rusty@args"])
+    assert spec.runs_executable and spec.args == ["-k", "-c", "0"]
+    assert loader.prop("CurrentScheduler") == "scx_rusty"
+    assert loader.prop("CurrentSchedulerArgs") == ["-k", "-c", "0"]
+    assert loader.prop("SchedulerMode") == 0  # as scx_loader: flags reset the mode to auto
+    # other flags: the variant replaced, and run
+    out = loader.call("StartSchedulerWithArgs", "sas", "scx_rusty", "1", "--slice-us=5")
+    assert out.returncode == 0, out.stderr
+    assert loader.srv.read(lambda s: s.config.schedulers["rusty@args"].args) == ["--slice-us=5"]
+    # an object scheduler keeps the refusal, with the reason
+    out = loader.call("StartSchedulerWithArgs", "sas", "scx_bpfland", "1", "-k")
+    assert out.returncode != 0 and "only those flags mean something" in out.stderr

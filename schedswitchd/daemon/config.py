@@ -440,7 +440,8 @@ class DbusConfig(_Model):
     imported). ``scx_loader``: own ``org.scx.Loader`` on the system bus, as scx_loader
     does (``docs/desktop.md``). ``scx_names``: scx name (``scx_bpfland``) -> configured
     scheduler; without it, each scheduler with a profile is offered under ``scx_`` + its
-    profile's name (a profile named ``scx_...`` as it is). ``power_profiles``: a power
+    profile's name (a profile named ``scx_...`` as it is), and one run as its executable
+    under its program's file name when that is an scx name (``scx_rusty``). ``power_profiles``: a power
     profile (``power-saver``, ``balanced``, ``performance``) -> the workload hint held
     while it is active.
     """

@@ -441,9 +441,9 @@ class DbusConfig(_Model):
     does (``docs/desktop.md``). ``scx_names``: scx name (``scx_bpfland``) -> configured
     scheduler; without it, each scheduler with a profile is offered under ``scx_`` + its
     profile's name (a profile named ``scx_...`` as it is), and one run as its executable
-    under its program's file name when that is an scx name (``scx_rusty``). ``power_profiles``: a power
-    profile (``power-saver``, ``balanced``, ``performance``) -> the workload hint held
-    while it is active.
+    under its program's file name when that is an scx name (``scx_rusty``).
+    ``power_profiles``: a power profile (``power-saver``, ``balanced``, ``performance``) ->
+    the workload hint held while it is active.
     """
 
     scx_loader: bool = Field(default=True, description="Serve org.scx.Loader on the system bus.")

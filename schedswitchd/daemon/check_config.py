@@ -195,7 +195,7 @@ def check_config(
     except SchedSwitchError as exc:
         topo_problem = f"cannot read the topology: {exc}"
     for name, spec in config.schedulers.items():
-        if not spec.object:
+        if spec.runs_executable:
             # Its program loads what it loads; the configuration checked that it can run.
             argv = " ".join(exec_argv(spec))
             note = f"runs as its executable (docs/executables.md): {argv}"

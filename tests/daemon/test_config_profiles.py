@@ -304,3 +304,28 @@ def test_check_config_against_a_target_kernels_btf(
     if not Path("/sys/kernel/sched_ext").exists():  # this host's BTF has no sched_ext
         assert main(argv) == 1
         assert "kernel_enum" in capsys.readouterr().out
+
+
+def test_check_config_reports_a_mode_run_as_its_executable(
+    confdir: Path, obj: Path, tmp_path: Path
+) -> None:
+    """A mode whose user space the daemon cannot do, with the scheduler's program
+    configured, is checked as that program (depth ``executable``), not refused; the other
+    modes are checked as objects."""
+    polling = PROFILE + '\n[modes.polling]\nuserspace = "its user space polls every 250 ms"\n'
+    (confdir / "profiles" / "demo.toml").write_text(polling)
+    exe = confdir / "scx_demo"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    sysfs = fake_sysfs(tmp_path / "sys", possible=range(2))
+    config = parse_config(
+        f"[schedulers.demo]\nobject = '{obj}'\nprofile = 'demo'\nexecutable = 'scx_demo'\n"
+        "[schedulers.demo.modes.polling]\nargs = ['-p', '250']\n"
+        "[hints.poll]\nscheduler = 'demo'\nmode = 'polling'\n",
+        str(confdir / "s.toml"),
+    )
+    results = {r.name: r for r in check_config(config, None, sysfs_root=sysfs)}
+    assert results["demo"].ok and results["demo"].depth == "object", results["demo"]
+    polled = results["demo@polling"]
+    assert polled.ok and polled.depth == "executable", polled
+    assert polled.notes == [f"runs as its executable (docs/executables.md): {exe} -p 250"]

@@ -262,6 +262,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     from schedswitchd.daemon import switcher as switcher_mod
     from schedswitchd.daemon.client import DaemonClient
     from schedswitchd.daemon.config import load_config
+    from schedswitchd.daemon.kernel_attach import Attacher
     from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
     from schedswitchd.daemon.launcher_wire import LauncherConnection
     from schedswitchd.daemon.service import own_socket, setup_logging
@@ -319,7 +320,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
         (switcher_mod.Switcher, "_settle_in"), (switcher_mod.Switcher, "_record"),
         (standby_mod.StandbyPool, "take"), (KernelBackend, "fresh"),
         (KernelBackend, "detach"), (KernelBackend, "attach"),
-        (KernelBackend, "_confirm_enabled"), (KernelBackend, "_confirmed_by_exit_record"),
+        (Attacher, "_confirm_enabled"), (Attacher, "_confirmed_by_exit_record"),
         (KernelBackend, "pin"),
         (KernelBackend, "discard"), (KernelBackend, "kernel_state"),
         (rcu_expedite.RcuExpediter, "_read"), (rcu_expedite.RcuExpediter, "_write"),

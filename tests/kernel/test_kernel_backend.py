@@ -736,7 +736,7 @@ def test_the_watch_is_quiet_in_a_switch_window(backend: KernelBackend, scx_root:
         stop = backend.watch(hits.set)
         assert reads.wait_for("read", "enable_seq", 5.0)  # its first look
     try:
-        listener = backend._listener  # None where no uevent socket opens
+        listener = backend.watcher.listener  # None where no uevent socket opens
         with FileEvents(scx_root) as reads, backend.switch_window():
             if listener is not None:
                 assert wait(lambda: listener.held), "the uevent reader still reads"
@@ -1210,3 +1210,14 @@ def test_phase_timings_replace_the_previous_ones_of_their_kind(
     finally:
         sched_ext.link_detach_supported = True
         backend.discard(h)
+
+
+def test_the_backends_parts_share_its_state(backend: KernelBackend) -> None:
+    """The parts of the backend see one pin directory, one set of counters and one list of
+    the kernel's scx_enable_helper pids: the attacher reads the list prepare refills."""
+    assert backend.preparer.pins is backend.attacher.pins is backend.adoption.pins
+    assert backend.preparer.stats is backend.attacher.stats is backend.watcher.stats
+    helpers = backend.preparer.enable_helpers
+    assert backend.attacher.enable_helpers is helpers
+    backend.stats.count("attaches", 0)
+    assert backend.counters()["attaches"] == 0

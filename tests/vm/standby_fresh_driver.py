@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from schedswitchd.daemon import kernel_backend
+from schedswitchd.daemon import kernel_prepare
 from schedswitchd.daemon.config import parse_config
 from schedswitchd.daemon.kernel_backend import KernelBackend
 from schedswitchd.profile import topology
@@ -54,7 +54,7 @@ def main(out: str) -> int:
         return topology.read_topology(*args, **kwargs)
 
     # The name the backend calls, replaced in its module (a driver process of its own).
-    setattr(kernel_backend, "read_topology", counted)  # noqa: B010
+    setattr(kernel_prepare, "read_topology", counted)  # noqa: B010
     schedulers = parse_config(CONFIG, str(REPO / "x.toml")).schedulers
     backend = KernelBackend(pin_dir="/sys/fs/bpf/ssd-fresh-vm")
     try:

@@ -231,13 +231,13 @@ def test_the_backends_window_undoes_both_parts_after_an_exception(
     backend = create_backend(config)
     marker = run / "rcu_expedited.ours"
     with pytest.raises(RuntimeError), backend.switch_window() as ours:
-        assert ours and real_rcu.read_text().strip() == "1" and backend._quiet == 1
+        assert ours and real_rcu.read_text().strip() == "1" and backend.watcher.quiet == 1
         assert marker.exists()
         raise RuntimeError("attach failed")
-    assert real_rcu.read_text().strip() == "0" and backend._quiet == 0
+    assert real_rcu.read_text().strip() == "0" and backend.watcher.quiet == 0
     assert not marker.exists()
     with backend.switch_window() as outer:
         with backend.switch_window() as inner:
-            assert outer and not inner and backend._quiet == 2
-        assert backend._quiet == 1 and real_rcu.read_text().strip() == "1"
-    assert backend._quiet == 0 and real_rcu.read_text().strip() == "0"
+            assert outer and not inner and backend.watcher.quiet == 2
+        assert backend.watcher.quiet == 1 and real_rcu.read_text().strip() == "1"
+    assert backend.watcher.quiet == 0 and real_rcu.read_text().strip() == "0"

@@ -254,3 +254,29 @@ def test_a_kernel_that_never_enables_it_stops_the_child(tmp_path: Path) -> None:
         backend.attach(prepared, 0.3)
     assert prepared.child is not None and not prepared.child.alive()
     assert prepared.child.returncode is not None
+
+
+def test_under_systemd_the_output_goes_to_a_journal_stream_named_for_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring only (no journald here): with ``JOURNAL_STREAM`` set, the child's stdout
+    and stderr are the stream ``systemd.journal.stream`` opened for the scheduler's name."""
+    from systemd import journal  # type: ignore[attr-defined]
+
+    opened: list[str] = []
+
+    def stream(identifier: str) -> Any:
+        opened.append(identifier)
+        return (tmp_path / "journal.txt").open("w")
+
+    monkeypatch.setattr(journal, "stream", stream)
+    monkeypatch.setenv("JOURNAL_STREAM", "8:1")
+    exe = program(tmp_path, "talks", "echo out\necho err >&2\n")
+    child = ChildScheduler([str(exe)], "rusty")
+    child.start()
+    deadline = time.monotonic() + 30
+    while child.alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.returncode == 0
+    assert opened == ["rusty"]
+    assert sorted((tmp_path / "journal.txt").read_text().split()) == ["err", "out"]

@@ -254,6 +254,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
 
     from schedswitchd.daemon import acceptor as acceptor_mod
     from schedswitchd.daemon import connection as connection_mod
+    from schedswitchd.daemon import direct_switch as direct_switch_mod
     from schedswitchd.daemon import launcher_wire
     from schedswitchd.daemon import protocol as proto
     from schedswitchd.daemon import reconcile as reconcile_mod
@@ -302,6 +303,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
 
     Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
     Acceptor = acceptor_mod.Acceptor
+    DirectSwitch = direct_switch_mod.DirectSwitch
     Connection = connection_mod.Connection
     for owner, attr in [
         (Acceptor, "_accept_ready"), (Acceptor, "_accepted"),
@@ -312,9 +314,9 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
         (proto, "parse_request"), (proto, "encode"), (proto, "parse_reply"),
         (launcher_wire, "dumps"), (launcher_wire, "check_reply"),
         (Reconciler, "reconcile_once"), (Reconciler, "_enabled"), (Reconciler, "reply_sent"),
-        (Reconciler, "direct_switch"), (Reconciler, "_direct_work"), (Reconciler, "standby_hit"),
-        (Reconciler, "_direct_done"), (Reconciler, "_direct_enabled"),
-        (Reconciler, "_direct_on_loop"), (Reconciler, "_direct_end"),
+        (DirectSwitch, "switch"), (DirectSwitch, "standby_hit"),
+        (DirectSwitch, "_done"), (DirectSwitch, "reply_written"),
+        (DirectSwitch, "_release_held"), (Reconciler, "hit_finished"),
         (switcher_mod.Switcher, "begin_standby"), (switcher_mod.PendingSwitch, "finish"),
         (switcher_mod.Switcher, "check_ejected"), (switcher_mod.Switcher, "switch_to"),
         (switcher_mod.Switcher, "_settle_in"), (switcher_mod.Switcher, "_record"),

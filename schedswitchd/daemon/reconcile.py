@@ -26,22 +26,17 @@ that rest fail (a pin), the switch rolls back as before and the pass backs the s
 off; ``status`` shows the final record.
 
 A hint whose scheduler the pool holds prepared (a *standby hit*) takes a direct path
-instead (:meth:`Reconciler.standby_hit`, :meth:`Reconciler.direct_switch`): the same policy
-decides, and when it picks that scheduler for this very lease, one call on the worker does
-what the pass would do before it switches (notice an ejection, wait while another program's
-scheduler runs) and then the switch, whose ``on_enabled`` answers the hint. When the worker
-is idle and the running scheduler keeps an exit record, the event loop itself does the
-switch up to the new scheduler running (detach, ``BPF_LINK_CREATE``, its confirmation: the
-loop blocks for the no-scheduler gap and a few ms) and answers in the same step; the worker
-then reads the old scheduler's exit record -- an ejection before the detach shows there,
-and is recorded and backed off --, pins and frees, after the reply. The pass's
-bookkeeping (logging the switch, a failure's backoff, the deadline, ``STATUS=``, the standby
-refill) follows the reply; whatever the direct call could not do (an ejection noticed, a
-foreign scheduler, a failed switch's next candidate) is left to a normal pass, so the
-outcome is the one the pass would have reached. Backend notifications that come while the
-direct switch is under way (its own sched_ext uevents, or an ejection) start no pass of
-their own: the pass that follows the switch looks at the kernel after them, so an ejection
-during or right after the switch is recorded and handled there.
+instead, when the worker is idle (:class:`~schedswitchd.daemon.direct_switch.DirectSwitch`,
+:attr:`Reconciler.direct`): the same policy decides, the event loop switches up to the new
+scheduler running and answers in that step, and the worker finishes after the reply. The
+pass's bookkeeping (logging the switch, a failure's backoff, an ejection the old
+scheduler's exit record showed, the deadline, ``STATUS=``, the standby refill) follows the
+reply (:meth:`Reconciler.hit_finished`); whatever the direct path could not do is left to
+a normal pass, so the outcome is the one the pass would have reached. Backend
+notifications that come while the direct switch is under way (its own sched_ext uevents,
+or an ejection) start no pass of their own: the pass that follows the switch looks at the
+kernel after them, so an ejection during or right after the switch is recorded and
+handled there.
 
 After each pass (and after the replies it settles), the standby pool is refilled on the
 same worker thread: schedulers announced by launchers (``prepare`` intents, until they
@@ -60,23 +55,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
+from schedswitchd.daemon.direct_switch import DirectSwitch
 from schedswitchd.daemon.feed import ChangeFeed
 from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.policy import NS_PER_S, Decision, Lease, Policy
+from schedswitchd.daemon.policy import NS_PER_S, Policy
 from schedswitchd.daemon.protocol import SwitchInfo
-from schedswitchd.daemon.reply_gate import REPLY_TAKEN_POLL_S, ReplyGate
+from schedswitchd.daemon.reply_gate import ReplyGate
 from schedswitchd.daemon.standby import StandbyError
-from schedswitchd.daemon.switcher import NO_SCHED_EXT, PendingSwitch, Switcher
+from schedswitchd.daemon.switcher import NO_SCHED_EXT, Switcher
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
+from schedswitchd.daemon.worker import SwitchWorker
 
 log = logging.getLogger("schedswitchd")
 
@@ -115,87 +110,6 @@ REPLY_WAIT_S = 0.25
 #: old scheduler) otherwise shares the CPU with the client reading its reply. A client
 #: that reads at once (any machine with a core to spare) is not waited for.
 REPLY_TAKEN_WAIT_S = 0.05
-#: What the direct path's worker call returns when another program's scheduler runs.
-_FOREIGN = "foreign"
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-class _Worker(ThreadPoolExecutor):
-    """The switcher's one thread, which knows whether it is :attr:`idle`: no call
-    submitted to it is queued, held or running. Only the event loop submits (passes,
-    refills, heap trims, direct switches), so an idle worker stays idle for as long as the
-    loop does not give up its turn: the loop may then use the switcher itself.
-
-    One call may be *held* (:meth:`hold`): not yet submitted -- the worker thread is not
-    woken for it --, but submitted ahead of any other (:meth:`submit` releases it first),
-    so it is the worker's next call whenever it goes: at :meth:`release`, or before the
-    next submission, whichever comes first. Held, release and submit on the loop only."""
-
-    def __init__(self) -> None:
-        super().__init__(1, thread_name_prefix="switcher")
-        self._pending = 0
-        self._count = threading.Lock()
-        self._held: Callable[[], object] | None = None
-
-    def hold(self, submit_it: Callable[[], object]) -> None:
-        """Keep ``submit_it`` (which submits the held call to this worker) until
-        :meth:`release` or the next :meth:`submit`; the worker counts as busy meanwhile.
-        A call held already is released first."""
-        self.release()
-        with self._count:
-            self._pending += 1
-        self._held = submit_it
-
-    @property
-    def holding(self) -> bool:
-        """A call is held (:meth:`hold`), not yet submitted."""
-        return self._held is not None
-
-    def release(self) -> None:
-        """Submit the held call now, if any (its own errors propagate)."""
-        submit_it, self._held = self._held, None
-        if submit_it is None:
-            return
-        try:
-            submit_it()
-        finally:
-            self._gone()
-
-    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
-        if self._held is not None:
-            self.release()  # the held call goes first
-        with self._count:
-            self._pending += 1
-        try:
-            future = super().submit(fn, *args, **kwargs)
-        except BaseException:
-            self._gone()
-            raise
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, future: Future[Any]) -> None:
-        self._gone()
-
-    def _gone(self) -> None:
-        with self._count:
-            self._pending -= 1
-
-    @property
-    def idle(self) -> bool:
-        """No call is queued or running on the worker."""
-        return self._pending == 0
-
-
-@dataclass
-class _DirectFinished:
-    """What the worker's end of a standby hit run on the loop returns: the switch's record
-    (final) and the old scheduler's ejection its exit record showed, if any."""
-
-    record: SwitchInfo
-    gone: tuple[SwitchInfo, int] | None
 
 
 class Reconciler:
@@ -242,7 +156,7 @@ class Reconciler:
         self.switcher = Switcher(
             backend, config.limits.switch_timeout_s, config.daemon.history_size, clock=clock
         )
-        self.worker = _Worker()
+        self.worker = SwitchWorker()
         #: One thread for the kernel's view (``kernel_state``, ``counters``): the default
         #: executor would grow to several threads under a burst of ``status`` requests,
         #: and their stacks and C-heap use stay resident after it.
@@ -262,10 +176,6 @@ class Reconciler:
         #: The replies of the switch whose ``on_enabled`` released them, which its worker
         #: waits for (see :meth:`reply_sent`, :mod:`~schedswitchd.daemon.reply_gate`).
         self._reply_gate: ReplyGate | None = None
-        #: The fallback that submits a held second half (:meth:`_direct_rest`).
-        self._rest_timer: asyncio.TimerHandle | None = None
-        #: What waits for that submission (:meth:`after_reply`).
-        self._after_reply: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         #: The next deadline's call on ``timer`` (:meth:`_arm_deadline`).
         self._deadline: Cancellable | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -274,11 +184,6 @@ class Reconciler:
         self.intents: dict[str, int] = {}
         #: The scheduler the most recent hint lease asked for (a standby candidate).
         self.recent: str | None = None
-        #: What the policy decided in the last :meth:`standby_hit` that asked it, and when
-        #: (``clock`` ns): a hint's reply built in the same loop step, with nothing that
-        #: changes the policy in between, can say that as ``desired`` instead of deciding
-        #: again. ``None`` until then, and while a hit's check stopped before deciding.
-        self.hit_decision: tuple[Decision, int] | None = None
         #: Open the configured objects after the next pass (at start and after a reload).
         self._preopen_pending = False
         #: Configured objects the pre-open has still to open, in configuration order.
@@ -298,8 +203,8 @@ class Reconciler:
         self._in_pass = False
         #: Reconcile passes begun since the start (status ``counters.reconcile_passes``).
         self.passes = 0
-        #: A direct switch (standby hit) is under way.
-        self._direct = False
+        #: The standby hit's direct path (:mod:`~schedswitchd.daemon.direct_switch`).
+        self.direct = DirectSwitch(self, self.policy, self.switcher, self.worker)
         #: The reconcile task is in a round: a pass, then its pre-open and standby refill.
         self._round = False
         #: Backend notifications that came during a direct switch, left to the pass that
@@ -339,10 +244,10 @@ class Reconciler:
 
         def notify() -> None:
             # Any thread. While a direct switch is under way its own end runs a pass
-            # (_direct_done), which looks at the kernel after everything that notified
+            # (hit_finished), which looks at the kernel after everything that notified
             # meanwhile -- the switch's own uevents above all: a pass begun now would only
             # wait for the worker, and take the CPU from the switch and the reply.
-            if self._direct:
+            if self.direct.active:
                 self.notes_held += 1
                 return
             loop.call_soon_threadsafe(self.kick)
@@ -412,14 +317,19 @@ class Reconciler:
     @property
     def busy(self) -> bool:
         """A reconcile pass or a direct switch is under way."""
-        return self._in_pass or self._direct
+        return self._in_pass or self.direct.active
 
     @property
     def idle(self) -> bool:
         """Nothing is under way or due: no reconcile round (a pass, its pre-open, its
         standby refill) running or kicked, no direct switch, no call queued or running on
         the worker (a heap trim, a refill). What a hint usually meets (status ``idle``)."""
-        return not self._round and not self._direct and not self._wake.is_set() and self.worker.idle
+        return (
+            not self._round
+            and not self.direct.active
+            and not self._wake.is_set()
+            and self.worker.idle
+        )
 
     @property
     def active_stale(self) -> bool:
@@ -516,10 +426,10 @@ class Reconciler:
 
     def _enabled(self, gen: int, gate: ReplyGate) -> None:
         released = self._release_waiters(gen, early_only=True)
-        self._gate_for_replies(gate if released else None)
+        self.gate_for_replies(gate if released else None)
         gate.expect(released)
 
-    def _gate_for_replies(self, gate: ReplyGate | None) -> None:
+    def gate_for_replies(self, gate: ReplyGate | None) -> None:
         """On the loop: ``gate`` counts the replies written from now on (:meth:`reply_sent`);
         the one it replaces, an earlier switch's, holds its worker no longer."""
         if self._reply_gate is not None:
@@ -529,68 +439,16 @@ class Reconciler:
     def reply_sent(self, sock: Any = None) -> None:
         """The server wrote the reply of a request that waited with ``early`` to ``sock``
         (the connection's socket, or ``None``): once all the replies a switch released are
-        out, its worker goes on -- once their clients read them from their sockets, or
-        after ``reply_taken_wait_s`` at most. A standby hit's held second half
-        (:meth:`_direct_rest`) is submitted then, the clients' sockets looked at from this
-        loop every :data:`REPLY_TAKEN_POLL_S` s."""
+        out (its :class:`~schedswitchd.daemon.reply_gate.ReplyGate`), its worker goes on --
+        once their clients read them from their sockets, or after ``reply_taken_wait_s``
+        at most; a standby hit's held second half is submitted then
+        (:meth:`DirectSwitch.reply_written
+        <schedswitchd.daemon.direct_switch.DirectSwitch.reply_written>`)."""
         gate = self._reply_gate
         if gate is None or not gate.sent(sock):
             return
         self._reply_gate = None
-        if self.worker.holding:
-            # A standby hit's second half (_direct_rest): submitted once the client took
-            # its reply, looked at from this loop (first after one poll interval: not at
-            # once, as the client is only now woken), so that no thread of ours wakes
-            # while the client reads it.
-            if self._rest_timer is not None:
-                self._rest_timer.cancel()
-            if not gate.sockets:
-                self._release_held()
-                return
-            self._rest_timer = asyncio.get_running_loop().call_later(
-                REPLY_TAKEN_POLL_S,
-                self._release_when_taken,
-                gate,
-                time.monotonic() + self.reply_taken_wait_s,
-            )
-
-    def after_reply(self, callback: Callable[..., object], *args: Any) -> None:
-        """On the loop: ``callback(*args)`` once the client of the standby hit answered in
-        this step took its reply (with its second half's submission), or in the next
-        step when no such reply is waiting. For what can wait (a log line), so that it
-        does not take the CPU from the client reading its reply."""
-        if self.worker.holding:
-            self._after_reply.append((callback, args))
-        else:
-            asyncio.get_running_loop().call_soon(callback, *args)
-
-    def _release_held(self) -> None:
-        """Submit the worker's held call (a standby hit's second half), then run what
-        waited for it (:meth:`after_reply`)."""
-        if self._rest_timer is not None:
-            self._rest_timer.cancel()
-            self._rest_timer = None
-        waiting, self._after_reply = self._after_reply, []
-        try:
-            self.worker.release()
-        finally:
-            for callback, args in waiting:
-                try:
-                    callback(*args)
-                except Exception:
-                    log.exception("after-reply callback failed")
-
-    def _release_when_taken(self, gate: ReplyGate, deadline: float) -> None:
-        """Every :data:`REPLY_TAKEN_POLL_S` s on the loop, until the clients of ``gate``'s
-        replies read them or ``deadline`` (``time.monotonic()``) passed: then submit the
-        worker's held call."""
-        self._rest_timer = None
-        if time.monotonic() < deadline and gate.untaken():
-            self._rest_timer = asyncio.get_running_loop().call_later(
-                REPLY_TAKEN_POLL_S, self._release_when_taken, gate, deadline
-            )
-            return
-        self._release_held()
+        self.direct.reply_written(gate)
 
     # --- the passes ---------------------------------------------------------------------------
 
@@ -739,256 +597,29 @@ class Reconciler:
             f"{pool.max_kernel_bytes}, or it is held back after failures"
         )
 
-    # --- the direct path of a standby hit -----------------------------------------------------
+    # --- what the standby hit asks (daemon/direct_switch.py's HitHost) ----------------------
 
-    def standby_hit(self, lease: Lease) -> tuple[str, SchedulerConfig, str] | None:
-        """``(target, spec, reason)`` when the hint that just added ``lease`` can take the
-        direct path (:meth:`direct_switch`), else ``None`` (the hint kicks a normal pass).
+    @property
+    def in_pass(self) -> bool:
+        """A reconcile pass is deciding or switching (a standby hit then stays out)."""
+        return self._in_pass
 
-        Eligible when the policy, asked as a pass asks it (leases past their TTL expired
-        first), picks ``lease`` itself, its scheduler is not ``kernel`` nor the running one,
-        the standby pool holds that scheduler prepared from its current configuration entry
-        (the worker's take still checks that it is fresh), and neither a pass nor another
-        direct switch is under way. Runs on the loop; reads no file."""
-        self.hit_decision = None
-        if self._in_pass or self._direct:
-            return None
-        now = self.clock()
-        self.policy.expire(now)
-        decision = self.policy.decide(now)
-        self.hit_decision = (decision, now)
-        target = decision.scheduler
-        if decision.lease is None or decision.lease.id != lease.id:
-            return None
-        if target in (KERNEL, self.switcher.active):
-            return None
-        spec = self.config.schedulers.get(target)
-        entry = self.switcher.standby.entries.get(target)
-        # ``is`` first: the pool's entry was filled from this very configuration entry
-        # unless a reload replaced it (a model's == compares every field).
-        if spec is None or entry is None or (entry.spec is not spec and entry.spec != spec):
-            return None
-        # As a pass would: a client's lease ends an adopted scheduler's grace.
+    def hit_claimed(self, target: str) -> None:
+        """A hint's lease takes the direct path to ``target``: as a pass would, a client's
+        lease ends an adopted scheduler's grace, and ``target`` is the recent hint's."""
         self._grace_until_ns = 0
         self.recent = target
-        return target, spec, f"{decision.why} {lease.id} {lease.workload}"
 
-    async def direct_switch(
-        self, target: str, spec: SchedulerConfig, reason: str
-    ) -> tuple[list[SwitchInfo], bool]:
-        """Switch to a held standby (``target``, ``spec``, ``reason`` from
-        :meth:`standby_hit`) without a reconcile pass first. Returns like
-        :meth:`settle_records` with ``early``: as soon as the kernel runs ``target`` (the
-        record is live; the rest of the switch -- the window's end, pin, freeing the old
-        scheduler -- waits, at most ``reply_wait_s``, until :meth:`reply_sent`), or once
-        the switch failed or could not be made here; then what a pass does next is done
-        by a normal pass (an ejection is recorded and backed off first, a failed target
-        is backed off and the next candidate tried) and its records follow. The switch's
-        log line, the deadline, ``STATUS=`` and the standby refill come after the reply
-        (a pass kicked once the switch is over).
-
-        Two ways, with the same outcome. When the worker is idle and the running
-        scheduler keeps an exit record (:meth:`Switcher.late_check_ok`), this loop does
-        the switch's first half itself (:meth:`_direct_on_loop`): no hop to the worker
-        and back on the way to the reply. Otherwise (a standby refill or a heap trim on
-        the worker, a scheduler without an exit record, none of ours running) one call
-        on the worker notices an ejection as the pass would (:meth:`Switcher.
-        check_ejected`), checks that no other program's scheduler runs when the daemon
-        has none attached, and switches."""
-        pool = True
-        if self.worker.idle and self.switcher.late_check_ok():
-            done = await self._direct_on_loop(target, spec, reason)
-            if done is not None:
-                return done
-            pool = False  # the pool held nothing fresh: prepare it on the worker
-        return await self._direct_on_worker(target, spec, reason, pool)
-
-    async def _direct_on_loop(
-        self, target: str, spec: SchedulerConfig, reason: str
-    ) -> tuple[list[SwitchInfo], bool] | None:
-        """The standby hit's first half on the event loop: the pool's take, the switch
-        window, the old scheduler's detach and the new one's attach with its
-        confirmation (:meth:`Switcher.begin_standby`). The loop is blocked for that
-        long: the kernel's no-scheduler gap plus the detach's and attach's own work
-        (every wait in it is bounded by ``switch_timeout_s``), which no request could have been
-        answered in sooner anyway, since the worker it would otherwise have waited for
-        does the same. If the new scheduler runs, the reply goes out in this same loop
-        step and the second half (:meth:`PendingSwitch.finish`: the old scheduler's exit
-        record, which tells whether the kernel had ejected it before the detach; pin;
-        freeing it) runs on the worker after the reply. ``None`` when the pool held no
-        fresh standby (nothing done)."""
-        self._direct = True
-        try:
-            pending = self.switcher.begin_standby(target, spec, reason)
-        except Exception:
-            self._direct = False
-            log.exception("direct switch to %s failed", target)
-            self.kick()
-            return await self.settle_records(early=True)
-        if pending is None:
-            self._direct = False
-            return None
-        record = pending.record
-        if not pending.running:
-            # Failed and rolled back: the window's end here (no pin, nothing to free),
-            # then a normal pass takes it from here, as the worker's path would.
-            try:
-                finished = _DirectFinished(record, pending.finish())
-            except Exception as exc:
-                self._direct_end(None, exc, target)
-            else:
-                self._direct_end(finished, None, target)
-            later, settled = await self.settle_records(early=True)
-            return [record, *later], settled
-        gate = ReplyGate()
-        gate.expect(1)
-        self._gate_for_replies(gate)
-        self._direct_rest(pending, target, gate)
-        return [record], True
-
-    def _direct_rest(self, pending: PendingSwitch, target: str, gate: ReplyGate) -> None:
-        """On the loop, in the reply's step: the second half, held as the worker's next
-        call (:meth:`_Worker.hold`) and submitted once the reply is written
-        (:meth:`reply_sent`) -- before that, the worker thread is not woken: under the
-        VM's one emulated CPU its wake-up and its turn at the GIL came out of the reply's
-        time --, ahead of anything this loop submits meanwhile (a pass kicked, a refill),
-        which so finds the switch finished; at the latest after ``reply_wait_s`` (a reply
-        that is never written). On the worker it waits until the reply was taken
-        (bounded), then finishes."""
-        loop = asyncio.get_running_loop()
-
-        def rest() -> _DirectFinished:
-            gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
-            return _DirectFinished(pending.record, pending.finish())
-
-        def submit_rest() -> None:
-            try:
-                work = loop.run_in_executor(self.worker, rest)
-            except RuntimeError:  # the worker was shut down: the daemon is stopping
-                pending.finish()
-                self._direct = False
-                return
-            work.add_done_callback(lambda w: self._direct_done(w, target))
-
-        self.worker.hold(submit_rest)
-        if self._rest_timer is not None:
-            self._rest_timer.cancel()
-        self._rest_timer = loop.call_later(self.reply_wait_s, self._release_held)
-
-    async def _direct_on_worker(
-        self, target: str, spec: SchedulerConfig, reason: str, pool: bool
-    ) -> tuple[list[SwitchInfo], bool]:
-        """The standby hit through one call on the worker (see :meth:`direct_switch`)."""
-        loop = asyncio.get_running_loop()
-        # The running record, or None once the worker's call ended without one (or the
-        # wait timed out): one future, so that the reply is one loop step from on_enabled.
-        running: asyncio.Future[SwitchInfo | None] = loop.create_future()
-
-        def on_enabled(record: SwitchInfo) -> None:  # the worker thread
-            gate = ReplyGate()
-            try:
-                loop.call_soon_threadsafe(self._direct_enabled, running, record, gate)
-            except RuntimeError:  # the loop is closed: the daemon is stopping
-                return
-            gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
-
-        def done(work: asyncio.Future[Any]) -> None:
-            self._direct_done(work, target)
-            if not running.done():
-                running.set_result(None)
-
-        def expire() -> None:
-            if not running.done():
-                running.set_result(None)
-
-        timer = loop.call_later(2 * self.config.limits.switch_timeout_s + 5, expire)
-        self._direct = True
-        try:
-            # Submitted last: the worker waits for this thread to let go of the GIL, which
-            # it does once the loop sleeps.
-            work = loop.run_in_executor(
-                self.worker, self._direct_work, target, spec, reason, on_enabled, pool
-            )
-        except RuntimeError:  # the worker was shut down
-            self._direct = False
-            timer.cancel()
-            return [], False
-        work.add_done_callback(done)
-        try:
-            record = await running
-        finally:
-            timer.cancel()
-        if record is not None:
-            return [record], True
-        if not work.done():
-            return [], False
-        outcome = work.result() if not work.cancelled() and work.exception() is None else None
-        made = [outcome] if isinstance(outcome, SwitchInfo) else []
-        # Not switched, or failed: a normal pass takes it from here, as it would have.
-        later, settled = await self.settle_records(early=True)
-        return made + later, settled
-
-    def _direct_work(
-        self,
-        target: str,
-        spec: SchedulerConfig,
-        reason: str,
-        on_enabled: Callable[..., None],
-        pool: bool = True,
-    ) -> SwitchInfo | tuple[SwitchInfo, int] | str | None:
-        """The worker's part of :meth:`direct_switch`: an ejection found (returned, not
-        switched), :data:`_FOREIGN` (another program's scheduler runs), or the switch's
-        record (``None`` if ``target`` runs already)."""
-        ejected = self.switcher.check_ejected()
-        if ejected is not None:
-            return ejected
-        if self.switcher.current is None:
-            kernel = self.backend.kernel_state()
-            if kernel.state in ("enabled", "enabling"):
-                return _FOREIGN
-        return self.switcher.switch_to(target, spec, reason, on_enabled, pool=pool)
-
-    def _direct_enabled(
-        self,
-        running: asyncio.Future[SwitchInfo | None],
-        record: SwitchInfo,
-        gate: ReplyGate,
+    def hit_finished(
+        self, record: SwitchInfo | None, gone: tuple[SwitchInfo, int] | None, target: str
     ) -> None:
-        """On the loop: the direct switch's scheduler runs; answer the hint, and let the
-        worker go on once its reply is written (:meth:`reply_sent`)."""
-        if running.done():  # the hint gave up waiting
-            self._gate_for_replies(None)
-            gate.release()
-            return
-        gate.expect(1)
-        self._gate_for_replies(gate)
-        running.set_result(record)
-
-    def _direct_done(self, work: asyncio.Future[Any], target: str) -> None:
-        """On the loop, once the direct switch's worker call returned: :meth:`_direct_end`
-        with its outcome."""
-        error = None if work.cancelled() else work.exception()
-        outcome = None if work.cancelled() or error is not None else work.result()
-        self._direct_end(outcome, error, target)
-
-    def _direct_end(self, outcome: object, error: BaseException | None, target: str) -> None:
-        """The bookkeeping a pass does after a switch, then a pass (the rest: deadline,
-        ``STATUS=``, refill). ``outcome``: what the direct switch ended with (an ejection
-        found before it, a record, a :class:`_DirectFinished`, ...)."""
-        self._direct = False
-        if error is not None:
-            log.error("direct switch to %s failed", target, exc_info=error)
-        record: SwitchInfo | None = None
-        if isinstance(outcome, _DirectFinished):
-            record = outcome.record
-            if outcome.gone is not None:
-                # The old scheduler had been ejected before the switch from it: recorded
-                # and backed off (or restarted, had it asked) as check_ejected's would be.
-                self._note_ejection(outcome.gone, self.clock())
-        elif isinstance(outcome, tuple):
-            self._note_ejection(outcome, self.clock())
-        elif isinstance(outcome, SwitchInfo):
-            record = outcome
+        """The bookkeeping a pass does after a switch, for a standby hit's: the old
+        scheduler's ejection its exit record showed (``gone``: recorded and backed off, or
+        restarted had it asked, as :meth:`Switcher.check_ejected`'s would be), the record
+        logged and published, a failed ``target`` backed off; then a pass (the rest:
+        deadline, ``STATUS=``, refill)."""
+        if gone is not None:
+            self._note_ejection(gone, self.clock())
         if record is not None:
             self._switched(record)
             if record.ok:

@@ -396,14 +396,15 @@ class Server:
         wanted = self.config.hints[lease.workload].scheduler
         # Answered once the kernel runs what the pass chose (see reconcile's docstring).
         conn.early_reply = True
-        direct = self.reconciler.standby_hit(lease)
+        hits = self.reconciler.direct
+        direct = hits.standby_hit(lease)
         if direct is not None:
             # A standby hit: straight to the switch; its log line waits until the client
             # took the reply.
             changes = self.reconciler.changes
-            made, settled = await self.reconciler.direct_switch(*direct)
-            self.reconciler.after_reply(self._log_lease, lease, wanted)
-            hit = self.reconciler.hit_decision
+            made, settled = await hits.switch(*direct)
+            hits.after_reply(self._log_lease, lease, wanted)
+            hit = hits.hit_decision
             if (
                 hit is not None
                 and changes == self.reconciler.changes

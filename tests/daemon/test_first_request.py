@@ -367,14 +367,14 @@ def test_the_server_stops_serving_its_socket_on_close() -> None:
 
 
 def test_a_standby_hit_leaves_its_decision_for_the_reply(started: list[Running]) -> None:
-    """``Reconciler.hit_decision``: what standby_hit's policy decision was (the hint's own
+    """``DirectSwitch.hit_decision``: what standby_hit's policy decision was (the hint's own
     lease, its scheduler), for the reply's ``desired`` without deciding again; ``None``
     when a hit's check stopped before asking the policy."""
     srv = _start(started, default="fifo")
     c = _prepared(srv)
     hint = c.request(op="hint", workload="gaming")
     assert hint["ok"] and hint["switch"]["standby"] is True, hint
-    hit = srv.read(lambda s: s.reconciler.hit_decision)
+    hit = srv.read(lambda s: s.reconciler.direct.hit_decision)
     assert hit is not None
     decision = hit[0]
     assert decision.scheduler == "gaming"

@@ -554,7 +554,8 @@ def test_a_standby_hit_switches_on_the_event_loop_when_the_worker_is_idle(
     """With the worker idle, the standby hit's detach and attach run on the event loop's
     thread (no hop to the worker and back before the reply), and its pin and the old
     scheduler's freeing on the worker, after the reply. A hint that comes while the worker
-    is busy (held in a call of the test's) goes through the worker, as before."""
+    is busy (held in a call of the test's) is no standby hit: a normal pass switches it on
+    the worker, taking the held standby all the same."""
     srv, c = held
     threads: list[tuple[str, str]] = []
     srv.backend.on_call = lambda call: threads.append((call, threading.current_thread().name))
@@ -581,6 +582,7 @@ def test_a_standby_hit_switches_on_the_event_loop_when_the_worker_is_idle(
         hold.set()
     reply = c.recv_line()
     assert reply is not None and reply["active"] == "gaming", reply
+    assert reply["switch"]["standby"] is True, reply
     srv.backend.on_call = None
     assert threads[0][0] == "attach gaming" and threads[0][1].startswith("switcher"), threads
     c.close()
@@ -626,9 +628,10 @@ def test_notifications_during_a_direct_switch_are_left_to_the_pass_after_it(
 def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
     held: tuple[Running, Client],
 ) -> None:
-    """:meth:`Reconciler.standby_hit` picks the direct path only when the policy chooses
-    the new lease itself, its scheduler is held and not running, and no pass or other
-    direct switch is under way."""
+    """:meth:`DirectSwitch.standby_hit` picks the direct path only when the policy chooses
+    the new lease itself, its scheduler is held and not running, no pass or other direct
+    switch is under way, the worker is idle and the running scheduler keeps an exit
+    record."""
     from schedswitchd.daemon.policy import Lease
 
     srv, c = held
@@ -638,14 +641,15 @@ def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
         def check(s: Server) -> object:
             lease = Lease(f"p{seq}", workload, 0, 0, None, 0, None, seq)
             s.policy.add(lease)
-            saved = {k: getattr(rec, k) for k in state}
+            owners = {k: rec if k == "_in_pass" else rec.direct for k in state}
+            saved = {k: getattr(owners[k], k) for k in state}
             for k, v in state.items():
-                setattr(rec, k, v)
+                setattr(owners[k], k, v)
             try:
-                return rec.standby_hit(lease)
+                return rec.direct.standby_hit(lease)
             finally:
                 for k, v in saved.items():
-                    setattr(rec, k, v)
+                    setattr(owners[k], k, v)
                 s.policy.remove(lease.id)
 
         return srv.read(check)
@@ -653,7 +657,16 @@ def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
     hit = probe("gaming", 10**6)
     assert isinstance(hit, tuple) and hit[0] == "gaming" and hit[2] == "lease p1000000 gaming"
     assert probe("gaming", 10**6, _in_pass=True) is None
-    assert probe("gaming", 10**6, _direct=True) is None
+    assert probe("gaming", 10**6, active=True) is None
+    hold = _hold_worker(srv)
+    try:
+        assert probe("gaming", 10**6) is None  # the worker is busy
+    finally:
+        hold.set()
+    srv.wait_for(lambda s: s.reconciler.worker.idle)
+    srv.backend.no_exit_record.add("fifo")
+    assert probe("gaming", 10**6) is None  # fifo keeps no exit record
+    srv.backend.no_exit_record.discard("fifo")
     assert probe("video-call", 10**6) is None  # vtime is not held
     assert probe("battery", 10**6) is None  # fifo runs already
     # a lease of lower priority than a live one is not what the policy picks
@@ -786,9 +799,9 @@ def test_a_hits_second_half_runs_when_its_reply_is_never_written(start: Start) -
         assert server is not None
         lease = Lease("x1", "gaming", 0, 0, None, 0, None, 10**6)
         server.policy.add(lease)
-        direct = rec.standby_hit(lease)
+        direct = rec.direct.standby_hit(lease)
         assert direct is not None
-        return await rec.direct_switch(*direct)
+        return await rec.direct.switch(*direct)
 
     made, settled = srv.run(hit())
     assert settled and [(r.target, r.finished) for r in made] == [("gaming", False)]
@@ -803,25 +816,23 @@ def test_a_hits_reply_asks_the_policy_again_when_something_changed_meanwhile(
     held: tuple[Running, Client],
 ) -> None:
     """A standby hit's reply says ``desired`` without asking the policy again only when
-    nothing changed since :meth:`Reconciler.standby_hit` decided: here the hit waits for a
-    busy worker, an admin override to vtime comes meanwhile, and the reply's ``desired``
-    is vtime (what the policy wants now), not the hit's gaming."""
+    nothing changed since :meth:`DirectSwitch.standby_hit` decided: here an admin override
+    to vtime is made during the hit's attach (on the loop's thread), and the reply's
+    ``desired`` is vtime (what the policy wants now), not the hit's gaming."""
     srv, c = held
-    admin = srv.client()
-    hold = _hold_worker(srv)
-    try:
-        c.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
-        srv.wait_for(lambda s: s.reconciler.busy)  # the hit waits for the worker
-        admin.send_raw(json.dumps({"v": 1, "op": "switch", "scheduler": "vtime"}).encode() + b"\n")
-        srv.wait_for(lambda s: s.policy.override == "vtime")
-    finally:
-        hold.set()
-    reply = c.recv_line()
-    assert reply is not None and reply["ok"] and reply["switch"]["target"] == "gaming", reply
+    rec = srv.read(lambda s: s.reconciler)
+
+    def at_call(call: str) -> None:
+        if call == "attach gaming":
+            srv.backend.on_call = None
+            rec.set_override("vtime")  # on the loop thread: a change, kicked
+
+    srv.backend.on_call = at_call
+    reply = c.request(op="hint", workload="gaming")
+    assert reply["ok"] and reply["switch"]["target"] == "gaming", reply
+    assert reply["switch"]["standby"] is True, reply
     assert reply["desired"] == "vtime", reply
-    assert admin.recv_line() is not None
     c.close()
-    admin.close()
 
 
 def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_client_took_the_reply(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from schedswitchd.daemon.reconcile import _Worker
+from schedswitchd.daemon.worker import SwitchWorker
 
 from .fakes import FakeBackend
 from .harness import Client, FakeTimer, Running
@@ -121,7 +121,7 @@ def test_never_idle_inside_the_reconcile_round() -> None:
     assert len(seen) > 4 and not any(seen), seen
 
 
-def _idle_soon(worker: _Worker) -> bool:
+def _idle_soon(worker: SwitchWorker) -> bool:
     """The worker's count drops in its future's done callback, which runs just after the
     future's waiters were woken: look again for a moment."""
     deadline = time.monotonic() + 5
@@ -131,7 +131,7 @@ def _idle_soon(worker: _Worker) -> bool:
 
 
 def test_the_worker_counts_calls_until_they_finish() -> None:
-    worker = _Worker()
+    worker = SwitchWorker()
     try:
         assert _idle_soon(worker)
         go = threading.Event()
@@ -185,10 +185,10 @@ def test_the_status_table_says_idle_or_busy(
 
 
 def test_a_held_call_is_counted_and_goes_before_any_later_submission() -> None:
-    """A held call (:meth:`_Worker.hold`) is not run, the worker counts as busy with it,
-    and whatever is submitted next runs after it; :meth:`_Worker.release` submits it (once)
+    """A held call (:meth:`SwitchWorker.hold`) is not run, the worker counts as busy with it,
+    and whatever is submitted next runs after it; :meth:`SwitchWorker.release` submits it (once)
     when nothing else did first."""
-    worker = _Worker()
+    worker = SwitchWorker()
     order: list[str] = []
     try:
         worker.hold(lambda: worker.submit(order.append, "held"))

@@ -5,7 +5,7 @@ timer (a TTL or a backoff hold ending) or the safety-net poll *kicks* the loop; 
 then runs one pass: notice an ejection (record it, back the scheduler off -- unless its exit
 asked for a restart, as the kernel's CPU-hotplug ejection does: then it is simply loaded
 again, its profile resolved for the new topology, its restarts bounded by rate:
-:meth:`Reconciler._restart_asked`), expire leases,
+:class:`~schedswitchd.daemon.ejections.Ejections`), expire leases,
 ask the :class:`~schedswitchd.daemon.policy.Policy` what should run and have the
 :class:`~schedswitchd.daemon.switcher.Switcher` make it so. Switching runs on one worker
 thread (so switches are serialised and the event loop never blocks on the kernel).
@@ -63,6 +63,7 @@ from typing import Any
 from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.direct_switch import DirectSwitch
+from schedswitchd.daemon.ejections import Ejections
 from schedswitchd.daemon.feed import ChangeFeed
 from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Policy
@@ -77,29 +78,6 @@ log = logging.getLogger("schedswitchd")
 
 Clock = Callable[[], int]
 
-#: ``SCX_ECODE_ACT_RESTART`` (``enum scx_exit_code``, ``kernel/sched/ext_internal.h``, and
-#: ``include/linux/sched/ext.h`` before it moved): the "action" bits 48-55 of an exit code
-#: say what user space should do; this one asks it to load the scheduler again.
-SCX_ECODE_ACT_RESTART = 1 << 48
-#: ``SCX_ECODE_RSN_HOTPLUG`` (same enum): the "reason" bits 32-47 say a CPU went on- or
-#: offline.
-SCX_ECODE_RSN_HOTPLUG = 1 << 32
-#: ``SCX_EXIT_UNREG_KERN`` (``enum scx_exit_kind``): the kernel unregistered the
-#: scheduler; a scheduler's own ``scx_bpf_exit()`` is ``SCX_EXIT_UNREG_BPF`` instead, so
-#: this kind with :data:`SCX_ECODE_RSN_HOTPLUG` is the kernel's CPU-hotplug ejection.
-SCX_EXIT_UNREG_KERN = 66
-#: Restarts at once per scheduler within :data:`RESTART_WINDOW_NS`. Past that, a restart
-#: a scheduler asked for itself is an ejection like any other (backed off), so a
-#: scheduler that asks for one at every start cannot loop; the kernel's CPU-hotplug
-#: restarts are no failure of the scheduler: they wait instead (:data:`RESTART_HOLD_NS`).
-MAX_RESTARTS = 5
-RESTART_WINDOW_NS = 60 * NS_PER_S
-#: How long the first CPU-hotplug restart past :data:`MAX_RESTARTS` in the window waits
-#: (ns; each further one twice as long, at most :data:`RESTART_HOLD_MAX_NS`): the kernel's
-#: own scheduler runs meanwhile, the lease keeps its scheduler, and hotplug events that
-#: come during the wait are met by one load instead of one each.
-RESTART_HOLD_NS = 1 * NS_PER_S
-RESTART_HOLD_MAX_NS = 30 * NS_PER_S
 #: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
 #: to be written before it goes on (pins, freeing the old scheduler), s: the default of
 #: ``Reconciler(reply_wait_s=...)``.
@@ -188,11 +166,6 @@ class Reconciler:
         self._preopen_pending = False
         #: Configured objects the pre-open has still to open, in configuration order.
         self._preopen_left: list[str] = []
-        #: Restarts honoured per scheduler (monotonic ns), see :meth:`_restart_asked`.
-        self._restarts: dict[str, list[int]] = {}
-        #: CPU-hotplug restarts held past the rate bound: scheduler -> when it may be
-        #: loaded again (``clock`` ns), see :meth:`_restart_asked`.
-        self.restart_holds: dict[str, int] = {}
         #: (name, entry) whose switch to its reloaded form failed: the old form runs on,
         #: and the same entry is not tried again on every pass.
         self.stale: tuple[str, SchedulerConfig] | None = None
@@ -213,6 +186,8 @@ class Reconciler:
         #: What changed, for the ``watch`` clients and the D-Bus faces (published here:
         #: switches, ejections, overrides, leases a pass expired; the server: leases).
         self.feed = ChangeFeed()
+        #: What a pass does with an ejection: backoff, or a restart the exit asked for.
+        self.ejections = Ejections(self.policy, self.feed)
         #: :meth:`close` began: a call the worker refuses (shut down) ends the task.
         self._stopping = False
         self._apply_backoff_config()
@@ -560,7 +535,7 @@ class Reconciler:
                 continue  # nothing to hold: its program loads itself once started
             if hold is not None and hold.until_ns > now:
                 continue
-            if self.restart_holds.get(name, 0) > now:
+            if self.ejections.holds.get(name, 0) > now:
                 continue  # its hotplug restart waits so as to load once (the topology then)
             out.append((name, spec, reason))
         return out
@@ -619,7 +594,7 @@ class Reconciler:
         logged and published, a failed ``target`` backed off; then a pass (the rest:
         deadline, ``STATUS=``, refill)."""
         if gone is not None:
-            self._note_ejection(gone, self.clock())
+            self.ejections.note(gone, self.clock())
         if record is not None:
             self._switched(record)
             if record.ok:
@@ -637,7 +612,7 @@ class Reconciler:
         ejected = await loop.run_in_executor(self.worker, self.switcher.check_ejected)
         now = self.clock()
         if ejected is not None:
-            self._note_ejection(ejected, now)
+            self.ejections.note(ejected, now)
         for lease in self.policy.expire(now):
             self.feed.publish(
                 "lease_ended",
@@ -667,7 +642,7 @@ class Reconciler:
             target = decision.scheduler
             if decision.lease is not None and target != KERNEL:
                 self.recent = target
-            if self._restart_held(target, self.clock()):
+            if self.ejections.held(target, self.clock()):
                 break  # the kernel's own scheduler runs until the hold ends (a deadline)
             spec = self.config.schedulers.get(target)
             reason = decision.why
@@ -702,96 +677,6 @@ class Reconciler:
         if self.on_change is not None:
             self.on_change(self.summary())
 
-    def _note_ejection(self, ejected: tuple[SwitchInfo, int], now: int) -> None:
-        """What a pass does on an ejection :meth:`Switcher.check_ejected` found: a restart
-        the exit asked for is honoured (no backoff), else the scheduler is backed off (and
-        an admin override of it dropped); logged either way."""
-        if self._restart_asked(ejected[0], now):
-            gone = ejected[0]
-            exit_ = gone.exit
-            self._publish_ejection(gone, None)
-            held = self.restart_holds.get(gone.previous, now) - now
-            log.warning(
-                "scheduler %s exited asking for a restart (%s: %s); loading it again%s, its "
-                "profile resolved for the topology then",
-                gone.previous,
-                exit_.reason if exit_ else "",
-                exit_.message if exit_ else "",
-                f" in {held / NS_PER_S:.1f} s (over {MAX_RESTARTS} restarts within "
-                f"{RESTART_WINDOW_NS // NS_PER_S} s)"
-                if held > 0
-                else "",
-                extra={"SCHEDULER": gone.previous, "EXIT_KIND": "restart"},
-            )
-        else:
-            gone, ran_for = ejected
-            hold = self.policy.record_failure(gone.previous, now, ran_for)
-            self._publish_ejection(gone, (hold.until_ns - now) / NS_PER_S)
-            if self.policy.override == gone.previous:
-                self._drop_override(gone.previous, "it was ejected by the kernel")
-            exit_ = gone.exit
-            log.warning(
-                "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
-                gone.previous,
-                exit_.kind_name if exit_ else "no exit info",
-                f" ({exit_.reason}: {exit_.message})" if exit_ else "",
-                (hold.until_ns - now) / NS_PER_S,
-                extra={
-                    "SCHEDULER": gone.previous,
-                    "EXIT_KIND": exit_.kind_name if exit_ else "",
-                },
-            )
-
-    def _publish_ejection(self, gone: SwitchInfo, backoff_s: float | None) -> None:
-        """An ejection on the feed; ``backoff_s``: its hold, ``None`` for a restart."""
-        exit_ = gone.exit
-        self.feed.publish(
-            "ejection",
-            scheduler=gone.previous,
-            exit_kind=exit_.kind_name if exit_ else None,
-            reason=exit_.reason if exit_ else None,
-            message=exit_.message if exit_ else None,
-            restart=backoff_s is None,
-            backoff_s=backoff_s,
-        )
-
-    def _restart_asked(self, gone: SwitchInfo, now: int) -> bool:
-        """True when the ejected scheduler's exit code carries ``SCX_ECODE_ACT_RESTART``
-        (``kernel/sched/ext.c``: a CPU going on- or offline ejects a scheduler without
-        hotplug ops with ``SCX_EXIT_UNREG_KERN`` and ``SCX_ECODE_ACT_RESTART |
-        SCX_ECODE_RSN_HOTPLUG``; a scheduler may ask for it through ``scx_bpf_exit()``) and
-        either the scheduler has not restarted :data:`MAX_RESTARTS` times within
-        :data:`RESTART_WINDOW_NS` or the exit is the kernel's CPU-hotplug ejection
-        (:data:`SCX_EXIT_UNREG_KERN` with :data:`SCX_ECODE_RSN_HOTPLUG`): then it is loaded
-        again (no backoff), and its profile sees the new topology -- at once, or, for a
-        hotplug restart past the bound, once its hold (:attr:`restart_holds`) ends:
-        :data:`RESTART_HOLD_NS` doubling per restart over the bound, at most
-        :data:`RESTART_HOLD_MAX_NS`; the policy still wants the scheduler meanwhile.
-        Counts the restart."""
-        exit_ = gone.exit
-        if exit_ is None or not (exit_.exit_code & SCX_ECODE_ACT_RESTART):
-            return False
-        name = gone.previous
-        recent = [t for t in self._restarts.get(name, []) if now - t < RESTART_WINDOW_NS]
-        if len(recent) >= MAX_RESTARTS:
-            if exit_.kind != SCX_EXIT_UNREG_KERN or not exit_.exit_code & SCX_ECODE_RSN_HOTPLUG:
-                return False
-            over = min(len(recent) - MAX_RESTARTS, 16)  # 16: far past the cap, no huge shift
-            self.restart_holds[name] = now + min(RESTART_HOLD_NS << over, RESTART_HOLD_MAX_NS)
-        self._restarts[name] = [*recent, now]
-        return True
-
-    def _restart_held(self, target: str, now: int) -> bool:
-        """Whether ``target``'s hotplug restart still waits for its hold to end (the
-        deadline then kicks a pass); a hold that ended is dropped."""
-        until = self.restart_holds.get(target)
-        if until is None:
-            return False
-        if until > now:
-            return True
-        del self.restart_holds[target]
-        return False
-
     async def _held_by_another_program(self, loop: asyncio.AbstractEventLoop) -> bool:
         """True while a scheduler the daemon did not attach runs (``BPF_LINK_CREATE`` would
         fail with ``EBUSY``). Such failures are not the target's own, so they must neither
@@ -824,17 +709,6 @@ class Reconciler:
             extra={"SCHEDULER": failed},
         )
 
-    def _drop_override(self, target: str, why: str) -> None:
-        """End a failed admin override: the daemon follows hints and the default again."""
-        self.policy.override = None
-        self.feed.publish("override", override=None, why=f"{target} dropped: {why}")
-        log.warning(
-            "admin override %s dropped: %s; following hints again",
-            target,
-            why,
-            extra={"SCHEDULER": target},
-        )
-
     def _arm_deadline(self, now: int) -> None:
         deadline = self.policy.next_deadline(now)
         if self.intents:  # an intent's end frees its standby
@@ -842,11 +716,9 @@ class Reconciler:
             deadline = first if deadline is None else min(deadline, first)
         if self.adopted and now < self._grace_until_ns:
             deadline = min(deadline or self._grace_until_ns, self._grace_until_ns)
-        clock_now = self.clock()
-        self.restart_holds = {k: v for k, v in self.restart_holds.items() if v > clock_now}
-        if self.restart_holds:  # a held restart's end loads its scheduler again
-            first = min(self.restart_holds.values())
-            deadline = first if deadline is None else min(deadline, first)
+        hold_end = self.ejections.next_hold_end(self.clock())
+        if hold_end is not None:  # a held restart's end loads its scheduler again
+            deadline = hold_end if deadline is None else min(deadline, hold_end)
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None

@@ -23,13 +23,10 @@ holds no lease, reply write time (framing and timeouts per connection:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import itertools
 import logging
 import os
 import secrets
-import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -37,12 +34,12 @@ from dataclasses import dataclass
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.acceptor import Acceptor
+from schedswitchd.daemon.collector import COLLECT_IDLE_DELAY_S, ConnectionCollector
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import Connection
 from schedswitchd.daemon.exec_backend import runs_info
-from schedswitchd.daemon.memory_tuning import trim_heap
-from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
-from schedswitchd.daemon.peer import Peer, is_descendant
+from schedswitchd.daemon.lease_pids import pin_pid, take_passed_pidfd
+from schedswitchd.daemon.peer import Peer
 from schedswitchd.daemon.policy import NS_PER_S, Lease
 from schedswitchd.daemon.reconcile import Reconciler
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
@@ -52,16 +49,6 @@ log = logging.getLogger("schedswitchd")
 
 #: Random bytes fetched at a time for lease ids (4 per lease).
 LEASE_ID_POOL = 256
-#: Closed connections after which their cyclic garbage is collected (see Server._collect).
-COLLECT_EVERY = 128
-#: ... or fewer, once no connection is left ...
-COLLECT_IDLE = 8
-#: ... and then this long after (s), with no connection and no switch under way: run in the
-#: close itself, the collection blocked the loop (a hint profile in the VM showed it) right
-#: when a launcher's hint followed its status or prepare request (docs/performance.md,
-#: "Memory").
-#: The default of ``Server(collect_idle_delay_s=...)``.
-COLLECT_IDLE_DELAY_S = 0.5
 
 
 @dataclass(eq=False)
@@ -87,10 +74,9 @@ class Server:
         """``timer``: where connection timeouts and lease TTLs are scheduled (default: the
         event loop :meth:`start` runs on; tests pass one they move);
         ``collect_idle_delay_s``: how long after the last connection closed the idle
-        garbage collection runs (s, :data:`COLLECT_IDLE_DELAY_S`; see :meth:`_collect`)."""
+        garbage collection runs (s, :mod:`~schedswitchd.daemon.collector`)."""
         self.reconciler = reconciler
         self._timer = timer
-        self.collect_idle_delay_s = collect_idle_delay_s
         self.backend = reconciler.backend
         self.clock = reconciler.clock
         self.policy = reconciler.policy
@@ -106,8 +92,14 @@ class Server:
         self.acceptor = Acceptor(lambda: Connection(self, next(self._conn_ids)))
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
         self._closing = False
-        self._closed_since_collect = 0
-        self._collect_timer: Cancellable | None = None
+        #: The closed connections' garbage (docs/performance.md, "Memory").
+        self.collector = ConnectionCollector(
+            lambda: self.timer,
+            lambda: self._closing or bool(self.connections),
+            lambda: reconciler.busy,
+            reconciler.worker,
+            collect_idle_delay_s,
+        )
         #: The last reload's outcome (``status``), ``None`` before any.
         self.last_reload: proto.ReloadInfo | None = None
 
@@ -141,9 +133,7 @@ class Server:
         """Stop serving, end every lease without switching (a pinned scheduler stays
         attached, so a restart does not drop it), finish any switch in progress."""
         self._closing = True
-        if self._collect_timer is not None:
-            self._collect_timer.cancel()
-            self._collect_timer = None
+        self.collector.cancel()
         self.acceptor.close()
         await self.reconciler.close()
         for lease_id in list(self.leases):
@@ -187,11 +177,7 @@ class Server:
         """``conn`` is gone and no request of it is being answered: its leases end."""
         if self.connections.pop(conn.id, None) is None:
             return  # refused at the accept
-        self._closed_since_collect += 1
-        if self._closed_since_collect >= COLLECT_EVERY:
-            self._collect()
-        elif not self.connections and self._closed_since_collect >= COLLECT_IDLE:
-            self._collect_when_idle()
+        self.collector.closed(len(self.connections))
         for lease_id in list(conn.leases):
             self._end_lease(lease_id, "connection closed")
 
@@ -258,41 +244,6 @@ class Server:
                 op=request.op,
                 id=request.id,
             )
-
-    def _collect_when_idle(self) -> None:
-        """:meth:`_collect` ``collect_idle_delay_s`` from now (again from now if one
-        was due), if then no connection is open and no switch is under way; else a later
-        close (or the switch's end) arms it again."""
-        if self._collect_timer is not None:
-            self._collect_timer.cancel()
-        self._collect_timer = self.timer.call_at(
-            self.timer.time() + self.collect_idle_delay_s, self._idle_collect
-        )
-
-    def _idle_collect(self) -> None:
-        self._collect_timer = None
-        if self._closing or self.connections or self._closed_since_collect == 0:
-            return
-        if self.reconciler.busy:
-            self._collect_when_idle()
-            return
-        self._collect()
-
-    def _collect(self) -> None:
-        """Free closed connections now and give their memory back (docs/performance.md,
-        "Memory").
-
-        CPython 3.11's selector transport keeps a bound method of itself
-        (``_read_ready_cb``), so every closed connection's transport and socket objects
-        stay as cyclic garbage until a full collection, which the default thresholds run
-        rarely; under a flood they pile up into allocator arenas that stay resident once
-        a few survivors are scattered over them. Collecting after every
-        :data:`COLLECT_EVERY` closed connections, and when the last one closes, bounds
-        that pile; the C heap's free pages are then trimmed on the worker thread."""
-        self._closed_since_collect = 0
-        gc.collect()
-        with contextlib.suppress(RuntimeError):  # the worker was shut down
-            asyncio.get_running_loop().run_in_executor(self.reconciler.worker, trim_heap)
 
     # --- authorisation -------------------------------------------------------------------------
 
@@ -379,9 +330,9 @@ class Server:
         pidfd = None
         pid = request.pid
         if pid is not None:
-            pidfd = self._pin_pid(pid, peer)
+            pidfd = pin_pid(pid, peer.pid, lambda: self.is_admin(peer))
         elif request.pidfd:
-            pidfd, pid = self._passed_pidfd(conn)
+            pidfd, pid = take_passed_pidfd(conn.passed, peer.uid, lambda: self.is_admin(peer))
         lease = self.new_lease(request.workload, peer.uid, peer.pid, pid, request.ttl_s)
         runtime = _LeaseRuntime(conn, pidfd)
         self.leases[lease.id] = runtime
@@ -497,54 +448,6 @@ class Server:
             lease.pid if lease.pid is not None else "-",
             extra={"LEASE": lease.id, "SCHEDULER": scheduler},
         )
-
-    def _pin_pid(self, pid: int, peer: Peer) -> int:
-        """A pidfd for ``pid`` after checking the caller may name it; raises RequestError."""
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            raise proto.RequestError(proto.BAD_PID, f"no process {pid}") from None
-        except OSError as exc:
-            raise proto.RequestError(proto.BAD_PID, f"pid {pid}: {exc.strerror}") from None
-        try:
-            if not self.is_admin(peer) and not is_descendant(pid, peer.pid):
-                raise proto.RequestError(
-                    proto.DENIED, f"pid {pid} is neither the caller nor its descendant"
-                )
-            # Still the same process (the pidfd pins its identity, not its pid number)?
-            signal.pidfd_send_signal(pidfd, 0)
-        except ProcessLookupError:
-            os.close(pidfd)
-            raise proto.RequestError(proto.BAD_PID, f"process {pid} exited") from None
-        except BaseException:
-            os.close(pidfd)
-            raise
-        return pidfd
-
-    def _passed_pidfd(self, conn: Connection) -> tuple[int, int]:
-        """The pidfd the client passed with its request, and its process's pid, once the
-        caller may name that process: one of its own uid (admins: any). Raises
-        RequestError (``bad_pid``: none passed, not a pidfd, exited; ``denied``)."""
-        pidfd = conn.passed.take_fd() if conn.passed is not None else None
-        if pidfd is None:
-            raise proto.RequestError(
-                proto.BAD_PID,
-                "pidfd: true, but no descriptor came with the request (pass a pidfd as "
-                "SCM_RIGHTS on the request's bytes)",
-            )
-        try:
-            pid, uid = pidfd_target(pidfd)
-            if uid != conn.peer.uid and not self.is_admin(conn.peer):
-                raise proto.RequestError(
-                    proto.DENIED, f"process {pid} belongs to uid {uid}, not to the caller"
-                )
-        except NotAPidfd as exc:
-            os.close(pidfd)
-            raise proto.RequestError(proto.BAD_PID, f"passed pidfd: {exc}") from None
-        except BaseException:
-            os.close(pidfd)
-            raise
-        return pidfd, pid
 
     def _end_lease(
         self, lease_id: str, why: str, *, kick: bool = True, by_itself: bool = False

@@ -169,7 +169,7 @@ def test_hotplug_restarts_past_the_bound_wait_instead_of_backing_off() -> None:
     RSN_HOTPLUG``) past ``MAX_RESTARTS`` within the window are no failure: the lease keeps
     its scheduler (no backoff, still desired); its restart waits ``RESTART_HOLD_NS``, then
     twice that, and is loaded again when the hold ends."""
-    from schedswitchd.daemon.reconcile import MAX_RESTARTS
+    from schedswitchd.daemon.ejections import MAX_RESTARTS
 
     clock = FakeClock()
     r = Running(clock=clock, poll_timer=FakeTimer(), poll_s=3600.0)

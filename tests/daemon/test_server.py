@@ -209,7 +209,7 @@ def test_hotplug_ejection_reloads_without_backoff(srv: Running) -> None:
     # A restart loop of the scheduler's own (scx_bpf_exit: SCX_EXIT_UNREG_BPF) is bounded:
     # past MAX_RESTARTS in the window it backs off as usual. (The kernel's hotplug
     # restarts past it wait instead: tests/daemon/test_daemon_defects.py.)
-    from schedswitchd.daemon.reconcile import MAX_RESTARTS
+    from schedswitchd.daemon.ejections import MAX_RESTARTS
 
     for _ in range(MAX_RESTARTS):
         srv.wait_for(lambda s: srv.backend.attached_handle is not None, 2)

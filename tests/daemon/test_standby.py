@@ -679,7 +679,7 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(start: Start)
     """The garbage collection due once no connection is left runs
     ``collect_idle_delay_s`` later (2 s here), not in the close: a hint sent right after a
     launcher's requests is switched first."""
-    from schedswitchd.daemon.server import COLLECT_IDLE
+    from schedswitchd.daemon.collector import COLLECT_IDLE
 
     srv = start(default="fifo", collect_idle_delay_s=2.0)
 

@@ -28,6 +28,13 @@ The tricks:
   one module file fewer to read at start).
 * ``signal``'s C core, which every interpreter loads at start: the signal numbers a launcher
   forwards or resets and :func:`set_signal_handler`.
+* The daemon's accept (:mod:`schedswitchd.daemon.acceptor`): :func:`make_socket_transport`,
+  asyncio's selector transport for a socket the daemon accepted itself, made by the selector
+  loop's private ``_make_socket_transport`` (no public call makes one); where the loop has
+  none (:func:`has_socket_transport` False) the daemon serves with asyncio's own accept.
+* Whether a client took its reply (:mod:`schedswitchd.daemon.reply_gate`,
+  :mod:`schedswitchd.daemon.acceptor`): :func:`unread_bytes`, ``SIOCOUTQ`` polled on the
+  connection's socket (``fcntl.ioctl``; imported when first called, off the launch line).
 * No ``argparse`` on the usual command lines: ``schedswitchd.cli.run._quick_parse`` and
   ``schedswitchd.cli.ctl._quick_parse`` read them by hand and give anything else to
   argparse (their tests check that both read the same); :data:`KEPT_OUT` ``"argv"``.
@@ -200,3 +207,49 @@ def set_signal_handler(signum: int, handler: Callable[[int, FrameType | None], o
     """``signal.signal(signum, handler)`` (main thread only; raises ``ValueError`` for a bad
     signal number or from another thread, as it does)."""
     _signals.signal(signum, handler)
+
+
+# --- the daemon's accept and its replies ------------------------------------------------
+
+#: ``SIOCOUTQ`` (``linux/sockios.h``; the same number as ``TIOCOUTQ``, ``asm-generic/ioctls.h``).
+SIOCOUTQ = 0x5411
+
+
+def make_socket_transport(loop: Any, sock: Any, protocol: Any, addr: object) -> Any:
+    """asyncio's selector transport for ``sock`` (accepted, non-blocking), carrying
+    ``protocol``, as asyncio's own accept makes it (``peername`` ``addr``): it registers
+    its reader and calls ``protocol.connection_made`` in a later loop step. CPython's
+    ``asyncio/selector_events.py``, ``BaseSelectorEventLoop._make_socket_transport(sock,
+    protocol, waiter=None, *, extra=None, server=None)``. Only for a loop
+    :func:`has_socket_transport` accepts."""
+    return loop._make_socket_transport(sock, protocol, None, extra={"peername": addr})
+
+
+def has_socket_transport(loop: Any) -> bool:
+    """Whether ``loop`` makes transports for accepted sockets (:func:`make_socket_transport`):
+    asyncio's selector loop does; ``asyncio.base_events.BaseEventLoop``'s stub only raises
+    ``NotImplementedError``, and a loop of another kind has none."""
+    for cls in type(loop).__mro__:
+        make = vars(cls).get("_make_socket_transport")
+        if make is not None:
+            return callable(make) and cls.__module__ != "asyncio.base_events"
+    return False
+
+
+def unread_bytes(sock: Any) -> int:
+    """What is written to ``sock`` (a connected ``AF_UNIX`` stream socket, or asyncio's
+    view of one) and not yet read by its peer, in bytes of the sender's charge:
+    ``SIOCOUTQ`` (``unix(7)``: for a Unix socket the data stays charged to the sender until
+    the receiver consumed it; the charge is its buffers' size, not the data's length). 0
+    once all was read, the socket is closed or the call fails."""
+    import fcntl  # a C module; here, so that the launch line does not load it
+
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return 0
+        out = fcntl.ioctl(fd, SIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    value: int = _struct.unpack("i", out)[0]
+    return value

@@ -11,6 +11,8 @@ module that should not be there.
 from __future__ import annotations
 
 import _json
+import asyncio
+import inspect
 import json
 import signal
 import socket
@@ -214,3 +216,94 @@ def test_the_usual_lines_are_read_without_argparse(lines: tuple[Line, Line]) -> 
     both lines: neither imports ``argparse`` (that they read what argparse reads:
     ``tests/daemon/test_cli_light.py``)."""
     _kept_out("argv", lines)
+
+
+# --- the daemon's accept and its replies ---------------------------------------------------
+
+ASYNCIO_MOVED = (
+    "CPython {version}: asyncio's BaseSelectorEventLoop._make_socket_transport {what}; "
+    "schedswitchd.cpython_internals.make_socket_transport makes the transport of an accepted "
+    "socket with it (CPython's asyncio/selector_events.py): adapt that one function"
+)
+
+
+class _Recorder(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.BaseTransport | None = None
+        self.data = b""
+        self.got = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        if b"\n" in self.data and not self.got.done():
+            self.got.set_result(self.data)
+
+
+def test_asyncio_makes_a_transport_for_an_accepted_socket() -> None:
+    version = sys.version.split()[0]
+    from asyncio import selector_events
+
+    base = selector_events.BaseSelectorEventLoop
+    make = vars(base).get("_make_socket_transport")
+    assert make is not None, ASYNCIO_MOVED.format(version=version, what="is gone")
+    params = inspect.signature(make).parameters
+    for name in ("sock", "protocol", "waiter", "extra"):
+        assert name in params, ASYNCIO_MOVED.format(
+            version=version, what=f"takes no {name!r} any more ({list(params)})"
+        )
+
+    async def exchange() -> tuple[bytes, object, bool]:
+        loop = asyncio.get_running_loop()
+        assert internals.has_socket_transport(loop), ASYNCIO_MOVED.format(
+            version=version, what=f"is not on the running loop ({type(loop).__name__})"
+        )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        protocol = _Recorder()
+        transport = internals.make_socket_transport(loop, ours, protocol, "peer")
+        try:
+            theirs.sendall(b"ping\n")
+            got = await asyncio.wait_for(protocol.got, 5)
+            transport.write(b"pong\n")
+            await asyncio.sleep(0)
+            theirs.settimeout(5)
+            reply = theirs.recv(16)
+            assert reply == b"pong\n", ASYNCIO_MOVED.format(
+                version=version, what=f"made a transport that wrote {reply!r}"
+            )
+            return got, transport.get_extra_info("peername"), protocol.transport is transport
+        finally:
+            transport.close()
+            await asyncio.sleep(0)
+            theirs.close()
+
+    got, peername, made = asyncio.run(exchange())
+    assert got == b"ping\n", ASYNCIO_MOVED.format(
+        version=version, what=f"made a transport that read {got!r}"
+    )
+    assert peername == "peer", ASYNCIO_MOVED.format(
+        version=version, what="dropped extra={'peername'}"
+    )
+    assert made, ASYNCIO_MOVED.format(version=version, what="did not call connection_made")
+
+
+def test_unread_bytes_is_siocoutq_on_a_unix_socket() -> None:
+    """``unread_bytes`` reads the sender's charge of what its peer has not read yet:
+    nonzero while a reply waits unread (also partly read), 0 once read and once closed."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        assert internals.unread_bytes(ours) == 0
+        ours.sendall(b'{"v":1,"ok":true}\n')
+        # the kernel's charge for the unread reply: its buffer's size, at least its length
+        assert internals.unread_bytes(ours) >= 18, "SIOCOUTQ no longer counts unread bytes"
+        assert theirs.recv(5) == b'{"v":'
+        assert internals.unread_bytes(ours) > 0  # partly read: not taken
+        theirs.recv(100)
+        assert internals.unread_bytes(ours) == 0
+    finally:
+        ours.close()
+        theirs.close()
+    assert internals.unread_bytes(ours) == 0  # closed: nothing to wait for

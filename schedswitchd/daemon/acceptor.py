@@ -11,12 +11,12 @@ asyncio's selector transport takes the connection over -- once the client took a
 sent in that step, so that making the transport does not run instead of the client on a
 machine with one (emulated) CPU.
 
-This module is the only place in the daemon that touches asyncio's internals: making a
-selector transport for an accepted socket is
-``BaseSelectorEventLoop._make_socket_transport`` (CPython's ``asyncio/selector_events.py``;
-no public call makes one for a socket already accepted). :func:`make_socket_transport`
-is that one call; ``tests/daemon/test_acceptor.py`` fails with a message naming it when
-CPython moves it. A loop without it (not the selector loop) gets asyncio's own accept.
+The one asyncio internal this needs -- making a selector transport for an accepted socket,
+``BaseSelectorEventLoop._make_socket_transport`` (no public call makes one) -- and the
+``SIOCOUTQ`` look at whether the client took its reply are called through
+:mod:`schedswitchd.cpython_internals` (``make_socket_transport``,
+``has_socket_transport``, ``unread_bytes``), whose test fails naming them when CPython
+moves them. A loop without it (not the selector loop) gets asyncio's own accept.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
-from typing import Any
 
+from schedswitchd.cpython_internals import has_socket_transport, make_socket_transport, unread_bytes
 from schedswitchd.daemon.connection import Connection, accept_step
 from schedswitchd.daemon.passed_fds import PassingSocket, accept_passing
-from schedswitchd.daemon.reply_gate import unread_bytes
 
 log = logging.getLogger("schedswitchd")
 
@@ -56,27 +55,6 @@ FIRST_READ_BYTES = 64 * 1024
 #: then on), s (see :meth:`Acceptor._accepted`).
 HANDOVER_POLL_S = 0.002
 HANDOVER_WAIT_S = 0.05
-
-
-def make_socket_transport(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: asyncio.Protocol, addr: object
-) -> asyncio.Transport:
-    """asyncio's selector transport for ``sock`` (accepted, non-blocking), carrying
-    ``protocol``, as asyncio's own accept makes it (``peername`` ``addr``): it registers
-    its reader and calls ``protocol.connection_made`` in a later loop step. Raises
-    :class:`AttributeError` on a loop without it (see :func:`has_socket_transport`)."""
-    make: Any = loop._make_socket_transport  # type: ignore[attr-defined]
-    transport: asyncio.Transport = make(sock, protocol, None, extra={"peername": addr})
-    return transport
-
-
-def has_socket_transport(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` makes transports for accepted sockets (:func:`make_socket_transport`):
-    asyncio's selector loop does; ``BaseEventLoop``'s own stub only raises."""
-    make = getattr(type(loop), "_make_socket_transport", None)
-    return callable(make) and make is not getattr(
-        asyncio.BaseEventLoop, "_make_socket_transport", None
-    )
 
 
 class Acceptor:

@@ -15,18 +15,18 @@ thread (:meth:`ReplyGate.wait`). The count and the sockets are touched on the lo
 the worker reads the sockets only after it saw the written event set, and the loop adds
 none after setting it.
 
-"Taken" is read with ``SIOCOUTQ`` (:func:`unread_bytes`): for a Unix stream socket what
-was written stays charged to the sender until the receiver has read it (``unix(7)``).
+"Taken" is read with ``SIOCOUTQ``
+(:func:`~schedswitchd.cpython_internals.unread_bytes`): for a Unix stream socket what was
+written stays charged to the sender until the receiver has read it (``unix(7)``).
 """
 
 from __future__ import annotations
 
-import fcntl
-import struct
-import termios
 import threading
 import time
 from typing import Any
+
+from schedswitchd.cpython_internals import unread_bytes
 
 #: How often a wait for clients to take their replies looks at their sockets, s.
 REPLY_TAKEN_POLL_S = 0.002
@@ -102,20 +102,3 @@ class ReplyGate:
                 return False
             time.sleep(REPLY_TAKEN_POLL_S)
         return True
-
-
-def unread_bytes(sock: Any) -> int:
-    """What is written to ``sock`` (a connected ``AF_UNIX`` stream socket, or asyncio's
-    view of one) and not yet read by its peer, in bytes of the sender's charge: ``SIOCOUTQ``
-    (``unix(7)``: for a Unix socket the data stays charged to the sender until the
-    receiver consumed it; the charge is its buffers' size, not the data's length). 0 once
-    all was read, the socket is closed or the call fails."""
-    try:
-        fd = sock.fileno()
-        if fd < 0:
-            return 0
-        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
-    except (OSError, ValueError):
-        return 0
-    value: int = struct.unpack("i", out)[0]
-    return value

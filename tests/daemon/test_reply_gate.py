@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from schedswitchd.daemon.reply_gate import ReplyGate, unread_bytes
+from schedswitchd.daemon.reply_gate import ReplyGate
 
 REPLY = b'{"v":1,"ok":true}\n'
 
@@ -44,22 +44,6 @@ class Worker:
     def went_on(self) -> bool:
         self.thread.join(10)
         return not self.thread.is_alive()
-
-
-def test_unread_bytes_counts_what_the_peer_has_not_read(
-    pairs: list[tuple[socket.socket, socket.socket]],
-) -> None:
-    server, client = pairs[0]
-    assert unread_bytes(server) == 0
-    server.sendall(REPLY)
-    # the kernel's charge for the unread reply: its buffer's size, at least its length
-    assert unread_bytes(server) >= len(REPLY)
-    assert client.recv(5) == REPLY[:5]
-    assert unread_bytes(server) > 0  # partly read: not taken
-    client.recv(100)
-    assert unread_bytes(server) == 0
-    server.close()
-    assert unread_bytes(server) == 0  # closed: nothing to wait for
 
 
 def test_the_worker_goes_on_once_every_reply_is_written_and_taken(

@@ -385,7 +385,7 @@ def _initialised_len(data: bytes | _FileBytes, off: int, size: int) -> int:
     """Bytes of ``data[off:off+size]`` up to its last non-zero byte, found from the end in
     64 KiB chunks (each copied, compared with zeros and dropped), so the trailing zeros are
     never held in memory at once. In a file, only the ranges that may hold data are read:
-    a linker leaves arena zeros as holes (lavd's 21 MiB of them are 0.8 MiB on disk)."""
+    a linker leaves arena zeros as holes, most of an arena object's size on disk."""
     ranges = (
         data.data_extents(off, off + size) if isinstance(data, _FileBytes) else [(off, off + size)]
     )

@@ -534,7 +534,8 @@ class ObjectSpec:
         # The cyclic collector is held off for the whole loop, as open_object holds it off
         # for the open (each program's linking does too): the programs' fixups and record
         # pieces are tens of thousands of small tuples and no cycles, and collections
-        # between programs walked what the programs before had built (lavd: +8% CPU).
+        # between programs walked what the programs before had built (docs/performance.md,
+        # cold open).
         paused = gc.isenabled()
         if paused:
             gc.disable()

@@ -36,8 +36,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 def trim_heap() -> bool:
     """``malloc_trim(0)``: True if memory was released, False if there was none to release
     or the C library has no ``malloc_trim``. Never raises (it runs unattended after a
-    switch); ctypes drops the GIL for the call, which takes well under a millisecond on a
-    15 MiB heap.
+    switch); ctypes drops the GIL for the call (its cost: docs/performance.md, memory).
     """
     fn = _malloc_trim()
     if fn is None:

@@ -35,6 +35,11 @@ The tricks:
 * Whether a client took its reply (:mod:`schedswitchd.daemon.reply_gate`,
   :mod:`schedswitchd.daemon.acceptor`): :func:`unread_bytes`, ``SIOCOUTQ`` polled on the
   connection's socket (``fcntl.ioctl``; imported when first called, off the launch line).
+* A reader paused without waking its loop (:mod:`schedswitchd.kernel.uevents`):
+  :func:`loop_epoll`, the selector loop's ``selectors.EpollSelector`` and the
+  ``select.epoll`` under it (both private attributes, ``_selector``), so that another thread
+  can set one file descriptor's events with ``epoll_ctl(2)``; where the loop has none, the
+  pause falls back to waking the reader's thread into a bounded hold.
 * No ``argparse`` on the usual command lines: ``schedswitchd.cli.run._quick_parse`` and
   ``schedswitchd.cli.ctl._quick_parse`` read them by hand and give anything else to
   argparse (their tests check that both read the same); :data:`KEPT_OUT` ``"argv"``.
@@ -253,3 +258,21 @@ def unread_bytes(sock: Any) -> int:
         return 0
     value: int = _struct.unpack("i", out)[0]
     return value
+
+
+# --- a reader paused from another thread --------------------------------------------------
+
+
+def loop_epoll(loop: Any) -> tuple[Any, Any] | None:
+    """``loop``'s selector (``selectors.EpollSelector``, whose ``get_map()`` says what it
+    registered) and the ``select.epoll`` under it, or ``None`` when ``loop`` is not an
+    asyncio selector loop over epoll. CPython's ``asyncio/selector_events.py``
+    (``BaseSelectorEventLoop._selector``) and ``Lib/selectors.py``
+    (``EpollSelector._selector``): both private attributes."""
+    import select  # a C module; here, so that the launch line does not load it
+
+    selector = getattr(loop, "_selector", None)
+    epoll = getattr(selector, "_selector", None)
+    if selector is None or not isinstance(epoll, select.epoll):
+        return None
+    return selector, epoll

@@ -14,6 +14,7 @@ import _json
 import asyncio
 import inspect
 import json
+import select
 import signal
 import socket
 import struct
@@ -307,3 +308,35 @@ def test_unread_bytes_is_siocoutq_on_a_unix_socket() -> None:
         ours.close()
         theirs.close()
     assert internals.unread_bytes(ours) == 0  # closed: nothing to wait for
+
+
+def test_a_selector_loop_has_its_epoll_where_a_pause_looks() -> None:
+    """The uevent reader's pause (schedswitchd.kernel.uevents) sets its socket's epoll events
+    from another thread through :func:`loop_epoll`: the running selector loop must expose
+    its EpollSelector and the select.epoll under it, holding a reader's fd."""
+    version = sys.version.split()[0]
+    moved = (
+        f"CPython {version}: asyncio's selector loop no longer keeps its selectors.EpollSelector "
+        "as ._selector (or that selector its select.epoll as ._selector); "
+        "schedswitchd.cpython_internals.loop_epoll reads them (CPython's "
+        "asyncio/selector_events.py, Lib/selectors.py): adapt that one function"
+    )
+
+    async def look() -> None:
+        loop = asyncio.get_running_loop()
+        found = internals.loop_epoll(loop)
+        assert found is not None, moved
+        selector, epoll = found
+        ours, theirs = socket.socketpair()
+        try:
+            loop.add_reader(ours.fileno(), lambda: None)
+            assert selector.get_map().get(ours.fileno()) is not None, moved
+            epoll.modify(ours.fileno(), 0)  # what a pause does, from any thread
+            epoll.modify(ours.fileno(), select.EPOLLIN)
+            loop.remove_reader(ours.fileno())
+        finally:
+            ours.close()
+            theirs.close()
+
+    asyncio.run(look())
+    assert internals.loop_epoll(object()) is None

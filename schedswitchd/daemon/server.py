@@ -234,7 +234,7 @@ class Server:
                 str(exc),
                 op=request.op,
                 id=request.id,
-                verifier_log=getattr(exc, "verifier_log", None),
+                verifier_log=exc.verifier_log,
             )
         except Exception:
             log.exception("internal error handling %s", request.op)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
+from schedswitchd.cpython_internals import loop_epoll
 from schedswitchd.errors import KernelError
 from schedswitchd.kernel.narrow_import import import_submodule
 
@@ -559,10 +560,10 @@ def _registration(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Any, int, i
     ``epoll_wait(2)``, which then simply reports nothing for it, and the loop's own
     registration (its selector's map) is left as it is, so restoring the events
     (:meth:`UeventListener.resume`) is all that undoing it takes."""
-    selector = getattr(loop, "_selector", None)
-    epoll = getattr(selector, "_selector", None)
-    if selector is None or not isinstance(epoll, select.epoll):
+    found = loop_epoll(loop)
+    if found is None:
         return None
+    selector, epoll = found
     try:
         key = selector.get_map().get(fd)
     except (RuntimeError, KeyError, ValueError):

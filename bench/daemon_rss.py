@@ -202,7 +202,7 @@ class Daemon:
 
 def one_run(label: str, extra: dict[str, str], log: Any) -> dict[str, Any]:
     """Start a daemon for run ``label`` (see the module docstring) and measure it."""
-    from schedswitchd.daemon.client import DaemonError
+    from schedswitchd.daemon.launcher_wire import DaemonError
 
     standby_max = 1 if label == "standby" else 0
     t0 = time.monotonic()

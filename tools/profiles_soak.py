@@ -38,7 +38,7 @@ from typing import Any
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.daemon.client import DaemonError
+from schedswitchd.daemon.launcher_wire import DaemonError
 from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel import bpf_uapi, syscall
 from schedswitchd.kernel.fd import MapFd

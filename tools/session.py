@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 from schedswitchd.cli import ctl
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DaemonClient, DaemonError, DaemonUnavailable
+from schedswitchd.daemon.client import DaemonClient
+from schedswitchd.daemon.launcher_wire import DaemonError, DaemonUnavailable
 
 SCX = Path("/sys/kernel/sched_ext")
 NOBODY = 65534

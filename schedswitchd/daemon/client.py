@@ -15,15 +15,14 @@ from pydantic import BaseModel
 
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.launcher_wire import (
-    DEFAULT_SOCKET,
+    MAX_REPLY_BYTES,
     DaemonError,
     DaemonUnavailable,
     LineConnection,
-    socket_path,
 )
 from schedswitchd.errors import ProtocolError
 
-__all__ = ["DEFAULT_SOCKET", "DaemonClient", "DaemonError", "DaemonUnavailable", "socket_path"]
+__all__ = ["DaemonClient"]
 
 
 class DaemonClient(LineConnection):
@@ -31,7 +30,7 @@ class DaemonClient(LineConnection):
     take seconds, so the default is generous). Use as a context manager or ``close()``.
     Raises :class:`DaemonUnavailable` when the socket cannot be reached."""
 
-    max_reply_bytes = proto.MAX_REPLY_BYTES
+    max_reply_bytes = MAX_REPLY_BYTES
 
     def request(self, message: BaseModel) -> proto.OkReply:
         """Send one request, return its reply. Raises :class:`DaemonError` for an error

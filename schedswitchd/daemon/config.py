@@ -27,8 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from schedswitchd.bpf.ops_flags import OpsFlag
 from schedswitchd.daemon.config_dropins import Layers, load_layers, read_toml
-from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR as MODE_SEPARATOR
-from schedswitchd.daemon.launcher_wire import NAME_PATTERN as NAME_PATTERN
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR, NAME_PATTERN
 from schedswitchd.errors import ConfigError
 
 #: The default value for ``default``: no BPF scheduler, the kernel's own (EEVDF).
@@ -39,8 +38,8 @@ RESERVED_NAMES = frozenset({KERNEL, AUTO})
 
 #: A profile mode's name (``[modes.NAME]`` of a profile; ``mode = "..."`` in this file).
 MODE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
-# NAME_PATTERN and MODE_SEPARATOR (a mode variant's ``lavd@gaming``) come from
-# launcher_wire: schedswitchctl checks names with them without importing this module.
+# NAME_PATTERN and MODE_SEPARATOR (a mode variant's ``lavd@gaming``) live in launcher_wire:
+# schedswitchctl checks names with them without importing this module.
 _NAME_RE = re.compile(NAME_PATTERN)
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import Config
+from schedswitchd.daemon.launcher_wire import LIMIT
 from schedswitchd.daemon.peer import Peer, peer_of
 from schedswitchd.daemon.timer import Cancellable, Timer
 
@@ -390,7 +391,7 @@ class Connection(asyncio.Protocol):
                 log.warning("connection %d: watch dropped, %d changes behind", self.id, sub.maxsize)
                 self._finish(
                     proto.error_reply(
-                        proto.LIMIT,
+                        LIMIT,
                         f"watch dropped: fell {sub.maxsize} changes behind",
                         op="watch",
                     )

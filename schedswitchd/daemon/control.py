@@ -17,8 +17,9 @@ import os
 from typing import TYPE_CHECKING
 
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.config import AUTO, KERNEL, MODE_SEPARATOR, Config
+from schedswitchd.daemon.config import AUTO, KERNEL, Config
 from schedswitchd.daemon.feed import QUEUE_MAX, ChangeFeed, Subscription
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR
 from schedswitchd.daemon.peer import Peer
 
 if TYPE_CHECKING:

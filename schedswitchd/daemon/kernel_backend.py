@@ -59,7 +59,7 @@ from schedswitchd.kernel.spec_cache import SpecCache
 from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS, StructOpsLinkCalls
 from schedswitchd.profile.topology import OnlineFile
 
-__all__ = ["KernelBackend", "KernelPrepared", "create_backend"]
+__all__ = ["KernelBackend", "create_backend"]
 
 log = logging.getLogger("schedswitchd.backend")
 

@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable
 
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.launcher_wire import DENIED
 from schedswitchd.daemon.passed_fds import NotAPidfd, PassingSocket, pidfd_target
 from schedswitchd.daemon.peer import is_descendant
 
@@ -34,9 +35,7 @@ def pin_pid(pid: int, caller_pid: int, admin: Callable[[], bool]) -> int:
         raise proto.RequestError(proto.BAD_PID, f"pid {pid}: {exc.strerror}") from None
     try:
         if not admin() and not is_descendant(pid, caller_pid):
-            raise proto.RequestError(
-                proto.DENIED, f"pid {pid} is neither the caller nor its descendant"
-            )
+            raise proto.RequestError(DENIED, f"pid {pid} is neither the caller nor its descendant")
         # Still the same process (the pidfd pins its identity, not its pid number)?
         signal.pidfd_send_signal(pidfd, 0)
     except ProcessLookupError:
@@ -67,7 +66,7 @@ def take_passed_pidfd(
         pid, uid = pidfd_target(pidfd)
         if uid != caller_uid and not admin():
             raise proto.RequestError(
-                proto.DENIED, f"process {pid} belongs to uid {uid}, not to the caller"
+                DENIED, f"process {pid} belongs to uid {uid}, not to the caller"
             )
     except NotAPidfd as exc:
         os.close(pidfd)

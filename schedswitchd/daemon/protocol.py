@@ -38,27 +38,25 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from schedswitchd.daemon.config import MODE_SEPARATOR, NAME_PATTERN
-from schedswitchd.daemon.launcher_wire import DENIED as DENIED
-from schedswitchd.daemon.launcher_wire import LIMIT as LIMIT
 from schedswitchd.daemon.launcher_wire import (
     MAX_HINT_TTL_S,
     MAX_HISTORY_LIMIT,
     MAX_LEASE_ID_CHARS,
     MAX_PREPARE_TTL_S,
+    MAX_REPLY_BYTES,
+    MODE_SEPARATOR,
+    NAME_PATTERN,
+    PID_MAX_LIMIT,
     REQUESTS,
 )
-from schedswitchd.daemon.launcher_wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from schedswitchd.daemon.launcher_wire import PID_MAX_LIMIT as PID_MAX_LIMIT
-from schedswitchd.daemon.launcher_wire import SHUTTING_DOWN as SHUTTING_DOWN
 from schedswitchd.errors import ProtocolError, SchedSwitchError
 from schedswitchd.kernel.lru import BoundedLru
 
 VERSION = 1
 #: Default cap on one request line, bytes including the newline (config: limits).
 DEFAULT_MAX_REQUEST_BYTES = 4096
-# MAX_REPLY_BYTES, PID_MAX_LIMIT and the codes DENIED, LIMIT, SHUTTING_DOWN come from
-# launcher_wire, which the pydantic-free clients share.
+# MAX_REPLY_BYTES, PID_MAX_LIMIT and the codes DENIED, LIMIT, SHUTTING_DOWN live in
+# launcher_wire, which the pydantic-free clients share: import them from there.
 
 # Error codes of this protocol (besides the ``code`` of each SchedSwitchError branch).
 TOO_LARGE = "too_large"
@@ -113,7 +111,7 @@ class _Wire(BaseModel):
 ClientTag = int | Annotated[str, Field(max_length=64)] | None
 Workload = Annotated[str, Field(pattern=NAME_PATTERN)]
 #: A configured scheduler, or a mode variant of one (``lavd@gaming``, see
-#: :data:`~schedswitchd.daemon.config.MODE_SEPARATOR`).
+#: :data:`~schedswitchd.daemon.launcher_wire.MODE_SEPARATOR`).
 SchedulerName = Annotated[
     str,
     Field(pattern=NAME_PATTERN.removesuffix("$") + f"(?:{MODE_SEPARATOR}"

@@ -38,6 +38,7 @@ from schedswitchd.daemon.collector import COLLECT_IDLE_DELAY_S, ConnectionCollec
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import Connection
 from schedswitchd.daemon.exec_backend import runs_info
+from schedswitchd.daemon.launcher_wire import DENIED, LIMIT
 from schedswitchd.daemon.lease_pids import pin_pid, take_passed_pidfd
 from schedswitchd.daemon.peer import Peer
 from schedswitchd.daemon.policy import NS_PER_S, Lease
@@ -169,7 +170,7 @@ class Server:
             len(self.connections) >= limits.max_connections + reserve
             or per_uid >= limits.max_connections_per_uid + reserve
         ):
-            return proto.error_reply(proto.LIMIT, "too many connections")
+            return proto.error_reply(LIMIT, "too many connections")
         self.connections[conn.id] = conn
         return None
 
@@ -197,7 +198,7 @@ class Server:
         try:
             if request.op in proto.ADMIN_OPS and not self.is_admin(conn.peer):
                 raise proto.RequestError(
-                    proto.DENIED,
+                    DENIED,
                     f"{request.op} is for admins only ([auth] admin_uids, admin_gids)",
                 )
             reply: proto.Reply
@@ -292,7 +293,7 @@ class Server:
         RequestError` (``denied`` / ``unknown_workload``)."""
         if not self.may_hint(peer):
             raise proto.RequestError(
-                proto.DENIED,
+                DENIED,
                 f"uid {peer.uid} may not send hints (the configuration's [auth] hint_uids, "
                 "hint_gids)",
             )
@@ -323,10 +324,10 @@ class Server:
         limits = self.config.limits
         if self.policy.count_for_uid(peer.uid) >= limits.max_leases_per_uid:
             raise proto.RequestError(
-                proto.LIMIT, f"uid {peer.uid} holds {limits.max_leases_per_uid} leases already"
+                LIMIT, f"uid {peer.uid} holds {limits.max_leases_per_uid} leases already"
             )
         if request.ttl_s is not None and request.ttl_s > limits.max_ttl_s:
-            raise proto.RequestError(proto.LIMIT, f"ttl_s is capped at {limits.max_ttl_s}")
+            raise proto.RequestError(LIMIT, f"ttl_s is capped at {limits.max_ttl_s}")
         pidfd = None
         pid = request.pid
         if pid is not None:
@@ -489,7 +490,7 @@ class Server:
         if lease is None:
             raise proto.RequestError(proto.UNKNOWN_LEASE, f"no live lease {request.lease!r}")
         if lease.owner_uid != conn.peer.uid and not self.is_admin(conn.peer):
-            raise proto.RequestError(proto.DENIED, "the lease belongs to another user")
+            raise proto.RequestError(DENIED, "the lease belongs to another user")
         self._end_lease(request.lease, "released")
         await self.reconciler.settle()
         return proto.ReleaseReply(id=request.id, lease=request.lease, active=self.switcher.active)

@@ -39,7 +39,6 @@ from schedswitchd.daemon.prepare_guard import prepare_checked
 from schedswitchd.daemon.protocol import (
     ADOPTED,
     EJECTED,
-    EXIT_KINDS,
     FAILED,
     OK,
     ROLLBACK_FAILED,
@@ -47,23 +46,9 @@ from schedswitchd.daemon.protocol import (
     ErrorBody,
     ExitInfo,
     SwitchInfo,
-    exit_kind_name,
 )
 from schedswitchd.daemon.standby import StandbyPool
 from schedswitchd.errors import SchedSwitchError
-
-# Re-exported: the switch records use them.
-__all__ = [
-    "ADOPTED",
-    "EJECTED",
-    "EXIT_KINDS",
-    "FAILED",
-    "OK",
-    "ROLLBACK_FAILED",
-    "ROLLED_BACK",
-    "ExitInfo",
-    "exit_kind_name",
-]
 
 #: What the daemon says, once, where a kernel without sched_ext matters.
 NO_SCHED_EXT = (

@@ -55,8 +55,9 @@ from sdbus import (
     get_current_message,
 )
 
-from schedswitchd.daemon.config import KERNEL, MODE_SEPARATOR, SCX_MODES, Config
+from schedswitchd.daemon.config import KERNEL, SCX_MODES, Config
 from schedswitchd.daemon.control import ARGS_MODE, DaemonControl
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR
 from schedswitchd.desktop.bus import Buses, caller_of, request_name
 from schedswitchd.errors import SchedSwitchError
 

@@ -108,9 +108,6 @@ POISON_CALL_KFUNC_BASE = 2002000000
 _UNKNOWN_CALL_RE = re.compile(r"^(\d+): \(85\) call unknown#(\d+)", re.MULTILINE)
 _INVALID_FUNC_RE = re.compile(r"invalid func unknown#(\d+)")
 
-#: Section prefixes whose ``attach_to`` names a kernel BTF type: (kind, name prefix).
-_TRACING_TARGETS = TRACING_TARGETS
-
 
 #: Map types created without BTF key/value types (libbpf's ``bpf_object__create_map``).
 _NO_BTF_MAP_TYPES = frozenset(
@@ -1321,7 +1318,7 @@ class _Loader:
             attach_btf_id, eat = kt.type_id, kidx
             if kt.btf is not self.kernel.vmlinux:
                 attach_obj = self.module_fd(kt.btf)
-        elif eat in _TRACING_TARGETS and prog.prog_type in (
+        elif eat in TRACING_TARGETS and prog.prog_type in (
             bpf_uapi.ProgType.TRACING,
             bpf_uapi.ProgType.LSM,
         ):
@@ -1355,7 +1352,7 @@ class _Loader:
         return self.btf_features is None or self.btf_features.func
 
     def _attach_target(self, prog: ProgramSpec) -> tuple[int, BtfFd | None]:
-        kind, prefix = _TRACING_TARGETS[prog.expected_attach_type]
+        kind, prefix = TRACING_TARGETS[prog.expected_attach_type]
         target = prog.attach_to
         module = None
         if ":" in target:

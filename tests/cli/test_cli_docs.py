@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("argparse_manpage", reason="a dev dependency: make deps")
 pytest.importorskip("shtab", reason="a dev dependency: make deps")
 
-from schedswitchd.daemon.client import DEFAULT_SOCKET
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 from tools import cli_docs
 
 REPO = Path(__file__).resolve().parents[2]

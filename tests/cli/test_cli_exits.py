@@ -13,7 +13,7 @@ import pytest
 
 from schedswitchd.cli import ctl, exits
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.client import DaemonError
+from schedswitchd.daemon.launcher_wire import DENIED, LIMIT, SHUTTING_DOWN, DaemonError
 from tests.daemon.fakes import FakeBackend
 from tests.daemon.harness import Running
 
@@ -62,7 +62,7 @@ def test_refusal_is_4(srv: Running, capsys: pytest.CaptureFixture[str]) -> None:
     assert holder.request(op="hint", workload="battery")["ok"]  # the uid's one lease
     assert ctl.main(["hint", "gaming", "--json", "--socket", srv.path]) == exits.EXIT_REFUSED
     err = _json_error(capsys)
-    assert err["code"] == proto.LIMIT and "leases already" in err["message"]
+    assert err["code"] == LIMIT and "leases already" in err["message"]
     holder.close()
 
 
@@ -116,9 +116,9 @@ def test_status_mapping_and_help() -> None:
     def err(code: str) -> DaemonError:
         return DaemonError(code, "m")
 
-    assert exits.exit_status(err(proto.DENIED)) == exits.EXIT_REFUSED
-    assert exits.exit_status(err(proto.LIMIT)) == exits.EXIT_REFUSED
-    assert exits.exit_status(err(proto.SHUTTING_DOWN)) == exits.EXIT_UNREACHABLE
+    assert exits.exit_status(err(DENIED)) == exits.EXIT_REFUSED
+    assert exits.exit_status(err(LIMIT)) == exits.EXIT_REFUSED
+    assert exits.exit_status(err(SHUTTING_DOWN)) == exits.EXIT_UNREACHABLE
     assert exits.exit_status(err(proto.UNKNOWN_SCHEDULER)) == exits.EXIT_FAILED
     text = ctl.build_parser().format_help()
     for phrase in ("Exit status:", "2 bad usage", "3 the daemon is unreachable", "4 the daemon"):

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from schedswitchd.cli import daemon_cmds
 from schedswitchd.cli.exits import UsageError
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.launcher_wire import PID_MAX_LIMIT
 from tests import fuzzing
 from tests.daemon.fakes import FakeBackend
 from tests.daemon.harness import Running
@@ -149,8 +150,8 @@ _NAMES = st.one_of(
 _NUMBERS = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-5, max_value=proto.PID_MAX_LIMIT + 5),
-    st.sampled_from([0, 1, 3600, 3601, 10000, 10001, proto.PID_MAX_LIMIT, 10 * 365 * 86400]),
+    st.integers(min_value=-5, max_value=PID_MAX_LIMIT + 5),
+    st.sampled_from([0, 1, 3600, 3601, 10000, 10001, PID_MAX_LIMIT, 10 * 365 * 86400]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, 1e-300, 3600.0, 3600.0000001, 315360000.0, 315360000.5]),
 )

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.daemon.check_config import check_config
-from schedswitchd.daemon.config import MODE_SEPARATOR, parse_config, struct_ops_request
+from schedswitchd.daemon.config import parse_config, struct_ops_request
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR
 from schedswitchd.errors import ConfigError
 from tests.profile.fakesys import fake_sysfs
 

@@ -15,9 +15,10 @@ from typing import Any, cast
 import pytest
 
 from schedswitchd.daemon.backend import SchedulerBackend
-from schedswitchd.daemon.config import MODE_SEPARATOR, exec_argv, parse_config
+from schedswitchd.daemon.config import exec_argv, parse_config
 from schedswitchd.daemon.exec_backend import ExecPrepared, runs_info, with_executables
 from schedswitchd.daemon.exec_child import ChildScheduler
+from schedswitchd.daemon.launcher_wire import MODE_SEPARATOR
 from schedswitchd.daemon.protocol import KernelInfo
 from schedswitchd.errors import ConfigError, ExecutableError, SchedExtError
 

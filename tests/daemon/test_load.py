@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.launcher_wire import MAX_REPLY_BYTES
 from schedswitchd.errors import ProtocolError
 
 from .harness import make_config
@@ -76,7 +77,7 @@ async def read_reply(
 
 
 async def one_session(path: str, rng: random.Random, stats: Stats) -> None:
-    reader, writer = await asyncio.open_unix_connection(path, limit=proto.MAX_REPLY_BYTES)
+    reader, writer = await asyncio.open_unix_connection(path, limit=MAX_REPLY_BYTES)
     try:
         for _ in range(rng.randint(1, 4)):
             kind = rng.choice(
@@ -197,7 +198,7 @@ def test_load() -> None:
 
         # every connection closed -> every lease ended, fds back to the baseline
         async def final_status() -> proto.StatusBody:
-            reader, writer = await asyncio.open_unix_connection(path, limit=proto.MAX_REPLY_BYTES)
+            reader, writer = await asyncio.open_unix_connection(path, limit=MAX_REPLY_BYTES)
             writer.write(b'{"v":1,"op":"status"}\n')
             reply = proto.parse_reply((await reader.readline()).rstrip(b"\n"))
             writer.close()

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedswitchd.daemon import protocol
-from schedswitchd.daemon.launcher_wire import REQUESTS
+from schedswitchd.daemon.launcher_wire import DENIED, REQUESTS
 from schedswitchd.errors import ProtocolError
 from tests import fuzzing
 
@@ -116,7 +116,7 @@ def test_replies_round_trip() -> None:
         protocol.HistoryReply(entries=[switch]),
         protocol.SwitchReply(op="stop", active="kernel"),
         protocol.ReloadReply(schedulers=["fifo"]),
-        protocol.error_reply(protocol.DENIED, "no", op="switch", id="x", verifier_log="R1 invalid"),
+        protocol.error_reply(DENIED, "no", op="switch", id="x", verifier_log="R1 invalid"),
     ]
     for reply in replies:
         line = protocol.encode(reply)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedswitchd.daemon import protocol
-from schedswitchd.daemon.launcher_wire import REQUESTS
+from schedswitchd.daemon.launcher_wire import DENIED, REQUESTS
 from schedswitchd.errors import ProtocolError
 from tests import fuzzing
 
@@ -225,7 +225,7 @@ def _replies() -> list[protocol.Reply]:
         protocol.SwitchReply(op="stop", active="kernel"),
         protocol.ReloadReply(schedulers=["fifo"]),
         protocol.LeaseEnded(lease="1-a", why="ttl"),
-        protocol.error_reply(protocol.DENIED, "no", op="hint", id="x", verifier_log="R1"),
+        protocol.error_reply(DENIED, "no", op="hint", id="x", verifier_log="R1"),
         protocol.error_reply(protocol.BAD_JSON, "bad"),
     ]
 

@@ -17,7 +17,7 @@ import pytest
 
 from schedswitchd.cli import ctl
 from schedswitchd.daemon import protocol
-from schedswitchd.daemon.launcher_wire import REQUESTS
+from schedswitchd.daemon.launcher_wire import DENIED, REQUESTS
 
 from .harness import Running
 
@@ -84,7 +84,7 @@ def test_the_server_answers_every_request_of_the_table(srv: Running) -> None:
             f"the server does not handle {op!r} (a request of launcher_wire.REQUESTS): {reply}"
         )
         if REQUESTS[op] == "admin" and not admin:
-            assert code == protocol.DENIED, reply
+            assert code == DENIED, reply
 
 
 def test_schedswitchctl_has_a_command_per_request() -> None:

@@ -384,8 +384,8 @@ def test_units_pass_systemd_analyze_verify(workdir: Path) -> None:
 
 
 def test_socket_path_agrees_everywhere() -> None:
-    from schedswitchd.daemon.client import DEFAULT_SOCKET
     from schedswitchd.daemon.config import SocketConfig, load_config
+    from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
 
     unit = (ROOT / "systemd/schedswitchd.socket").read_text()
     shipped = load_config(ROOT / "config/schedswitchd.toml")

@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 
+from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon import switcher as sw
 from schedswitchd.daemon.backend import Prepared, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, SchedulerConfig
@@ -30,7 +31,7 @@ def make(backend: FakeBackend | None = None) -> tuple[sw.Switcher, FakeBackend]:
 def test_switch_order_and_timings() -> None:
     s, b = make()
     rec = s.switch_to("fifo", SPEC, "lease 1")
-    assert rec is not None and rec.ok and rec.result == sw.OK
+    assert rec is not None and rec.ok and rec.result == proto.OK
     assert (rec.previous, rec.target) == (KERNEL, "fifo")
     assert rec.gap_ns is None  # nothing was running: no gap
     assert b.kernel_state() == KernelInfo(state="enabled", ops="fifo_ops", enable_seq=1)
@@ -100,7 +101,7 @@ def test_prepare_failure_changes_nothing() -> None:
     s, b = make(FakeBackend(verifier_reject={"gaming"}))
     s.switch_to("fifo", SPEC, "x")
     rec = s.switch_to("gaming", SPEC, "lease")
-    assert rec is not None and rec.result == sw.FAILED and not rec.ok
+    assert rec is not None and rec.result == proto.FAILED and not rec.ok
     assert rec.error is not None and rec.error.code == BpfSyscallError.code
     assert rec.error.verifier_log == "R1 invalid mem access"
     assert b.kernel_state().ops == "fifo_ops" and s.active == "fifo"
@@ -111,7 +112,7 @@ def test_attach_failure_rolls_back_to_previous() -> None:
     s, b = make(FakeBackend(fail_attach={"gaming"}))
     s.switch_to("fifo", SPEC, "x")
     rec = s.switch_to("gaming", SPEC, "lease")
-    assert rec is not None and rec.result == sw.ROLLED_BACK
+    assert rec is not None and rec.result == proto.ROLLED_BACK
     assert rec.error is not None and rec.error.code == SchedExtError.code
     assert rec.exit is not None and rec.exit.kind_name == "ERROR"
     assert "rollback" in rec.phases_ns
@@ -122,7 +123,7 @@ def test_attach_failure_rolls_back_to_previous() -> None:
 def test_attach_failure_from_kernel_stays_kernel() -> None:
     s, b = make(FakeBackend(fail_attach={"gaming"}))
     rec = s.switch_to("gaming", SPEC, "lease")
-    assert rec is not None and rec.result == sw.ROLLED_BACK and s.active == KERNEL
+    assert rec is not None and rec.result == proto.ROLLED_BACK and s.active == KERNEL
     assert not b.live
 
 
@@ -132,7 +133,7 @@ def test_rollback_failure_leaves_kernel_scheduler() -> None:
     s.switch_to("fifo", SPEC, "x")
     b.fail_attach.add("fifo")
     rec = s.switch_to("gaming", SPEC, "lease")
-    assert rec is not None and rec.result == sw.ROLLBACK_FAILED
+    assert rec is not None and rec.result == proto.ROLLBACK_FAILED
     assert s.active == KERNEL and b.kernel_state().state == "disabled" and not b.live
 
 
@@ -142,7 +143,7 @@ def test_detach_failure_keeps_old() -> None:
     s.switch_to("fifo", SPEC, "x")
     b.fail_detach = True
     rec = s.switch_to("vtime", SPEC, "x")
-    assert rec is not None and rec.result == sw.FAILED and s.active == "fifo"
+    assert rec is not None and rec.result == proto.FAILED and s.active == "fifo"
     assert len(b.live) == 1
 
 
@@ -162,7 +163,7 @@ def test_ran_for_is_on_the_injected_clock() -> None:
     b.fail_attach.add("vtime")
     clock.advance(5)
     rec = s.switch_to("vtime", SPEC, "y")
-    assert rec is not None and rec.result == sw.ROLLED_BACK and s.active == "fifo"
+    assert rec is not None and rec.result == proto.ROLLED_BACK and s.active == "fifo"
     clock.advance(3)
     b.eject()
     found = s.check_ejected()
@@ -178,8 +179,8 @@ def test_ejection_is_noticed_with_exit_info() -> None:
     found = s.check_ejected()
     assert found is not None
     rec, ran_for = found
-    assert rec.result == sw.EJECTED and rec.previous == "gaming" and ran_for >= 0
-    assert rec.exit == sw.ExitInfo(
+    assert rec.result == proto.EJECTED and rec.previous == "gaming" and ran_for >= 0
+    assert rec.exit == proto.ExitInfo(
         kind=1026, reason="watchdog failed", message="runnable task stall"
     )
     assert s.last_exit is not None and s.last_exit.kind_name == "ERROR_STALL"
@@ -206,7 +207,7 @@ def test_adopt() -> None:
     b.preload("gaming")
     s, _ = make(b)
     rec = s.adopt(SCHEDS)
-    assert rec is not None and rec.result == sw.ADOPTED and s.active == "gaming"
+    assert rec is not None and rec.result == proto.ADOPTED and s.active == "gaming"
     assert s.switch_to("gaming", SPEC, "x") is None  # already runs
     assert s.adopt(SCHEDS) is None
 
@@ -224,7 +225,7 @@ def test_history_bounded_and_exit_names() -> None:
         rec = s.switch_to("gaming", SPEC, "x")
         assert rec is not None and rec.error is not None and rec.error.code == LoadError.code
     assert len(s.history) == 8 and s.history[-1].seq == 20
-    assert sw.exit_kind_name(1025) == "ERROR_BPF" and sw.exit_kind_name(5) == "KIND_5"
+    assert proto.exit_kind_name(1025) == "ERROR_BPF" and proto.exit_kind_name(5) == "KIND_5"
 
 
 def test_kernel_target_needs_no_spec_but_scheduler_does() -> None:
@@ -241,7 +242,7 @@ def test_no_reattach_while_kernel_is_disabling() -> None:
     assert s.check_ejected() is None  # still transitional: wait for the next notification
     b.eject()
     found = s.check_ejected()
-    assert found is not None and found[0].result == sw.EJECTED
+    assert found is not None and found[0].result == proto.EJECTED
 
 
 def _protocol_members(proto_cls: type) -> dict[str, inspect.Signature]:
@@ -412,7 +413,7 @@ def test_a_pin_failure_after_on_enabled_rolls_back_to_the_previous() -> None:
     told: list[str] = []
     rec = s.switch_to("vtime", SPEC, "lease 2", lambda r: told.append(r.result))
     assert told == ["ok"]  # the waiter was told it ran; the record says what happened next
-    assert rec is not None and rec.result == sw.ROLLED_BACK and rec.finished
+    assert rec is not None and rec.result == proto.ROLLED_BACK and rec.finished
     assert rec.error is not None and rec.error.code == "pin"
     assert b.calls == [
         "prepare vtime",
@@ -430,5 +431,5 @@ def test_a_pin_failure_after_on_enabled_rolls_back_to_the_previous() -> None:
     k, kb = make()
     kb.fail_pin.add("vtime")
     rec = k.switch_to("vtime", SPEC, "lease 1")
-    assert rec is not None and rec.result == sw.ROLLED_BACK and k.active == KERNEL
+    assert rec is not None and rec.result == proto.ROLLED_BACK and k.active == KERNEL
     assert kb.kernel_state().state == "disabled" and not kb.live

@@ -17,7 +17,8 @@ import pytest
 
 from schedswitchd.bpf.scheduler import ops_name_of, sched_ext_map
 from schedswitchd.daemon.config import SchedulerConfig
-from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
+from schedswitchd.daemon.kernel_backend import KernelBackend
+from schedswitchd.daemon.kernel_handle import KernelPrepared
 from schedswitchd.errors import (
     BpfSyscallError,
     CustomizationError,

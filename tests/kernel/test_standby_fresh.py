@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.daemon.config import SchedulerConfig
-from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
+from schedswitchd.daemon.kernel_backend import KernelBackend
+from schedswitchd.daemon.kernel_handle import KernelPrepared
 from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.uevents import UeventListener
 from tests.bpf.conftest import BPF_BUILD_DIR

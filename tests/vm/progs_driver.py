@@ -29,7 +29,8 @@ from typing import Any
 from schedswitchd.bpf.customize import set_variable
 from schedswitchd.bpf.object import open_object
 from schedswitchd.daemon.config import SchedulerConfig
-from schedswitchd.daemon.kernel_backend import KernelBackend, KernelPrepared
+from schedswitchd.daemon.kernel_backend import KernelBackend
+from schedswitchd.daemon.kernel_handle import KernelPrepared
 from schedswitchd.errors import BpfSyscallError
 from schedswitchd.kernel import syscall
 from schedswitchd.kernel.btf.registry import KernelBtfRegistry

@@ -23,7 +23,7 @@ from schedswitchd.kernel.btf.module_memo import ModuleLookup
 from schedswitchd.kernel.struct_ops.value import VALUE_PREFIX
 
 #: Tracing attach types whose ``attach_to`` names a kernel BTF type: (kind, name prefix);
-#: the loader's table (``_TRACING_TARGETS``) is the same.
+#: the loader resolves ``attach_to`` with this same table.
 TRACING_TARGETS: dict[int, tuple[Kind, str]] = {
     bpf_uapi.AttachType.TRACE_FENTRY: (Kind.FUNC, ""),
     bpf_uapi.AttachType.TRACE_FEXIT: (Kind.FUNC, ""),

@@ -668,6 +668,10 @@ class Reconciler:
                 break
             if target == KERNEL:
                 break
+            if await self._held_by_another_program(loop):
+                # Another program took sched_ext between this pass's look and the attach:
+                # not the target's failure; that program's departure kicks a pass again.
+                break
             self.policy.record_failure(target, self.clock())
             if decision.why == "override":
                 # A failed admin switch changes nothing: the override before it (or the

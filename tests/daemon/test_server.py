@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.daemon import protocol as proto
+from schedswitchd.daemon.protocol import KernelInfo
 from tests import fuzzing
 
 from .fakes import FakeBackend
@@ -944,6 +945,35 @@ def test_another_program_holding_sched_ext_is_not_a_failure(srv: Running) -> Non
     srv.backend.eject()
     srv.wait_for(lambda s: "gaming" in s.policy.backoff)
     assert srv.read(lambda s: s.policy.backoff["gaming"].failures) == 1
+
+
+def test_another_program_attaching_during_the_pass_is_not_a_failure(srv: Running) -> None:
+    """Another program takes sched_ext after the pass looked (free) and before its attach:
+    the attach fails, and the target is not backed off for it; once that program is gone,
+    the target runs."""
+    real = srv.backend.kernel_state
+    looks = []
+
+    def racing() -> KernelInfo:
+        info = real()
+        if not looks:  # the pass's look: free; then the other program attaches
+            looks.append(info)
+            with srv.backend.lock:
+                srv.backend.state, srv.backend.ops = "enabled", "scx_simple"
+        return info
+
+    srv.backend.kernel_state = racing  # type: ignore[method-assign]
+    c = srv.client()
+    assert c.request(op="hint", workload="gaming")["ok"]
+    srv.wait_for(lambda s: s.switcher.history and s.switcher.history[-1].finished)
+    status = c.request(op="status")["status"]
+    assert looks and status["active"] == "kernel"
+    assert status["last_switch"]["result"] == "rolled_back" and status["backoff"] == []
+    with srv.backend.lock:
+        srv.backend.state, srv.backend.ops = "disabled", None
+    for notify in list(srv.backend.watchers):
+        notify()
+    srv.wait_for(lambda s: s.switcher.active == "gaming")
 
 
 def test_grace_ends_once_a_lease_came_and_went() -> None:

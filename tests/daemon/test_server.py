@@ -952,7 +952,7 @@ def test_another_program_attaching_during_the_pass_is_not_a_failure(srv: Running
     the attach fails, and the target is not backed off for it; once that program is gone,
     the target runs."""
     real = srv.backend.kernel_state
-    looks = []
+    looks: list[KernelInfo] = []
 
     def racing() -> KernelInfo:
         info = real()
@@ -965,7 +965,7 @@ def test_another_program_attaching_during_the_pass_is_not_a_failure(srv: Running
     srv.backend.kernel_state = racing  # type: ignore[method-assign]
     c = srv.client()
     assert c.request(op="hint", workload="gaming")["ok"]
-    srv.wait_for(lambda s: s.switcher.history and s.switcher.history[-1].finished)
+    srv.wait_for(lambda s: bool(s.switcher.history) and s.switcher.history[-1].finished)
     status = c.request(op="status")["status"]
     assert looks and status["active"] == "kernel"
     assert status["last_switch"]["result"] == "rolled_back" and status["backoff"] == []

@@ -79,8 +79,8 @@ def test_the_registering_tests_pass_beside_another_suite() -> None:
     register their own names and look only for those. (With the compiled names they met
     ``EEXIST`` at the attach, or found the other suite's still listed after their own.)"""
     selection = [
-        "tests/kernel/test_kernel_backend.py::test_attach_detach_pins_and_reattach",
-        "tests/kernel/test_kernel_backend.py::test_attach_when_someone_else_runs_is_undone",
+        "tests/daemon/test_kernel_backend.py::test_attach_detach_pins_and_reattach",
+        "tests/daemon/test_kernel_backend.py::test_attach_when_someone_else_runs_is_undone",
         "tests/kernel/test_loader_objects.py::test_struct_ops_object_attaches_both_forms",
         "tests/kernel/test_pins.py::test_pinned_struct_ops_outlive_fds_and_unpin",
         "tests/kernel/test_object_cli.py::test_load_pin_then_unload",

@@ -37,46 +37,15 @@ from schedswitchd.kernel.spec_cache import SpecCache
 from schedswitchd.kernel.struct_ops.link import KERNEL_LINKS
 from tests.bpf.conftest import BPF_BUILD_DIR
 from tests.build_outputs import missing_build_output
+from tests.daemon.kernel_objects import TCP, object_config
 from tests.fs_events import FileEvents
 from tests.kernel.fake_sched_ext import TCP_LIST, FakeSchedExt
-from tests.kernel.unique_ops import ca_name, unique_object
+from tests.kernel.unique_ops import ca_name
 
 pytestmark = pytest.mark.root
 
-TCP = "tcp_congestion_ops"
 #: The congestion controls this process registers (kernel-wide names: unique_ops.py).
 UEI, HOOKS = ca_name("ssd_uei"), ca_name("ssd_hooks")
-
-
-@pytest.fixture(scope="session")
-def bpf_object() -> Callable[[str], Path]:
-    """``bpf_object("uei")`` -> a copy of ``build/tests/bpf/uei.bpf.o`` (built by ``make
-    test``) whose congestion controls carry this process's names (:data:`UEI`, ...:
-    tests/kernel/unique_ops.py), so that a suite running beside this one registers others."""
-
-    def find(name: str) -> Path:
-        obj = BPF_BUILD_DIR / f"{name}.bpf.o"
-        if not obj.is_file():
-            missing_build_output(obj, "test-objects")
-        return unique_object(obj)
-
-    return find
-
-
-@pytest.fixture
-def scx_root(tmp_path: Path) -> Path:
-    """A directory shaped like /sys/kernel/sched_ext with no scheduler attached."""
-    root = tmp_path / "sched_ext"
-    root.mkdir()
-    for name, text in {
-        "state": "disabled",
-        "switch_all": "0",
-        "nr_rejected": "0",
-        "hotplug_seq": "7",
-        "enable_seq": "3",
-    }.items():
-        (root / name).write_text(text + "\n")
-    return root
 
 
 @pytest.fixture
@@ -129,14 +98,10 @@ def _attached(h: KernelPrepared) -> bool:
     return h.attached  # a call, so the type checker does not narrow across attach/detach
 
 
-def _cfg(obj: Path, **kw: object) -> SchedulerConfig:
-    return SchedulerConfig.model_validate({"object": str(obj), **kw})
-
-
 def test_prepare_loads_with_config_and_timings(
     backend: KernelBackend, bpf_object: Callable[[str], Path]
 ) -> None:
-    cfg = _cfg(
+    cfg = object_config(
         bpf_object("uei"), rodata={"ssthresh_value": 5}, struct_ops={"flags": 0}, hotplug_seq=False
     )
     h = backend.prepare("uei", cfg)
@@ -177,7 +142,7 @@ def test_prepare_flags_by_name_on_a_kernel_without_them(
     obj = bpf_object("uei")
     with caplog.at_level("WARNING", logger="schedswitchd.backend"):
         h = backend.prepare(
-            "uei", _cfg(obj, struct_ops={"flags": ["SCX_OPS_ENQ_LAST"]}, hotplug_seq=False)
+            "uei", object_config(obj, struct_ops={"flags": ["SCX_OPS_ENQ_LAST"]}, hotplug_seq=False)
         )
     try:
         assert h.loaded is not None
@@ -195,7 +160,7 @@ def test_prepare_flags_by_name_on_a_kernel_without_them(
     before = backend.counters().get("prepare_failures", 0)
     required = {"flags": [{"name": "SCX_OPS_ENQ_LAST", "required": True}]}
     with pytest.raises(CustomizationError, match="required flag SCX_OPS_ENQ_LAST"):
-        backend.prepare("uei", _cfg(obj, struct_ops=required, hotplug_seq=False))
+        backend.prepare("uei", object_config(obj, struct_ops=required, hotplug_seq=False))
     assert backend.counters()["prepare_failures"] == before + 1
 
 
@@ -205,7 +170,7 @@ def test_prepare_sets_hotplug_seq_from_sysfs(
     # tcp_congestion_ops has no hotplug_seq member: the attempt proves the sysfs value is
     # read and applied (the customisation names the member it could not set).
     with pytest.raises(CustomizationError, match="hotplug_seq"):
-        backend.prepare("uei", _cfg(bpf_object("uei")))
+        backend.prepare("uei", object_config(bpf_object("uei")))
     assert backend.counters()["prepare_failures"] == 1
 
 
@@ -213,17 +178,21 @@ def test_prepare_errors_are_typed(
     backend: KernelBackend, bpf_object: Callable[[str], Path], tmp_path: Path
 ) -> None:
     with pytest.raises(CustomizationError, match=r"rodata\.nope"):
-        backend.prepare("uei", _cfg(bpf_object("uei"), rodata={"nope": 1}, hotplug_seq=False))
+        backend.prepare(
+            "uei", object_config(bpf_object("uei"), rodata={"nope": 1}, hotplug_seq=False)
+        )
     with pytest.raises(LoadError, match="not a scheduler"):
-        KernelBackend(pin_dir=tmp_path).prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+        KernelBackend(pin_dir=tmp_path).prepare(
+            "uei", object_config(bpf_object("uei"), hotplug_seq=False)
+        )
     fifo = BPF_BUILD_DIR.parents[1] / "bpf" / "fifo.bpf.o"  # make schedulers (make test)
     if not fifo.is_file():
         missing_build_output(fifo, "schedulers")
     no_scx = KernelBackend(pin_dir=tmp_path, sched_ext_root=tmp_path / "absent")
     with pytest.raises(SchedExtUnavailable, match="this kernel has no sched_ext"):
-        no_scx.prepare("fifo", _cfg(fifo))
+        no_scx.prepare("fifo", object_config(fifo))
     with pytest.raises(LoadError, match="several"):
-        backend.prepare("so", _cfg(bpf_object("struct_ops"), hotplug_seq=False))
+        backend.prepare("so", object_config(bpf_object("struct_ops"), hotplug_seq=False))
 
 
 def test_spec_cache_keyed_by_identity(bpf_object: Callable[[str], Path], tmp_path: Path) -> None:
@@ -258,7 +227,7 @@ def test_spec_cache_bound_and_unreadable_file(
 def test_exit_info_read_from_the_data_map(
     backend: KernelBackend, bpf_object: Callable[[str], Path]
 ) -> None:
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         assert h.uei is not None and h.uei.map_name == ".data"
         assert backend.exit_info(h) is None  # never written
@@ -282,7 +251,7 @@ def test_the_exit_record_read_in_place_follows_the_data_map(
     while unwritten or ``recorded`` is 0, the decoded record once written; closing it
     twice is harmless and a closed view refuses to read. A tcp congestion control has no
     ``ops.exit``, so the backend makes no view for it (its confirmation reads sysfs)."""
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         assert h.exit_view is None  # no ops.exit member in tcp_congestion_ops
         assert h.uei is not None and h.loaded is not None
@@ -325,8 +294,8 @@ def test_a_first_attach_is_confirmed_from_the_exit_record_in_place(
     ``root/ops`` read and no ``bpf(2)`` call besides ``BPF_LINK_CREATE``. A record the
     enable already wrote (its ``ops.exit`` ran: the enable failed) fails the attach, and
     the link is undone; the view is unmapped with the handle."""
-    ok = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
-    bad = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
+    ok = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
+    bad = backend.prepare("uei2", object_config(bpf_object("uei"), hotplug_seq=False))
     views = []
     try:
         for h in (ok, bad):
@@ -368,7 +337,7 @@ def test_attach_refused_with_ebusy_says_what_runs(
     # attach reads no sysfs before BPF_LINK_CREATE: sched_ext refuses a second scheduler
     # with EBUSY (scx_root_enable_workfn), which tcp_congestion_ops cannot produce here:
     # the fake sched_ext answers so, before anything registers.
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         sched_ext.others_run("other_sched")
         with pytest.raises(
@@ -393,7 +362,7 @@ def test_attach_refused_with_ebusy_says_what_runs(
 def test_attach_when_someone_else_runs_is_undone(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         _set_state(scx_root, "enabled", "other_sched")
         with pytest.raises(SchedExtError, match=f"the kernel runs 'other_sched', not '{UEI}'"):
@@ -413,7 +382,7 @@ def test_attach_undone_when_the_kernel_does_not_run_it(
     # BPF_LINK_CREATE returned, which on sched_ext means the kernel threw the scheduler out
     # at once: attach fails at its first look (one read of state, no wait for "enabled")
     # and leaves no link, no pin.
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         for state in ("disabled", "disabling"):  # thrown out, or being thrown out
             (scx_root / "state").write_text(state + "\n")
@@ -445,7 +414,7 @@ def test_attach_detach_pins_and_reattach(
     # detach detaches the link in the kernel (BPF_LINK_DETACH: unregistered at once) and
     # leaves its pins and fd to discard or the next attach, and a detached handle attaches
     # again (what a rollback does).
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         for _ in range(2):
             before = time.monotonic_ns()
@@ -494,9 +463,9 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
 ) -> None:
     """A reload swaps a running scheduler for a new handle of the same name: discarding the
     old handle afterwards must not remove the new one's pin (issue 14.5)."""
-    old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    old = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     new = backend.prepare(
-        "uei", _cfg(bpf_object("uei"), rodata={"ssthresh_value": 5}, hotplug_seq=False)
+        "uei", object_config(bpf_object("uei"), rodata={"ssthresh_value": 5}, hotplug_seq=False)
     )
     try:
         backend.attach(old, 2.0)
@@ -532,8 +501,8 @@ def test_gap_work_is_two_syscalls_and_two_reads(
     # struct_ops value was written by prepare: its BPF_MAP_UPDATE_ELEM (a trampoline per
     # program) is not in the gap. (bpf(2) calls counted by syscall.STATS; file reads and
     # removals seen through audit events, tests/fs_events.py.)
-    old = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
-    new = backend.prepare("uei2", _cfg(bpf_object("uei"), hotplug_seq=False))
+    old = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
+    new = backend.prepare("uei2", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         assert new.loaded is not None and "struct_ops_value" in new.timings_ns
         ops = new.loaded.maps[new.ops_map]
@@ -577,7 +546,7 @@ def test_detach_falls_back_to_close_without_link_detach(
     # Kernels before 6.10 answer EOPNOTSUPP to BPF_LINK_DETACH on struct_ops links: unpin,
     # close (the last reference unregisters) and wait for "disabled"; asked once only.
     sched_ext.link_detach_supported = False
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         for _ in range(2):
             backend.attach(h, 2.0)
@@ -595,7 +564,7 @@ def test_detach_falls_back_to_close_without_link_detach(
 def test_pins_survive_the_handle_and_adopt_cleans_stale(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     assert h.loaded is not None
     link = h.create_link()
     data = h.exit_map_fd()
@@ -611,7 +580,7 @@ def test_pins_survive_the_handle_and_adopt_cleans_stale(
     pinned.close()
     # sched_ext reads disabled: nothing to adopt, every pin is stale and removed, which
     # drops the last reference to the link.
-    cfg = {"uei": _cfg(bpf_object("uei"), hotplug_seq=False)}
+    cfg = {"uei": object_config(bpf_object("uei"), hotplug_seq=False)}
     assert backend.adopt(cfg) is None
     assert backend.pins.names() == []
     assert backend.counters()["stale_pins_removed"] == 2
@@ -624,7 +593,7 @@ def test_adopt_reopens_a_running_pinned_scheduler(
     scx_root: Path,
     sched_ext: FakeSchedExt,
 ) -> None:
-    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+    cfg = object_config(bpf_object("uei"), hotplug_seq=False)
 
     def previous_daemon() -> None:
         # attach and pin, record an exit record, then die (fds closed, pins stay)
@@ -673,13 +642,13 @@ def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
     """The object was rebuilt (another ops name) or removed after the previous daemon
     pinned it: the running scheduler is adopted under the kernel's name, its pin kept
     (issue 14.9)."""
-    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+    cfg = object_config(bpf_object("uei"), hotplug_seq=False)
     for now_on_disk in (bpf_object("tcp_ca"), tmp_path / "gone.bpf.o"):
         h = backend.prepare("uei", cfg)
         assert h.loaded is not None
         backend.pins.pin("uei", h.create_link(), h.exit_map_fd())
         h.close()  # the previous daemon died; the pin keeps UEI registered
-        got = backend.adopt({"uei": _cfg(now_on_disk, hotplug_seq=False)})
+        got = backend.adopt({"uei": object_config(now_on_disk, hotplug_seq=False)})
         assert isinstance(got, KernelPrepared), now_on_disk
         try:
             assert got.ops_name == UEI and got.attached
@@ -761,7 +730,7 @@ def test_standby_freshness_and_kernel_bytes(
 ) -> None:
     obj = tmp_path / "uei.bpf.o"
     shutil.copyfile(bpf_object("uei"), obj)
-    cfg = _cfg(obj, hotplug_seq=False)
+    cfg = object_config(obj, hotplug_seq=False)
     h = backend.prepare("uei", cfg)
     try:
         assert backend.fresh(h, cfg)
@@ -784,9 +753,9 @@ def test_standby_is_stale_after_a_cpu_hotplug(
 ) -> None:
     # tcp_congestion_ops has no hotplug_seq member: call the freshness check on a handle
     # prepared without it, with a spec that asks for it (the check reads sysfs each time).
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
-        with_seq = _cfg(bpf_object("uei"))
+        with_seq = object_config(bpf_object("uei"))
         assert h.inputs is not None  # as if prepared from with_seq when hotplug_seq read 7
         h.inputs.spec = h.inputs.spec._replace(config=with_seq, hotplug_seq=7)
         assert backend.fresh(h, with_seq)
@@ -822,7 +791,7 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
     # ca_hooks: a tcp_congestion_ops next to a tp_btf/sys_enter program. attach attaches
     # the program before the struct_ops link and pins its link under progs/; a daemon that
     # dies leaves both pinned; the next one adopts both; discard removes both.
-    cfg = _cfg(bpf_object("ca_hooks"), hotplug_seq=False)
+    cfg = object_config(bpf_object("ca_hooks"), hotplug_seq=False)
     h = backend.prepare("hooks", cfg)
     assert h.loaded is not None and h.program_links() == {}  # nothing runs before attach
     backend.attach(h, 2.0)
@@ -860,7 +829,7 @@ def test_program_links_attach_first_pin_and_survive_a_restart(
 def test_program_links_closed_when_a_prepared_handle_is_discarded(
     backend: KernelBackend, bpf_object: Callable[[str], Path], scx_root: Path
 ) -> None:
-    h = backend.prepare("hooks", _cfg(bpf_object("ca_hooks"), hotplug_seq=False))
+    h = backend.prepare("hooks", object_config(bpf_object("ca_hooks"), hotplug_seq=False))
     assert h.loaded is not None
     h.loaded.attach_programs()
     prog_link = syscall.link_info(h.program_links()["hk_sys_enter"]).id
@@ -873,9 +842,9 @@ def test_preopen_fills_the_spec_cache_and_survives_a_bad_file(
 ) -> None:
     bad = tmp_path / "bad.bpf.o"
     bad.write_bytes(b"not an ELF")
-    backend.preopen({"uei": _cfg(bpf_object("uei")), "bad": _cfg(bad)})
+    backend.preopen({"uei": object_config(bpf_object("uei")), "bad": object_config(bad)})
     assert backend.counters()["preopens"] == 1
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         assert h.timings_ns["open"] == 0  # served from the cache: no parse in the switch
     finally:
@@ -1169,7 +1138,7 @@ def test_preopen_builds_the_vmlinux_indexes_the_first_prepare_reads(
     backend = KernelBackend(
         pin_dir=bpffs / "pins", registry=registry, sched_ext_root=scx_root, ops_type=TCP
     )
-    cfg = _cfg(bpf_object("uei"), hotplug_seq=False)
+    cfg = object_config(bpf_object("uei"), hotplug_seq=False)
     backend.preopen({"uei": cfg})
     assert backend.counters()["vmlinux_warms"] == 1
     vmlinux = registry.vmlinux
@@ -1193,7 +1162,7 @@ def test_phase_timings_replace_the_previous_ones_of_their_kind(
     """A handle's attach.*/detach.* timings are those of its latest attach/detach: a second
     attach (a rollback's) replaces the first's, pin included, and a fallback detach (link
     closed) leaves no BPF_LINK_DETACH phase of the detach before."""
-    h = backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+    h = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     try:
         prepared = {k for k in h.timings_ns if not k.startswith(("attach.", "detach."))}
         backend.attach(h, 2.0)

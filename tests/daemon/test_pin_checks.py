@@ -18,10 +18,7 @@ from schedswitchd.daemon.config import parse_config
 from schedswitchd.daemon.kernel_backend import KernelBackend, create_backend
 from schedswitchd.kernel.btf.registry import KernelBtfRegistry
 from schedswitchd.kernel.sched_ext.scheduler_pins import PinDir, PinError
-
-from .test_kernel_backend import TCP, _cfg, bpf_object, scx_root
-
-__all__ = ["bpf_object", "scx_root"]  # fixtures, used by name
+from tests.daemon.kernel_objects import TCP, object_config
 
 pytestmark = pytest.mark.root
 
@@ -66,13 +63,13 @@ def test_prepare_refuses_before_loading_when_pins_cannot_work(
         pin_dir=pin_dir, registry=registry, sched_ext_root=scx_root, ops_type=TCP
     )
     with pytest.raises(PinError, match=f"cannot pin schedulers under {pin_dir}"):
-        backend.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False))
+        backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     assert backend.counters().get("prepare_failures") == 1
     # the same prepare with pins on a writable bpffs goes through
     fine = KernelBackend(
         pin_dir=bpffs / "pins", registry=registry, sched_ext_root=scx_root, ops_type=TCP
     )
-    fine.discard(fine.prepare("uei", _cfg(bpf_object("uei"), hotplug_seq=False)))
+    fine.discard(fine.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False)))
 
 
 def test_the_start_says_so(

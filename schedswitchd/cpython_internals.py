@@ -66,7 +66,7 @@ FALLBACKS: dict[str, str] = {}
 
 #: The public module each trick keeps out of ``sys.modules`` on the launch line and in
 #: ``status``: trick -> module name. ``tests/test_cpython_internals.py`` runs both lines and
-#: checks each (what those modules import in turn: ``tests/daemon/test_cli_light.py``).
+#: checks each (what those modules import in turn: ``tests/cli/test_cli_light.py``).
 KEPT_OUT: dict[str, str] = {
     "typing": "typing",
     "json": "json",

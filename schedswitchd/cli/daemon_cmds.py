@@ -127,7 +127,7 @@ _BARE_NAME = NAME_PATTERN.removeprefix("^").removesuffix("$")
 #: ``SchedulerName``.
 _SCHEDULER = _name_check(f"^{_BARE_NAME}(?:{MODE_SEPARATOR}{_BARE_NAME})?$")
 #: Per op, a check per request field that accepts only what the protocol's request model
-#: accepts (tests/daemon/test_cli_requests.py holds them to the models). Ops not listed
+#: accepts (tests/cli/test_cli_light.py holds them to the models). Ops not listed
 #: have no fields.
 _CHECKS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "hint": {

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,11 @@ def scx_root(tmp_path: Path) -> Path:
     }.items():
         (root / name).write_text(text + "\n")
     return root
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A fresh temporary directory for a service process's files (removed afterwards)."""
+    path = Path(tempfile.mkdtemp(prefix="ssd-svc-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -381,3 +381,11 @@ def run_as(uid: int, action: Callable[[], Any], groups: tuple[int, ...] = ()) ->
         data = pipe.read()
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def as_user(
+    r: Running, uid: int, action: Callable[[Client], Any], groups: tuple[int, ...] = ()
+) -> Any:
+    """Run ``action(client)`` in a forked child as ``uid`` (:func:`run_as`); returns its
+    JSON result."""
+    return run_as(uid, lambda: action(r.client()), groups)

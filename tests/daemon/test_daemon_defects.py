@@ -122,7 +122,7 @@ def test_check_config_reports_a_prepare_that_raises(monkeypatch: pytest.MonkeyPa
 def test_status_and_list_show_a_non_admin_only_its_own_leases() -> None:
     """uid 65534 (may hint, not admin) sees its own lease in full and root's only counted;
     root (admin) sees both."""
-    from .test_server import as_user
+    from .harness import as_user
 
     r = Running()
     try:

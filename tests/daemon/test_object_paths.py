@@ -23,9 +23,7 @@ from schedswitchd.errors import ConfigError, ObjectError
 from schedswitchd.kernel.spec_cache import SpecCache
 
 from .harness import Running
-from .test_service import env, workdir
-
-__all__ = ["workdir"]  # the fixture, used by name
+from .service_process import env
 
 BIN = Path(sys.executable).parent
 

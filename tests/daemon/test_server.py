@@ -20,7 +20,7 @@ from schedswitchd.daemon.protocol import KernelInfo
 from tests import fuzzing
 
 from .fakes import FakeBackend
-from .harness import Client, FakeClock, FakeTimer, Running, run_as
+from .harness import Client, FakeClock, FakeTimer, Running, as_user
 
 
 def kernel_ops(r: Running) -> str | None:
@@ -29,14 +29,6 @@ def kernel_ops(r: Running) -> str | None:
 
 def n_leases(r: Running) -> int:
     return r.read(lambda s: len(s.policy.leases))
-
-
-def as_user(
-    r: Running, uid: int, action: Callable[[Client], Any], groups: tuple[int, ...] = ()
-) -> Any:
-    """Run ``action(client)`` in a forked child as ``uid`` (:func:`run_as`); returns its
-    JSON result."""
-    return run_as(uid, lambda: action(r.client()), groups)
 
 
 # --- leases and what runs ---------------------------------------------------------------------

@@ -12,10 +12,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +25,10 @@ from schedswitchd.daemon import service
 from schedswitchd.errors import ConfigError
 
 from .harness import make_config
+from .service_process import daemon_cmd, env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def env(**extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))}
-    base.update(PYTHONPATH=str(ROOT), **extra)
-    return base
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ssd-svc-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def daemon_cmd(config: Path, *more: str) -> list[str]:
-    """The ``schedswitchd`` entry point with the fake backend (tests/daemon/fake_service.py);
-    run with :func:`env` (``PYTHONPATH`` is the checkout)."""
-    return [sys.executable, "-m", "tests.daemon.fake_service", "--config", str(config), *more]
 
 
 def try_ctl(sock: Path, *args: str) -> Any | None:

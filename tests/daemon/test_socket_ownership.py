@@ -14,9 +14,7 @@ from schedswitchd.daemon import service
 from schedswitchd.errors import ConfigError
 
 from .harness import make_config
-from .test_service import daemon_cmd, env, workdir
-
-__all__ = ["workdir"]  # the fixture, used by name
+from .service_process import daemon_cmd, env
 
 
 def _second_daemon(config: Path, path: Path) -> subprocess.CompletedProcess[str]:

@@ -187,7 +187,7 @@ def test_a_non_admin_watcher_sees_other_users_lease_events_without_identity(
     """uid 65534 (may hint, not admin) watches: its own lease's events in full, root's
     only as ``{"hidden": true}`` (counted, as ``status``'s ``hidden_leases``); root's uid,
     pid and lease id appear in none of its lines. An admin watcher sees root's in full."""
-    from .test_server import as_user
+    from .harness import as_user
 
     admin_watch = Watcher(srv.path, "--json")
     admin_watch.wait_lines(1)

@@ -15,22 +15,14 @@ from pathlib import Path
 import pytest
 
 from schedswitchd.bpf import insn
-from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.reader import Btf
-from schedswitchd.bpf.btf.types import INT_CHAR, VAR_GLOBAL_ALLOCATED, Kind
+from schedswitchd.bpf.btf.types import Kind
 from schedswitchd.bpf.spec import (
-    ExternKind,
-    ExternSpec,
     Fixup,
     FixupKind,
-    KconfigType,
     MapKind,
     MapSpec,
     ObjectSpec,
-    ProgramSpec,
-    StructOpsMember,
-    StructOpsSpec,
-    VariableSpec,
 )
 from schedswitchd.errors import BpfSyscallError, LoadError
 from schedswitchd.kernel import bpf_uapi
@@ -51,6 +43,7 @@ from schedswitchd.kernel.syscall import (
     prog_test_run,
 )
 from tests.kernel import asm
+from tests.kernel.loader_specs import object_spec, program_spec, with_indexed_read
 
 pytestmark = pytest.mark.root
 
@@ -66,237 +59,9 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _prog(name: str, insns: bytes, fixups: tuple[Fixup, ...] = (), **kw: object) -> ProgramSpec:
-    fields: dict[str, object] = {
-        "name": name,
-        "section": "syscall",
-        "prog_type": bpf_uapi.ProgType.SYSCALL,
-        "expected_attach_type": 0,
-        "attach_to": "",
-        "sleepable": True,
-        "autoload": True,
-        "insns": insns,
-        "fixups": fixups,
-    }
-    fields.update(kw)
-    return ProgramSpec(**fields)  # type: ignore[arg-type]
-
-
-def _spec(ca_name: str = "ssd_x", *, extra_member_value: int = 0) -> ObjectSpec:
-    """An object with .data (u64 counter), .rodata (u32 tunable = 41), .kconfig
-    (CONFIG_HZ, LINUX_KERNEL_VERSION, weak CONFIG_SSD_NOPE), two kfunc externs (strong
-    bpf_rcu_read_lock/unlock, weak missing), and a .struct_ops.link tcp_congestion_ops."""
-    b = BtfBuilder()
-    u32 = b.add_int("unsigned int", 4)
-    i32 = b.add_int("int", 4, signed=True)
-    u64 = b.add_int("unsigned long long", 8)
-    char = b.add_int("char", 1, encoding=INT_CHAR)
-    v_counter = b.add_var("counter", u64, VAR_GLOBAL_ALLOCATED)
-    data_sec = b.add_datasec(".data", 8, [(v_counter, 0, 8)])
-    v_tunable = b.add_var("tunable", b.add_const(u32), VAR_GLOBAL_ALLOCATED)
-    rodata_sec = b.add_datasec(".rodata", 4, [(v_tunable, 0, 4)])
-    v_hz = b.add_var("CONFIG_HZ", i32, VAR_GLOBAL_ALLOCATED)
-    v_ver = b.add_var("LINUX_KERNEL_VERSION", u32, VAR_GLOBAL_ALLOCATED)
-    v_nope = b.add_var("CONFIG_SSD_NOPE", u64, VAR_GLOBAL_ALLOCATED)
-    kcfg_sec = b.add_datasec(".kconfig", 16, [(v_hz, 0, 4), (v_ver, 4, 4), (v_nope, 8, 8)])
-    void_proto = b.add_func_proto(0, [])
-    f_lock = b.add_func("bpf_rcu_read_lock", void_proto)
-    f_unlock = b.add_func("bpf_rcu_read_unlock", void_proto)
-    f_missing = b.add_func("ssd_no_such_kfunc", void_proto)
-    # struct_ops local type, as in a BPF object's vmlinux.h (subset + an optional extra)
-    sock = b.add_fwd("sock")
-    fptr = b.add_ptr(b.add_func_proto(u32, [("sk", b.add_ptr(sock))]))
-    ca_members = [
-        ("ssthresh", fptr, 0, 0),
-        ("cong_avoid", fptr, 64, 0),
-        ("undo_cwnd", fptr, 128, 0),
-        ("name", b.add_array(char, u32, 16), 192, 0),
-        ("flags", u32, 320, 0),
-        ("ssd_extra", u32, 352, 0),
-    ]
-    ca_type = b.add_struct("tcp_congestion_ops", 48, ca_members)
-    btf = Btf.from_bytes(b.build(), name="test_obj")
-
-    ca_data = bytearray(48)
-    ca_data[24 : 24 + len(ca_name)] = ca_name.encode()
-    struct.pack_into("<I", ca_data, 44, extra_member_value)
-    so = StructOpsSpec(
-        var_name="ssd_ca",
-        section=".struct_ops.link",
-        type_name="tcp_congestion_ops",
-        type_id=ca_type,
-        data=bytes(ca_data),
-        link=True,
-        members=(
-            StructOpsMember("ssthresh", 0, 8, fptr, True, "ssd_ssthresh"),
-            StructOpsMember("cong_avoid", 8, 8, fptr, True, "ssd_cong_avoid"),
-            StructOpsMember("undo_cwnd", 16, 8, fptr, True, "ssd_undo_cwnd"),
-            StructOpsMember("name", 24, 16, 0, False, None),
-            StructOpsMember("flags", 40, 4, u32, False, None),
-            StructOpsMember("ssd_extra", 44, 4, u32, False, None),
-        ),
-    )
-    maps = (
-        MapSpec(
-            ".data",
-            "test_obj.data",
-            MapKind.DATA,
-            bpf_uapi.MapType.ARRAY,
-            4,
-            8,
-            1,
-            flags=bpf_uapi.F_MMAPABLE,
-            value_type_id=data_sec,
-            data=bytes(8),
-            variables=(VariableSpec("counter", ".data", 0, 8, u64, False),),
-            section=".data",
-        ),
-        MapSpec(
-            ".rodata",
-            "test_obj.rodata",
-            MapKind.RODATA,
-            bpf_uapi.MapType.ARRAY,
-            4,
-            4,
-            1,
-            flags=bpf_uapi.F_RDONLY_PROG | bpf_uapi.F_MMAPABLE,
-            value_type_id=rodata_sec,
-            data=struct.pack("<I", 41),
-            variables=(VariableSpec("tunable", ".rodata", 0, 4, u32, False),),
-            section=".rodata",
-        ),
-        MapSpec(
-            ".kconfig",
-            "test_obj.kconfig",
-            MapKind.KCONFIG,
-            bpf_uapi.MapType.ARRAY,
-            4,
-            16,
-            1,
-            flags=bpf_uapi.F_RDONLY_PROG | bpf_uapi.F_MMAPABLE,
-            value_type_id=kcfg_sec,
-            data=bytes(16),
-            section=".kconfig",
-        ),
-        MapSpec(
-            "ssd_ca",
-            "ssd_ca",
-            MapKind.STRUCT_OPS,
-            bpf_uapi.MapType.STRUCT_OPS,
-            4,
-            48,
-            1,
-            flags=bpf_uapi.F_LINK,
-            value_type_id=ca_type,
-            struct_ops=so,
-            section=".struct_ops.link",
-        ),
-    )
-    counter = (
-        asm.ld_imm64(1, 0, 0, 0)  # &counter
-        + asm.ldx_dw(2, 1, 0)
-        + asm.add64_imm(2, 1)
-        + asm.stx_dw(1, 2, 0)
-        + asm.ld_imm64(3, 0, 0, 0)  # &tunable
-        + asm.ldx_w(0, 3, 0)
-        + asm.exit_()
-    )
-    kcfg = asm.ld_imm64(1, 0, 0, 0) + asm.ldx_w(0, 1, 0) + asm.exit_()
-    kfuncs = (
-        asm.kfunc_call()
-        + asm.kfunc_call()
-        + asm.mov64_imm(1, 0)
-        + asm.jeq_imm(1, 0, 1)
-        + asm.kfunc_call()  # weak and missing: poisoned, and dead
-        + asm.ret(7)
-    )
-    programs = (
-        _prog(
-            "counter",
-            counter,
-            (
-                Fixup(FixupKind.MAP_VALUE, 0, map_index=0),
-                Fixup(FixupKind.MAP_VALUE, 5, map_index=1),
-            ),
-        ),
-        _prog("kcfg", kcfg, (Fixup(FixupKind.MAP_VALUE, 0, map_index=2),)),
-        _prog(
-            "kfuncs",
-            kfuncs,
-            (
-                Fixup(FixupKind.KFUNC_CALL, 0, extern="bpf_rcu_read_lock"),
-                Fixup(FixupKind.KFUNC_CALL, 1, extern="bpf_rcu_read_unlock"),
-                Fixup(FixupKind.KFUNC_CALL, 4, extern="ssd_no_such_kfunc"),
-            ),
-        ),
-        *(
-            _prog(
-                f"ssd_{m}",
-                asm.ret(v),
-                section=f"struct_ops/ssd_{m}",
-                prog_type=bpf_uapi.ProgType.STRUCT_OPS,
-                attach_to=f"ssd_{m}",
-                sleepable=False,
-            )
-            for m, v in (("ssthresh", 2), ("cong_avoid", 0), ("undo_cwnd", 10))
-        ),
-    )
-    externs = (
-        ExternSpec(
-            "CONFIG_HZ",
-            "CONFIG_HZ",
-            ExternKind.KCONFIG,
-            False,
-            v_hz,
-            i32,
-            0,
-            4,
-            KconfigType.INT,
-            True,
-        ),
-        ExternSpec(
-            "LINUX_KERNEL_VERSION",
-            "LINUX_KERNEL_VERSION",
-            ExternKind.KCONFIG,
-            False,
-            v_ver,
-            u32,
-            4,
-            4,
-            KconfigType.INT,
-        ),
-        ExternSpec(
-            "CONFIG_SSD_NOPE",
-            "CONFIG_SSD_NOPE",
-            ExternKind.KCONFIG,
-            True,
-            v_nope,
-            u64,
-            8,
-            8,
-            KconfigType.INT,
-        ),
-        ExternSpec(
-            "bpf_rcu_read_lock", "bpf_rcu_read_lock", ExternKind.KFUNC, False, f_lock, void_proto
-        ),
-        ExternSpec(
-            "bpf_rcu_read_unlock",
-            "bpf_rcu_read_unlock",
-            ExternKind.KFUNC,
-            False,
-            f_unlock,
-            void_proto,
-        ),
-        ExternSpec(
-            "ssd_no_such_kfunc", "ssd_no_such_kfunc", ExternKind.KFUNC, True, f_missing, void_proto
-        ),
-    )
-    return ObjectSpec("test_obj", "GPL", 0, btf, programs, maps, externs)
-
-
 def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
     cfg = read_kernel_config()
-    with load_object(_spec(), kernel) as obj:
+    with load_object(object_spec(), kernel) as obj:
         assert set(obj.programs) == {
             "counter",
             "kcfg",
@@ -345,7 +110,7 @@ def test_globals_kconfig_and_kfuncs_run(kernel: TargetBtfs) -> None:
 
 def test_struct_ops_link_attach_detach(kernel: TargetBtfs) -> None:
     name = f"ssd_{uuid.uuid4().hex[:8]}"
-    with load_object(_spec(name), kernel) as obj:
+    with load_object(object_spec(name), kernel) as obj:
         assert name not in CA_LIST.read_text().split()
         links = obj.attach_struct_ops()
         assert set(links) == {"ssd_ca"}
@@ -362,7 +127,7 @@ def test_struct_ops_link_attach_detach(kernel: TargetBtfs) -> None:
 
 def test_legacy_struct_ops_attach_detach(kernel: TargetBtfs) -> None:
     name = f"ssd_{uuid.uuid4().hex[:8]}"
-    spec = _spec(name)
+    spec = object_spec(name)
     ca = spec.map("ssd_ca")
     legacy = dataclasses.replace(ca, flags=0, section=".struct_ops")
     spec = dataclasses.replace(spec, maps=tuple(legacy if m is ca else m for m in spec.maps))
@@ -461,8 +226,8 @@ def _named_ids(
 
 
 def test_verifier_rejection_cleans_up(kernel: TargetBtfs) -> None:
-    spec = _spec()
-    bad = _prog("bad", asm.exit_())
+    spec = object_spec()
+    bad = program_spec("bad", asm.exit_())
     spec = dataclasses.replace(spec, programs=(*spec.programs, bad))
     err = _fail_leaves_nothing(spec, kernel, ProgramLoadError)
     assert isinstance(err, ProgramLoadError)
@@ -471,7 +236,7 @@ def test_verifier_rejection_cleans_up(kernel: TargetBtfs) -> None:
 
 
 def test_missing_strong_kfunc_cleans_up(kernel: TargetBtfs) -> None:
-    spec = _spec()
+    spec = object_spec()
     ext = spec.extern("ssd_no_such_kfunc")
     strong = dataclasses.replace(ext, weak=False)
     spec = dataclasses.replace(spec, externs=tuple(strong if e is ext else e for e in spec.externs))
@@ -480,20 +245,20 @@ def test_missing_strong_kfunc_cleans_up(kernel: TargetBtfs) -> None:
 
 
 def test_struct_ops_member_kernel_lacks_with_value_cleans_up(kernel: TargetBtfs) -> None:
-    err = _fail_leaves_nothing(_spec(extra_member_value=3), kernel, LoadError)
+    err = _fail_leaves_nothing(object_spec(extra_member_value=3), kernel, LoadError)
     assert "ssd_extra" in str(err)
 
 
 def test_no_fd_leak_across_load_cycles(kernel: TargetBtfs) -> None:
     before = _open_fds()
     for _ in range(10):
-        with load_object(_spec(), kernel) as obj:
+        with load_object(object_spec(), kernel) as obj:
             prog_test_run(obj.programs["counter"].fd)
     assert _open_fds() == before
 
 
 def test_pin_by_name_creates_then_reuses(kernel: TargetBtfs, bpffs: Path) -> None:
-    spec = _spec()
+    spec = object_spec()
     data = spec.map(".data")
     pinned = dataclasses.replace(data, name="ssd_pinned", pinning=1)
     spec = dataclasses.replace(spec, maps=tuple(pinned if m is data else m for m in spec.maps))
@@ -514,7 +279,7 @@ def test_pin_by_name_creates_then_reuses(kernel: TargetBtfs, bpffs: Path) -> Non
 def test_btf_sanitised_for_a_kernel_without_newer_kinds(kernel: TargetBtfs) -> None:
     # As if the kernel knew neither DATASEC/VAR nor FUNC: data maps get STRUCT value types.
     old = BtfFeatures(False, False, False, False, False, False, False, False)
-    with load_object(_spec(), kernel, btf_features=old) as obj:
+    with load_object(object_spec(), kernel, btf_features=old) as obj:
         assert prog_test_run(obj.programs["counter"].fd).retval == 41
         assert obj.read_variable("counter") == struct.pack("<Q", 1)
         assert obj.btf_fd is not None
@@ -526,35 +291,13 @@ def test_btf_sanitised_for_a_kernel_without_newer_kinds(kernel: TargetBtfs) -> N
         assert map_info(obj.maps[".data"].fd).btf_value_type_id == 0
 
 
-def _with_indexed_read(spec: ObjectSpec) -> ObjectSpec:
-    """Add a program reading ``*(u64 *)((char *)&counter + tunable)``: the verifier knows
-    the frozen .rodata value, so the access is accepted or rejected by ``tunable``."""
-    body = (
-        asm.ld_imm64(1, 0, 0, 0)  # &counter
-        + asm.ld_imm64(3, 0, 0, 0)  # &tunable
-        + asm.ldx_w(2, 3, 0)
-        + insn.Insn(insn.CLASS_ALU64 | asm.ALU_ADD | insn.SRC_X, 1, 2, 0, 0).encode()
-        + asm.ldx_dw(0, 1, 0)
-        + asm.exit_()
-    )
-    prog = _prog(
-        "indexed",
-        body,
-        (
-            Fixup(FixupKind.MAP_VALUE, 0, map_index=0),
-            Fixup(FixupKind.MAP_VALUE, 2, map_index=1),
-        ),
-    )
-    return dataclasses.replace(spec, programs=(*spec.programs, prog))
-
-
 def test_bad_rodata_value_is_a_verifier_error(kernel: TargetBtfs) -> None:
     from schedswitchd.bpf.customize import set_variable
 
-    good = set_variable(_with_indexed_read(_spec()), "tunable", 0)
+    good = set_variable(with_indexed_read(object_spec()), "tunable", 0)
     with load_object(good, kernel) as obj:
         assert "indexed" in obj.programs
-    bad = set_variable(_with_indexed_read(_spec()), "tunable", 4096)
+    bad = set_variable(with_indexed_read(object_spec()), "tunable", 4096)
     err = _fail_leaves_nothing(bad, kernel, ProgramLoadError)
     assert isinstance(err, ProgramLoadError) and err.program == "indexed"
     assert err.verifier_log and "invalid access to map value" in err.verifier_log
@@ -569,7 +312,7 @@ def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
         + asm.mov64_reg(0, 2)
         + asm.exit_()
     )
-    prog = _prog(
+    prog = program_spec(
         "ksym_addr",
         body,
         (
@@ -577,7 +320,7 @@ def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
             Fixup(FixupKind.KSYM, 2, extern="ssd_no_such_kfunc"),
         ),
     )
-    spec = _spec()
+    spec = object_spec()
     spec = dataclasses.replace(spec, programs=(*spec.programs, prog))
     with load_object(spec, kernel) as obj:
         insns = obj.programs["ksym_addr"].insns
@@ -590,7 +333,7 @@ def test_ksym_address_of_kfuncs(kernel: TargetBtfs) -> None:
 
 
 def test_prog_array_values_initialiser(kernel: TargetBtfs) -> None:
-    spec = _spec()
+    spec = object_spec()
     jmp = MapSpec(
         "jmp_table",
         "jmp_table",

@@ -104,11 +104,11 @@ def test_second_load_of_a_registered_struct_ops_names_it(
 def _failing_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     """``object load`` then opens an object whose ``indexed`` program reads past ``counter``
     when ``tunable`` is 4096: the verifier refuses it (a real load, not a fake)."""
-    from tests.kernel.test_loader import _spec, _with_indexed_read
+    from tests.kernel.loader_specs import object_spec, with_indexed_read
 
     monkeypatch.setattr(
         "schedswitchd.cli.object_cmd.open_object_noted",
-        lambda path: (_with_indexed_read(_spec()), None),
+        lambda path: (with_indexed_read(object_spec()), None),
     )
 
 

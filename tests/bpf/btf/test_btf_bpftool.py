@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,29 +13,10 @@ from schedswitchd.bpf.btf.builder import BtfBuilder
 from schedswitchd.bpf.btf.json_dump import btf_to_json
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
+from tests.bpf.btf.bpftool_compare import assert_same_types, bpftool_json
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 DATA = Path(__file__).parent / "btf_data"
-
-
-def bpftool_json(path: Path, base: Path | None = None) -> list[dict[str, Any]]:
-    """bpftool's raw JSON dump of ``path`` (split on ``base``)."""
-    bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
-    cmd = [bpftool, "btf", "dump", "file", str(path)]
-    if base is not None:
-        cmd += ["-B", str(base)]
-    cmd += ["format", "raw", "-j"]
-    out = subprocess.run(cmd, check=True, capture_output=True).stdout
-    types: list[dict[str, Any]] = json.loads(out)["types"]
-    return types
-
-
-def assert_same_types(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
-    """Equal type lists; on failure name the first differing types."""
-    diffs = [(a, b) for a, b in zip(ours, theirs, strict=False) if a != b]
-    shown = "\n".join(f"ours:    {a}\nbpftool: {b}" for a, b in diffs[:3])
-    assert not diffs, f"{len(diffs)} types differ; first ones:\n{shown}"
-    assert len(ours) == len(theirs)
 
 
 @pytest.mark.skipif(not VMLINUX.exists(), reason="host kernel has no /sys/kernel/btf/vmlinux")

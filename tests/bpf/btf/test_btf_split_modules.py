@@ -13,7 +13,7 @@ import pytest
 from schedswitchd.bpf.btf.json_dump import btf_to_json
 from schedswitchd.bpf.btf.reader import Btf
 from schedswitchd.bpf.btf.types import Kind
-from tests.bpf.btf.test_btf_bpftool import assert_same_types, bpftool_json
+from tests.bpf.btf.bpftool_compare import assert_same_types, bpftool_json
 from tests.build_outputs import sid_kernel
 from tools.sidkernel import SidKernel
 

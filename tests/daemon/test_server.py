@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from schedswitchd.cli.ctl import main as ctl_main
 from schedswitchd.daemon import protocol as proto
-from schedswitchd.daemon.protocol import KernelInfo
 from tests import fuzzing
 
 from .fakes import FakeBackend
@@ -943,23 +942,22 @@ def test_another_program_attaching_during_the_pass_is_not_a_failure(srv: Running
     """Another program takes sched_ext after the pass looked (free) and before its attach:
     the attach fails, and the target is not backed off for it; once that program is gone,
     the target runs."""
-    real = srv.backend.kernel_state
-    looks: list[KernelInfo] = []
+    real = srv.backend.attach
+    raced: list[str] = []
 
-    def racing() -> KernelInfo:
-        info = real()
-        if not looks:  # the pass's look: free; then the other program attaches
-            looks.append(info)
+    def racing(prepared: Any, timeout_s: float) -> Any:
+        if not raced:  # the other program attaches first, once
+            raced.append(prepared.name)
             with srv.backend.lock:
                 srv.backend.state, srv.backend.ops = "enabled", "scx_simple"
-        return info
+        return real(prepared, timeout_s)
 
-    srv.backend.kernel_state = racing  # type: ignore[method-assign]
+    srv.backend.attach = racing  # type: ignore[method-assign]
     c = srv.client()
     assert c.request(op="hint", workload="gaming")["ok"]
     srv.wait_for(lambda s: bool(s.switcher.history) and s.switcher.history[-1].finished)
     status = c.request(op="status")["status"]
-    assert looks and status["active"] == "kernel"
+    assert raced == ["gaming"] and status["active"] == "kernel"
     assert status["last_switch"]["result"] == "rolled_back" and status["backoff"] == []
     with srv.backend.lock:
         srv.backend.state, srv.backend.ops = "disabled", None

@@ -46,6 +46,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(ROOT_REASON)
 
 
+#: ``prctl(2)``'s ``PR_SET_THP_DISABLE`` (``linux/prctl.h``).
+PR_SET_THP_DISABLE = 41
+
+
+def _thp_disabled() -> bool:
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return False
+    return "THP_enabled:\t0" in status
+
+
+@pytest.fixture(autouse=True)
+def _process_thp_as_it_was() -> Iterator[None]:
+    """Give THP back to this process after a test whose code took it away: tests that call
+    ``service.main`` on its serving path in-process (its config then refused) run the
+    daemon's process-wide THP opt-out, which the child processes of every later test in
+    this worker would inherit (test_memory_tuning reads a child's ``THP_enabled``)."""
+    yield
+    if _thp_disabled():
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0)
+
+
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., Running]]:
     """``start_server(backend=None, **options)``: a :class:`~tests.daemon.harness.Running`

@@ -69,6 +69,24 @@ BREAKS = {
         "import schedswitchd.kernel.lru\n",
         "schedswitchd.profile.model -> schedswitchd.kernel.lru",
     ),
+    "daemon/ starting desktop/'s faces": (
+        "daemon/service.py",
+        "    loop = asyncio.get_running_loop()\n",
+        "    from schedswitchd.desktop.faces import start_faces\n",
+        "schedswitchd.daemon.service -> schedswitchd.desktop.faces",
+    ),
+    "profile/ running cli/'s commands": (
+        "profile/model.py",
+        "from __future__ import annotations\n",
+        "import schedswitchd.cli.profile_cmd\n",
+        "schedswitchd.profile.model -> schedswitchd.cli.profile_cmd",
+    ),
+    "cli/ reaching up to the composed command": (
+        "cli/ctl.py",
+        "from __future__ import annotations\n",
+        "import schedswitchd.app\n",
+        "schedswitchd.cli.ctl -> schedswitchd.app",
+    ),
     "desktop/ importing the server": (
         "desktop/faces.py",
         "from __future__ import annotations\n",

@@ -11,7 +11,7 @@
   relocations, instructions, and the ``.BTF``/``.BTF.ext`` words, set to values around
   the limits that matter; plus byte flips, random bytes inside a section, truncation and
   chunks copied between places.
-* ``BTF``: ``Btf.from_bytes`` and every lookup (``tests.bpf.btf.test_btf_fuzz.exercise``) on
+* ``BTF``: ``Btf.from_bytes`` and every lookup (``tests.bpf.btf.fuzz_seeds.exercise``) on
   mutated BTF: the ``.BTF`` of the test objects, every kind from the builder, a slice of
   the host's vmlinux; split BTF against its base (input's first byte ``S``, else ``B``).
 * ``PROFILE``: ``parse_profile``, ``resolve_profile`` for the host's topology and the
@@ -268,7 +268,7 @@ class _BtfSeeds:
 def _btf_setup() -> _BtfSeeds:
     from elftools.elf.elffile import ELFFile
 
-    from tests.bpf.btf.test_btf_fuzz import seeds, split_base, split_seed
+    from tests.bpf.btf.fuzz_seeds import seeds, split_base, split_seed
 
     base = list(seeds())
     for p in sorted((ROOT / "build/tests/bpf").glob("*.bpf.o")):
@@ -307,7 +307,7 @@ def _btf_generate(s: _BtfSeeds, rng: random.Random) -> bytes:
 
 def _btf_run(s: _BtfSeeds, data: bytes) -> str:
     from schedswitchd.bpf.btf.reader import Btf
-    from tests.bpf.btf.test_btf_fuzz import exercise
+    from tests.bpf.btf.fuzz_seeds import exercise
 
     base = s.split_base if data[:1] == b"S" else None
     exercise(Btf.from_bytes(data[1:], base=base))

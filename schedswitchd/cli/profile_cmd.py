@@ -1,4 +1,4 @@
-"""``schedswitchctl profile ...`` (also ``python -m schedswitchd.profile ...``).
+"""``schedswitchctl profile ...``.
 
 - ``profile list``: every profile found (installed, then shipped), with its modes;
 - ``profile show NAME|PATH [--mode M] [--sysfs ROOT] [--vmlinux BTF] [--json]``: the
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,17 +54,11 @@ def _btf_and_json(p: argparse.ArgumentParser, vmlinux_help: str) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: str | None = None
-) -> None:
-    """Add the ``profile`` command family to a parser; ``prog``: the family's name in its
-    usage lines (default: the parent's, then ``profile``)."""
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``profile`` command family to a parser."""
     about = "scheduler profiles: list, show resolved values, check, capture, topology"
     description = about[0].upper() + about[1:] + "."
-    if prog is None:
-        p = sub.add_parser("profile", help=about, description=description)
-    else:
-        p = sub.add_parser("profile", help=about, description=description, prog=prog)
+    p = sub.add_parser("profile", help=about, description=description)
     psub = p.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
     lst = psub.add_parser("list", help="profiles found (installed, then shipped)")
     lst.set_defaults(handler=_list)
@@ -309,22 +301,4 @@ def _topology(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m schedswitchd.profile``."""
-    parser = argparse.ArgumentParser(prog="python -m schedswitchd.profile")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # Its usage lines say "python -m schedswitchd.profile show", not "... profile profile show".
-    register(sub, prog=parser.prog)
-    args = parser.parse_args(["profile", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return int(args.handler(args))
-    except SchedSwitchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-__all__ = ["kernel_facts", "main", "register"]
+__all__ = ["kernel_facts", "register"]

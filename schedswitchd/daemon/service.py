@@ -15,6 +15,9 @@
 - Kernel side: the real backend (:func:`schedswitchd.daemon.kernel_backend.create_backend`);
   :func:`main` takes another ``(Config) -> SchedulerBackend`` factory from Python callers
   (the tests' fake), not from the command line.
+- Extra faces: :func:`main` and :func:`serve` take a :class:`FaceStarter`, started when the
+  configuration has a ``[dbus]`` table. The ``schedswitchd`` command (:mod:`schedswitchd.app`)
+  passes the D-Bus faces of ``desktop/``; this floor never imports them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
@@ -46,8 +49,8 @@ from schedswitchd.errors import ConfigError, SchedSwitchError
 if TYPE_CHECKING:
     from schedswitchd.daemon.backend import SchedulerBackend
     from schedswitchd.daemon.config import Config
+    from schedswitchd.daemon.control import DaemonControl
     from schedswitchd.daemon.server import Server
-    from schedswitchd.desktop.faces import Faces
 
 DEFAULT_CONFIG = "/etc/schedswitchd/schedswitchd.toml"
 
@@ -61,6 +64,24 @@ def _systemd(name: str) -> Any:
 
 
 BackendFactory = Callable[["Config"], "SchedulerBackend"]
+
+
+class StartedFaces(Protocol):
+    """Faces a :class:`FaceStarter` started: :meth:`close` stops them all."""
+
+    async def close(self) -> None:
+        """Release the faces' names and stop their tasks; called once, before the server
+        closes."""
+
+
+class FaceStarter(Protocol):
+    """Starts the daemon's extra faces on the in-process interface once the server serves
+    (the ``schedswitchd`` command's: the D-Bus faces, :mod:`schedswitchd.app`); a face that
+    cannot start is the starter's to log and leave out, the socket serves on regardless."""
+
+    async def __call__(self, control: DaemonControl, /) -> StartedFaces:
+        """Start the configured faces on ``control``; the started ones, to be closed at stop."""
+        ...
 
 
 # --- systemd glue -------------------------------------------------------------------------------
@@ -254,8 +275,16 @@ def unlink_own_socket(path: str, identity: tuple[int, int] | None) -> None:
 # --- main loop ---------------------------------------------------------------------------------
 
 
-async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) -> None:
-    """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented."""
+async def serve(
+    config: Config,
+    backend: SchedulerBackend,
+    sock: socket.socket,
+    *,
+    start_faces: FaceStarter | None = None,
+) -> None:
+    """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented.
+    ``start_faces``: started on the server when ``config`` has a ``[dbus]`` table (without
+    one, a ``[dbus]`` table is logged as not served)."""
     import asyncio
 
     from schedswitchd.daemon.reconcile import Reconciler
@@ -284,11 +313,11 @@ async def serve(config: Config, backend: SchedulerBackend, sock: socket.socket) 
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     await server.start(sock)
-    faces: Faces | None = None
-    if config.dbus is not None:
-        # Only here: a daemon without [dbus] imports no D-Bus library.
+    faces: StartedFaces | None = None
+    if config.dbus is not None and start_faces is None:
+        log.warning("[dbus] is configured, but this entry point serves no D-Bus faces")
+    elif config.dbus is not None and start_faces is not None:
         from schedswitchd.daemon.control import DaemonControl
-        from schedswitchd.desktop.faces import start_faces
 
         faces = await start_faces(DaemonControl(server))
     notify(f"READY=1\nSTATUS={server.summary()}\nMAINPID={os.getpid()}")
@@ -391,18 +420,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(
-    argv: Sequence[str] | None = None, *, backend_factory: BackendFactory | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    backend_factory: BackendFactory | None = None,
+    start_faces: FaceStarter | None = None,
 ) -> int:
     """Entry point; returns the process exit status (141 when the output pipe was closed,
     e.g. ``--print-schema | head``: :func:`schedswitchd.entry.run_entry`).
     ``backend_factory``: makes the kernel side from the configuration (default: the real
-    backend, loader + sched_ext sysfs + pins)."""
+    backend, loader + sched_ext sysfs + pins). ``start_faces``: the extra faces a ``[dbus]``
+    table starts (:func:`serve`; the ``schedswitchd`` command's are :mod:`schedswitchd.app`'s)."""
     from schedswitchd.entry import run_entry
 
-    return run_entry(lambda a: _main(a, backend_factory=backend_factory), argv)
+    return run_entry(
+        lambda a: _main(a, backend_factory=backend_factory, start_faces=start_faces), argv
+    )
 
 
-def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None = None) -> int:
+def _main(
+    argv: Sequence[str] | None,
+    *,
+    backend_factory: BackendFactory | None = None,
+    start_faces: FaceStarter | None = None,
+) -> int:
     args = build_parser().parse_args(argv)  # argparse only: --help/--version exit here
     if not (args.print_schema or args.check_config):
         # Serving: tune memory for the long-running process (process-wide, so never for the
@@ -480,7 +520,7 @@ def _main(argv: Sequence[str] | None, *, backend_factory: BackendFactory | None 
         from schedswitchd.daemon.exec_backend import with_executables
 
         backend = with_executables(factory(config))
-        asyncio.run(serve(config, backend, sock))
+        asyncio.run(serve(config, backend, sock, start_faces=start_faces))
     except SchedSwitchError as exc:
         log.error("%s", exc)
         return 1

@@ -125,15 +125,6 @@ def test_a_command_familys_summary_names_its_subcommands() -> None:
         assert group.description, f"schedswitchctl {family} --help has no description"
 
 
-def test_module_profile_usage_names_the_module_once(capsys: pytest.CaptureFixture[str]) -> None:
-    from schedswitchd.cli import profile_cmd
-
-    with pytest.raises(SystemExit):
-        profile_cmd.main(["show", "--help"])
-    usage = capsys.readouterr().out.splitlines()[0]
-    assert usage.startswith("usage: python -m schedswitchd.profile show "), usage
-
-
 def test_a_malformed_set_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     """``object load --set bad`` exits 2 (bad usage, per the exit table), before the object
     is even looked for; it exited 1, as a failed load does."""

@@ -41,6 +41,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("schedswitchctl", ["object", "load", "--help"]),
     ("schedswitchctl", ["object", "inspect", str(OBJ)]),
     ("schedswitchctl", ["object", "inspect", "--json", str(OBJ)]),
+    ("schedswitchctl", ["profile", "list"]),
     # unreachable daemon with --json: the error document goes to stdout
     *(
         ("schedswitchctl", [c, *_CTL_ARGS.get(c, []), "--json", "--socket", NO_SOCKET])
@@ -87,9 +88,7 @@ def test_closed_stdout_is_quiet(prog: str, args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
-    [["schedswitchd.bpf.btf", "/sys/kernel/btf/vmlinux"], ["schedswitchd.profile", "list"]],
-    ids=lambda a: " ".join(a),
+    "args", [["schedswitchd.bpf.btf", "/sys/kernel/btf/vmlinux"]], ids=lambda a: " ".join(a)
 )
 def test_module_entry_points_into_a_closed_pipe_are_quiet(args: list[str]) -> None:
     """The ``python -m`` tools the docs show (``... | head``) end as the commands do."""

@@ -1,6 +1,7 @@
 """``python -m tests.daemon.fake_service ARGS``: the ``schedswitchd`` entry point
-(:func:`schedswitchd.daemon.service.main`: arguments, sockets, systemd glue, logging) with the
-fake backend injected from Python instead of from the command line.
+(:func:`schedswitchd.app.main`: the service's arguments, sockets, systemd glue and logging,
+and the D-Bus faces a ``[dbus]`` table starts) with the fake backend injected from Python
+instead of from the command line.
 
 ``$FAKE_PRELOAD`` names a scheduler to pretend a previous daemon left pinned.
 """
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from schedswitchd.daemon import service
+from schedswitchd import app
 
 from .fakes import create_backend
 
 if __name__ == "__main__":
-    sys.exit(service.main(sys.argv[1:], backend_factory=create_backend))
+    sys.exit(app.main(sys.argv[1:], backend_factory=create_backend))

@@ -14,7 +14,7 @@ import pytest
 
 from schedswitchd.bpf.object import open_object
 from schedswitchd.bpf.spec import ObjectSpec
-from schedswitchd.cli.profile_cmd import main as profile_main
+from schedswitchd.cli import ctl
 from schedswitchd.profile.check import (
     BUNDLED_DIR,
     bundled_machines,
@@ -167,19 +167,19 @@ def test_profile_check_command(
     bad.write_text(MISSPELT)
     flat = fake_sysfs(tmp_path / "flat", possible=range(2))
     argv = ["check", str(bad), "--object", str(OBJ), "--sysfs", str(flat), "--vmlinux", ""]
-    assert profile_main([*argv, "--no-bundled"]) == 1
+    assert ctl.main(["profile", *argv, "--no-bundled"]) == 1
     out = capsys.readouterr().out
     assert (
         "problem: run[0] enable_sibling_cpu: args: pair_args has no member 'sibling_cpuid'" in out
     )
-    assert profile_main([*argv, "--json"]) == 1
+    assert ctl.main(["profile", *argv, "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["machines"][0] == str(flat) and "bundled smt" in doc["machines"]
     assert doc["checked"] == 1 + len(MACHINES) and not doc["ok"]
     good = tmp_path / "good" / "prof.toml"
     good.parent.mkdir()
     good.write_text(MISSPELT.replace("sibling_cpuid", "sibling_cpu_id"))
-    assert profile_main(["check", str(good), "--object", str(OBJ), "--vmlinux", ""]) == 0
+    assert ctl.main(["profile", "check", str(good), "--object", str(OBJ), "--vmlinux", ""]) == 0
     assert capsys.readouterr().out.rstrip().endswith("ok")
 
 
@@ -189,12 +189,14 @@ def test_profile_show_marks_zero_iteration_steps(
     p = tmp_path / "prof.toml"
     p.write_text(MISSPELT)
     flat = fake_sysfs(tmp_path / "flat", possible=range(2))
-    assert profile_main(["show", str(p), "--sysfs", str(flat), "--vmlinux", ""]) == 0
+    assert ctl.main(["profile", "show", str(p), "--sysfs", str(flat), "--vmlinux", ""]) == 0
     out = capsys.readouterr().out
     assert "steps with zero iterations on this machine" in out
     assert "run[0] enable_sibling_cpu: 0 iterations" in out
     smt = bundled_machines()["smt"]
-    assert profile_main(["show", str(p), "--sysfs", str(smt), "--vmlinux", "", "--json"]) == 0
+    assert (
+        ctl.main(["profile", "show", str(p), "--sysfs", str(smt), "--vmlinux", "", "--json"]) == 0
+    )
     assert json.loads(capsys.readouterr().out)["iterations"] == {"run[0] enable_sibling_cpu": 8}
 
 
@@ -203,7 +205,7 @@ def test_capture_reads_back_as_this_machine(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "cap"
-    assert profile_main(["capture", str(dest)]) == 0
+    assert ctl.main(["profile", "capture", str(dest)]) == 0
     assert "files from /sys" in capsys.readouterr().out
     assert read_topology(dest) == read_topology("/sys")
     assert (dest / "devices/system/cpu/possible").read_bytes() == Path(

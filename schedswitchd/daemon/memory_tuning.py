@@ -1,5 +1,6 @@
 """Keep the long-running daemon's resident memory down: glibc ``malloc_trim`` after a switch,
-one malloc arena for all its threads, and no transparent huge pages for its small heaps.
+one malloc arena for all its threads, no transparent huge pages for its small heaps, and
+no scan for pydantic plugins.
 
 A switch parses and relocates a BPF object: many short-lived allocations (BTF records,
 CO-RE candidates, instruction buffers, verifier log) that CPython and C extensions take from
@@ -17,6 +18,8 @@ import ctypes
 import functools
 import logging
 import os
+import sys
+import types
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -90,3 +93,32 @@ def limit_malloc_arenas(arenas: int = 1) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_ARENA_MAX, arenas) == 1)
+
+
+#: pydantic's plugin loader (``pydantic/plugin/_loader.py``), a private module: the first
+#: model pydantic builds imports it, and it imports ``importlib.metadata`` (with ``email``,
+#: ``zipfile``, ``csv`` and ``importlib.resources``) to look its entry point group up.
+PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def skip_pydantic_plugins() -> bool:
+    """Put a plugin loader that finds no plugins in :data:`PYDANTIC_PLUGIN_LOADER`'s place,
+    before pydantic builds a model: the serving daemon then never imports
+    ``importlib.metadata`` nor scans the installed distributions' metadata, resident memory
+    it kept for its lifetime (docs/performance.md, "Memory"). The daemon's models are its
+    own config and protocol; no pydantic plugin (pydantic's "Plugins" page: observers of
+    validation found by the ``pydantic`` entry point group) has a part in them, so the
+    daemon runs as with ``PYDANTIC_DISABLE_PLUGINS=__all__``. True if put in place; False
+    (never raises) if pydantic's own loader was imported already (a process that built a
+    model before). Process-wide: for the serving daemon only.
+    """
+    if PYDANTIC_PLUGIN_LOADER in sys.modules:
+        return False
+    loader = types.ModuleType(PYDANTIC_PLUGIN_LOADER, "pydantic plugins: none in the daemon")
+
+    def get_plugins() -> tuple[()]:
+        return ()
+
+    loader.get_plugins = get_plugins  # type: ignore[attr-defined]
+    sys.modules[PYDANTIC_PLUGIN_LOADER] = loader
+    return True

@@ -40,7 +40,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET
-from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
+from schedswitchd.daemon.memory_tuning import (
+    disable_transparent_hugepages,
+    limit_malloc_arenas,
+    skip_pydantic_plugins,
+)
 from schedswitchd.errors import ConfigError, SchedSwitchError
 
 # The daemon's heavy imports (asyncio, pydantic, the loader: most of its resident set) happen
@@ -447,9 +451,11 @@ def _main(
     if not (args.print_schema or args.check_config):
         # Serving: tune memory for the long-running process (process-wide, so never for the
         # one-shot modes or a test calling main()): THP off before the heavy imports below,
-        # one malloc arena before any thread starts.
+        # one malloc arena before any thread starts, pydantic's plugin scan off before its
+        # first model.
         disable_transparent_hugepages()
         limit_malloc_arenas()
+        skip_pydantic_plugins()
     import asyncio
 
     from schedswitchd.daemon.check_config import check_config, format_report, sched_ext_missing

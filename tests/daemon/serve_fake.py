@@ -13,12 +13,17 @@ import os
 import socket
 import sys
 
-from schedswitchd.daemon.memory_tuning import disable_transparent_hugepages, limit_malloc_arenas
+from schedswitchd.daemon.memory_tuning import (
+    disable_transparent_hugepages,
+    limit_malloc_arenas,
+    skip_pydantic_plugins,
+)
 
 
 def main(argv: list[str]) -> int:
     disable_transparent_hugepages()
     limit_malloc_arenas()
+    skip_pydantic_plugins()
     from schedswitchd.daemon.config import load_config
     from schedswitchd.daemon.service import serve, setup_logging
 

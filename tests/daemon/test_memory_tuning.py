@@ -1,5 +1,6 @@
 """The daemon's resident-memory measures against the real kernel and C library: malloc_trim
-returns freed heap pages and runs after a switch, THP opt-out, no libsystemd unless needed."""
+returns freed heap pages and runs after a switch, THP opt-out, no libsystemd unless needed, no
+pydantic plugin scan in the serving daemon."""
 
 from __future__ import annotations
 
@@ -155,3 +156,44 @@ def test_one_malloc_arena_for_all_threads() -> None:
     # malloc_info(3) lists one <heap> per arena: threads get their own without the limit.
     assert _in_child(ARENAS_IN_CHILD.format(limit=True)) == "True 1"
     assert _in_child(ARENAS_IN_CHILD.format(limit=False)) != "False 1"
+
+
+SERVING_MAIN_IN_CHILD = """
+import contextlib, io, sys
+from schedswitchd import app
+with contextlib.redirect_stderr(io.StringIO()):
+    # Serving until the bind, which a socket path with a NUL byte refuses (a ConfigError):
+    # the config has been loaded and validated by then, every model of it built.
+    code = app.main(["--config", sys.argv[1], "--socket", "bad\\0path"])
+loader = sys.modules["pydantic.plugin._loader"]
+print(code, "schedswitchd.daemon.config" in sys.modules, loader.__doc__,
+      "importlib.metadata" in sys.modules)
+"""
+
+
+def test_serving_daemon_builds_its_models_without_the_pydantic_plugin_scan(
+    tmp_path: Path,
+) -> None:
+    # The ``schedswitchd`` command's main (the unit's ExecStart). Fails when the serving path
+    # stops putting its loader in place, when pydantic looks its plugins up elsewhere (the
+    # stub then goes unused and importlib.metadata comes back), or when something else on
+    # the serving path imports importlib.metadata.
+    config = tmp_path / "config.toml"
+    config.write_text('default = "fifo"\n[schedulers.fifo]\nobject = "fifo.bpf.o"\n')
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVING_MAIN_IN_CHILD, str(config)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1 True pydantic plugins: none in the daemon False"
+
+
+def test_skip_pydantic_plugins_leaves_a_loaded_loader_alone() -> None:
+    # A process that built a model before (this test process: the daemon's config is
+    # imported above) keeps pydantic's own loader and its plugins.
+    import schedswitchd.daemon.config  # noqa: F401
+
+    assert memory_tuning.PYDANTIC_PLUGIN_LOADER in sys.modules
+    before = sys.modules[memory_tuning.PYDANTIC_PLUGIN_LOADER]
+    assert memory_tuning.skip_pydantic_plugins() is False
+    assert sys.modules[memory_tuning.PYDANTIC_PLUGIN_LOADER] is before

@@ -116,6 +116,11 @@ class DirectSwitch:
         self._rest_timer: asyncio.TimerHandle | None = None
         #: What waits for that submission (:meth:`after_reply`).
         self._after_reply: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        #: The gate the next hit's reply goes through, made ahead of it: making one makes a
+        #: thread lock, which costs the reply its time when made between the kernel
+        #: running the new scheduler and the reply (docs/performance.md, "Standby hit").
+        #: Replaced once a hit is over (:meth:`_end`), off the reply's path.
+        self._next_gate: ReplyGate | None = ReplyGate()
 
     def standby_hit(self, lease: Lease) -> tuple[str, SchedulerConfig, str] | None:
         """``(target, spec, reason)`` when the hint that just added ``lease`` is a standby
@@ -189,7 +194,7 @@ class DirectSwitch:
                 self._end(finished, None, target)
             later, settled = await self.host.settle_records(early=True)
             return [record, *later], settled
-        gate = ReplyGate()
+        gate, self._next_gate = self._next_gate or ReplyGate(), None
         gate.expect(1)
         self.host.gate_for_replies(gate)
         self._hold_rest(pending, target, gate)
@@ -293,6 +298,8 @@ class DirectSwitch:
         """The hit is over: the reconciler's bookkeeping (``outcome``: the record and the
         old scheduler's ejection; ``None`` after ``error``), then its pass."""
         self.active = False
+        if self._next_gate is None:
+            self._next_gate = ReplyGate()
         if error is not None:
             log.error("direct switch to %s failed", target, exc_info=error)
         if outcome is None:

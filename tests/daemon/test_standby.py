@@ -6,6 +6,7 @@ moves): only the test's requests and kicks start reconcile passes.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import json
@@ -15,7 +16,7 @@ import struct
 import termios
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
@@ -748,15 +749,10 @@ def test_a_pass_kicked_during_a_hit_on_the_loop_waits_for_its_second_half(
     c.close()
 
 
-def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_reply_is_written(
-    held: tuple[Running, Client],
-) -> None:
-    """The standby hit's second half is held, not submitted, until the hint's reply is
-    written: between the send and the reply the worker thread gets no call (under the
-    VM's one emulated CPU its wake-up came out of the reply's time); it is submitted in
-    reply_sent, and the switch then finishes (pinned) on the worker."""
-    srv, c = held
-    rec = srv.read(lambda s: s.reconciler)
+@contextlib.contextmanager
+def _hand_offs(rec: Any) -> Iterator[list[str]]:
+    """While in it, the reconciler's ``reply_sent`` and its worker's ``submit`` calls, in
+    their order, as ``"reply_sent"`` and ``"submit"``."""
     events: list[str] = []
     submit, reply_sent = rec.worker.submit, rec.reply_sent
 
@@ -768,18 +764,71 @@ def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_reply_is_written(
         events.append("reply_sent")
         reply_sent(sock)
 
-    rec.worker.submit = logged_submit  # type: ignore[method-assign]
-    rec.reply_sent = logged_reply_sent  # type: ignore[method-assign]
+    rec.worker.submit = logged_submit
+    rec.reply_sent = logged_reply_sent
     try:
+        yield events
+    finally:
+        del rec.worker.submit, rec.reply_sent
+
+
+def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_reply_is_written(
+    held: tuple[Running, Client],
+) -> None:
+    """The standby hit's second half is held, not submitted, until the hint's reply is
+    written: between the send and the reply the worker thread gets no call (under the
+    VM's one emulated CPU its wake-up came out of the reply's time); it is submitted in
+    reply_sent, and the switch then finishes (pinned) on the worker."""
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    with _hand_offs(rec) as events:
         hint = c.request(op="hint", workload="gaming")
         assert hint["ok"] and hint["switch"]["standby"] is True, hint
         srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
-    finally:
-        del rec.worker.submit, rec.reply_sent
     assert events[:2] == ["reply_sent", "submit"], events
     history = c.request(op="history")["entries"]
     assert (history[-1]["target"], history[-1]["result"]) == ("gaming", "ok")
     assert "pin" in history[-1]["phases_ns"]
+    c.close()
+
+
+def test_each_hit_holds_its_second_half_until_its_own_reply_is_written(
+    held: tuple[Running, Client],
+) -> None:
+    """Two standby hits one after the other: the second one's second half, too, waits
+    for its reply: each hit hands the reconciler a gate of its own, not yet open (the gate
+    is made ahead of a hit; one a hit used, already open, counts no reply and would leave
+    the second half to its fallback)."""
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    gates: list[tuple[int, bool]] = []
+    gate_for_replies = rec.gate_for_replies
+
+    def logged_gate(gate: Any) -> None:
+        if gate is not None:
+            gates.append((id(gate), gate.written))
+        gate_for_replies(gate)
+
+    rec.gate_for_replies = logged_gate  # type: ignore[method-assign]
+    try:
+        first = c.request(op="hint", workload="gaming")
+        assert first["ok"] and first["switch"]["standby"] is True, first
+        srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+        assert c.request(op="release", lease=first["lease"])["ok"]
+        srv.wait_for(
+            lambda s: s.switcher.active == "fifo" and "gaming" in s.switcher.standby.entries
+        )
+        srv.passes(1)
+        srv.wait_for(lambda s: s.reconciler.idle)
+        with _hand_offs(rec) as events:
+            second = c.request(op="hint", workload="gaming")
+            assert second["ok"] and second["switch"]["standby"] is True, second
+            srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+    finally:
+        del rec.gate_for_replies
+    assert events[:2] == ["reply_sent", "submit"], events
+    assert len(gates) == 2 and gates[0][0] != gates[1][0], gates
+    assert not gates[0][1] and not gates[1][1], gates
     c.close()
 
 

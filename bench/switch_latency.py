@@ -340,10 +340,10 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
             profiles["worker"].disable()
         orig_on_enabled(self, record)
 
-    def reply_sent(self: Any, sock: Any = None) -> None:
+    def reply_sent(self: Any) -> None:
         if profiling.is_set():
             profiles["loop"].disable()
-        orig_reply_sent(self, sock)
+        orig_reply_sent(self)
 
     Reconciler._on_enabled = on_enabled  # type: ignore[method-assign]
     Reconciler.reply_sent = reply_sent  # type: ignore[method-assign]

@@ -9,7 +9,9 @@ the listening socket instead: it accepts, reads what the client already sent and
 step, on a stand-in transport (:func:`~schedswitchd.daemon.connection.accept_step`); then
 asyncio's selector transport takes the connection over -- once the client took a reply
 sent in that step, so that making the transport does not run instead of the client on a
-machine with one (emulated) CPU.
+machine with one (emulated) CPU. A connection that waits for its client anyway (a reply a
+switch released: :attr:`Connection.parked`) is handed over when it goes on
+(``Connection.on_taken``); for any other the acceptor looks at the socket itself.
 
 The one asyncio internal this needs -- making a selector transport for an accepted socket,
 ``BaseSelectorEventLoop._make_socket_transport`` (no public call makes one) -- and the
@@ -184,6 +186,13 @@ class Acceptor:
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()
+        if conn.parked:
+            # Its reply was released by a switch and the connection waits for the client to
+            # take it (Connection's rule): the transport is made when it goes on, nothing
+            # else is set up in this step.
+            self._handing_over[conn.id] = (conn, sock, addr)
+            conn.on_taken = lambda: self._hand_over_held(conn.id)
+            return True
         if (
             conn.task is None
             and not step.is_closing()
@@ -213,6 +222,11 @@ class Acceptor:
             loop.call_later(HANDOVER_POLL_S, self._hand_over_when_taken, conn_id, deadline)
             return
         self._hand_over(conn, sock, addr)
+
+    def _hand_over_held(self, conn_id: int) -> None:
+        held = self._handing_over.get(conn_id)
+        if held is not None:  # else handed over already (the acceptor is closing)
+            self._hand_over(*held)
 
     def _hand_over(self, conn: Connection, sock: socket.socket, addr: object) -> None:
         """asyncio's transport for ``sock`` takes ``conn`` over from its accept's step."""

@@ -24,6 +24,13 @@ The rules, per connection (limits from ``[limits]``):
 - one request is answered at a time, in order; what a client sends meanwhile waits in the
   buffer, and reading pauses while that holds more than a request can be;
 - a reply the client does not take within ``read_timeout_s`` cuts the connection off;
+- after a reply a switch released while it goes on (``early_reply``: a hint answered the
+  moment the kernel runs its scheduler), the connection does nothing more -- in that loop
+  step or after it -- until its client took the reply from the socket, at most
+  ``reply_taken_wait_s`` (:meth:`ConnectionOwner.reply_taken_wait_s`); then it tells the
+  owner (``reply_sent``), which lets the switch go on. On a machine with few cores what
+  the daemon did right after the write ran instead of the client reading
+  (docs/performance.md, "Standby hit");
 - an end of file inside a request gets ``incomplete``; a too long line ``too_large``; a
   timeout ``timeout``; each is the connection's last line. So is the
   :class:`~schedswitchd.daemon.protocol.LeaseEnded` sent when the connection's last lease
@@ -39,9 +46,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from schedswitchd.cpython_internals import unread_bytes
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import Config
 from schedswitchd.daemon.launcher_wire import LIMIT
@@ -58,6 +66,15 @@ log = logging.getLogger("schedswitchd")
 _UNKNOWN = Peer(-1, -1, -1, frozenset())
 # Which timeout the connection's one timer handle stands for.
 _NONE, _IDLE, _READ, _WRITE, _FLUSH = range(5)
+
+#: How often a connection that wrote a reply its switch released looks whether its client
+#: took it (``SIOCOUTQ``), s; the first look is one interval after the write, when the
+#: client has had the CPU.
+REPLY_TAKEN_POLL_S = 0.002
+#: How long it waits for that at most, s (the default of ``Server(reply_taken_wait_s=...)``):
+#: a client that reads at once (any machine with a core to spare) is not waited for; one
+#: that never reads holds its switch no longer than this.
+REPLY_TAKEN_WAIT_S = 0.05
 
 
 class ConnectionOwner(Protocol):
@@ -89,9 +106,15 @@ class ConnectionOwner(Protocol):
         """The reply to one request ``line`` (without its newline) of ``conn``."""
         ...
 
-    def reply_sent(self, sock: socket.socket | None) -> None:
-        """A reply marked ``early_reply`` was written to ``sock`` (the connection's socket,
-        or ``None`` once it has none): the switch that released it may go on."""
+    @property
+    def reply_taken_wait_s(self) -> float:
+        """How long a connection waits, at most, for its client to take a reply marked
+        ``early_reply`` before it goes on (s)."""
+        ...
+
+    def reply_sent(self) -> None:
+        """A reply marked ``early_reply`` was written and its client took it (or did not
+        within ``reply_taken_wait_s``, or is gone): the switch that released it may go on."""
         ...
 
 
@@ -99,8 +122,10 @@ class Connection(asyncio.Protocol):
     """One client connection: who it is (``peer``, from ``SO_PEERCRED`` at the accept), the
     leases it created (``leases``, lease ids) and its framing state. ``early_reply``: the
     reply being made waited for its switch only until the scheduler ran, so the switch's
-    worker waits for it to be written (:meth:`Reconciler.reply_sent
-    <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`).
+    worker waits until its client took it (:meth:`ConnectionOwner.reply_sent`, the module
+    docstring's rule); ``on_taken``: called once, when the client took such a reply, before
+    the connection goes on (the accept's step hands the connection to asyncio's transport
+    there).
 
     ``owner`` (a :class:`ConnectionOwner`, the server) decides the rest: ``admit`` at the
     accept (a refusal is sent and the connection closed), ``dispatch`` per request line,
@@ -115,6 +140,7 @@ class Connection(asyncio.Protocol):
         "_final",
         "_idle_since",
         "_lost",
+        "_parked",
         "_paused",
         "_task",
         "_timer",
@@ -123,6 +149,7 @@ class Connection(asyncio.Protocol):
         "early_reply",
         "id",
         "leases",
+        "on_taken",
         "owner",
         "passed",
         "peer",
@@ -138,6 +165,7 @@ class Connection(asyncio.Protocol):
         #: sets it; ``None`` on a transport of asyncio's own accept).
         self.passed: PassingSocket | None = None
         self.early_reply = False
+        self.on_taken: Callable[[], object] | None = None
         #: The change feed's subscription of a ``watch`` request, streamed after its reply
         #: (:meth:`stream`); ``None`` for any other connection.
         self.watching: Subscription | None = None
@@ -147,6 +175,9 @@ class Connection(asyncio.Protocol):
         self._timer: Cancellable | None = None
         self._timer_kind = _NONE
         self._task: asyncio.Task[None] | None = None
+        #: ``_serve`` stepped by hand and waiting for its client to take a reply (no task),
+        #: with the loop's call that looks again (:meth:`_park`).
+        self._parked: tuple[Coroutine[Any, Any, None], asyncio.TimerHandle] | None = None
         self._busy = False  # a request is being answered (in this step, or by _task)
         self._drained: asyncio.Future[bool] | None = None
         self._final: proto.LeaseEnded | None = None
@@ -261,6 +292,8 @@ class Connection(asyncio.Protocol):
         if transport is not None and not self._lost:
             transport.close()
             self._bound_flush(transport)
+        if self._parked is not None:
+            self._unpark()  # the reply's wait ends with the connection
 
     @property
     def closing(self) -> bool:
@@ -271,6 +304,12 @@ class Connection(asyncio.Protocol):
     def task(self) -> asyncio.Task[None] | None:
         """The task answering a request that waits for something, else ``None``."""
         return self._task
+
+    @property
+    def parked(self) -> bool:
+        """The connection waits, with no task, for its client to take a reply marked
+        ``early_reply``; it goes on by itself (``on_taken`` first)."""
+        return self._parked is not None
 
     # --- framing ------------------------------------------------------------------------------
 
@@ -286,12 +325,73 @@ class Connection(asyncio.Protocol):
         step later, then the request answered in a step of its own: loop steps a standby
         hit's reply would wait for (docs/performance.md, "Standby hit")."""
         self._busy = True
-        coro = self._serve(line)
+        self._step(self._serve(line))
+
+    def _step(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` (:meth:`_serve`) by hand up to its next wait: parked when that is
+        for its client to take a reply, else a task goes on with it."""
         try:
             waits_for = coro.send(None)
         except StopIteration:
             return  # answered; _serve reset _busy
-        self._task = asyncio.get_running_loop().create_task(_resume(coro, waits_for))
+        if isinstance(waits_for, _UntilTaken):
+            self._park(coro, waits_for.sock)
+            return
+        self._task = asyncio.get_running_loop().create_task(_resume(self, coro, waits_for))
+
+    def _park(self, coro: Coroutine[Any, Any, None], sock: socket.socket) -> None:
+        """``coro`` waits for the client to take what was written to ``sock``: one look
+        per :data:`REPLY_TAKEN_POLL_S` on the loop, at most ``reply_taken_wait_s``. Nothing
+        else is set up now: this runs right after the write, while the client is woken."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.owner.reply_taken_wait_s
+        call = loop.call_later(REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
+        self._parked = (coro, call)
+
+    def _look_taken(self, sock: socket.socket, deadline: float) -> None:
+        if self._parked is None:
+            return
+        loop = asyncio.get_running_loop()
+        if not self._closing and loop.time() < deadline and unread_bytes(sock):
+            call = loop.call_later(REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
+            self._parked = (self._parked[0], call)
+            return
+        self._unpark()
+
+    def _unpark(self) -> None:
+        """The parked wait is over (the client took its reply, the bound passed, or the
+        connection closes): ``on_taken``, then the request's coroutine goes on."""
+        parked, self._parked = self._parked, None
+        if parked is None:
+            return
+        coro, call = parked
+        call.cancel()
+        on_taken, self.on_taken = self.on_taken, None
+        if on_taken is not None:
+            try:
+                on_taken()
+            except Exception:  # a defect: the connection goes on regardless
+                log.exception("connection %d: after its reply was taken", self.id)
+        self._step(coro)
+
+    def _taken_future(self, sock: socket.socket) -> asyncio.Future[None]:
+        """For a request answered in a task (it waited before its reply): a future done
+        once the client took what was written to ``sock``, looked at as :meth:`_park`
+        does."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        deadline = loop.time() + self.owner.reply_taken_wait_s
+
+        def look() -> None:
+            if fut.done():
+                return
+            if not self._closing and loop.time() < deadline and unread_bytes(sock):
+                loop.call_later(REPLY_TAKEN_POLL_S, look)
+                return
+            fut.set_result(None)
+
+        loop.call_later(REPLY_TAKEN_POLL_S, look)
+        return fut
 
     def _advance(self) -> bytes | None:
         """The next whole request line in the buffer (without its ``\\n``) or ``None``;
@@ -352,9 +452,11 @@ class Connection(asyncio.Protocol):
                 if self.early_reply:  # a hint answered while its switch goes on
                     self.early_reply = False
                     transport = self._transport
-                    owner.reply_sent(
-                        transport.get_extra_info("socket") if transport is not None else None
-                    )
+                    sock = transport.get_extra_info("socket") if transport is not None else None
+                    if sent and sock is not None and not self._closing:
+                        # Nothing more in this step: the client reads now (the module's rule).
+                        await _UntilTaken(sock)
+                    owner.reply_sent()
                 if not sent or self._closing:
                     break
                 if self.watching is not None:
@@ -561,15 +663,33 @@ class _AcceptStep(asyncio.Transport):
             transport.close()
 
 
+class _UntilTaken:
+    """Awaited by :meth:`Connection._serve` once it wrote a reply marked ``early_reply`` to
+    ``sock``: until the client took it. Yields itself, which only a connection's own
+    stepping understands: :meth:`Connection._step` parks the coroutine (no task), and
+    :class:`_Resumed` (the request already runs in a task) waits on
+    :meth:`Connection._taken_future` instead."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        yield self
+
+
 class _Resumed:
     """Awaiting it goes on with ``coro``, a coroutine stepped by hand that is waiting for
     ``waits_for`` (what its last step yielded: a future, or ``None`` for a bare yield):
     that is yielded to the task first, then every value, exception and cancellation is
-    passed through, as ``await coro`` would have from the start."""
+    passed through, as ``await coro`` would have from the start; an :class:`_UntilTaken`
+    becomes ``conn``'s future for it."""
 
-    __slots__ = ("_coro", "_waits_for")
+    __slots__ = ("_conn", "_coro", "_waits_for")
 
-    def __init__(self, coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+    def __init__(self, conn: Connection, coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+        self._conn = conn
         self._coro = coro
         self._waits_for = waits_for
 
@@ -577,7 +697,11 @@ class _Resumed:
         coro, value = self._coro, self._waits_for
         while True:
             try:
-                sent = yield value
+                if isinstance(value, _UntilTaken):
+                    yield from self._conn._taken_future(value.sock)
+                    sent = None
+                else:
+                    sent = yield value
             except GeneratorExit:
                 coro.close()
                 raise
@@ -593,5 +717,5 @@ class _Resumed:
                     return
 
 
-async def _resume(coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
-    await _Resumed(coro, waits_for)
+async def _resume(conn: Connection, coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
+    await _Resumed(conn, coro, waits_for)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
 from schedswitchd.daemon.policy import Decision, Lease, Policy
 from schedswitchd.daemon.protocol import SwitchInfo
-from schedswitchd.daemon.reply_gate import REPLY_TAKEN_POLL_S, ReplyGate
+from schedswitchd.daemon.reply_gate import ReplyGate
 from schedswitchd.daemon.switcher import PendingSwitch, Switcher
 from schedswitchd.daemon.worker import SwitchWorker
 
@@ -53,7 +53,6 @@ class HitHost(Protocol):
         ...
 
     reply_wait_s: float
-    reply_taken_wait_s: float
 
     def clock(self) -> int:
         """Monotonic ns, the clock of every decision."""
@@ -111,8 +110,7 @@ class DirectSwitch:
         #: changes the policy in between, can say that as ``desired`` instead of deciding
         #: again. ``None`` until then, and while a hit's check stopped before deciding.
         self.hit_decision: tuple[Decision, int] | None = None
-        #: The fallback that submits a held second half (:meth:`_hold_rest`), or the poll
-        #: of its client's socket (:meth:`_release_when_taken`).
+        #: The fallback that submits a held second half (:meth:`_hold_rest`).
         self._rest_timer: asyncio.TimerHandle | None = None
         #: What waits for that submission (:meth:`after_reply`).
         self._after_reply: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
@@ -207,12 +205,13 @@ class DirectSwitch:
         its turn at the GIL come out of the reply's time --, ahead of anything this loop
         submits meanwhile (a pass kicked, a refill), which so finds the switch finished;
         at the latest after ``reply_wait_s`` (a reply that is never written). On the
-        worker it waits on ``gate`` (bounded), then finishes."""
+        worker it waits on ``gate`` (bounded: it was submitted early when something else
+        was), then finishes."""
         loop = asyncio.get_running_loop()
         host = self.host
 
         def rest() -> _Finished:
-            gate.wait(host.reply_wait_s, host.reply_taken_wait_s)
+            gate.wait(host.reply_wait_s)
             return _Finished(pending.record, pending.finish())
 
         def submit_rest() -> None:
@@ -230,24 +229,12 @@ class DirectSwitch:
         self._rest_timer = loop.call_later(host.reply_wait_s, self._release_held)
 
     def reply_written(self, gate: ReplyGate) -> None:
-        """On the loop: every reply ``gate`` counted is written. A held second half is
-        submitted once their clients took them, looked at from this loop (first after one
-        poll interval: not at once, as the client is only now woken), so that no thread
-        of ours wakes while the client reads, at most ``reply_taken_wait_s`` on."""
-        if not self.worker.holding:
-            return
-        if self._rest_timer is not None:
-            self._rest_timer.cancel()
-        if not gate.sockets:
+        """On the loop: every reply ``gate`` counted was taken by its client (the
+        connection waited for that: :mod:`~schedswitchd.daemon.reply_gate`). A held second
+        half is submitted now."""
+        del gate  # open: its replies are taken
+        if self.worker.holding:
             self._release_held()
-            return
-        loop = asyncio.get_running_loop()
-        self._rest_timer = loop.call_later(
-            REPLY_TAKEN_POLL_S,
-            self._release_when_taken,
-            gate,
-            loop.time() + self.host.reply_taken_wait_s,
-        )
 
     def after_reply(self, callback: Callable[..., object], *args: Any) -> None:
         """On the loop: ``callback(*args)`` once the client of the standby hit answered in
@@ -258,19 +245,6 @@ class DirectSwitch:
             self._after_reply.append((callback, args))
         else:
             asyncio.get_running_loop().call_soon(callback, *args)
-
-    def _release_when_taken(self, gate: ReplyGate, deadline: float) -> None:
-        """Every :data:`~schedswitchd.daemon.reply_gate.REPLY_TAKEN_POLL_S` s on the loop,
-        until the clients of ``gate``'s replies read them or ``deadline`` (the loop's
-        time) passed: then submit the held second half."""
-        self._rest_timer = None
-        loop = asyncio.get_running_loop()
-        if loop.time() < deadline and gate.untaken():
-            self._rest_timer = loop.call_later(
-                REPLY_TAKEN_POLL_S, self._release_when_taken, gate, deadline
-            )
-            return
-        self._release_held()
 
     def _release_held(self) -> None:
         """Submit the worker's held call (the second half), then run what waited for it

@@ -19,7 +19,8 @@ switch's next candidate was chosen, and answers it; a hint that landed after the
 is answered by the next pass. A hint waits only
 until that pass's switch has the new scheduler running (``early``): the switcher calls back
 the moment the kernel confirmed it ``enabled``, and the reply goes out; once it is written
-and its client has read it (bounded: :data:`REPLY_WAIT_S`, :data:`REPLY_TAKEN_WAIT_S`),
+and its client has read it (the connection waits for that, bounded; the worker waits at
+most :data:`REPLY_WAIT_S` for all of it),
 the worker pins it, frees the previous one, finishes the pass and refills the standby
 pool. Should
 that rest fail (a pin), the switch rolls back as before and the pass backs the scheduler
@@ -58,7 +59,6 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from schedswitchd.daemon.backend import UNAVAILABLE, SchedulerBackend
 from schedswitchd.daemon.config import KERNEL, Config, SchedulerConfig
@@ -79,15 +79,12 @@ log = logging.getLogger("schedswitchd")
 Clock = Callable[[], int]
 
 #: How long a switch's worker waits, at most, for the replies its ``on_enabled`` released
-#: to be written before it goes on (pins, freeing the old scheduler), s: the default of
-#: ``Reconciler(reply_wait_s=...)``.
+#: to be written and taken by their clients before it goes on (pins, freeing the old
+#: scheduler), s: the default of ``Reconciler(reply_wait_s=...)``. On a machine with few
+#: cores the switch's remaining work (the RCU window's end, the watch's reads, pins,
+#: freeing the old scheduler) otherwise shares the CPU with the client reading its reply;
+#: each connection bounds its own wait for its client (``Server(reply_taken_wait_s=...)``).
 REPLY_WAIT_S = 0.25
-#: ... and then, at most, until their clients took them (read them from their sockets), s
-#: (the default of ``Reconciler(reply_taken_wait_s=...)``): on a machine with few cores
-#: the switch's remaining work (the RCU window's end, the watch's reads, pins, freeing the
-#: old scheduler) otherwise shares the CPU with the client reading its reply. A client
-#: that reads at once (any machine with a core to spare) is not waited for.
-REPLY_TAKEN_WAIT_S = 0.05
 
 
 class Reconciler:
@@ -99,9 +96,8 @@ class Reconciler:
     backend's notifications (s); ``clock``: monotonic ns; ``timer``: where the safety-net
     poll and the deadlines are armed (default: the event loop :meth:`start` runs on; tests
     pass one they move); ``reply_wait_s``: how long a switch's worker waits, at most, for
-    the replies its ``on_enabled`` released to be written (s, :data:`REPLY_WAIT_S`);
-    ``reply_taken_wait_s``: then, at most, for their clients to read them (s,
-    :data:`REPLY_TAKEN_WAIT_S`); ``trim``: what gives the C heap back after a switch or a
+    the replies its ``on_enabled`` released to be taken by their clients (s,
+    :data:`REPLY_WAIT_S`); ``trim``: what gives the C heap back after a switch or a
     standby's prepare, on the worker (default
     :func:`~schedswitchd.daemon.memory_tuning.trim_heap`).
     """
@@ -116,7 +112,6 @@ class Reconciler:
         clock: Clock = time.monotonic_ns,
         timer: Timer | None = None,
         reply_wait_s: float = REPLY_WAIT_S,
-        reply_taken_wait_s: float = REPLY_TAKEN_WAIT_S,
         trim: Callable[[], object] = trim_heap,
     ) -> None:
         self.config = config
@@ -126,7 +121,6 @@ class Reconciler:
         self.clock = clock
         self._timer = timer
         self.reply_wait_s = reply_wait_s
-        self.reply_taken_wait_s = reply_taken_wait_s
         self.trim = trim
         #: The safety-net poll's next call on ``timer`` (:meth:`_poll`).
         self._poll_call: Cancellable | None = None
@@ -397,7 +391,7 @@ class Reconciler:
             loop.call_soon_threadsafe(self._enabled, gen, gate)
         except RuntimeError:  # the loop is closed: the daemon is stopping
             return
-        gate.wait(self.reply_wait_s, self.reply_taken_wait_s)
+        gate.wait(self.reply_wait_s)
 
     def _enabled(self, gen: int, gate: ReplyGate) -> None:
         released = self._release_waiters(gen, early_only=True)
@@ -411,16 +405,15 @@ class Reconciler:
             self._reply_gate.release()
         self._reply_gate = gate
 
-    def reply_sent(self, sock: Any = None) -> None:
-        """The server wrote the reply of a request that waited with ``early`` to ``sock``
-        (the connection's socket, or ``None``): once all the replies a switch released are
-        out (its :class:`~schedswitchd.daemon.reply_gate.ReplyGate`), its worker goes on --
-        once their clients read them from their sockets, or after ``reply_taken_wait_s``
-        at most; a standby hit's held second half is submitted then
+    def reply_sent(self) -> None:
+        """A reply of a request that waited with ``early`` was written and its client took
+        it (the connection waited for that, bounded): once all the replies a switch
+        released are (its :class:`~schedswitchd.daemon.reply_gate.ReplyGate`), its worker
+        goes on; a standby hit's held second half is submitted then
         (:meth:`DirectSwitch.reply_written
         <schedswitchd.daemon.direct_switch.DirectSwitch.reply_written>`)."""
         gate = self._reply_gate
-        if gate is None or not gate.sent(sock):
+        if gate is None or not gate.sent():
             return
         self._reply_gate = None
         self.direct.reply_written(gate)

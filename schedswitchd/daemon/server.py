@@ -36,7 +36,7 @@ from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.acceptor import Acceptor
 from schedswitchd.daemon.collector import COLLECT_IDLE_DELAY_S, ConnectionCollector
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
-from schedswitchd.daemon.connection import Connection
+from schedswitchd.daemon.connection import REPLY_TAKEN_WAIT_S, Connection
 from schedswitchd.daemon.exec_backend import runs_info
 from schedswitchd.daemon.launcher_wire import DENIED, LIMIT
 from schedswitchd.daemon.lease_pids import pin_pid, take_passed_pidfd
@@ -71,12 +71,17 @@ class Server:
         *,
         timer: Timer | None = None,
         collect_idle_delay_s: float = COLLECT_IDLE_DELAY_S,
+        reply_taken_wait_s: float = REPLY_TAKEN_WAIT_S,
     ) -> None:
         """``timer``: where connection timeouts and lease TTLs are scheduled (default: the
         event loop :meth:`start` runs on; tests pass one they move);
         ``collect_idle_delay_s``: how long after the last connection closed the idle
-        garbage collection runs (s, :mod:`~schedswitchd.daemon.collector`)."""
+        garbage collection runs (s, :mod:`~schedswitchd.daemon.collector`);
+        ``reply_taken_wait_s``: how long a connection waits, at most, for its client to take
+        a reply a switch released before it goes on (s,
+        :data:`~schedswitchd.daemon.connection.REPLY_TAKEN_WAIT_S`)."""
         self.reconciler = reconciler
+        self._reply_taken_wait_s = reply_taken_wait_s
         self._timer = timer
         self.backend = reconciler.backend
         self.clock = reconciler.clock
@@ -150,6 +155,12 @@ class Server:
     # --- connections ----------------------------------------------------------------------------
 
     @property
+    def reply_taken_wait_s(self) -> float:
+        """How long a connection waits, at most, for its client to take a reply marked
+        ``early_reply`` (s)."""
+        return self._reply_taken_wait_s
+
+    @property
     def timer(self) -> Timer:
         """Where connection timeouts and lease TTLs are scheduled (set by :meth:`start`)."""
         assert self._timer is not None, "the server has not started"
@@ -182,10 +193,11 @@ class Server:
         for lease_id in list(conn.leases):
             self._end_lease(lease_id, "connection closed")
 
-    def reply_sent(self, sock: socket.socket | None) -> None:
-        """A connection wrote a reply marked ``early_reply`` to ``sock``: tell the reconciler
-        (:meth:`Reconciler.reply_sent <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`)."""
-        self.reconciler.reply_sent(sock)
+    def reply_sent(self) -> None:
+        """A connection's reply marked ``early_reply`` was taken by its client: tell the
+        reconciler (:meth:`Reconciler.reply_sent
+        <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`)."""
+        self.reconciler.reply_sent()
 
     async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
         """The reply to one request ``line`` of ``conn``: parsed, checked against ``[auth]``

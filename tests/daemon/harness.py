@@ -193,11 +193,11 @@ class Running:
             self._reconciler_options["timer"] = poll_timer
         if reply_wait_s is not None:
             self._reconciler_options["reply_wait_s"] = reply_wait_s
-        if reply_taken_wait_s is not None:
-            self._reconciler_options["reply_taken_wait_s"] = reply_taken_wait_s
         if trim is not None:
             self._reconciler_options["trim"] = trim
         self._server_options: dict[str, Any] = {}
+        if reply_taken_wait_s is not None:
+            self._server_options["reply_taken_wait_s"] = reply_taken_wait_s
         if collect_idle_delay_s is not None:
             self._server_options["collect_idle_delay_s"] = collect_idle_delay_s
         self.dir = directory or Path(tempfile.mkdtemp(prefix="ssd-"))

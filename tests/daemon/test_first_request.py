@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import select
 import socket
 import sys
 import threading
@@ -23,7 +24,7 @@ import time
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -123,10 +124,12 @@ def _prepared(srv: Running) -> Client:
 def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
     started: list[Running],
 ) -> None:
-    """The hint, its switch on the loop (the standby hit), its reply and the reply's
-    ``reply_sent`` (once) all happen in the accept's step; the connection then lives on
-    the transport: it holds the lease until its release, on a later line."""
-    srv = _start(started, default="fifo")
+    """The hint, its switch on the loop (the standby hit) and its reply all happen in the
+    accept's step; then the connection does nothing until its client took the reply:
+    ``reply_sent`` (once) and asyncio's transport come after the client's read. The
+    connection then lives on the transport: it holds the lease until its release, on a
+    later line."""
+    srv = _start(started, default="fifo", reply_taken_wait_s=10.0)
     intent = _prepared(srv)
     steps = Steps(srv)
     sent: list[int] = []
@@ -134,9 +137,9 @@ def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
     assert server is not None
     reply_sent = server.reconciler.reply_sent
 
-    def counting(sock: Any = None) -> None:
+    def counting() -> None:
         sent.append(1)
-        reply_sent(sock)
+        reply_sent()
 
     server.reconciler.reply_sent = counting  # type: ignore[method-assign]
     attach_frames: list[list[str]] = []
@@ -149,6 +152,12 @@ def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
     with loop_held(srv):
         c = srv.client()
         c.send_raw(_line(op="hint", workload="gaming"))
+    readable, _, _ = select.select([c.sock], [], [], 10)
+    assert readable
+    time.sleep(0.05)  # the reply waits unread: the connection is parked meanwhile
+    # the intent's connection, then the hint's
+    assert srv.read(lambda s: (list(sent), _parked(s))) == ([], [False, True])
+    assert _transport_kind(srv)[1] == "_AcceptStep"
     hint = c.recv_line()
     assert hint is not None and hint["ok"] and hint["switch"]["standby"] is True, hint
     assert hint["active"] == "gaming" and hint["desired"] == "gaming", hint
@@ -156,6 +165,7 @@ def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
     assert attach_frames and "_accepted" in attach_frames[0], attach_frames
     srv.wait_for(lambda s: s.switcher.history[-1].finished)
     assert sent == [1]
+    assert _transport_kind(srv)[1] == "_SelectorSocketTransport"
     # the lease lives with the connection, whose later lines the transport reads
     assert srv.read(lambda s: len(s.policy.leases)) == 1
     c.send_raw(_line(op="release", lease=hint["lease"]))
@@ -166,6 +176,10 @@ def test_a_standby_hint_sent_with_the_connect_is_answered_in_the_accept_step(
     assert sent == [1]
     c.close()
     intent.close()
+
+
+def _parked(server: Server) -> list[bool]:
+    return [c.parked for c in server.connections.values()]
 
 
 def test_errors_of_a_first_request_are_answered_in_the_accept_step(
@@ -340,7 +354,7 @@ def test_a_resumed_coroutine_gets_results_errors_and_cancellation() -> None:
         coro: Coroutine[Any, Any, None] = body(log, futs)
         first = coro.send(None)
         assert first is futs[0]
-        task = loop.create_task(connection_mod._resume(coro, first))
+        task = loop.create_task(connection_mod._resume(cast(Any, None), coro, first))
         futs[0].set_result(7)
         await asyncio.sleep(0)
         futs[1].set_exception(ValueError("no"))
@@ -509,6 +523,50 @@ def test_the_server_closes_connections_still_in_their_accept_step() -> None:
     assert reply is not None and reply["ok"], reply  # its reply, then the end
     assert c.recv_line() is None
     c.close()
+
+
+def test_a_hits_reply_left_unread_holds_its_connection_only_until_the_bound(
+    started: list[Running],
+) -> None:
+    """A standby hit whose client does not read its reply: after ``reply_taken_wait_s``
+    (0.3 s here) the connection goes on anyway -- the switch finishes, asyncio's transport
+    takes the connection over -- and the reply is still there to read."""
+    srv = _start(started, default="fifo", reply_taken_wait_s=0.3)
+    intent = _prepared(srv)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="hint", workload="gaming"))
+    srv.wait_for(lambda s: any(conn.parked for conn in s.connections.values()))
+    t0 = time.monotonic()
+    srv.wait_for(lambda s: s.switcher.history[-1].finished and not s.acceptor.handing_over)
+    assert 0.25 <= time.monotonic() - t0 < 5.0
+    assert _transport_kind(srv)[1] == "_SelectorSocketTransport"
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["switch"]["standby"] is True, reply
+    c.close()
+    intent.close()
+
+
+def test_the_server_closes_a_connection_waiting_for_its_client_to_take_a_reply() -> None:
+    """A standby hit's connection parked while its client has not read the reply (bound
+    10 s here): the server's close ends the wait at once -- the request's coroutine runs to
+    its end, no task is left behind -- and the client gets its reply, then the end."""
+    srv = Running(FakeBackend(), poll_timer=FakeTimer(), default="fifo", reply_taken_wait_s=10.0)
+    intent = _prepared(srv)
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(_line(op="hint", workload="gaming"))
+    srv.wait_for(lambda s: any(conn.parked for conn in s.connections.values()))
+    conn = srv.read(lambda s: next(conn for conn in s.connections.values() if conn.parked))
+    t0 = time.monotonic()
+    srv.stop()
+    assert time.monotonic() - t0 < 5.0
+    assert not conn.parked and conn.task is None and not conn._busy
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["switch"]["standby"] is True, reply
+    assert c.recv_line() is None
+    c.close()
+    intent.close()
 
 
 def test_connections_waiting_behind_an_answered_one_are_accepted_in_the_next_steps(

@@ -309,7 +309,7 @@ def test_the_switch_goes_on_once_the_client_took_its_reply(start: Start, standby
     client has read it before it goes on (the RCU window's end, pin, freeing the old
     scheduler): a client that reads its reply 0.3 s late has nothing left unread on its
     socket when the pin begins. Through a pass and through a standby hit's direct path."""
-    srv = start(default="fifo", reply_taken_wait_s=10.0)
+    srv = start(default="fifo", reply_wait_s=10.0, reply_taken_wait_s=10.0)
     c = _prepared(srv) if standby else srv.client()
     unread_at_pin: list[int] = []
 
@@ -760,9 +760,9 @@ def _hand_offs(rec: Any) -> Iterator[list[str]]:
         events.append("submit")
         return submit(fn, *args, **kwargs)
 
-    def logged_reply_sent(sock: Any = None) -> None:
+    def logged_reply_sent() -> None:
         events.append("reply_sent")
-        reply_sent(sock)
+        reply_sent()
 
     rec.worker.submit = logged_submit
     rec.reply_sent = logged_reply_sent
@@ -792,7 +792,7 @@ def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_reply_is_written(
     c.close()
 
 
-def test_each_hit_holds_its_second_half_until_its_own_reply_is_written(
+def test_each_hit_holds_its_second_half_until_its_own_reply_is_taken(
     held: tuple[Running, Client],
 ) -> None:
     """Two standby hits one after the other: the second one's second half, too, waits
@@ -806,7 +806,7 @@ def test_each_hit_holds_its_second_half_until_its_own_reply_is_written(
 
     def logged_gate(gate: Any) -> None:
         if gate is not None:
-            gates.append((id(gate), gate.written))
+            gates.append((id(gate), gate.open))
         gate_for_replies(gate)
 
     rec.gate_for_replies = logged_gate  # type: ignore[method-assign]
@@ -893,7 +893,7 @@ def test_a_hit_on_the_loop_wakes_the_worker_only_once_its_client_took_the_reply(
     unread on its socket when the worker gets the call. The lease's log line waits as
     long."""
     caplog.set_level(logging.INFO, logger="schedswitchd")
-    srv = start(default="fifo", reply_taken_wait_s=10.0)
+    srv = start(default="fifo", reply_wait_s=10.0, reply_taken_wait_s=10.0)
     c = _prepared(srv)
     rec = srv.read(lambda s: s.reconciler)
     unread_at_submit: list[int] = []

@@ -32,6 +32,10 @@ The tricks:
   asyncio's selector transport for a socket the daemon accepted itself, made by the selector
   loop's private ``_make_socket_transport`` (no public call makes one); where the loop has
   none (:func:`has_socket_transport` False) the daemon serves with asyncio's own accept.
+* The daemon's accept itself (:mod:`schedswitchd.daemon.passed_fds`): :func:`accept_fd`,
+  ``accept4(2)`` through ``_socket.socket._accept``, which ``socket.socket.accept`` calls
+  and then wraps in a socket object of its own (with its family and type looked up as
+  enums): the daemon makes the one socket object it keeps, from the descriptor.
 * Whether a client took its reply (:mod:`schedswitchd.daemon.reply_gate`,
   :mod:`schedswitchd.daemon.acceptor`): :func:`unread_bytes`, ``SIOCOUTQ`` polled on the
   connection's socket (``fcntl.ioctl``; imported when first called, off the launch line).
@@ -228,6 +232,17 @@ def make_socket_transport(loop: Any, sock: Any, protocol: Any, addr: object) -> 
     protocol, waiter=None, *, extra=None, server=None)``. Only for a loop
     :func:`has_socket_transport` accepts."""
     return loop._make_socket_transport(sock, protocol, None, extra={"peername": addr})
+
+
+def accept_fd(listener: Any) -> tuple[int, Any]:
+    """The next connection waiting on ``listener`` (a listening ``socket.socket``): its new
+    file descriptor (close-on-exec, blocking) and the peer's address, as
+    ``listener.accept()`` has them before it makes a socket object of the descriptor.
+    CPython's ``Modules/socketmodule.c`` ``sock_accept`` (``_socket.socket._accept``, which
+    ``Lib/socket.py``'s ``socket.accept`` calls); raises what ``accept4(2)`` raises, as
+    ``accept`` does."""
+    fd, addr = listener._accept()
+    return fd, addr
 
 
 def has_socket_transport(loop: Any) -> bool:

@@ -14,6 +14,7 @@ import _json
 import asyncio
 import inspect
 import json
+import os
 import select
 import signal
 import socket
@@ -340,3 +341,39 @@ def test_a_selector_loop_has_its_epoll_where_a_pause_looks() -> None:
 
     asyncio.run(look())
     assert internals.loop_epoll(object()) is None
+
+
+def test_accept_fd_is_the_accept_under_socket_accept(tmp_path: Path) -> None:
+    """``accept_fd`` is what ``socket.accept`` calls before it makes a socket object: the
+    connection's descriptor (close-on-exec) and its peer's address, as ``accept`` gives
+    them; nothing waiting raises as ``accept`` does."""
+    version = sys.version.split()[0]
+    moved = (
+        f"CPython {version}: socket.socket._accept {{what}}; "
+        "schedswitchd.cpython_internals.accept_fd accepts the daemon's connections with it "
+        "(CPython's Modules/socketmodule.c sock_accept, Lib/socket.py socket.accept): adapt "
+        "that one function"
+    )
+    assert callable(getattr(socket.socket, "_accept", None)), moved.format(what="is gone")
+    path = str(tmp_path / "s")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(2)
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            internals.accept_fd(listener)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            fd, addr = internals.accept_fd(listener)
+            assert type(fd) is int, moved.format(what=f"returns {type(fd).__name__}, not a fd")
+            with socket.socket(fileno=fd) as conn:
+                assert not os.get_inheritable(fd)
+                assert (conn.family, conn.type) == (socket.AF_UNIX, socket.SOCK_STREAM)
+                client.sendall(b"ping")
+                assert conn.recv(4) == b"ping", moved.format(what="gave another descriptor")
+            other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with other:
+                other.connect(path)
+                sock, public_addr = listener.accept()
+                sock.close()
+                assert addr == public_addr, moved.format(what=f"gives the address {addr!r}")

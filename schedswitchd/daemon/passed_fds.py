@@ -25,13 +25,17 @@ import socket
 import struct
 from pathlib import Path
 
+from schedswitchd.cpython_internals import accept_fd
+
 #: Descriptors kept per connection until a request claims them; more are closed at once.
 MAX_PASSED = 2
 _FD = struct.Struct("i")
 #: Room for the descriptors of one message (more than that: the kernel closes the rest
 #: and sets ``MSG_CTRUNC``).
 _ANCILLARY_BYTES = socket.CMSG_SPACE(MAX_PASSED * _FD.size)
-_RECV_FLAGS = socket.MSG_CMSG_CLOEXEC
+#: A plain int: ``socket.MSG_CMSG_CLOEXEC`` is a ``MsgFlag``, whose ``|`` runs the enum's
+#: Python code on every read.
+_RECV_FLAGS = int(socket.MSG_CMSG_CLOEXEC)
 _SOL_SOCKET, _SCM_RIGHTS = socket.SOL_SOCKET, socket.SCM_RIGHTS
 #: Where the daemon reads its own descriptors' ``fdinfo`` and the processes' ``status``.
 PROC_ROOT = Path("/proc")
@@ -80,10 +84,14 @@ class PassingSocket(socket.socket):
 
 
 def accept_passing(listener: socket.socket) -> tuple[PassingSocket, object]:
-    """``listener.accept()`` with the connection as a :class:`PassingSocket` (in
-    blocking mode; the caller sets what it needs). Raises what ``accept(2)`` raises."""
-    sock, addr = listener.accept()
-    return PassingSocket(sock.family, sock.type, sock.proto, sock.detach()), addr
+    """``listener.accept()`` of a listening ``AF_UNIX`` stream socket, with the connection
+    as a :class:`PassingSocket` (in blocking mode; the caller sets what it needs). Raises
+    what ``accept(2)`` raises. The descriptor is taken as it is accepted
+    (:func:`~schedswitchd.cpython_internals.accept_fd`), not from the socket object
+    ``accept`` makes of it first, on a standby hit's path (docs/performance.md, "Standby
+    hit")."""
+    fd, addr = accept_fd(listener)
+    return PassingSocket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd), addr
 
 
 class NotAPidfd(ValueError):

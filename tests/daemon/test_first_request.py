@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import pytest
 
+from schedswitchd.cpython_internals import accept_fd
 from schedswitchd.daemon import acceptor as acceptor_mod
 from schedswitchd.daemon import connection as connection_mod
 from schedswitchd.daemon.server import Server
@@ -310,12 +311,12 @@ def test_accepting_pauses_when_descriptors_run_out(
             assert listener is not None
             return listener.fileno()
 
-        def accept(self) -> tuple[socket.socket, Any]:
+        def _accept(self) -> tuple[int, Any]:  # what the accept calls (accept_fd)
             calls.append(time.monotonic())
             assert listener is not None
             if len(calls) == 1:
                 raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-            return listener.accept()
+            return accept_fd(listener)
 
         def close(self) -> None:
             assert listener is not None

@@ -344,16 +344,18 @@ class Connection(asyncio.Protocol):
         per :data:`REPLY_TAKEN_POLL_S` on the loop, at most ``reply_taken_wait_s``. Nothing
         else is set up now: this runs right after the write, while the client is woken."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.owner.reply_taken_wait_s
-        call = loop.call_later(REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
+        now = loop.time()
+        deadline = now + self.owner.reply_taken_wait_s
+        call = loop.call_at(now + REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
         self._parked = (coro, call)
 
     def _look_taken(self, sock: socket.socket, deadline: float) -> None:
         if self._parked is None:
             return
         loop = asyncio.get_running_loop()
-        if not self._closing and loop.time() < deadline and unread_bytes(sock):
-            call = loop.call_later(REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
+        now = loop.time()
+        if not self._closing and now < deadline and unread_bytes(sock):
+            call = loop.call_at(now + REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
             self._parked = (self._parked[0], call)
             return
         self._unpark()
@@ -470,6 +472,11 @@ class Connection(asyncio.Protocol):
         finally:
             self._task = None
             self._busy = False
+            if self.early_reply:
+                # Its reply never went out (the handling failed, or was cancelled): the
+                # switch that waits for it goes on all the same.
+                self.early_reply = False
+                owner.reply_sent()
             if self._lost:
                 owner.forget(self)
 

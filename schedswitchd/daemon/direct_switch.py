@@ -110,8 +110,6 @@ class DirectSwitch:
         #: changes the policy in between, can say that as ``desired`` instead of deciding
         #: again. ``None`` until then, and while a hit's check stopped before deciding.
         self.hit_decision: tuple[Decision, int] | None = None
-        #: The fallback that submits a held second half (:meth:`_hold_rest`).
-        self._rest_timer: asyncio.TimerHandle | None = None
         #: What waits for that submission (:meth:`after_reply`).
         self._after_reply: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         #: The gate the next hit's reply goes through, made ahead of it: making one makes a
@@ -203,10 +201,13 @@ class DirectSwitch:
         call and submitted once the client took the reply (:meth:`reply_written`) --
         before that, the worker thread is not woken: on one emulated CPU its wake-up and
         its turn at the GIL come out of the reply's time --, ahead of anything this loop
-        submits meanwhile (a pass kicked, a refill), which so finds the switch finished;
-        at the latest after ``reply_wait_s`` (a reply that is never written). On the
-        worker it waits on ``gate`` (bounded: it was submitted early when something else
-        was), then finishes."""
+        submits meanwhile (a pass kicked, a refill), which so finds the switch finished.
+        A reply that is never taken holds it until the next call submitted to the worker
+        at the latest: the reconciler's safety-net poll runs a pass every ``poll_s``, and
+        a connection reports its reply even when its request failed. On the worker it
+        waits on ``gate`` (bounded by ``reply_wait_s``: it may have been submitted early,
+        ahead of another call), then finishes. Nothing else is set up here (no timer): this
+        runs between the kernel running the new scheduler and the reply."""
         loop = asyncio.get_running_loop()
         host = self.host
 
@@ -224,17 +225,13 @@ class DirectSwitch:
             work.add_done_callback(lambda w: self._done(w, target))
 
         self.worker.hold(submit_rest)
-        if self._rest_timer is not None:
-            self._rest_timer.cancel()
-        self._rest_timer = loop.call_later(host.reply_wait_s, self._release_held)
 
     def reply_written(self, gate: ReplyGate) -> None:
         """On the loop: every reply ``gate`` counted was taken by its client (the
         connection waited for that: :mod:`~schedswitchd.daemon.reply_gate`). A held second
         half is submitted now."""
         del gate  # open: its replies are taken
-        if self.worker.holding:
-            self._release_held()
+        self._release_held()
 
     def after_reply(self, callback: Callable[..., object], *args: Any) -> None:
         """On the loop: ``callback(*args)`` once the client of the standby hit answered in
@@ -247,11 +244,8 @@ class DirectSwitch:
             asyncio.get_running_loop().call_soon(callback, *args)
 
     def _release_held(self) -> None:
-        """Submit the worker's held call (the second half), then run what waited for it
-        (:meth:`after_reply`)."""
-        if self._rest_timer is not None:
-            self._rest_timer.cancel()
-            self._rest_timer = None
+        """Submit the worker's held call (the second half), if another submission did not
+        already, then run what waited for it (:meth:`after_reply`)."""
         waiting, self._after_reply = self._after_reply, []
         try:
             self.worker.release()

@@ -237,7 +237,9 @@ class Switcher:
         """Name of what the daemon has attached, or ``kernel``."""
         return self.current.name if self.current is not None else KERNEL
 
-    def _record(self, target: str, result: str, reason: str) -> SwitchInfo:
+    def _record(
+        self, target: str, result: str, reason: str, *, finished: bool = True, standby: bool = False
+    ) -> SwitchInfo:
         self._seq += 1
         record = SwitchInfo(
             seq=self._seq,
@@ -246,6 +248,8 @@ class Switcher:
             target=target,
             result=result,
             reason=reason,
+            standby=standby,
+            finished=finished,
         )
         self.history.append(record)
         return record
@@ -304,8 +308,7 @@ class Switcher:
         on_enabled: OnEnabled | None,
         pool: bool,
     ) -> SwitchInfo:
-        record = self._record(target, OK, reason)
-        record.finished = False
+        record = self._record(target, OK, reason, finished=False)
         pending = PendingSwitch(self, record, _Clock(record))
         try:
             new: Prepared | None = None
@@ -361,9 +364,7 @@ class Switcher:
         new = self.standby.take(target, spec)
         if new is None:
             return None
-        record = self._record(target, OK, reason)
-        record.finished = False
-        record.standby = True
+        record = self._record(target, OK, reason, finished=False, standby=True)
         clock = _Clock(record)
         clock.start = start
         record.phases_ns["standby"] = time.monotonic_ns() - start

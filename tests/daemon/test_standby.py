@@ -832,11 +832,12 @@ def test_each_hit_holds_its_second_half_until_its_own_reply_is_taken(
     c.close()
 
 
-def test_a_hits_second_half_runs_when_its_reply_is_never_written(start: Start) -> None:
-    """A standby hit whose reply is never written (here: the direct switch called without
+def test_a_hits_second_half_runs_when_its_reply_is_never_reported(start: Start) -> None:
+    """A standby hit whose reply is never reported (here: the direct switch called without
     a connection) still finishes its switch -- the switch window closed, pinned, the old
-    scheduler freed -- once ``reply_wait_s`` has passed: the held second half is
-    submitted by its fallback, and the worker is idle again after it."""
+    scheduler freed -- at the next call submitted to the worker: the safety-net poll's
+    pass; the worker is idle again after it. Until then the second half is held, not
+    submitted (nothing in the hit's step arms a timer for it)."""
     from schedswitchd.daemon.policy import Lease
 
     srv = start(default="fifo", reply_wait_s=0.2)
@@ -854,11 +855,54 @@ def test_a_hits_second_half_runs_when_its_reply_is_never_written(start: Start) -
 
     made, settled = srv.run(hit())
     assert settled and [(r.target, r.finished) for r in made] == [("gaming", False)]
-    assert srv.read(lambda s: s.reconciler.worker.idle) is False  # held, not yet submitted
+    time.sleep(0.4)  # past reply_wait_s: nothing submits it by itself
+    assert srv.read(lambda s: (s.reconciler.worker.holding, s.switcher.history[-1].finished)) == (
+        True,
+        False,
+    )
+    srv.advance_poll(1.0)  # the safety-net poll: a pass, whose first call releases it
     srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
     calls = srv.backend.calls
     assert calls[calls.index("attach gaming") :][:2] == ["attach gaming", "pin gaming"], calls
     assert srv.backend.windows_open == 0
+
+
+def test_a_hit_whose_request_fails_after_its_switch_still_releases_it(
+    held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection reports a hit's reply even when writing it failed (a defect in the
+    reply's encoding here): ``reply_sent`` comes once, so the held second half does not
+    wait for another call to the worker; the switch finishes."""
+    from schedswitchd.daemon import protocol as proto
+
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    reported: list[int] = []
+    reply_sent = rec.reply_sent
+
+    def counting() -> None:
+        reported.append(1)
+        reply_sent()
+
+    rec.reply_sent = counting  # type: ignore[method-assign]
+    real_encode = proto.encode
+
+    def broken(message: Any) -> bytes:
+        if getattr(message, "op", None) == "hint":
+            raise RuntimeError("a defect in the reply's encoding")
+        return real_encode(message)
+
+    monkeypatch.setattr(proto, "encode", broken)
+    hinting = srv.client()
+    hinting.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
+    assert hinting.recv_line() is None  # the connection ended without a reply
+    srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+    del rec.reply_sent
+    assert reported == [1]
+    hit = srv.read(lambda s: [r for r in s.switcher.history if r.standby][-1])
+    assert (hit.target, hit.result, hit.finished) == ("gaming", "ok", True)
+    hinting.close()
+    c.close()
 
 
 def test_a_hits_reply_asks_the_policy_again_when_something_changed_meanwhile(

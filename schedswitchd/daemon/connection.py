@@ -175,9 +175,9 @@ class Connection(asyncio.Protocol):
         self._timer: Cancellable | None = None
         self._timer_kind = _NONE
         self._task: asyncio.Task[None] | None = None
-        #: ``_serve`` stepped by hand and waiting for its client to take a reply (no task),
-        #: with the loop's call that looks again (:meth:`_park`).
-        self._parked: tuple[Coroutine[Any, Any, None], asyncio.TimerHandle] | None = None
+        #: ``_serve`` stepped by hand and waiting for its client to take a reply (no task,
+        #: :meth:`_park`).
+        self._parked: Coroutine[Any, Any, None] | None = None
         self._busy = False  # a request is being answered (in this step, or by _task)
         self._drained: asyncio.Future[bool] | None = None
         self._final: proto.LeaseEnded | None = None
@@ -340,34 +340,18 @@ class Connection(asyncio.Protocol):
         self._task = asyncio.get_running_loop().create_task(_resume(self, coro, waits_for))
 
     def _park(self, coro: Coroutine[Any, Any, None], sock: socket.socket) -> None:
-        """``coro`` waits for the client to take what was written to ``sock``: one look
-        per :data:`REPLY_TAKEN_POLL_S` on the loop, at most ``reply_taken_wait_s``. Nothing
-        else is set up now: this runs right after the write, while the client is woken."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        deadline = now + self.owner.reply_taken_wait_s
-        call = loop.call_at(now + REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
-        self._parked = (coro, call)
-
-    def _look_taken(self, sock: socket.socket, deadline: float) -> None:
-        if self._parked is None:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if not self._closing and now < deadline and unread_bytes(sock):
-            call = loop.call_at(now + REPLY_TAKEN_POLL_S, self._look_taken, sock, deadline)
-            self._parked = (self._parked[0], call)
-            return
-        self._unpark()
+        """``coro`` waits, with no task, for the client to take what was written to
+        ``sock`` (:meth:`_when_taken`); then it goes on (:meth:`_unpark`)."""
+        self._parked = coro
+        self._when_taken(sock, self._unpark)
 
     def _unpark(self) -> None:
         """The parked wait is over (the client took its reply, the bound passed, or the
-        connection closes): ``on_taken``, then the request's coroutine goes on."""
-        parked, self._parked = self._parked, None
-        if parked is None:
+        connection closes): ``on_taken``, then the request's coroutine goes on. Once: a
+        later call does nothing."""
+        coro, self._parked = self._parked, None
+        if coro is None:
             return
-        coro, call = parked
-        call.cancel()
         on_taken, self.on_taken = self.on_taken, None
         if on_taken is not None:
             try:
@@ -378,22 +362,33 @@ class Connection(asyncio.Protocol):
 
     def _taken_future(self, sock: socket.socket) -> asyncio.Future[None]:
         """For a request answered in a task (it waited before its reply): a future done
-        once the client took what was written to ``sock``, looked at as :meth:`_park`
-        does."""
+        once the client took what was written to ``sock`` (:meth:`_when_taken`)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def taken() -> None:
+            if not fut.done():  # else the task was cancelled meanwhile
+                fut.set_result(None)
+
+        self._when_taken(sock, taken)
+        return fut
+
+    def _when_taken(self, sock: socket.socket, then: Callable[[], object]) -> None:
+        """``then()`` once the client took what was written to ``sock`` (``SIOCOUTQ``,
+        looked at every :data:`REPLY_TAKEN_POLL_S` on the loop), the connection closes or
+        ``reply_taken_wait_s`` passed. Nothing else is set up now: this runs right after
+        the write, while the client is woken."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        deadline = loop.time() + self.owner.reply_taken_wait_s
+        now = loop.time()
+        deadline = now + self.owner.reply_taken_wait_s
 
         def look() -> None:
-            if fut.done():
+            now = loop.time()
+            if not self._closing and now < deadline and unread_bytes(sock):
+                loop.call_at(now + REPLY_TAKEN_POLL_S, look)
                 return
-            if not self._closing and loop.time() < deadline and unread_bytes(sock):
-                loop.call_later(REPLY_TAKEN_POLL_S, look)
-                return
-            fut.set_result(None)
+            then()
 
-        loop.call_later(REPLY_TAKEN_POLL_S, look)
-        return fut
+        loop.call_at(now + REPLY_TAKEN_POLL_S, look)
 
     def _advance(self) -> bytes | None:
         """The next whole request line in the buffer (without its ``\\n``) or ``None``;

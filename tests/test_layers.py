@@ -3,7 +3,7 @@
 it; ``cli/`` and ``desktop/`` not each other), no import circle between the modules of any
 package (imports under ``if TYPE_CHECKING:`` included), and ``desktop/`` never importing the
 server or the reconciler. The same contracts are shown to break on a copy of the package
-given a circle or an upward import."""
+given a circle or an upward import. And no class in ``daemon/`` outgrows 700 lines."""
 
 from __future__ import annotations
 
@@ -110,3 +110,23 @@ def test_a_circle_or_an_upward_import_breaks_a_contract(tmp_path: Path, case: st
     run = lint_imports(tmp_path)
     assert run.returncode != 0, run.stdout + run.stderr
     assert expected in run.stdout, run.stdout
+
+
+#: The most lines a class in ``schedswitchd/daemon/`` may span (decorators to its last line).
+DAEMON_CLASS_LINES_MAX = 700
+
+
+def test_no_class_in_the_daemon_package_is_over_700_lines() -> None:
+    """The daemon's classes stay small enough to read whole: each at most
+    :data:`DAEMON_CLASS_LINES_MAX` lines."""
+    import ast
+
+    too_long = []
+    for path in sorted((REPO / "schedswitchd" / "daemon").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - first + 1
+                if lines > DAEMON_CLASS_LINES_MAX:
+                    too_long.append(f"{path.name}: {node.name} {lines} lines")
+    assert not too_long, too_long

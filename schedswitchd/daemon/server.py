@@ -81,7 +81,9 @@ class Server:
         a reply a switch released before it goes on (s,
         :data:`~schedswitchd.daemon.connection.REPLY_TAKEN_WAIT_S`)."""
         self.reconciler = reconciler
-        self._reply_taken_wait_s = reply_taken_wait_s
+        #: How long a connection waits, at most, for its client to take a reply marked
+        #: ``early_reply`` (s; :class:`~schedswitchd.daemon.connection.ConnectionOwner`).
+        self.reply_taken_wait_s = reply_taken_wait_s
         self._timer = timer
         self.backend = reconciler.backend
         self.clock = reconciler.clock
@@ -153,12 +155,6 @@ class Server:
         await self.acceptor.wait_closed()
 
     # --- connections ----------------------------------------------------------------------------
-
-    @property
-    def reply_taken_wait_s(self) -> float:
-        """How long a connection waits, at most, for its client to take a reply marked
-        ``early_reply`` (s)."""
-        return self._reply_taken_wait_s
 
     @property
     def timer(self) -> Timer:

@@ -801,12 +801,13 @@ def test_each_hit_holds_its_second_half_until_its_own_reply_is_taken(
     the second half to its fallback)."""
     srv, c = held
     rec = srv.read(lambda s: s.reconciler)
-    gates: list[tuple[int, bool]] = []
+    # The gates themselves are kept (not their id()s: a freed gate's address is reused).
+    gates: list[tuple[Any, bool]] = []
     gate_for_replies = rec.gate_for_replies
 
     def logged_gate(gate: Any) -> None:
         if gate is not None:
-            gates.append((id(gate), gate.open))
+            gates.append((gate, gate.open))
         gate_for_replies(gate)
 
     rec.gate_for_replies = logged_gate  # type: ignore[method-assign]
@@ -827,7 +828,7 @@ def test_each_hit_holds_its_second_half_until_its_own_reply_is_taken(
     finally:
         del rec.gate_for_replies
     assert events[:2] == ["reply_sent", "submit"], events
-    assert len(gates) == 2 and gates[0][0] != gates[1][0], gates
+    assert len(gates) == 2 and gates[0][0] is not gates[1][0], gates
     assert not gates[0][1] and not gates[1][1], gates
     c.close()
 

@@ -99,10 +99,18 @@ def obj_id(reg: KernelBtfRegistry, name: str) -> int | str:
         return f"RegistryError: {exc}"
 
 
+#: Every module BTF object a report named, kept alive: a report gives its ``id()``, which
+#: names one object across the driver's steps only while that object lives (a freed one's
+#: address is reused, and a reload's new object could otherwise compare equal).
+_REPORTED: list[object] = []
+
+
 def report(reg: KernelBtfRegistry, names: list[str]) -> dict[str, Any]:
     t = reg.targets(names)
     r = t.report
     btf = t.module(names[0]) if r.found else None
+    if btf is not None:
+        _REPORTED.append(btf)
     return {
         "found": r.found,
         "missing": r.missing,

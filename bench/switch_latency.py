@@ -317,7 +317,7 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
         (launcher_wire, "dumps"), (launcher_wire, "check_reply"),
         (Reconciler, "reconcile_once"), (Reconciler, "_enabled"), (Reconciler, "reply_sent"),
         (DirectSwitch, "switch"), (DirectSwitch, "standby_hit"),
-        (DirectSwitch, "_done"), (DirectSwitch, "reply_written"),
+        (DirectSwitch, "_done"), (DirectSwitch, "replies_taken"),
         (DirectSwitch, "_release_held"), (Reconciler, "hit_finished"),
         (switcher_mod.Switcher, "begin_standby"), (switcher_mod.PendingSwitch, "finish"),
         (switcher_mod.Switcher, "check_ejected"), (switcher_mod.Switcher, "switch_to"),

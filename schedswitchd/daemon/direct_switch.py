@@ -198,7 +198,7 @@ class DirectSwitch:
 
     def _hold_rest(self, pending: PendingSwitch, target: str, gate: ReplyGate) -> None:
         """On the loop, in the reply's step: the second half, held as the worker's next
-        call and submitted once the client took the reply (:meth:`reply_written`) --
+        call and submitted once the client took the reply (:meth:`replies_taken`) --
         before that, the worker thread is not woken: on one emulated CPU its wake-up and
         its turn at the GIL come out of the reply's time --, ahead of anything this loop
         submits meanwhile (a pass kicked, a refill), which so finds the switch finished.
@@ -226,11 +226,10 @@ class DirectSwitch:
 
         self.worker.hold(submit_rest)
 
-    def reply_written(self, gate: ReplyGate) -> None:
-        """On the loop: every reply ``gate`` counted was taken by its client (the
+    def replies_taken(self) -> None:
+        """On the loop: every reply the hit's gate counted was taken by its client (the
         connection waited for that: :mod:`~schedswitchd.daemon.reply_gate`). A held second
         half is submitted now."""
-        del gate  # open: its replies are taken
         self._release_held()
 
     def after_reply(self, callback: Callable[..., object], *args: Any) -> None:

@@ -410,13 +410,13 @@ class Reconciler:
         it (the connection waited for that, bounded): once all the replies a switch
         released are (its :class:`~schedswitchd.daemon.reply_gate.ReplyGate`), its worker
         goes on; a standby hit's held second half is submitted then
-        (:meth:`DirectSwitch.reply_written
-        <schedswitchd.daemon.direct_switch.DirectSwitch.reply_written>`)."""
+        (:meth:`DirectSwitch.replies_taken
+        <schedswitchd.daemon.direct_switch.DirectSwitch.replies_taken>`)."""
         gate = self._reply_gate
-        if gate is None or not gate.sent():
+        if gate is None or not gate.taken():
             return
         self._reply_gate = None
-        self.direct.reply_written(gate)
+        self.direct.replies_taken()
 
     # --- the passes ---------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ never written holds the switch no longer than that.
 "Taken" is the connection's to judge (:class:`~schedswitchd.daemon.connection.Connection`:
 it looks at its socket with ``SIOCOUTQ`` until its client read the reply, at most
 ``reply_taken_wait_s``, doing nothing else meanwhile); it reports each such reply once
-(:meth:`ReplyGate.sent`, through ``Reconciler.reply_sent``). The gate only counts.
+(:meth:`ReplyGate.taken`, through ``Reconciler.reply_sent``). The gate only counts.
 
 Threads: a gate is made and fed on the event loop (:meth:`ReplyGate.expect`,
-:meth:`ReplyGate.sent`, :meth:`ReplyGate.release`) and waited on by the switch's worker
+:meth:`ReplyGate.taken`, :meth:`ReplyGate.release`) and waited on by the switch's worker
 thread (:meth:`ReplyGate.wait`).
 """
 
@@ -26,7 +26,7 @@ import threading
 class ReplyGate:
     """The replies one switch released, counted off as their clients take them. Closed when
     made (a worker that waits, waits); the loop says how many replies it holds
-    (:meth:`expect`), and each taken one is counted off (:meth:`sent`). See the module
+    (:meth:`expect`), and each taken one is counted off (:meth:`taken`). See the module
     docstring for who calls what."""
 
     __slots__ = ("_pending", "_taken")
@@ -47,7 +47,7 @@ class ReplyGate:
         """Every released reply was taken, or the gate was released."""
         return self._taken.is_set()
 
-    def sent(self) -> bool:
+    def taken(self) -> bool:
         """On the loop: one released reply was taken by its client (or its wait for that
         ended: see the module docstring). True when that was the last one: the gate is
         open now."""

@@ -41,10 +41,10 @@ def test_the_worker_goes_on_once_every_reply_is_taken() -> None:
     worker = Worker(gate)
     gate.expect(2)
     assert worker.still_waiting()
-    assert gate.sent() is False  # one of two
+    assert gate.taken() is False  # one of two
     assert worker.still_waiting()
     assert gate.open is False
-    assert gate.sent() is True
+    assert gate.taken() is True
     assert _is_open(gate)
     assert worker.went_on() and worker.result is True
 
@@ -52,8 +52,8 @@ def test_the_worker_goes_on_once_every_reply_is_taken() -> None:
 def test_an_open_gate_counts_no_more() -> None:
     gate = ReplyGate()
     gate.expect(1)
-    assert gate.sent() is True
-    assert gate.sent() is False  # a later reply is not this switch's
+    assert gate.taken() is True
+    assert gate.taken() is False  # a later reply is not this switch's
 
 
 def test_no_reply_released_opens_the_gate_at_once() -> None:

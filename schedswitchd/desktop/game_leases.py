@@ -11,7 +11,9 @@ A connection that closes without the daemon's ``lease_ended`` line while the gam
 runs was lost with the daemon (it stopped, restarted or crashed; its leases went with it):
 the agent connects again with a growing delay (:data:`RECONNECT_FIRST_S` doubling up to
 :data:`RECONNECT_MAX_S`) and hints for the game again, for as long as the game runs and is
-registered. It keeps its own copy of the game's pidfd for that.
+registered. It keeps its own copy of the game's pidfd for that. A game that registers
+while the daemon cannot be reached at all (not started yet, restarting) is held the same
+way: registered now, hinted for once the daemon is back.
 
 Speaks the protocol through :mod:`schedswitchd.daemon.launcher_wire` (no pydantic).
 """
@@ -54,11 +56,12 @@ RECONNECT_MAX_S = 5.0
 class Held:
     """A game's lease: the game's ``pid``, the daemon's ``lease`` id, the connection
     that holds it (closing it ends the lease), the task reading that connection and the
-    agent's own copy of the game's ``pidfd`` (to hint again after the daemon restarted)."""
+    agent's own copy of the game's ``pidfd`` (to hint again after the daemon restarted).
+    ``lease`` is empty and ``writer`` ``None`` while the daemon could not be reached yet."""
 
     pid: int
     lease: str
-    writer: asyncio.StreamWriter
+    writer: asyncio.StreamWriter | None
     pidfd: int = -1
     watcher: asyncio.Task[None] | None = field(default=None)
 
@@ -88,25 +91,50 @@ class GameLeases:
         and closes ``pidfd``; the daemon gets its own copy, and so does the agent) and keep
         the lease, hinting again should the daemon restart while the game runs.
 
-        Raises :class:`~schedswitchd.daemon.launcher_wire.DaemonUnavailable` when the
-        socket cannot be reached or the connection breaks, and
-        :class:`~schedswitchd.daemon.launcher_wire.DaemonError` for a refusal (``denied``:
-        ``[auth]``; ``bad_pid``: the game exited; ``unknown_workload``)."""
+        When the daemon cannot be reached (its socket is missing or refuses connections,
+        or the connection breaks before the reply), the game is held all the same and its
+        hint made once the daemon is back (as after a restart); ``lease`` is then empty.
+        Raises :class:`~schedswitchd.daemon.launcher_wire.DaemonError` for a refusal
+        (``denied``: ``[auth]``; ``bad_pid``: the game exited; ``unknown_workload``;
+        ``exists``: the game is held already) and :class:`OSError` if the pidfd cannot be
+        copied."""
         if pid in self.held:
             raise DaemonError("exists", f"game {pid} holds a hint already")
-        reply, reader, writer = await self._hint(pidfd)
-        held = Held(pid=pid, lease=str(reply.get("lease")), writer=writer)
+        try:
+            reply, reader, writer = await self._hint(pidfd)
+        except DaemonUnavailable as exc:
+            unreachable: DaemonUnavailable | None = exc
+            reply, reader, writer = {}, None, None
+        else:
+            unreachable = None
+        held = Held(pid=pid, lease=str(reply.get("lease", "")), writer=writer)
         try:
             held.pidfd = os.dup(pidfd)
         except OSError:
-            writer.close()
+            if writer is not None:
+                writer.close()
             raise
         self.held[pid] = held
-        held.watcher = asyncio.get_running_loop().create_task(self._watch(held, reader))
-        # The reply's reason when the workload's scheduler is not what runs, as
-        # schedswitch-run prints it.
-        log.info("game %d: %s", pid, hint_summary(self.workload, reply))
+        loop = asyncio.get_running_loop()
+        if reader is None:
+            log.warning("game %d: %s; hinting once the daemon is back", pid, unreachable)
+            held.watcher = loop.create_task(self._when_back(held))
+        else:
+            held.watcher = loop.create_task(self._watch(held, reader))
+            # The reply's reason when the workload's scheduler is not what runs, as
+            # schedswitch-run prints it.
+            log.info("game %d: %s", pid, hint_summary(self.workload, reply))
         return held
+
+    async def _when_back(self, held: Held) -> None:
+        """For a game held while the daemon could not be reached: its hint once the daemon
+        takes it (:meth:`_again`), then its connection read as :meth:`_watch` reads it."""
+        reader = await self._again(held)
+        if reader is not None:
+            await self._watch(held, reader)
+        elif self.held.get(held.pid) is held:
+            gone = _exited(held.pidfd)
+            self._end(held, "the game exited" if gone else "the daemon refused the hint")
 
     async def _hint(
         self, pidfd: int
@@ -154,7 +182,8 @@ class GameLeases:
                     last = line
             if self.held.get(held.pid) is not held:
                 return
-            held.writer.close()
+            if held.writer is not None:
+                held.writer.close()
             why = _why(last)
             if why is None and not _exited(held.pidfd):
                 log.warning(
@@ -203,7 +232,8 @@ class GameLeases:
         if self.held.get(held.pid) is not held:
             return
         del self.held[held.pid]
-        held.writer.close()
+        if held.writer is not None:
+            held.writer.close()
         _close_pidfd(held)
         log.info("game %d: lease %s ended (%s)", held.pid, held.lease, why)
         if self.on_end is not None:
@@ -216,9 +246,10 @@ class GameLeases:
             return False
         if held.watcher is not None:
             held.watcher.cancel()
-        held.writer.close()
+        if held.writer is not None:
+            held.writer.close()
         _close_pidfd(held)
-        log.info("game %d: lease %s released", pid, held.lease)
+        log.info("game %d: lease %s released", pid, held.lease or "(not made yet)")
         return True
 
     def release_all(self) -> None:

@@ -16,10 +16,11 @@ the lease is bound to the game's pidfd). Two modes:
 - **serve** (no gamemoded): the agent owns the name and answers gamemoded's methods with
   gamemoded's return codes, so ``gamemoderun`` and libgamemode work unchanged:
   ``RegisterGame*`` 0, or -1 (already registered, no such process, not a pidfd, or the
-  daemon did not take the hint); ``UnregisterGame*`` 0, or -1 (not registered);
-  ``QueryStatus*`` 0 (no game), 1 (games, not this one), 2 (this one); ``ListGames``
-  ``a(io)`` of pid and ``/com/feralinteractive/GameMode/Games/<pid>``; ``ClientCount``;
-  the two signals, ``PropertiesChanged`` of ``ClientCount`` with each.
+  daemon refused the hint; a daemon that cannot be reached is waited for: the game is
+  registered and its hint made once the daemon is back); ``UnregisterGame*`` 0, or -1
+  (not registered); ``QueryStatus*`` 0 (no game), 1 (games, not this one), 2 (this one);
+  ``ListGames`` ``a(io)`` of pid and ``/com/feralinteractive/GameMode/Games/<pid>``;
+  ``ClientCount``; the two signals, ``PropertiesChanged`` of ``ClientCount`` with each.
 
 The D-Bus library is sdbus (:mod:`schedswitchd.desktop`), imported by this module only.
 """
@@ -40,7 +41,7 @@ from collections.abc import Iterator, Sequence
 import sdbus
 
 from schedswitchd import __version__
-from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, DaemonError, DaemonUnavailable
+from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, DaemonError
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
 from schedswitchd.desktop.bus import bus_daemon, open_bus, request_name
 from schedswitchd.desktop.game_leases import GameLeases
@@ -87,8 +88,8 @@ class ServedGames:
         except OSError as exc:
             log.warning("game %d: %s", pid, exc.strerror or exc)
             return ERROR
-        except (DaemonError, DaemonUnavailable) as exc:
-            log.warning("game %d: the daemon did not take the hint: %s", pid, exc)
+        except DaemonError as exc:
+            log.warning("game %d: the daemon refused the hint: %s", pid, exc)
             return ERROR
         finally:
             if opened is not None:
@@ -343,8 +344,8 @@ async def _hold_followed(leases: GameLeases, pid: int) -> None:
         return
     try:
         await leases.hold(pid, pidfd)
-    except (DaemonError, DaemonUnavailable) as exc:
-        log.warning("game %d: the daemon did not take the hint: %s", pid, exc)
+    except (DaemonError, OSError) as exc:
+        log.warning("game %d: the daemon refused the hint: %s", pid, exc)
     finally:
         os.close(pidfd)
 

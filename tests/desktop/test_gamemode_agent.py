@@ -235,6 +235,78 @@ def test_the_agent_hints_again_after_the_daemon_restarts(session_bus: PrivateBus
             srv.stop()
 
 
+def test_a_game_registered_while_the_daemon_is_down_is_hinted_once_it_is_back(
+    session_bus: PrivateBus,
+) -> None:
+    """No daemon on the agent's socket when a game registers (``gamemoderun``, then
+    ``RegisterGame``): both registrations succeed, and once the daemon starts on that
+    socket each game holds its hint, which ends when the game exits."""
+    _gamemoderun()
+    srv = Running()
+    directory = srv.dir
+    srv.stop()  # the socket's path, with nothing listening there
+    game = subprocess.Popen(["sleep", "60"])
+    try:
+        with _agent(session_bus, srv, "--mode", "serve"):
+            session_bus.wait_for_name(GAMEMODE[0])
+            launched = subprocess.Popen(
+                [_gamemoderun(), "sleep", "60"], env=session_bus.env(), stderr=subprocess.PIPE
+            )
+            try:
+                assert _call(session_bus, "RegisterGame", "i", game.pid) == "i 0"
+                _until(lambda: _call(session_bus, "QueryStatus", "i", launched.pid) == "i 2")
+                assert _call(session_bus, "QueryStatus", "i", game.pid) == "i 2"
+                assert launched.poll() is None  # gamemoderun did not fail
+                srv = Running(directory=directory)
+                _until(
+                    lambda: (
+                        sorted(_leases(srv), key=str)
+                        == sorted([("gaming", game.pid), ("gaming", launched.pid)], key=str)
+                    )
+                )
+                srv.wait_for(lambda s: s.switcher.active == "gaming")
+                game.kill()
+                game.wait()
+                _until(lambda: _leases(srv) == [("gaming", launched.pid)])
+                _until(lambda: _call(session_bus, "QueryStatus", "i", game.pid) != "i 2")
+            finally:
+                launched.kill()
+                launched.wait()
+            _until(lambda: not _leases(srv))
+    finally:
+        game.kill()
+        game.wait()
+        if not srv.loop.is_closed():  # not the one stopped above
+            srv.stop()
+
+
+def test_a_game_gamemoded_registers_while_the_daemon_is_down_is_hinted_later(
+    session_bus: PrivateBus,
+) -> None:
+    """Following the real gamemoded with no daemon on the socket: the game ``gamemoderun``
+    registers gets its hint once the daemon starts, and it ends when the game exits."""
+    _gamemoderun()
+    srv = Running()
+    directory = srv.dir
+    srv.stop()
+    with _gamemoded(session_bus), _agent(session_bus, srv, "--mode", "follow"):
+        game = subprocess.Popen([GAMEMODERUN, "sleep", "60"], env=session_bus.env())
+        try:
+            pids = (game.pid, game.pid)
+            _until(lambda: _call(session_bus, "QueryStatusByPID", "ii", *pids) == "i 2")
+            time.sleep(0.5)  # the agent tries the missing socket meanwhile
+            srv = Running(directory=directory)
+            _until(lambda: _leases(srv) == [("gaming", game.pid)])
+            game.kill()
+            game.wait()
+            _until(lambda: not _leases(srv))
+        finally:
+            game.kill()
+            game.wait()
+            if not srv.loop.is_closed():
+                srv.stop()
+
+
 def _agent_logging(
     bus: PrivateBus, srv: Running, log: Path, *options: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:

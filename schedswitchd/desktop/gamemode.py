@@ -344,8 +344,10 @@ async def _hold_followed(leases: GameLeases, pid: int) -> None:
         return
     try:
         await leases.hold(pid, pidfd)
-    except (DaemonError, OSError) as exc:
+    except DaemonError as exc:
         log.warning("game %d: the daemon refused the hint: %s", pid, exc)
+    except OSError as exc:  # the agent's copy of the pidfd
+        log.warning("game %d: %s", pid, exc.strerror or exc)
     finally:
         os.close(pidfd)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,10 @@ needs_root_uevent = pytest.mark.skipif(
 )
 
 
-def _trigger_lo() -> None:
-    # A synthetic uevent (kobject_synth_uevent): the kernel re-announces lo with ACTION=change.
-    LO_UEVENT.write_text("change")
+def _trigger_lo(tag: str | None = None) -> None:
+    # A synthetic uevent (kobject_synth_uevent): the kernel re-announces lo with ACTION=change;
+    # with ``tag`` (a UUID) the event carries SYNTH_UUID=tag, which no other process's event has.
+    LO_UEVENT.write_text("change" if tag is None else f"change {tag}")
 
 
 def _wait(pred: object, timeout_s: float = 3.0) -> bool:
@@ -272,10 +274,13 @@ def test_a_pause_does_not_wake_the_reader() -> None:
     callback is handed to the reader's loop (its thread stays asleep), the listener counts
     as held at once, and what came meanwhile is dispatched once resumed."""
     got: list[Uevent] = []
+    # Only this test's own events: another process's lo events (a network namespace made
+    # meanwhile) may come at any time, paused or not.
+    tag = str(uuid.uuid4())
     with UeventListener() as ev:
-        ev.subscribe(lambda e: e.devpath.endswith("/net/lo"), got.append)
-        _trigger_lo()
-        assert _wait(lambda: len(got) >= 1)  # (another process's lo events count too)
+        ev.subscribe(lambda e: e.env.get("SYNTH_UUID") == tag, got.append)
+        _trigger_lo(tag)
+        assert _wait(lambda: len(got) >= 1)
         loop = ev._thread_loop
         assert loop is not None
         handed: list[object] = []
@@ -290,7 +295,7 @@ def test_a_pause_does_not_wake_the_reader() -> None:
             ev.pause()
             assert ev.held  # at once: nothing to wait for
             seen = len(got)
-            _trigger_lo()
+            _trigger_lo(tag)
             time.sleep(0.2)
             assert len(got) == seen and handed == []
             ev.resume()
@@ -300,7 +305,7 @@ def test_a_pause_does_not_wake_the_reader() -> None:
                 ev.pause()
                 assert ev.held
                 seen = len(got)
-                _trigger_lo()
+                _trigger_lo(tag)
                 time.sleep(0.1)
                 assert len(got) == seen and handed == []
                 ev.resume()

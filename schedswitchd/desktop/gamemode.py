@@ -76,7 +76,9 @@ class ServedGames:
 
     async def register(self, pid: int, pidfd: int | None = None) -> int:
         """Register game ``pid`` (named by ``pidfd`` when the caller passed one, which stays
-        the caller's): its hint is held when this returns :data:`OK`, else :data:`ERROR`."""
+        the caller's): :data:`OK` once its hint is held, or waits for a daemon that cannot be
+        reached (:meth:`GameLeases.hold <schedswitchd.desktop.game_leases.GameLeases.hold>`);
+        :data:`ERROR` when the game is not registered."""
         if pid <= 0 or pid in self.leases.held:
             log.warning("game %d: %s", pid, "already registered" if pid > 0 else "bad pid")
             return ERROR

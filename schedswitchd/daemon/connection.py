@@ -102,8 +102,9 @@ class ConnectionOwner(Protocol):
         """``conn`` is gone and no request of it is being answered (its leases end)."""
         ...
 
-    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
-        """The reply to one request ``line`` (without its newline) of ``conn``."""
+    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply | bytes:
+        """The reply to one request ``line`` (without its newline) of ``conn``: its model,
+        or its line already encoded (``bytes``, newline included)."""
         ...
 
     @property
@@ -442,7 +443,9 @@ class Connection(asyncio.Protocol):
                 # is hundreds of small objects) kept while the connection waits for its
                 # next request would stay alive per idle connection (docs/performance.md,
                 # "Memory").
-                data = proto.encode(await owner.dispatch(line, self))
+                reply = await owner.dispatch(line, self)
+                data = reply if isinstance(reply, bytes) else proto.encode(reply)
+                del reply
                 line = None
                 sent = await self._send(data)
                 del data

@@ -20,7 +20,7 @@ rules can be tested exhaustively. The rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from schedswitchd.daemon.config import KERNEL, HintRule
@@ -56,6 +56,11 @@ class Backoff:
     until_ns: int
 
 
+def _rank(pair: tuple[Lease, HintRule]) -> tuple[int, int]:
+    """A ranked pair's sort key: the rule's priority, then the lease's creation order."""
+    return pair[1].priority, pair[0].seq
+
+
 @dataclass(frozen=True)
 class Decision:
     """What should run: ``scheduler`` (a configured name or ``kernel``), the ``lease`` that
@@ -73,6 +78,11 @@ class Policy:
 
     ``rules``: workload -> rule; ``default``: scheduler name or ``kernel``; backoff
     ``base_ns``/``cap_ns``/``stable_ns`` as in :class:`~schedswitchd.daemon.config.BackoffConfig`.
+
+    What a standby hit asks of it (``expire``, ``decide``, ``next_deadline``, and the
+    server's ``count_for_uid``) walks the tables in plain loops: a generator or a
+    comprehension is a function call of its own, which in the emulated sched_ext VM cost a
+    hit's reply its time (docs/performance.md, "Standby hit").
     """
 
     rules: Mapping[str, HintRule]
@@ -98,27 +108,35 @@ class Policy:
 
     def expire(self, now_ns: int) -> list[Lease]:
         """Remove and return every lease whose TTL has passed at ``now_ns``."""
-        gone = [
-            lease
-            for lease in self.leases.values()
-            if lease.expires_ns is not None and lease.expires_ns <= now_ns
-        ]
+        gone = []
+        for lease in self.leases.values():
+            if lease.expires_ns is not None and lease.expires_ns <= now_ns:
+                gone.append(lease)
         for lease in gone:
             del self.leases[lease.id]
         return gone
 
     def count_for_uid(self, uid: int) -> int:
         """Number of live leases owned by ``uid``."""
-        return sum(1 for lease in self.leases.values() if lease.owner_uid == uid)
+        count = 0
+        for lease in self.leases.values():
+            if lease.owner_uid == uid:
+                count += 1
+        return count
 
     def next_deadline(self, now_ns: int) -> int | None:
         """Earliest future moment (monotonic ns) at which :meth:`decide` may change on its
         own: a lease TTL or a backoff hold ending. ``None`` if there is none."""
-        times: Iterable[int] = [
-            *(lease.expires_ns for lease in self.leases.values() if lease.expires_ns is not None),
-            *(b.until_ns for b in self.backoff.values() if b.until_ns > now_ns),
-        ]
-        return min(times, default=None)
+        first: int | None = None
+        for lease in self.leases.values():
+            at = lease.expires_ns
+            if at is not None and (first is None or at < first):
+                first = at
+        for hold in self.backoff.values():
+            at = hold.until_ns
+            if at > now_ns and (first is None or at < first):
+                first = at
+        return first
 
     # --- backoff ----------------------------------------------------------------------------
 
@@ -149,12 +167,13 @@ class Policy:
 
     def ranked(self) -> list[tuple[Lease, HintRule]]:
         """Live leases that have a rule, best first (priority, then newest)."""
-        pairs = [
-            (lease, self.rules[lease.workload])
-            for lease in self.leases.values()
-            if lease.workload in self.rules
-        ]
-        pairs.sort(key=lambda pair: (pair[1].priority, pair[0].seq), reverse=True)
+        pairs = []
+        for lease in self.leases.values():
+            rule = self.rules.get(lease.workload)
+            if rule is not None:
+                pairs.append((lease, rule))
+        if len(pairs) > 1:
+            pairs.sort(key=_rank, reverse=True)
         return pairs
 
     def decide(self, now_ns: int) -> Decision:

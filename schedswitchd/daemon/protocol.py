@@ -900,6 +900,46 @@ def encode(message: BaseModel) -> bytes:
     return message.__pydantic_serializer__.to_json(message) + b"\n"
 
 
+#: A JSON string of a ``str`` as pydantic-core writes one (non-ASCII as is, ``"``, ``\\``
+#: and control characters escaped): the standard library's C encoder.
+_json_str = json.encoder.encode_basestring
+#: A switch record's line, by its model's own serializer.
+_switch_json = SwitchInfo.__pydantic_serializer__.to_json
+#: :class:`HintReply`'s line, its fields in their order.
+_HINT_HIT = (
+    b'{"v":1,"id":%s,"ok":true,"op":"hint","lease":%s,"scheduler":%s,"desired":%s,'
+    b'"active":%s,"switch":%s,"pending":%s}\n'
+)
+
+
+def encode_hint_hit(
+    id: int | str | None,
+    lease: str,
+    scheduler: str | None,
+    desired: str,
+    active: str,
+    switch: SwitchInfo,
+    pending: bool,
+) -> bytes:
+    """The line :func:`encode` writes for ``HintReply(id=id, lease=lease, ...,
+    switch=switch, pending=pending)``, byte for byte, without making the reply's model:
+    its envelope formatted here around the record's own serialization. A standby hit's
+    reply is written this way, in the time between the kernel running the new scheduler
+    and the client having its answer (docs/performance.md, "Standby hit"). The arguments
+    are taken as they are, unvalidated: the daemon's own values and the request's ``id``
+    its parse validated. ``tests/daemon/test_protocol_fast.py`` holds the two equal and
+    fails when :class:`HintReply` or :class:`SwitchInfo`'s envelope gains a field."""
+    return _HINT_HIT % (
+        b"null" if id is None else (_json_str(id) if isinstance(id, str) else str(id)).encode(),
+        _json_str(lease).encode(),
+        b"null" if scheduler is None else _json_str(scheduler).encode(),
+        _json_str(desired).encode(),
+        _json_str(active).encode(),
+        _switch_json(switch),
+        b"true" if pending else b"false",
+    )
+
+
 def error_reply(
     code: str,
     message: str,

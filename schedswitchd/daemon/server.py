@@ -171,7 +171,10 @@ class Server:
             return proto.error_reply(proto.INTERNAL, "the daemon is stopping")
         limits = self.config.limits
         peer = conn.peer
-        per_uid = sum(1 for c in self.connections.values() if c.peer.uid == peer.uid)
+        per_uid = 0
+        for c in self.connections.values():  # a loop, not a generator (see Policy)
+            if c.peer.uid == peer.uid:
+                per_uid += 1
         reserve = limits.admin_reserve if self.is_admin(peer) else 0
         if (
             len(self.connections) >= limits.max_connections + reserve
@@ -195,10 +198,11 @@ class Server:
         <schedswitchd.daemon.reconcile.Reconciler.reply_sent>`)."""
         self.reconciler.reply_sent()
 
-    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply:
+    async def dispatch(self, line: bytes, conn: Connection) -> proto.Reply | bytes:
         """The reply to one request ``line`` of ``conn``: parsed, checked against ``[auth]``
         (admin requests), answered; a bad line or a refused request is an error reply,
-        never an exception."""
+        never an exception. A standby hit's reply comes encoded already
+        (:func:`~schedswitchd.daemon.protocol.encode_hint_hit`)."""
         try:
             request = proto.parse_request(line, self.config.limits.max_message_bytes)
         except proto.RequestError as exc:
@@ -209,7 +213,7 @@ class Server:
                     DENIED,
                     f"{request.op} is for admins only ([auth] admin_uids, admin_gids)",
                 )
-            reply: proto.Reply
+            reply: proto.Reply | bytes
             match request:
                 case proto.HintRequest():
                     reply = await self._hint(request, conn)
@@ -326,7 +330,7 @@ class Server:
             until_s=request.ttl_s,
         )
 
-    async def _hint(self, request: proto.HintRequest, conn: Connection) -> proto.Reply:
+    async def _hint(self, request: proto.HintRequest, conn: Connection) -> proto.Reply | bytes:
         peer = conn.peer
         self._check_hint(peer, request.workload)
         limits = self.config.limits
@@ -376,14 +380,9 @@ class Server:
                 # It runs what the policy chose for this lease in standby_hit, and nothing
                 # that changes the decision came since: no lease, override, reload, backoff
                 # or notification (each kicks), no TTL or backoff hold ending meanwhile.
-                return proto.HintReply(
-                    id=request.id,
-                    lease=lease.id,
-                    scheduler=wanted,
-                    desired=hit[0].scheduler,
-                    active=direct[0],
-                    switch=made[0],
-                    pending=not settled,
+                # The reply's line is made without its model (docs/performance.md).
+                return proto.encode_hint_hit(
+                    request.id, lease.id, wanted, hit[0].scheduler, direct[0], made[0], not settled
                 )
         else:
             self._log_lease(lease, wanted)

@@ -364,3 +364,57 @@ def test_a_repeated_line_parses_as_it_did_the_first_time(line: bytes) -> None:
         except protocol.RequestError as exc:
             want = (exc.code, str(exc), exc.op, exc.id)
         assert got == want
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=70)  # no lone surrogates
+_records = st.builds(
+    protocol.SwitchInfo,
+    seq=st.integers(0, 2**63),
+    time=st.floats(allow_nan=False, allow_infinity=False),
+    previous=_text,
+    target=_text,
+    result=_text,
+    reason=_text,
+    phases_ns=st.dictionaries(_text, st.integers(-(2**63), 2**63 - 1), max_size=6),
+    gap_ns=st.none() | st.integers(0, 2**63),
+    expedited=st.booleans(),
+    standby=st.booleans(),
+    finished=st.booleans(),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tag=st.none()
+    | st.integers(-(2**63), 2**63)
+    | st.text(st.characters(codec="utf-8"), max_size=64),
+    lease=_text,
+    scheduler=st.none() | _text,
+    desired=_text,
+    active=_text,
+    record=_records,
+    pending=st.booleans(),
+)
+def test_a_standby_hits_line_is_the_models(
+    tag: int | str | None,
+    lease: str,
+    scheduler: str | None,
+    desired: str,
+    active: str,
+    record: protocol.SwitchInfo,
+    pending: bool,
+) -> None:
+    """encode_hint_hit writes what encode writes for the same HintReply, byte for byte: a
+    field added to HintReply (or its order changed) fails this."""
+    model = protocol.HintReply(
+        id=tag,
+        lease=lease,
+        scheduler=scheduler,
+        desired=desired,
+        active=active,
+        switch=record,
+        pending=pending,
+    )
+    fast = protocol.encode_hint_hit(tag, lease, scheduler, desired, active, record, pending)
+    assert fast == protocol.encode(model)
+    assert protocol.parse_reply(fast) == model

@@ -872,9 +872,9 @@ def test_a_hit_whose_request_fails_after_its_switch_still_releases_it(
     held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The connection reports a hit's reply even when writing it failed (a defect in the
-    reply's encoding here): ``reply_sent`` comes once, so the held second half does not
+    connection's write here): ``reply_sent`` comes once, so the held second half does not
     wait for another call to the worker; the switch finishes."""
-    from schedswitchd.daemon import protocol as proto
+    from schedswitchd.daemon.connection import Connection
 
     srv, c = held
     rec = srv.read(lambda s: s.reconciler)
@@ -886,14 +886,14 @@ def test_a_hit_whose_request_fails_after_its_switch_still_releases_it(
         reply_sent()
 
     rec.reply_sent = counting  # type: ignore[method-assign]
-    real_encode = proto.encode
+    real_send = Connection._send
 
-    def broken(message: Any) -> bytes:
-        if getattr(message, "op", None) == "hint":
-            raise RuntimeError("a defect in the reply's encoding")
-        return real_encode(message)
+    async def broken(self: Connection, data: bytes) -> bool:
+        if b'"op":"hint"' in data:
+            raise RuntimeError("a defect in writing the reply")
+        return await real_send(self, data)
 
-    monkeypatch.setattr(proto, "encode", broken)
+    monkeypatch.setattr(Connection, "_send", broken)
     hinting = srv.client()
     hinting.send_raw(json.dumps({"v": 1, "op": "hint", "workload": "gaming"}).encode() + b"\n")
     assert hinting.recv_line() is None  # the connection ended without a reply

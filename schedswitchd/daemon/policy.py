@@ -79,8 +79,8 @@ class Policy:
     ``rules``: workload -> rule; ``default``: scheduler name or ``kernel``; backoff
     ``base_ns``/``cap_ns``/``stable_ns`` as in :class:`~schedswitchd.daemon.config.BackoffConfig`.
 
-    What a standby hit asks of it (``expire``, ``decide``, ``next_deadline``, and the
-    server's ``count_for_uid``) walks the tables in plain loops: a generator or a
+    What a standby hit asks of it (``count_for_uid``, ``expire``, ``decide`` through
+    ``ranked``, ``next_deadline``) walks the tables in plain loops: a generator or a
     comprehension is a function call of its own, which in the emulated sched_ext VM cost a
     hit's reply its time (docs/performance.md, "Standby hit").
     """

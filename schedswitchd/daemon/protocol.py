@@ -928,7 +928,7 @@ def encode_hint_hit(
     and the client having its answer (docs/performance.md, "Standby hit"). The arguments
     are taken as they are, unvalidated: the daemon's own values and the request's ``id``
     its parse validated. ``tests/daemon/test_protocol_fast.py`` holds the two equal and
-    fails when :class:`HintReply` or :class:`SwitchInfo`'s envelope gains a field."""
+    fails when :class:`HintReply` gains a field or its fields change order."""
     return _HINT_HIT % (
         b"null" if id is None else (_json_str(id) if isinstance(id, str) else str(id)).encode(),
         _json_str(lease).encode(),

@@ -101,8 +101,9 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
         lsock.setblocking(False)
         done = loop.create_future()
 
-        def hit(conn: socket.socket) -> bool:
-            """The hit, or False when the client's line is not there yet."""
+        def hit(conn: socket.socket, at_accept: bool) -> bool:
+            """The hit, or False when the client's line is not there yet (``at_accept``:
+            this is the accept's own read)."""
             start = time.monotonic_ns()
             try:
                 data = conn.recv(4096)
@@ -152,6 +153,7 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
                     "attached": attached,
                     "sent": sent,
                     "expedited": int(expedited),
+                    "at_accept": int(at_accept),
                 }
             )
             # Untimed: back to ss_fifo, a new ss_latency held.
@@ -165,12 +167,12 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
                 done.set_result(None)
             return True
 
-        def serve(conn: socket.socket) -> None:
+        def serve(conn: socket.socket, at_accept: bool = False) -> None:
             """The hit on ``conn`` once its line is there (the daemon's accept step reads
             it at once when it is, and waits for it otherwise, as this does)."""
             loop.remove_reader(conn.fileno())
             try:
-                if not hit(conn):
+                if not hit(conn, at_accept):
                     loop.add_reader(conn.fileno(), serve, conn)
                     return
             except Exception as exc:  # the run fails with it
@@ -184,7 +186,7 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
             except BlockingIOError:
                 return
             conn.setblocking(False)
-            serve(conn)
+            serve(conn, at_accept=True)
 
         loop.add_reader(lsock.fileno(), on_accept)
         os.write(ready_fd, b"r")
@@ -258,7 +260,9 @@ def _phases(client: tuple[int, int], h: dict[str, int]) -> dict[str, int]:
     """One hit's times, ns: ``total_ns`` (the client's), ``gap_ns``, and its parts: the
     way in (send to the server's first read), the read and checks, the window's opening,
     the detach, ``BPF_LINK_CREATE``, the confirmation, the reply's send, the way out (to
-    the client's checked reply); ``expedited``: 1 when the window expedited RCU."""
+    the client's checked reply); ``expedited``: 1 when the window expedited RCU;
+    ``at_accept``: 1 when the line was there at the accept's read (else the server waited
+    for it: a second wake-up, inside ``in_ns``)."""
     t0, t1 = client
     return {
         "total_ns": t1 - t0,
@@ -272,6 +276,7 @@ def _phases(client: tuple[int, int], h: dict[str, int]) -> dict[str, int]:
         "send_ns": h["sent"] - h["attached"],
         "out_ns": t1 - h["sent"],
         "expedited": h["expedited"],
+        "at_accept": h.get("at_accept", 0),
     }
 
 

@@ -1014,6 +1014,11 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         f"**{ratio:.2f}x its gap** (median per hit), {over:.1f} ms over it. Its parts, "
         f"median ms: {parts}.",
     ]
+    if all("at_accept" in x for x in lane):  # recorded since 2026-12-05 16:00 UTC
+        lines[-1] += (
+            f" Its line was there at the accept's read for {sum(x['at_accept'] for x in lane)} "
+            f"of {len(lane)} hits (the others waited for a second wake-up)."
+        )
     e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
     if e:
         e_ratio = statistics.median(x["total_ns"] / x["gap_ns"] for x in e)

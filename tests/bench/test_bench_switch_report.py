@@ -183,6 +183,13 @@ def test_the_bare_lane_beside_what_e_costs_over_its_gap(sl: ModuleType) -> None:
     # per hit: 50/44 = 1.136, 51/44 = 1.159, 60/50 = 1.2 -> 1.16; over: 6, 7, 10 -> 7
     assert "3 hits: median 51.0 ms, gap 44.0 ms (quartiles 44.0-50.0), **1.16x its gap**" in table
     assert "7.0 ms over it. Its parts, median ms: send to its read 1.0," in table
+    assert "at the accept's read" not in table  # runs before the lane recorded it
+    for x, at_accept in zip(raw["hit_floor"], (1, 0, 1), strict=True):
+        x["at_accept"] = at_accept
+    assert (
+        "Its line was there at the accept's read for 2 of 3 hits (the others waited for a "
+        "second wake-up)." in sl.build_report(raw, META)[0]
+    )
     # (e) at 300: 52/46, 53/46, 60/46 -> 1.15; over 6, 7, 14 -> 7.0: 0.0 ms more than the lane
     assert (
         "- (e) at 300 modules, the same statistics: 1.15x its gap (median per hit; gap 46.0 "

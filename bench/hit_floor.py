@@ -276,7 +276,7 @@ def _phases(client: tuple[int, int], h: dict[str, int]) -> dict[str, int]:
         "send_ns": h["sent"] - h["attached"],
         "out_ns": t1 - h["sent"],
         "expedited": h["expedited"],
-        "at_accept": h.get("at_accept", 0),
+        "at_accept": h["at_accept"],
     }
 
 

@@ -1014,7 +1014,7 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         f"**{ratio:.2f}x its gap** (median per hit), {over:.1f} ms over it. Its parts, "
         f"median ms: {parts}.",
     ]
-    if all("at_accept" in x for x in lane):  # recorded since 2026-12-05 16:00 UTC
+    if all("at_accept" in x for x in lane):  # older runs' lanes did not record it
         lines[-1] += (
             f" Its line was there at the accept's read for {sum(x['at_accept'] for x in lane)} "
             f"of {len(lane)} hits (the others waited for a second wake-up)."

@@ -1,7 +1,10 @@
 """The least a standby hit can cost with this loader: a bare lane, no daemon around it.
 
-A reference for bench/switch_latency.py's standby hit (e), measured in the same boot after
-its steps, as bench/socket_floor.py is. A server process with nothing but what any standby
+A reference for bench/switch_latency.py's standby hit (e), measured in the same boot and
+in the same rotation of samples (its column ``f``): the emulated machine's speed drifts
+over a boot, and a lane measured minutes after (e) compared the two at different speeds.
+Each side runs alone: the lane's server is stopped (``SIGSTOP``) outside its own hits,
+and the daemon during them. A server process with nothing but what any standby
 hit must do, written as directly as Python allows, around the real kernel backend
 (:class:`~schedswitchd.daemon.kernel_backend.KernelBackend`, made as the daemon makes it,
 with its watch running, so the module-set check is the daemon's and the switch window
@@ -16,11 +19,12 @@ expedites RCU and hushes the watch as the daemon's does):
 - a reply line of a real hint reply's size, its numbers filled in with ``%``, ``send``;
   then, once the client took it, the window's end.
 
-Untimed between hints: back to ``ss_fifo``, and a new ``ss_latency`` prepared and held (so
-each hit is a handle's first attach, as a daemon's standby is); the next hint waits half a
-second more, for the kernel's deferred work after that (the old handle's struct_ops map is
-freed after an RCU-tasks grace period) to be done: sent at once, a third of the hits had
-their detach slowed by it (gaps of 36-52 ms against 25). Each exchange is timed as
+Untimed around each hint: before it, ``ss_fifo`` attached and a new ``ss_latency``
+prepared and held (so each hit is a handle's first attach, as a daemon's standby is), then
+half a second of rest, for the kernel's deferred work of the last switch (a struct_ops
+map is freed after an RCU-tasks grace period) to be done: sent at once, a third of the
+hits had their detach slowed by it (gaps of 36-52 ms against 25); after it, ``ss_latency``
+detached and freed, sched_ext left disabled for the daemon's samples. Each exchange is timed as
 (e) is, by the same client (``launcher_wire.LauncherConnection.exchange_line``, what
 ``schedswitch-run`` sends): a fresh connection per hint, the clock started after the
 connect, stopped with the reply's envelope checked. What (e) costs over this is what the
@@ -28,13 +32,15 @@ daemon adds to a hit (its request handling, policy, lease, records, reply model)
 this costs over its own gap is what no implementation of the hit in this language, on this
 emulated machine, avoids.
 
-Used in the VM by ``switch_latency.py _vm`` (sched_ext disabled, ``uinput`` loaded); by
-hand in the VM: ``python bench/hit_floor.py SCHED_DIR N`` prints the medians.
+Used in the VM by ``switch_latency.py _vm`` (:class:`Lane`); by hand in the VM, with
+sched_ext disabled and ``uinput`` loaded: ``python bench/hit_floor.py SCHED_DIR N`` prints
+the medians of ``N`` hits in a row (:func:`measure`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -46,6 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -75,9 +82,12 @@ _OUTQ = 0x5411  # TIOCOUTQ, SIOCOUTQ for a socket: bytes not yet read by the pee
 TAKEN_WAIT_S = 0.05
 
 
-def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
-    """The server process: ``n`` hits, then their gaps (ns) written to ``out`` as JSON;
-    a byte on ``ready_fd`` each time it holds a standby for the next one."""
+def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str) -> None:
+    """The server process. For each ``g`` read on ``ctl_fd``: ``ss_fifo`` attached, a new
+    ``ss_latency`` prepared and held, ``r`` written on ``ready_fd``; then the one hit its
+    client sends, after which nothing of the lane runs (``ss_latency`` detached and freed)
+    and ``d`` is written. At ``q`` (or the pipe's end) the hits' times are written to
+    ``out`` as JSON and it returns."""
     import fcntl
 
     from schedswitchd.daemon.config import parse_config
@@ -89,8 +99,7 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
     stop_watch = backend.watch(lambda: None)
     fifo_cfg, lat_cfg = config.schedulers["fifo"], config.schedulers["lat"]
     fifo = backend.prepare("fifo", fifo_cfg)
-    backend.attach(fifo, 30)
-    held = [backend.prepare("lat", lat_cfg)]
+    held: list[Any] = []
     hits: list[dict[str, int]] = []
 
     async def main() -> None:
@@ -109,7 +118,7 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
                 data = conn.recv(4096)
             except BlockingIOError:
                 return False
-            lat = held[0]
+            lat = held.pop()
             if data != LINE:
                 raise RuntimeError(f"unexpected line {data!r}")
             _, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
@@ -156,15 +165,10 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
                     "at_accept": int(at_accept),
                 }
             )
-            # Untimed: back to ss_fifo, a new ss_latency held.
+            # Untimed: sched_ext left free for the daemon's samples.
             backend.detach(lat, 30)
-            backend.attach(fifo, 30)
             backend.discard(lat)
-            if len(hits) < n:
-                held[0] = backend.prepare("lat", lat_cfg)
-                os.write(ready_fd, b"r")  # the next hit may come
-            elif not done.done():
-                done.set_result(None)
+            os.write(ready_fd, b"d")
             return True
 
         def serve(conn: socket.socket, at_accept: bool = False) -> None:
@@ -188,35 +192,66 @@ def _serve(path: str, sched_dir: str, ready_fd: int, out: str, n: int) -> None:
             conn.setblocking(False)
             serve(conn, at_accept=True)
 
+        def on_control() -> None:
+            """``g``: hold a standby for the next hit; ``q`` or the pipe's end: stop."""
+            try:
+                word = os.read(ctl_fd, 1)
+                if word == b"g":
+                    backend.attach(fifo, 30)
+                    held.append(backend.prepare("lat", lat_cfg))
+                    os.write(ready_fd, b"r")
+                    return
+            except Exception as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not done.done():
+                done.set_result(None)
+
         loop.add_reader(lsock.fileno(), on_accept)
-        os.write(ready_fd, b"r")
+        loop.add_reader(ctl_fd, on_control)
+        os.write(ready_fd, b"s")  # started: the backend is made
         await done
 
     try:
         asyncio.run(main())
     finally:
         Path(out).write_text(json.dumps(hits))
-        backend.detach(fifo, 30)
+        for lat in held:
+            backend.discard(lat)
         backend.discard(fifo)
         stop_watch()
 
 
-def measure(sched_dir: str | Path, n: int, pause_s: float = 0.5) -> list[dict[str, int]]:
-    """``n`` hits through a fresh server process (sched_ext must be disabled, ``uinput``'s
-    BTF present), each on a fresh connection after ``pause_s`` seconds of rest and once the
-    server holds its next standby: per hit its times (:func:`_phases`). Raises
-    RuntimeError if the server holds no standby within 300 s or ends early."""
-    from schedswitchd.daemon.launcher_wire import LauncherConnection
+class Lane:
+    """The lane's server process, made once per run and stopped (``SIGSTOP``) between its
+    hits, so that it takes no CPU while the daemon's samples run; the caller holds the
+    daemon stopped (or has none) while :meth:`hit` runs, likewise, and sched_ext disabled.
+    A context manager: ``with Lane(sched_dir) as lane: lane.hit(); ...; lane.results()``.
+    Raises RuntimeError when the server fails, holds no standby within 300 s or ends
+    early."""
 
-    with tempfile.TemporaryDirectory(prefix="hit-floor-") as tmp:
-        path, out = os.path.join(tmp, "lane.sock"), os.path.join(tmp, "gaps.json")
-        read_fd, write_fd = os.pipe()
+    def __init__(self, sched_dir: str | Path, pause_s: float = 0.5) -> None:
+        self.sched_dir = str(sched_dir)
+        self.pause_s = pause_s
+        self._tmp = tempfile.TemporaryDirectory(prefix="hit-floor-")
+        self.path = os.path.join(self._tmp.name, "lane.sock")
+        self._out = os.path.join(self._tmp.name, "gaps.json")
+        self._clients: list[tuple[int, int]] = []
+        self._pid = 0
+        self._ctl = self._ready = -1
+        self._hits: list[dict[str, int]] | None = None
+
+    def __enter__(self) -> Lane:
+        ctl_read, self._ctl = os.pipe()
+        self._ready, ready_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(read_fd)
+            os.close(self._ctl)
+            os.close(self._ready)
             code = 0
             try:
-                _serve(path, str(sched_dir), write_fd, out, n)
+                _serve(self.path, self.sched_dir, ctl_read, ready_write, self._out)
             except BaseException:
                 import traceback
 
@@ -224,36 +259,92 @@ def measure(sched_dir: str | Path, n: int, pause_s: float = 0.5) -> list[dict[st
                 code = 1
             finally:
                 os._exit(code)
-        os.close(write_fd)
-        clients: list[tuple[int, int]] = []
+        self._pid = pid
+        os.close(ctl_read)
+        os.close(ready_write)
         try:
-            for _ in range(n):
-                # Once the server holds its standby (the first after its start, then after
-                # each hit's untimed preparing, ~1 s under TCG), as (e) waits for the
-                # daemon's idle.
-                ready, _, _ = select.select([read_fd], [], [], 300)
-                if not ready or os.read(read_fd, 1) != b"r":
-                    raise RuntimeError("the hit-floor server holds no standby")
-                time.sleep(pause_s)
-                client = LauncherConnection(path, timeout_s=60)
-                try:
-                    t0 = time.monotonic_ns()
-                    client.exchange_line({"op": "hint", "workload": "gaming"})
-                    clients.append((t0, time.monotonic_ns()))
-                finally:
-                    client.close()
+            self._expect(b"s")
         except BaseException:
-            os.kill(pid, signal.SIGKILL)  # its links close with it: sched_ext disables
+            self._kill()
             raise
+        os.kill(pid, signal.SIGSTOP)
+        return self
+
+    def _expect(self, word: bytes) -> None:
+        ready, _, _ = select.select([self._ready], [], [], 300)
+        got = os.read(self._ready, 1) if ready else b""
+        if got != word:
+            raise RuntimeError(f"the hit-floor server said {got!r}, not {word!r}")
+
+    def hit(self) -> None:
+        """One hit: the server continued, its standby held, ``pause_s`` of rest, the hint
+        timed on a fresh connection; once its scheduler is detached again the server is
+        stopped. sched_ext must be disabled, and stays so."""
+        from schedswitchd.daemon.launcher_wire import LauncherConnection
+
+        os.kill(self._pid, signal.SIGCONT)
+        try:
+            os.write(self._ctl, b"g")
+            # Once the server holds its standby (~1 s under TCG), as (e) waits for the
+            # daemon's idle; then the rest, for the kernel's deferred work of the last
+            # switch (see the module docstring).
+            self._expect(b"r")
+            time.sleep(self.pause_s)
+            client = LauncherConnection(self.path, timeout_s=60)
+            try:
+                t0 = time.monotonic_ns()
+                client.exchange_line({"op": "hint", "workload": "gaming"})
+                self._clients.append((t0, time.monotonic_ns()))
+            finally:
+                client.close()
+            self._expect(b"d")
+        except BaseException:
+            self._kill()
+            raise
+        os.kill(self._pid, signal.SIGSTOP)
+
+    def _kill(self) -> None:
+        if self._pid:
+            os.kill(self._pid, signal.SIGKILL)  # its links close with it: sched_ext disables
+            os.waitpid(self._pid, 0)
+            self._pid = 0
+
+    def results(self) -> list[dict[str, int]]:
+        """Per hit so far, its times (:func:`_phases`); the server ends with the first
+        call."""
+        if self._hits is None:
+            os.kill(self._pid, signal.SIGCONT)
+            os.write(self._ctl, b"q")
+            _, status = os.waitpid(self._pid, 0)
+            self._pid = 0
+            hits = json.loads(Path(self._out).read_text()) if os.path.exists(self._out) else []
+            if status != 0 or len(hits) != len(self._clients):
+                raise RuntimeError(
+                    f"the hit-floor server ended with {status}, {len(hits)} hits of "
+                    f"{len(self._clients)}"
+                )
+            self._hits = [_phases(c, h) for c, h in zip(self._clients, hits, strict=True)]
+        return self._hits
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._pid and exc[0] is None:
+                self.results()
         finally:
-            os.close(read_fd)
-            _, status = os.waitpid(pid, 0)
-        hits: list[dict[str, int]] = (
-            json.loads(Path(out).read_text()) if os.path.exists(out) else []
-        )
-        if status != 0 or len(hits) != n:
-            raise RuntimeError(f"the hit-floor server ended with {status}, {len(hits)} hits")
-        return [_phases(c, h) for c, h in zip(clients, hits, strict=True)]
+            self._kill()
+            for fd in (self._ctl, self._ready):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._tmp.cleanup()
+
+
+def measure(sched_dir: str | Path, n: int, pause_s: float = 0.5) -> list[dict[str, int]]:
+    """``n`` hits through a :class:`Lane` (sched_ext must be disabled, ``uinput``'s BTF
+    present, and nothing else switching): per hit its times (:func:`_phases`)."""
+    with Lane(sched_dir, pause_s) as lane:
+        for _ in range(n):
+            lane.hit()
+        return lane.results()
 
 
 def _phases(client: tuple[int, int], h: dict[str, int]) -> dict[str, int]:

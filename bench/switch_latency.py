@@ -77,11 +77,13 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -110,6 +112,9 @@ COLUMNS = {
     "d": "daemon warm, .kmod_btfs",
     "e": "daemon, standby hit",
 }
+#: The order of one repetition's samples, turned by one each repetition: (a)-(e), then
+#: (f), the bare lane (bench/hit_floor.py), (e)'s reference measured among them.
+ROTATION = "abcdef"
 FLAT_TARGET = 0.05
 HALF_TARGET = 0.5
 GAP_TARGET = 0.2
@@ -546,6 +551,17 @@ class Daemon:
         self._admin(self.proto.StopRequest())
         _wait("disabled")
 
+    @contextlib.contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The daemon's process stopped (``SIGSTOP``) inside the block: no thread of it
+        runs (the sysfs check of its watch, its uevent listener), as if it were not there;
+        what it missed it reads once continued."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def unpark(self) -> None:
         self._admin(self.proto.SwitchRequest(scheduler="auto"))
         _wait("enabled", BASE_OPS, timeout_s=300)
@@ -737,37 +753,54 @@ def vm_main(args: argparse.Namespace) -> int:
     daemon = Daemon(SCRATCH)
     log.write(f"daemon up in {time.monotonic() - t_start:.1f}s\n")
     parked = False
+    # (e)'s reference (bench/hit_floor.py): the bare lane, a sixth column of the rotation,
+    # measured with the daemon parked and stopped.
+    import hit_floor
+
+    lane_counts: list[int] = []
     try:
-        for target in args.counts:
-            t_ins = time.monotonic()
-            _insmod_until(modules_left, target, log)
-            count = _module_count()
-            log.write(f"step {target}: {count} module BTFs ({time.monotonic() - t_ins:.1f}s)\n")
-            if not (Path("/sys/module") / DECLARED_MODULE).exists():
-                raise RuntimeError(f"{DECLARED_MODULE} is not loaded")
-            if parked:
-                daemon.unpark()
-                parked = False
-            for col in "cde":  # warm-up (not recorded): the daemon meets the new module set
-                daemon.hint(col)
-            samples: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTS}
-            for rep in range(max(args.reps, args.cold_reps)):
-                order = "abcde"[rep % 5 :] + "abcde"[: rep % 5]
-                for col in order:
-                    if col in "ab" and not parked:
-                        daemon.park()
-                        parked = True
-                    elif col in "cde" and parked:
-                        daemon.unpark()
-                        parked = False
-                    if col == "a" and rep < args.reps:
-                        samples["a"].append(measure_a())
-                    elif col == "b" and rep < args.cold_reps:
-                        samples["b"].append(measure_b(py))
-                    elif col in "cde" and rep < args.reps:
-                        samples[col].append(daemon.hint(col))
-                log.write(f"step {target} rep {rep} done ({time.monotonic() - t_ins:.0f}s)\n")
-            results["steps"].append({"target": target, "modules": count, "samples": samples})
+        with hit_floor.Lane(SCHED_DIR) as lane:
+            for target in args.counts:
+                t_ins = time.monotonic()
+                _insmod_until(modules_left, target, log)
+                count = _module_count()
+                log.write(f"step {target}: {count} module BTFs ({time.monotonic() - t_ins:.1f}s)\n")
+                if not (Path("/sys/module") / DECLARED_MODULE).exists():
+                    raise RuntimeError(f"{DECLARED_MODULE} is not loaded")
+                if parked:
+                    daemon.unpark()
+                    parked = False
+                for col in "cde":  # warm-up (not recorded): the daemon meets the new module set
+                    daemon.hint(col)
+                samples: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTS}
+                lane_hits = 0
+                for rep in range(max(args.reps, args.cold_reps)):
+                    order = ROTATION[rep % len(ROTATION) :] + ROTATION[: rep % len(ROTATION)]
+                    for col in order:
+                        if col in "abf" and not parked:
+                            daemon.park()
+                            parked = True
+                        elif col in "cde" and parked:
+                            daemon.unpark()
+                            parked = False
+                        if col == "a" and rep < args.reps:
+                            samples["a"].append(measure_a())
+                        elif col == "b" and rep < args.cold_reps:
+                            samples["b"].append(measure_b(py))
+                        elif col in "cde" and rep < args.reps:
+                            samples[col].append(daemon.hint(col))
+                        elif col == "f" and rep < args.reps:
+                            with daemon.stopped():
+                                lane.hit()
+                            lane_hits += 1
+                    log.write(f"step {target} rep {rep} done ({time.monotonic() - t_ins:.0f}s)\n")
+                lane_counts.append(lane_hits)
+                results["steps"].append({"target": target, "modules": count, "samples": samples})
+                (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
+            # The lane's times per step, as its server kept them.
+            hits = lane.results()
+            for step, n in zip(results["steps"], lane_counts, strict=True):
+                step["lane"], hits = hits[:n], hits[n:]
             (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
     finally:
         daemon.close()
@@ -779,13 +812,6 @@ def vm_main(args: argparse.Namespace) -> int:
         results["floor_ns"] = socket_floor.measure(args.reps)
         (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
         log.write(f"socket floor done ({time.monotonic() - t_floor:.0f}s)\n")
-        # And what no implementation of the hit avoids (bench/hit_floor.py): the bare lane.
-        import hit_floor
-
-        t_floor = time.monotonic()
-        results["hit_floor"] = hit_floor.measure(SCHED_DIR, args.reps)
-        (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
-        log.write(f"hit floor done ({time.monotonic() - t_floor:.0f}s)\n")
     if args.profile:
         # The warm switch path under cProfile, in-process (the daemon runs switches in a
         # worker thread, which a whole-process profile does not see): the daemon's
@@ -941,6 +967,7 @@ def standby_composition(raw: dict[str, Any]) -> list[str]:
         *rows,
         *outside_split(raw),
         *floor_lines(raw),
+        *hit_floor_lines(raw),
     ]
 
 
@@ -969,7 +996,7 @@ def floor_lines(raw: dict[str, Any]) -> list[str]:
             f"its gap {over:.1f} ms (median per hint), the floor "
             f"{_ms(statistics.median(floor)):.1f} of it."
         )
-    return lines + hit_floor_lines(raw)
+    return lines
 
 
 #: The bare lane's parts (bench/hit_floor.py's names), as the page names them.
@@ -985,12 +1012,24 @@ HIT_FLOOR_PARTS = {
 }
 
 
+def lane_samples(raw: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The bare lane's hits (bench/hit_floor.py) at the largest count and whether they were
+    measured among (e)'s samples (the rotation's column (f): the step's ``lane``) or after
+    the steps (``hit_floor``: runs before 2026-12-05 17:00 UTC). No hits for runs without
+    a lane (before 2026-12-03 19:00 UTC)."""
+    steps = raw.get("steps") or []
+    lane = steps[-1].get("lane") if steps else None
+    if lane:
+        return lane, True
+    return raw.get("hit_floor") or [], False
+
+
 def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
-    """Markdown lines: the bare lane of this boot (``hit_floor``, bench/hit_floor.py) --
-    what a standby hit costs with nothing but the socket, the checks a hit must make, the
-    window, detach, attach and a canned reply -- against its own gap, beside (e)'s at the
-    largest step. Nothing for runs without it (before 2026-12-03 19:00 UTC)."""
-    lane = raw.get("hit_floor")
+    """Markdown lines: the bare lane of this boot (:func:`lane_samples`) -- what a standby
+    hit costs with nothing but the socket, the checks a hit must make, the window, detach,
+    attach and a canned reply -- against its own gap, beside (e)'s at the largest step.
+    Nothing for runs without it."""
+    lane, among = lane_samples(raw)
     if not lane:
         return []
     total = statistics.median(_ms(x["total_ns"]) for x in lane)
@@ -1003,11 +1042,16 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
         f"{name} {statistics.median(_ms(x[key]) for x in lane):.1f}"
         for key, name in HIT_FLOOR_PARTS.items()
     )
+    when = (
+        ", among (e)'s samples (column (f) of each repetition, the daemon stopped meanwhile)"
+        if among
+        else ", after the steps"
+    )
     lines = [
         "",
-        f"Reference, same boot: the bare lane (`bench/hit_floor.py`: the same client; a server "
-        f"with only what a standby hit must do -- read, `SO_PEERCRED`, the take's freshness "
-        f"check, the switch window, `BPF_LINK_DETACH`, `BPF_LINK_CREATE` with its "
+        f"Reference, same boot{when}: the bare lane (`bench/hit_floor.py`: the same client; "
+        f"a server with only what a standby hit must do -- read, `SO_PEERCRED`, the take's "
+        f"freshness check, the switch window, `BPF_LINK_DETACH`, `BPF_LINK_CREATE` with its "
         f"confirmation, a canned reply -- around the real kernel backend, ss_fifo -> "
         f"ss_latency; no parse, policy, lease, record or reply model), {len(lane)} hits: "
         f"median {total:.1f} ms, gap {gap:.1f} ms (quartiles {q1:.1f}-{q3:.1f}), "
@@ -1038,7 +1082,7 @@ def lane_excess_ms(raw: dict[str, Any]) -> float | None:
     beyond its own (ms; medians per hit over the samples of one boot): the daemon's own
     time on a standby hit above the least any implementation pays. ``None`` without a lane
     or (e) samples. The gaps are the kernel's (detach and attach), left out on both sides."""
-    lane = raw.get("hit_floor")
+    lane, _ = lane_samples(raw)
     e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
     if not lane or not e:
         return None

@@ -205,6 +205,30 @@ def test_the_bare_lane_beside_what_e_costs_over_its_gap(sl: ModuleType) -> None:
     )
 
 
+def test_the_lane_among_es_samples_is_the_reference(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(t, 46) for t in (52, 53, 60)]
+    parts = dict.fromkeys(sl.HIT_FLOOR_PARTS, 1_000_000)
+
+    def lane(overs: tuple[float, ...]) -> list[dict[str, int]]:
+        return [{**parts, "total_ns": int((44 + o) * 1e6), "gap_ns": 44_000_000} for o in overs]
+
+    # An older run's lane, measured after the steps, and one of each step's rotation: the
+    # largest step's own lane is the reference (over 6.5 against (e)'s 7: 0.5 ms).
+    raw["hit_floor"] = lane((1, 1, 1))
+    raw["steps"][0]["lane"] = lane((2, 2, 2))
+    raw["steps"][-1]["lane"] = lane((6, 6.5, 9))
+    assert sl.lane_samples(raw) == (raw["steps"][-1]["lane"], True)
+    assert sl.lane_excess_ms(raw) == pytest.approx(0.5)
+    table = sl.build_report(raw, META)[0]
+    assert "Reference, same boot, among (e)'s samples (column (f) of each repetition" in table
+    assert "the daemon adds 0.5 ms to the bare lane" in table
+    del raw["steps"][-1]["lane"]
+    assert sl.lane_samples(raw) == (raw["hit_floor"], False)
+    assert "Reference, same boot, after the steps: the bare lane" in sl.build_report(raw, META)[0]
+
+
 def test_the_page_says_when_the_hints_were_sent(sl: ModuleType) -> None:
     raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
     assert sl.IDLE_NOTE not in sl.build_report(raw, META)[0]  # a run from before

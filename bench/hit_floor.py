@@ -23,10 +23,12 @@ Untimed around each hint: before it, ``ss_fifo`` attached and a new ``ss_latency
 prepared and held (so each hit is a handle's first attach, as a daemon's standby is), then
 half a second of rest, for the kernel's deferred work of the last switch (a struct_ops
 map is freed after an RCU-tasks grace period) to be done: sent at once, a third of the
-hits had their detach slowed by it (gaps of 36-52 ms against 25); after it, ``ss_latency``
-detached and freed, sched_ext left disabled for the daemon's samples. Each exchange is timed as
-(e) is, by the same client (``launcher_wire.LauncherConnection.exchange_line``, what
-``schedswitch-run`` sends): a fresh connection per hint, the clock started after the
+hits had their detach slowed by it (gaps of 36-52 ms against 25). (e)'s hint, too, comes
+after as long a rest (``switch_latency.REST_S``): a server woken from rest takes longer to
+come to the line than one that has just answered a request. After the hint, ``ss_latency``
+is detached and freed and sched_ext left disabled for the daemon's samples. Each exchange
+is timed as (e) is, by the same client (``launcher_wire.LauncherConnection.exchange_line``,
+what ``schedswitch-run`` sends): a fresh connection per hint, the clock started after the
 connect, stopped with the reply's envelope checked. What (e) costs over this is what the
 daemon adds to a hit (its request handling, policy, lease, records, reply model); what
 this costs over its own gap is what no implementation of the hit in this language, on this
@@ -80,14 +82,17 @@ _CRED = struct.Struct("3i")
 _OUTQ = 0x5411  # TIOCOUTQ, SIOCOUTQ for a socket: bytes not yet read by the peer
 #: How long the lane waits for its client to take the reply before the window ends, s.
 TAKEN_WAIT_S = 0.05
+#: How many times the server prepares its standby for one hit at most (:func:`_serve`).
+STANDBY_TRIES = 20
 
 
-def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str) -> None:
+def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, pause_s: float) -> None:
     """The server process. For each ``g`` read on ``ctl_fd``: ``ss_fifo`` attached, a new
-    ``ss_latency`` prepared and held, ``r`` written on ``ready_fd``; then the one hit its
-    client sends, after which nothing of the lane runs (``ss_latency`` detached and freed)
-    and ``d`` is written. At ``q`` (or the pipe's end) the hits' times are written to
-    ``out`` as JSON and it returns."""
+    ``ss_latency`` prepared and held (checked fresh ``pause_s`` later), ``r`` written on
+    ``ready_fd``;
+    then the one hit its client sends, after which nothing of the lane runs
+    (``ss_latency`` detached and freed) and ``d`` is written. At ``q`` (or the pipe's end)
+    the hits' times are written to ``out`` as JSON and it returns."""
     import fcntl
 
     from schedswitchd.daemon.config import parse_config
@@ -101,6 +106,18 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str) -> N
     fifo = backend.prepare("fifo", fifo_cfg)
     held: list[Any] = []
     hits: list[dict[str, int]] = []
+
+    def _standby() -> Any:
+        """A fresh ``ss_latency``: prepared again while, ``pause_s`` after its prepare, the
+        take's quick check finds it stale, which it does when the watch read module events
+        it had missed while stopped (a step's inserts) after the prepare."""
+        for _ in range(STANDBY_TRIES):
+            lat = backend.prepare("lat", lat_cfg)
+            time.sleep(pause_s)
+            if backend.fresh(lat, lat_cfg, quick=True):
+                return lat
+            backend.discard(lat)
+        raise RuntimeError(f"no fresh standby in {STANDBY_TRIES} tries")
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -118,9 +135,9 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str) -> N
                 data = conn.recv(4096)
             except BlockingIOError:
                 return False
-            lat = held.pop()
             if data != LINE:
                 raise RuntimeError(f"unexpected line {data!r}")
+            lat = held.pop()
             _, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if uid != 0 or not backend.fresh(lat, lat_cfg, quick=True):
                 raise RuntimeError(f"uid {uid} or a stale standby")
@@ -198,7 +215,7 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str) -> N
                 word = os.read(ctl_fd, 1)
                 if word == b"g":
                     backend.attach(fifo, 30)
-                    held.append(backend.prepare("lat", lat_cfg))
+                    held.append(_standby())
                     os.write(ready_fd, b"r")
                     return
             except Exception as exc:
@@ -251,7 +268,7 @@ class Lane:
             os.close(self._ready)
             code = 0
             try:
-                _serve(self.path, self.sched_dir, ctl_read, ready_write, self._out)
+                _serve(self.path, self.sched_dir, ctl_read, ready_write, self._out, self.pause_s)
             except BaseException:
                 import traceback
 
@@ -279,15 +296,16 @@ class Lane:
     def hit(self) -> None:
         """One hit: the server continued, its standby held, ``pause_s`` of rest, the hint
         timed on a fresh connection; once its scheduler is detached again the server is
-        stopped. sched_ext must be disabled, and stays so."""
+        stopped. sched_ext must be disabled,
+        and stays so."""
         from schedswitchd.daemon.launcher_wire import LauncherConnection
 
         os.kill(self._pid, signal.SIGCONT)
         try:
             os.write(self._ctl, b"g")
-            # Once the server holds its standby (~1 s under TCG), as (e) waits for the
-            # daemon's idle; then the rest, for the kernel's deferred work of the last
-            # switch (see the module docstring).
+            # Once the server holds its standby (~1 s under TCG) and rested (for the
+            # kernel's deferred work of the last switch: see the module docstring), as
+            # (e) waits for the daemon's idle.
             self._expect(b"r")
             time.sleep(self.pause_s)
             client = LauncherConnection(self.path, timeout_s=60)

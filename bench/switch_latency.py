@@ -34,7 +34,12 @@ smallest step is ``uinput`` alone). At each step, ``--reps`` repetitions of, in 
     timed) a launcher intent (``prepare``) for that workload, then the hint, whose switch is
     detach + link create (the reply says ``standby``). (c) and (d) run with the daemon's
     ``[standby] recent = false`` so that they stay warm prepares; the intent of (e) keeps
-    its own scheduler entry held the whole run.
+    its own scheduler entry held the whole run;
+(f) (e)'s reference, the bare lane (``bench/hit_floor.py``): the least a standby hit costs
+    with the real backend, one server process for the whole run, timed by the same
+    client; measured among the other samples (the machine's speed drifts over a boot)
+    with the daemon parked and stopped (``SIGSTOP``), and the lane's server stopped
+    outside its own hits.
 
 Every (c)-(e) hint is sent once the daemon's ``status`` says ``idle`` (no reconcile pass,
 nor the standby refill after it, running or kicked, no direct switch, nothing queued on
@@ -59,7 +64,7 @@ the event loop's, the worker's and the client's threads).
 
 Targets: (c) and (d) flat within 5% from the smallest to the largest count; (d) at 300 at
 most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm RSS at
-most 48 MiB. (e), judged against the bare lane measured in the same boot
+most 48 MiB. (e), judged against (f), the bare lane
 (``bench/hit_floor.py``): what (e) costs beyond its gap at most 1 ms over what the lane costs
 beyond its own (medians per hit, the largest count), and (e) at most 0.10 of (a) at the
 largest count. A lane-relative target replaces a ratio to (e)'s own gap because the lane
@@ -115,6 +120,11 @@ COLUMNS = {
 #: The order of one repetition's samples, turned by one each repetition: (a)-(e), then
 #: (f), the bare lane (bench/hit_floor.py), (e)'s reference measured among them.
 ROTATION = "abcdef"
+#: Rest after the daemon was stopped for the lane's hit (:meth:`Daemon.stopped`), s.
+SETTLE_S = 0.5
+#: Rest between the daemon found idle and each (c)-(e) hint, s: as long as the lane's
+#: before its own (``hit_floor.Lane``'s ``pause_s``).
+REST_S = 0.5
 FLAT_TARGET = 0.05
 HALF_TARGET = 0.5
 GAP_TARGET = 0.2
@@ -123,8 +133,9 @@ IDLE_NOTE = (
     "Each (c)-(e) hint is sent once the daemon's status says `idle` (no reconcile pass, nor "
     "the standby refill after it, running or kicked, no direct switch, nothing queued on "
     "its worker; for (e) with `lat_standby` held), as a launcher's hint meets a daemon at "
-    "rest; runs before 2026-12-02 sent it as soon as the pool held `lat_standby`, while "
-    "the round that refilled it could still run."
+    "rest, and, in runs from 2026-12-05 17:30 UTC on, half a second after that status, as "
+    "long as the bare lane (f) rests before its own; runs before 2026-12-02 sent it as "
+    "soon as the pool held `lat_standby`, while the round that refilled it could still run."
 )
 #: The report's line on the timed client (runs with ``hint_client: launcher_wire``).
 HINT_CLIENT_NOTE = (
@@ -553,14 +564,22 @@ class Daemon:
 
     @contextlib.contextmanager
     def stopped(self) -> Iterator[None]:
-        """The daemon's process stopped (``SIGSTOP``) inside the block: no thread of it
-        runs (the sysfs check of its watch, its uevent listener), as if it were not there;
-        what it missed it reads once continued."""
+        """The daemon's process stopped (``SIGSTOP``) inside the block, once it is idle
+        (:meth:`wait_idle`: no switch's tail, such as its RCU window, left open): no thread
+        of it runs (the sysfs check of its watch, its uevent listener), as if it were not
+        there. Continued, it is given :data:`SETTLE_S` and then waited for until idle
+        again."""
+        self.wait_idle()
         os.kill(self.proc.pid, signal.SIGSTOP)
         try:
             yield
         finally:
             os.kill(self.proc.pid, signal.SIGCONT)
+        # Then the daemon reads what it missed (the uevents of the block's switches: a
+        # pass), and the kernel frees what those switches left (struct_ops maps after an
+        # RCU-tasks grace period), before the next sample.
+        time.sleep(SETTLE_S)
+        self.wait_idle()
 
     def unpark(self) -> None:
         self._admin(self.proto.SwitchRequest(scheduler="auto"))
@@ -604,6 +623,9 @@ class Daemon:
 
     def hint(self, col: str) -> dict[str, Any]:
         before = (self.hold_standby() if col == "e" else self.wait_idle()).counters
+        # At rest, as the lane's server is before its hint (bench/hit_floor.py): not right
+        # after answering the status that found it idle.
+        time.sleep(REST_S)
         # Timed as a launcher hints (schedswitch-run: launcher_wire, no pydantic; see
         # HINT_CLIENT); the same reply line is then validated whole, untimed.
         client = self.launcher_cls(self.sock, timeout_s=120)
@@ -1399,7 +1421,7 @@ def main(argv: list[str] | None = None) -> int:
     cp.add_argument("ops")
     # 21, not the issue's minimum of 7: single-threaded TCG spreads one cell by +-10%, and
     # with 7 samples two cells doing identical work differed by 10% in their medians.
-    ap.add_argument("--reps", type=int, default=21, help="repetitions of (a), (c), (d)")
+    ap.add_argument("--reps", type=int, default=21, help="repetitions of (a), (c)-(f)")
     ap.add_argument(
         "--cold-reps", type=int, default=3, help="repetitions of (b) (~30 s each under TCG)"
     )

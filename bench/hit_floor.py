@@ -88,9 +88,8 @@ STANDBY_TRIES = 20
 
 def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, pause_s: float) -> None:
     """The server process. For each ``g`` read on ``ctl_fd``: ``ss_fifo`` attached, a new
-    ``ss_latency`` prepared and held (checked fresh ``pause_s`` later), ``r`` written on
-    ``ready_fd``;
-    then the one hit its client sends, after which nothing of the lane runs
+    ``ss_latency`` prepared and held (``fresh_standby``), ``r`` written on
+    ``ready_fd``; then the one hit its client sends, after which nothing of the lane runs
     (``ss_latency`` detached and freed) and ``d`` is written. At ``q`` (or the pipe's end)
     the hits' times are written to ``out`` as JSON and it returns."""
     import fcntl
@@ -107,7 +106,7 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
     held: list[Any] = []
     hits: list[dict[str, int]] = []
 
-    def _standby() -> Any:
+    def fresh_standby() -> Any:
         """A fresh ``ss_latency``: prepared again while, ``pause_s`` after its prepare, the
         take's quick check finds it stale, which it does when the watch read module events
         it had missed while stopped (a step's inserts) after the prepare."""
@@ -215,7 +214,7 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
                 word = os.read(ctl_fd, 1)
                 if word == b"g":
                     backend.attach(fifo, 30)
-                    held.append(_standby())
+                    held.append(fresh_standby())
                     os.write(ready_fd, b"r")
                     return
             except Exception as exc:
@@ -241,7 +240,7 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
 
 
 class Lane:
-    """The lane's server process, made once per run and stopped (``SIGSTOP``) between its
+    """The lane's server process, made once per run and stopped (``SIGSTOP``) outside its
     hits, so that it takes no CPU while the daemon's samples run; the caller holds the
     daemon stopped (or has none) while :meth:`hit` runs, likewise, and sched_ext disabled.
     A context manager: ``with Lane(sched_dir) as lane: lane.hit(); ...; lane.results()``.
@@ -296,16 +295,14 @@ class Lane:
     def hit(self) -> None:
         """One hit: the server continued, its standby held, ``pause_s`` of rest, the hint
         timed on a fresh connection; once its scheduler is detached again the server is
-        stopped. sched_ext must be disabled,
-        and stays so."""
+        stopped. sched_ext must be disabled, and stays so."""
         from schedswitchd.daemon.launcher_wire import LauncherConnection
 
         os.kill(self._pid, signal.SIGCONT)
         try:
             os.write(self._ctl, b"g")
-            # Once the server holds its standby (~1 s under TCG) and rested (for the
-            # kernel's deferred work of the last switch: see the module docstring), as
-            # (e) waits for the daemon's idle.
+            # Once the server holds its standby (~1 s under TCG), as (e) waits for the
+            # daemon's idle; then the rest (see the module docstring).
             self._expect(b"r")
             time.sleep(self.pause_s)
             client = LauncherConnection(self.path, timeout_s=60)

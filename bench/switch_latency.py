@@ -779,7 +779,6 @@ def vm_main(args: argparse.Namespace) -> int:
     # measured with the daemon parked and stopped.
     import hit_floor
 
-    lane_counts: list[int] = []
     try:
         with hit_floor.Lane(SCHED_DIR) as lane:
             for target in args.counts:
@@ -795,7 +794,6 @@ def vm_main(args: argparse.Namespace) -> int:
                 for col in "cde":  # warm-up (not recorded): the daemon meets the new module set
                     daemon.hint(col)
                 samples: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTS}
-                lane_hits = 0
                 for rep in range(max(args.reps, args.cold_reps)):
                     order = ROTATION[rep % len(ROTATION) :] + ROTATION[: rep % len(ROTATION)]
                     for col in order:
@@ -814,15 +812,13 @@ def vm_main(args: argparse.Namespace) -> int:
                         elif col == "f" and rep < args.reps:
                             with daemon.stopped():
                                 lane.hit()
-                            lane_hits += 1
                     log.write(f"step {target} rep {rep} done ({time.monotonic() - t_ins:.0f}s)\n")
-                lane_counts.append(lane_hits)
                 results["steps"].append({"target": target, "modules": count, "samples": samples})
                 (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
-            # The lane's times per step, as its server kept them.
+            # The lane's times, as its server kept them: --reps of them per step.
             hits = lane.results()
-            for step, n in zip(results["steps"], lane_counts, strict=True):
-                step["lane"], hits = hits[:n], hits[n:]
+            for i, step in enumerate(results["steps"]):
+                step["lane"] = hits[i * args.reps : (i + 1) * args.reps]
             (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
     finally:
         daemon.close()

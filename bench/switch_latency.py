@@ -44,7 +44,9 @@ smallest step is ``uinput`` alone). At each step, ``--reps`` repetitions of, in 
 Every (c)-(e) hint is sent once the daemon's ``status`` says ``idle`` (no reconcile pass,
 nor the standby refill after it, running or kicked, no direct switch, nothing queued on
 its worker thread; for (e) also with the standby held), as a launcher's hint meets a
-daemon at rest, not the tail of the round that refilled the pool after the sample before.
+daemon at rest, not the tail of the round that refilled the pool after the sample before;
+then :data:`REST_S` later, as long as the lane (f) rests before its own hint, so that
+neither server meets its hint just after answering a request.
 
 Per switch it also records: the no-scheduler gap (c, d: the daemon's own record, from the
 old scheduler's detach starting to the return of ``BPF_LINK_CREATE`` for the new one,

@@ -47,10 +47,17 @@ ACCEPT_PER_STEP = 64
 #: How long accepting pauses when the process or system is out of descriptors or memory
 #: (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), s; asyncio's ``ACCEPT_RETRY_DELAY``.
 ACCEPT_RETRY_S = 1.0
-#: The most the accept reads of a new connection's first bytes (what is left stays for
-#: the transport): under glibc's mmap threshold (128 KiB), where asyncio's own 256 KiB
-#: read buffer is an mmap and a munmap per read.
-FIRST_READ_BYTES = 64 * 1024
+#: The accept's read of a new connection's first bytes, and the most it reads of them (what
+#: is left stays for the transport): one read of a page, ample for a launcher's line of
+#: under 100 bytes; only a read that filled its buffer reads on, a page at a time. Each
+#: read's buffer is allocated at its full size whatever comes, and one of 64 KiB made a
+#: standby hit's read measurably slower in the sched_ext VM (docs/performance.md,
+#: "Standby hit"). The most stays under glibc's mmap threshold (128 KiB), where asyncio's
+#: own 256 KiB read buffer is an mmap and a munmap per read; a request cut off there has
+#: the rest of its bytes read by the transport (closing a socket with bytes unread
+#: resets its peer's connection instead of ending it).
+FIRST_READ_BYTES = 4096
+FIRST_READ_MAX_BYTES = 64 * 1024
 #: How often the acceptor looks whether the client of a connection answered in its
 #: accept's step took its reply, s, and how long it waits for that at most before asyncio's
 #: transport takes the connection over anyway (its later lines and its end are read from
@@ -175,10 +182,7 @@ class Acceptor:
         try:
             conn.connection_made(step)
             if not step.is_closing():
-                try:
-                    data = sock.recv(FIRST_READ_BYTES)
-                except OSError:  # nothing sent yet, or an error the transport meets too
-                    data = b""
+                data = _first_read(sock)
                 if data:  # b"": the client is done writing; the transport sees that too
                     self.first_read_at_accept += 1
                 # with nothing read too: the connection's idle timeout is armed there
@@ -233,3 +237,22 @@ class Acceptor:
         self._handing_over.pop(conn.id, None)
         loop = asyncio.get_running_loop()
         conn.hand_over(make_socket_transport(loop, sock, conn, addr))
+
+
+def _first_read(sock: socket.socket) -> bytes:
+    """What the client of a just-accepted ``sock`` (non-blocking) sent already, up to
+    :data:`FIRST_READ_MAX_BYTES`, read :data:`FIRST_READ_BYTES` at a time; ``b""`` when
+    nothing was sent yet, or on an error, which the transport meets too."""
+    try:
+        data = sock.recv(FIRST_READ_BYTES)
+    except OSError:
+        return b""
+    while 0 < len(data) < FIRST_READ_MAX_BYTES and len(data) % FIRST_READ_BYTES == 0:
+        try:
+            more = sock.recv(FIRST_READ_BYTES)
+        except OSError:  # nothing more yet: the transport reads what comes
+            break
+        if not more:
+            break
+        data += more
+    return data

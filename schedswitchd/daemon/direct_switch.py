@@ -117,6 +117,9 @@ class DirectSwitch:
         #: running the new scheduler and the reply (docs/performance.md, "Standby hit").
         #: Replaced once a hit is over (:meth:`_end`), off the reply's path.
         self._next_gate: ReplyGate | None = ReplyGate()
+        #: The record the next hit fills in (``Switcher.blank_record``), made ahead of it
+        #: for the same reason, and likewise replaced once a hit is over.
+        self._next_record: SwitchInfo | None = switcher.blank_record()
 
     def standby_hit(self, lease: Lease) -> tuple[str, SchedulerConfig, str] | None:
         """``(target, spec, reason)`` when the hint that just added ``lease`` is a standby
@@ -167,14 +170,16 @@ class DirectSwitch:
         ``switch_timeout_s``), which no request could have been answered in sooner
         anyway, since the worker it would otherwise have waited for does the same."""
         self.active = True
+        blank, self._next_record = self._next_record, None
         try:
-            pending = self.switcher.begin_standby(target, spec, reason)
+            pending = self.switcher.begin_standby(target, spec, reason, blank)
         except Exception:
             self.active = False
             log.exception("direct switch to %s failed", target)
             self.host.kick()
             return await self.host.settle_records(early=True)
         if pending is None:  # nothing fresh held: a pass prepares it
+            self._next_record = blank  # not used
             self.active = False
             self.host.kick()
             return await self.host.settle_records(early=True)
@@ -267,6 +272,8 @@ class DirectSwitch:
         self.active = False
         if self._next_gate is None:
             self._next_gate = ReplyGate()
+        if self._next_record is None:
+            self._next_record = self.switcher.blank_record()
         if error is not None:
             log.error("direct switch to %s failed", target, exc_info=error)
         if outcome is None:

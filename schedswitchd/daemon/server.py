@@ -96,6 +96,8 @@ class Server:
         self._lease_seq = itertools.count(1)
         #: Random bytes for lease ids, fetched ahead (:meth:`_lease_token`).
         self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
+        #: Leases :meth:`new_lease` made without announcing them yet (:meth:`announce_lease`).
+        self._unannounced: dict[str, Lease] = {}
         #: The listening socket's reader: accepts, serves each connection's first step.
         self.acceptor = Acceptor(lambda: Connection(self, next(self._conn_ids)))
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
@@ -346,7 +348,10 @@ class Server:
             pidfd = pin_pid(pid, peer.pid, lambda: self.is_admin(peer))
         elif request.pidfd:
             pidfd, pid = take_passed_pidfd(conn.passed, peer.uid, lambda: self.is_admin(peer))
-        lease = self.new_lease(request.workload, peer.uid, peer.pid, pid, request.ttl_s)
+        # Announced on the feed once a standby hit's client took its reply, or below.
+        lease = self.new_lease(
+            request.workload, peer.uid, peer.pid, pid, request.ttl_s, announce=False
+        )
         runtime = _LeaseRuntime(conn, pidfd)
         self.leases[lease.id] = runtime
         conn.leases.add(lease.id)
@@ -363,11 +368,11 @@ class Server:
         hits = self.reconciler.direct
         direct = hits.standby_hit(lease)
         if direct is not None:
-            # A standby hit: straight to the switch; its log line waits until the client
-            # took the reply.
+            # A standby hit: straight to the switch; the lease's announcement and log line
+            # wait until the client took the reply.
             changes = self.reconciler.changes
             made, settled = await hits.switch(*direct)
-            hits.after_reply(self._log_lease, lease, wanted)
+            hits.after_reply(self._lease_made, lease, wanted)
             hit = hits.hit_decision
             if (
                 hit is not None
@@ -385,7 +390,7 @@ class Server:
                     request.id, lease.id, wanted, hit[0].scheduler, direct[0], made[0], not settled
                 )
         else:
-            self._log_lease(lease, wanted)
+            self._lease_made(lease, wanted)
             self.reconciler.kick()
             made, settled = await self.reconciler.settle_records(early=True)
         failed = [r for r in made if r.target == wanted and not r.ok]
@@ -401,11 +406,21 @@ class Server:
         )
 
     def new_lease(
-        self, workload: str, uid: int, owner_pid: int, pid: int | None, ttl_s: float | None
+        self,
+        workload: str,
+        uid: int,
+        owner_pid: int,
+        pid: int | None,
+        ttl_s: float | None,
+        *,
+        announce: bool = True,
     ) -> Lease:
         """A new lease of ``workload`` for ``uid`` (made by process ``owner_pid``; ``pid``:
         the hinted process, or ``None``; ``ttl_s``: when it ends by itself, s, or ``None``),
-        added to the policy and announced on the feed. Ending it (:meth:`end_lease`) and
+        added to the policy and announced on the feed (``lease_added``) -- with ``announce``
+        False, not yet: the caller calls :meth:`announce_lease` (a standby hit's reply does
+        not wait for the publication: docs/performance.md, "Standby hit"); a lease that
+        ends first is announced just before its end. Ending it (:meth:`end_lease`) and
         kicking the reconciler are the caller's."""
         now = self.clock()
         seq = next(self._lease_seq)
@@ -420,10 +435,23 @@ class Server:
             seq=seq,
         )
         self.policy.add(lease)
-        self.reconciler.feed.publish(
-            "lease_added", lease=lease.id, workload=workload, uid=uid, pid=pid
-        )
+        self._unannounced[lease.id] = lease
+        if announce:
+            self.announce_lease(lease.id)
         return lease
+
+    def announce_lease(self, lease_id: str) -> None:
+        """Publish ``lease_added`` for a lease :meth:`new_lease` made, unless it was
+        already."""
+        lease = self._unannounced.pop(lease_id, None)
+        if lease is not None:
+            self.reconciler.feed.publish(
+                "lease_added",
+                lease=lease.id,
+                workload=lease.workload,
+                uid=lease.owner_uid,
+                pid=lease.pid,
+            )
 
     def end_lease(self, lease_id: str, why: str) -> Lease | None:
         """End a lease (any, also one made by :meth:`new_lease` without a connection) and
@@ -445,6 +473,11 @@ class Server:
             self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
         token, self._id_bytes = self._id_bytes[:4], self._id_bytes[4:]
         return token.hex()
+
+    def _lease_made(self, lease: Lease, scheduler: str) -> None:
+        """A hint's lease, once it is in force: announced on the feed and logged."""
+        self.announce_lease(lease.id)
+        self._log_lease(lease, scheduler)
 
     @staticmethod
     def _log_lease(lease: Lease, scheduler: str) -> None:
@@ -478,6 +511,7 @@ class Server:
                 runtime.timer.cancel()
         if lease is not None:
             log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
+            self.announce_lease(lease_id)  # a watcher sees it added before it ends
             self.reconciler.feed.publish(
                 "lease_ended",
                 lease=lease_id,

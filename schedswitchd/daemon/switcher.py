@@ -338,8 +338,24 @@ class Switcher:
             pending.finish()
         return record
 
+    def blank_record(self) -> SwitchInfo:
+        """A record for a later :meth:`begin_standby` to fill in (its ``blank``): made
+        ahead, off a standby hit's path -- building a record validates it, which costs the
+        hit its time where assigning its fields does not (docs/performance.md, "Standby
+        hit"). Its fields are placeholders (``seq`` 0) until then; it is in no history."""
+        return SwitchInfo(
+            seq=0,
+            time=0.0,
+            previous=KERNEL,
+            target=KERNEL,
+            result=OK,
+            reason="",
+            standby=True,
+            finished=False,
+        )
+
     def begin_standby(
-        self, target: str, spec: SchedulerConfig, reason: str
+        self, target: str, spec: SchedulerConfig, reason: str, blank: SwitchInfo | None = None
     ) -> PendingSwitch | None:
         """The first half of a switch to ``target``'s held standby, for a caller that answers
         a request between the halves on its own thread (a standby hit on the event loop):
@@ -359,12 +375,29 @@ class Switcher:
         ``SCX_EXIT_UNREG``, whose ``ops.exit`` the detach itself causes) -- see
         :meth:`PendingSwitch.finish`. Without one the caller must run
         :meth:`check_ejected` first, as a pass does. Never raises a
-        :class:`SchedSwitchError`. ``target`` must not be the running scheduler."""
+        :class:`SchedSwitchError`. ``target`` must not be the running scheduler.
+
+        ``blank``: a :meth:`blank_record` to fill in as the switch's record (used unless
+        this returns ``None``), else one is made. ``ValueError`` for a used one."""
+        if blank is not None and blank.seq != 0:
+            raise ValueError(f"record {blank.seq} is not blank")
         start = time.monotonic_ns()
         new = self.standby.take(target, spec)
         if new is None:
             return None
-        record = self._record(target, OK, reason, finished=False, standby=True)
+        if blank is None:
+            record = self._record(target, OK, reason, finished=False, standby=True)
+        else:
+            # The fields the constructor would have set, assigned (which pydantic does not
+            # validate: the model has no validate_assignment): the record is the same.
+            self._seq += 1
+            record = blank
+            record.seq = self._seq
+            record.time = time.time()
+            record.previous = self.active
+            record.target = target
+            record.reason = reason
+            self.history.append(record)
         clock = _Clock(record)
         clock.start = start
         record.phases_ns["standby"] = time.monotonic_ns() - start

@@ -598,3 +598,26 @@ def test_connections_waiting_behind_an_answered_one_are_accepted_in_the_next_ste
         assert reply is not None and reply["ok"] and reply["id"] == i, reply
         c.close()
     assert steps[:5] == [0, 1, 2, 3, 4], steps  # one connection a step
+
+
+@pytest.mark.parametrize(("most", "how"), [(64, "step"), (1024, "accept")])
+def test_a_first_line_longer_than_one_read_is_read_on_or_left_to_the_transport(
+    started: list[Running], monkeypatch: pytest.MonkeyPatch, most: int, how: str
+) -> None:
+    """The accept reads ``FIRST_READ_BYTES`` at a time (a page; 16 bytes here, under the
+    harness's request size limit) while its reads fill their buffer, up to
+    ``FIRST_READ_MAX_BYTES`` (``most``): a longer first line is answered whole, in the
+    accept's step when it was read whole there, else once the transport read the rest."""
+    monkeypatch.setattr(acceptor_mod, "FIRST_READ_BYTES", 16)
+    monkeypatch.setattr(acceptor_mod, "FIRST_READ_MAX_BYTES", most)
+    srv = _start(started)
+    steps = Steps(srv)
+    line = _line(op="list", id=7).replace(b"}", b" " * 200 + b"}")
+    with loop_held(srv):
+        c = srv.client()
+        c.send_raw(line)
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["id"] == 7, reply
+    assert steps.seen == [("list", how)], steps.seen
+    assert srv.read(lambda s: s.acceptor.first_read_at_accept) == 1
+    c.close()

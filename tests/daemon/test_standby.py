@@ -986,3 +986,50 @@ def test_a_hits_reply_decides_again_when_a_ttl_ended_during_the_switch(
     assert reply["ok"] and reply["switch"]["target"] == "gaming", reply
     assert reply["desired"] == "fifo", reply
     c.close()
+
+
+def test_a_hits_lease_is_announced_once_its_reply_was_taken_and_before_its_switch(
+    held: tuple[Running, Client],
+) -> None:
+    """A standby hit's ``lease_added`` is published after its reply went out (the reply
+    does not wait for the publication), and still before the hit's ``switch`` and the
+    lease's ``lease_ended`` on the feed."""
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    sub = srv.read(lambda s: s.reconciler.feed.subscribe())
+    publish = rec.feed.publish
+    with _hand_offs(rec) as events:
+
+        def logged_publish(kind: str, **fields: Any) -> Any:
+            events.append(kind)
+            return publish(kind, **fields)
+
+        rec.feed.publish = logged_publish  # type: ignore[method-assign]
+        try:
+            hint = c.request(op="hint", workload="gaming")
+            assert hint["ok"] and hint["switch"]["standby"] is True, hint
+            srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+        finally:
+            del rec.feed.publish
+    assert events[: events.index("lease_added") + 1] == ["reply_sent", "submit", "lease_added"]
+    c.close()
+    srv.wait_for(lambda s: not s.policy.leases and s.reconciler.idle)
+    kinds = srv.read(lambda s: [(ch.kind, ch.fields.get("lease")) for ch in sub._queue])
+    lease = hint["lease"]
+    assert kinds[:3] == [("lease_added", lease), ("switch", None), ("lease_ended", lease)], kinds
+
+
+def test_a_lease_that_ends_before_its_announcement_is_announced_first(srv: Running) -> None:
+    """A lease made unannounced (``new_lease(announce=False)``, as a hint's is until its
+    reply was taken) that ends first -- its pid exited, its TTL passed, its connection
+    closed -- is announced just before its end; announcing it later does nothing."""
+    sub = srv.read(lambda s: s.reconciler.feed.subscribe())
+
+    def made_and_ended(s: Server) -> None:
+        lease = s.new_lease("gaming", 1000, 1, None, None, announce=False)
+        s.end_lease(lease.id, "pid 1 exited")
+        s.announce_lease(lease.id)
+
+    srv.read(made_and_ended)
+    kinds = srv.read(lambda s: [ch.kind for ch in sub._queue])
+    assert kinds == ["lease_added", "lease_ended"], kinds

@@ -433,3 +433,43 @@ def test_a_pin_failure_after_on_enabled_rolls_back_to_the_previous() -> None:
     rec = k.switch_to("vtime", SPEC, "lease 1")
     assert rec is not None and rec.result == proto.ROLLED_BACK and k.active == KERNEL
     assert kb.kernel_state().state == "disabled" and not kb.live
+
+
+@pytest.mark.parametrize("blank", [False, True])
+def test_a_blank_record_filled_by_begin_standby_is_the_record_it_would_make(blank: bool) -> None:
+    """The standby hit's record made ahead (``blank_record``) and filled in by assignment
+    is the model the constructor makes: the same fields, the same fields set (pydantic's
+    ``exclude_unset`` reads them) and the same JSON. Fails when pydantic starts to
+    validate or track assignments differently from construction."""
+
+    def hit(s: sw.Switcher, record: SwitchInfo | None) -> SwitchInfo:
+        s.configure_standby(1, 1 << 30)
+        s.switch_to("fifo", SPEC, "lease 1")
+        s.fill_standby([("vtime", SPEC, "default")])
+        pending = s.begin_standby("vtime", SPEC, "lease 2-ab gaming", record)
+        assert pending is not None and pending.running
+        assert s.history[-1] is pending.record
+        return pending.record
+
+    s, _ = make()
+    made = hit(make()[0], None)
+    filled = hit(s, s.blank_record() if blank else None)
+    assert filled.seq == made.seq == 2 and filled.previous == "fifo"
+    assert abs(filled.time - made.time) < 60
+    filled.time = made.time
+    for record in (made, filled):
+        record.phases_ns = {k: 0 for k in record.phases_ns}
+        record.gap_ns = 0
+    assert filled.model_fields_set == made.model_fields_set
+    assert filled == made
+    assert proto.encode(filled) == proto.encode(made)
+    assert filled.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
+
+
+def test_a_used_record_is_not_taken_as_blank() -> None:
+    s, _ = make()
+    used = s.switch_to("fifo", SPEC, "lease 1")
+    assert used is not None
+    with pytest.raises(ValueError, match="not blank"):
+        s.begin_standby("vtime", SPEC, "lease 2", used)
+    assert s.blank_record() not in s.history

@@ -39,6 +39,7 @@ from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_co
 from schedswitchd.daemon.connection import REPLY_TAKEN_WAIT_S, Connection
 from schedswitchd.daemon.exec_backend import runs_info
 from schedswitchd.daemon.launcher_wire import DENIED, LIMIT
+from schedswitchd.daemon.lease_notices import LeaseNotices
 from schedswitchd.daemon.lease_pids import pin_pid, take_passed_pidfd
 from schedswitchd.daemon.peer import Peer
 from schedswitchd.daemon.policy import NS_PER_S, Lease
@@ -81,6 +82,8 @@ class Server:
         a reply a switch released before it goes on (s,
         :data:`~schedswitchd.daemon.connection.REPLY_TAKEN_WAIT_S`)."""
         self.reconciler = reconciler
+        #: The leases' log lines and feed changes.
+        self.notices = LeaseNotices(reconciler.feed)
         #: How long a connection waits, at most, for its client to take a reply marked
         #: ``early_reply`` (s; :class:`~schedswitchd.daemon.connection.ConnectionOwner`).
         self.reply_taken_wait_s = reply_taken_wait_s
@@ -96,8 +99,6 @@ class Server:
         self._lease_seq = itertools.count(1)
         #: Random bytes for lease ids, fetched ahead (:meth:`_lease_token`).
         self._id_bytes = secrets.token_bytes(LEASE_ID_POOL)
-        #: Leases :meth:`new_lease` made without announcing them yet (:meth:`announce_lease`).
-        self._unannounced: dict[str, Lease] = {}
         #: The listening socket's reader: accepts, serves each connection's first step.
         self.acceptor = Acceptor(lambda: Connection(self, next(self._conn_ids)))
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
@@ -372,7 +373,7 @@ class Server:
             # wait until the client took the reply.
             changes = self.reconciler.changes
             made, settled = await hits.switch(*direct)
-            hits.after_reply(self._lease_made, lease, wanted)
+            hits.after_reply(self.notices.in_force, lease, wanted)
             hit = hits.hit_decision
             if (
                 hit is not None
@@ -390,7 +391,7 @@ class Server:
                     request.id, lease.id, wanted, hit[0].scheduler, direct[0], made[0], not settled
                 )
         else:
-            self._lease_made(lease, wanted)
+            self.notices.in_force(lease, wanted)
             self.reconciler.kick()
             made, settled = await self.reconciler.settle_records(early=True)
         failed = [r for r in made if r.target == wanted and not r.ok]
@@ -417,11 +418,9 @@ class Server:
     ) -> Lease:
         """A new lease of ``workload`` for ``uid`` (made by process ``owner_pid``; ``pid``:
         the hinted process, or ``None``; ``ttl_s``: when it ends by itself, s, or ``None``),
-        added to the policy and announced on the feed (``lease_added``) -- with ``announce``
-        False, not yet: the caller calls :meth:`announce_lease` (a standby hit's reply does
-        not wait for the publication: docs/performance.md, "Standby hit"); a lease that
-        ends first is announced just before its end. Ending it (:meth:`end_lease`) and
-        kicking the reconciler are the caller's."""
+        added to the policy and announced on the feed -- with ``announce`` False, once the
+        caller says (:class:`~schedswitchd.daemon.lease_notices.LeaseNotices`). Ending it
+        (:meth:`end_lease`) and kicking the reconciler are the caller's."""
         now = self.clock()
         seq = next(self._lease_seq)
         lease = Lease(
@@ -435,23 +434,8 @@ class Server:
             seq=seq,
         )
         self.policy.add(lease)
-        self._unannounced[lease.id] = lease
-        if announce:
-            self.announce_lease(lease.id)
+        self.notices.added(lease, announce=announce)
         return lease
-
-    def announce_lease(self, lease_id: str) -> None:
-        """Publish ``lease_added`` for a lease :meth:`new_lease` made, unless it was
-        already."""
-        lease = self._unannounced.pop(lease_id, None)
-        if lease is not None:
-            self.reconciler.feed.publish(
-                "lease_added",
-                lease=lease.id,
-                workload=lease.workload,
-                uid=lease.owner_uid,
-                pid=lease.pid,
-            )
 
     def end_lease(self, lease_id: str, why: str) -> Lease | None:
         """End a lease (any, also one made by :meth:`new_lease` without a connection) and
@@ -474,22 +458,6 @@ class Server:
         token, self._id_bytes = self._id_bytes[:4], self._id_bytes[4:]
         return token.hex()
 
-    def _lease_made(self, lease: Lease, scheduler: str) -> None:
-        """A hint's lease, once it is in force: announced on the feed and logged."""
-        self.announce_lease(lease.id)
-        self._log_lease(lease, scheduler)
-
-    @staticmethod
-    def _log_lease(lease: Lease, scheduler: str) -> None:
-        log.info(
-            "lease %s: %s for uid %d pid %s",
-            lease.id,
-            lease.workload,
-            lease.owner_uid,
-            lease.pid if lease.pid is not None else "-",
-            extra={"LEASE": lease.id, "SCHEDULER": scheduler},
-        )
-
     def _end_lease(
         self, lease_id: str, why: str, *, kick: bool = True, by_itself: bool = False
     ) -> Lease | None:
@@ -510,15 +478,7 @@ class Server:
             if runtime.timer is not None:
                 runtime.timer.cancel()
         if lease is not None:
-            log.info("lease %s ended: %s", lease_id, why, extra={"LEASE": lease_id})
-            self.announce_lease(lease_id)  # a watcher sees it added before it ends
-            self.reconciler.feed.publish(
-                "lease_ended",
-                lease=lease_id,
-                workload=lease.workload,
-                uid=lease.owner_uid,
-                why=why,
-            )
+            self.notices.ended(lease, why)
             if kick:
                 self.reconciler.kick()
         return lease

@@ -1028,7 +1028,7 @@ def test_a_lease_that_ends_before_its_announcement_is_announced_first(srv: Runni
     def made_and_ended(s: Server) -> None:
         lease = s.new_lease("gaming", 1000, 1, None, None, announce=False)
         s.end_lease(lease.id, "pid 1 exited")
-        s.announce_lease(lease.id)
+        s.notices.announce(lease.id)
 
     srv.read(made_and_ended)
     kinds = srv.read(lambda s: [ch.kind for ch in sub._queue])

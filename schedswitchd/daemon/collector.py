@@ -36,7 +36,8 @@ class ConnectionCollector:
     """Counts closed connections (:meth:`closed`) and collects their garbage. ``timer``:
     where the idle collection is armed (called each time: the server's is set when it
     starts); ``in_use``: True when the idle collection is not due any more (a connection
-    is open again, or the server stops: a later close arms it again); ``busy``: True
+    is open again or a client waits to be accepted, or the server stops: a later close
+    arms it again); ``busy``: True
     while a switch is under way (the collection then waits ``idle_delay_s`` more);
     ``worker``: where the heap trim runs; ``idle_delay_s``: :data:`COLLECT_IDLE_DELAY_S`.
     On the event loop."""

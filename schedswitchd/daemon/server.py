@@ -106,7 +106,9 @@ class Server:
         #: The closed connections' garbage (docs/performance.md, "Memory").
         self.collector = ConnectionCollector(
             lambda: self.timer,
-            lambda: self._closing or bool(self.connections),
+            # A client waiting to be accepted counts: a full collection started then would
+            # hold its request for the whole of it (docs/performance.md, "Memory").
+            lambda: self._closing or bool(self.connections) or self.acceptor.waiting(),
             lambda: reconciler.busy,
             reconciler.worker,
             collect_idle_delay_s,

@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import select
+import socket
 import struct
 import termios
 import threading
@@ -710,6 +711,54 @@ def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(start: Start)
         calls = srv.backend.calls
         assert calls.index("attach gaming") < calls.index("collect")
     finally:
+        gc.callbacks.remove(on_gc)
+        if was_enabled:
+            gc.enable()
+
+
+def test_the_idle_collection_does_not_fall_on_a_client_waiting_to_be_accepted(
+    start: Start,
+) -> None:
+    """A due idle collection whose time comes while a client has connected and is not
+    accepted yet (its connect came in the loop step that runs the collection's timer) does
+    not run: that client's request would wait for it. The client is then served, and the
+    collection runs once it closed and nothing waits."""
+    from schedswitchd.daemon.collector import COLLECT_IDLE
+
+    srv = start(default="fifo", collect_idle_delay_s=30.0)
+    collected: list[int] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            collected.append(1)
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(on_gc)
+    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for _ in range(COLLECT_IDLE):  # closed connections: a collection is due
+            one = srv.client()
+            assert one.request(op="status")["ok"]
+            one.close()
+            srv.wait_for(lambda s: not s.connections)
+
+        def connect_then_time_is_up(s: Server) -> bool:
+            # On the loop, so the connection cannot be accepted before the timer's call.
+            waiting.connect(srv.path)
+            s.collector._idle_collect()
+            return bool(collected)
+
+        assert srv.read(connect_then_time_is_up) is False
+        waiting.sendall(b'{"v":1,"op":"status"}\n')
+        assert json.loads(waiting.makefile("rb").readline())["ok"] is True
+        waiting.close()
+        srv.wait_for(lambda s: not s.connections)
+        # Nothing waits now: the same call collects (what the first one was kept from).
+        srv.read(lambda s: s.collector._idle_collect())
+        assert collected
+    finally:
+        waiting.close()
         gc.callbacks.remove(on_gc)
         if was_enabled:
             gc.enable()

@@ -54,6 +54,7 @@ from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import Config
 from schedswitchd.daemon.launcher_wire import LIMIT
 from schedswitchd.daemon.peer import Peer, peer_of
+from schedswitchd.daemon.reply_gate import give_way
 from schedswitchd.daemon.timer import Cancellable, Timer
 
 if TYPE_CHECKING:
@@ -454,7 +455,9 @@ class Connection(asyncio.Protocol):
                     transport = self._transport
                     sock = transport.get_extra_info("socket") if transport is not None else None
                     if sent and sock is not None and not self._closing:
-                        # Nothing more in this step: the client reads now (the module's rule).
+                        # Nothing more in this step: the client reads now (the module's rule),
+                        # ahead of the loop's parking of this connection.
+                        give_way()
                         await _UntilTaken(sock)
                     owner.reply_sent()
                 if not sent or self._closing:

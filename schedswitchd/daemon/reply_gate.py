@@ -20,7 +20,21 @@ thread (:meth:`ReplyGate.wait`).
 
 from __future__ import annotations
 
+import os
 import threading
+
+
+def give_way() -> None:
+    """After writing a reply its client waits for: let that client read it before this
+    thread goes on. ``sched_yield(2)``: the calling thread goes behind the tasks waiting for
+    its CPU, so a client the write woke onto that CPU runs first; with none waiting it
+    returns at once, and a client on another CPU reads meanwhile anyway. For a daemon
+    whose loop has work left after the write (parking the connection, the switch's
+    bookkeeping): on a machine whose CPUs are all busy -- or in a single-threaded emulated
+    VM, where one host thread runs every CPU in turn -- that work would otherwise go first
+    (docs/performance.md, "Standby hit"; ``tests/daemon/test_reply_gate.py`` has the
+    kernel's side of it)."""
+    os.sched_yield()
 
 
 class ReplyGate:

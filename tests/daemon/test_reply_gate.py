@@ -6,10 +6,15 @@ test_first_request.py against real sockets."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
+from collections.abc import Callable
 
-from schedswitchd.daemon.reply_gate import ReplyGate
+import pytest
+
+from schedswitchd.daemon.reply_gate import ReplyGate, give_way
 
 
 class Worker:
@@ -79,3 +84,71 @@ def test_the_wait_is_bounded() -> None:
     t0 = time.monotonic()
     assert never.wait(0.2) is False
     assert 0.2 <= time.monotonic() - t0 < 5.0
+
+
+def _fifo_on(cpu: int) -> None:
+    """This process on ``cpu`` alone, ``SCHED_FIFO`` at priority 1: a task woken on that
+    CPU at the same priority waits until this one blocks or yields (``sched(7)``)."""
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+
+
+def _child(body: Callable[[], None]) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's exit status is what counts
+        status = 1
+        try:
+            body()
+            status = 0
+        finally:
+            os._exit(status)
+    return pid
+
+
+def _when_read(yields: bool) -> tuple[int, int]:
+    """A reader and a writer on one CPU (forked, each ``SCHED_FIFO`` 1): the reader blocks
+    in ``recv``, the writer sends it a reply, then calls :func:`give_way` if ``yields``,
+    and notes the time it goes on. Returns (the reader's time of reading, the writer's time
+    of going on), monotonic ns."""
+    cpu = min(os.sched_getaffinity(0))
+    reader_sock, writer_sock = socket.socketpair()
+    ready_r, ready_w = os.pipe()
+    times_r, times_w = os.pipe()
+
+    def reader() -> None:
+        _fifo_on(cpu)
+        os.write(ready_w, b"r")  # wakes the writer, which waits until this blocks below
+        reader_sock.recv(16)
+        os.write(times_w, b"r%d\n" % time.monotonic_ns())
+
+    def writer() -> None:
+        _fifo_on(cpu)
+        os.read(ready_r, 1)
+        writer_sock.send(b"reply\n")
+        if yields:
+            give_way()
+        os.write(times_w, b"w%d\n" % time.monotonic_ns())
+
+    pids = [_child(reader), _child(writer)]
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    os.close(times_w)
+    lines = os.read(times_r, 256).split()
+    for fd in (ready_r, ready_w, times_r):
+        os.close(fd)
+    reader_sock.close()
+    writer_sock.close()
+    times = {line[:1]: int(line[1:]) for line in lines}
+    return times[b"r"], times[b"w"]
+
+
+@pytest.mark.root  # SCHED_FIFO
+def test_a_client_woken_by_its_reply_reads_it_before_the_writer_gives_way_and_goes_on() -> None:
+    # The kernel's side of give_way: on a CPU both need, the reply's reader runs at the
+    # writer's yield. Without the yield the writer goes on first (the control below), so
+    # this fails if sched_yield(2) stops handing the CPU to a woken task.
+    read_ns, went_on_ns = _when_read(yields=True)
+    assert read_ns < went_on_ns, "the reader did not run at the writer's give_way()"
+    read_ns, went_on_ns = _when_read(yields=False)
+    assert went_on_ns < read_ns, "without a yield the reader ran first: the test shows nothing"

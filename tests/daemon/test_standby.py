@@ -1037,6 +1037,35 @@ def test_a_hits_reply_decides_again_when_a_ttl_ended_during_the_switch(
     c.close()
 
 
+def test_a_hits_connection_gives_way_to_its_client_once_the_reply_is_written(
+    held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After writing a standby hit's reply the connection gives way (``give_way``) once,
+    before the reply is reported taken (and so before the switch's second half is
+    submitted); a reply that released no switch (``status``) does not give way."""
+    from schedswitchd.daemon import connection
+
+    srv, c = held
+    rec = srv.read(lambda s: s.reconciler)
+    send = connection.Connection._send
+    with _hand_offs(rec) as events:
+
+        async def logged_send(self: connection.Connection, data: bytes) -> bool:
+            events.append("write")  # before the send: the client may read before it returns
+            return await send(self, data)
+
+        monkeypatch.setattr(connection.Connection, "_send", logged_send)
+        monkeypatch.setattr(connection, "give_way", lambda: events.append("give_way"))
+        hint = c.request(op="hint", workload="gaming")
+        assert hint["ok"] and hint["switch"]["standby"] is True, hint
+        srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
+        assert events[:4] == ["write", "give_way", "reply_sent", "submit"], events
+        del events[:]
+        assert c.request(op="status")["ok"]
+    assert events == ["write"], events
+    c.close()
+
+
 def test_a_hits_lease_is_announced_once_its_reply_was_taken_and_before_its_switch(
     held: tuple[Running, Client],
 ) -> None:

@@ -125,8 +125,9 @@ class Acceptor:
 
     def waiting(self) -> bool:
         """Whether a client waits in the listening socket's accept queue: it connected and
-        this loop has not accepted it yet (``poll(2)`` of the listener, not waiting). False
-        when asyncio's own accept serves the socket, or none is served."""
+        this loop has not accepted it yet -- its connect came after the loop's last look at
+        its sockets, or was left for a later step (``poll(2)`` of the listener, not
+        waiting). False when asyncio's own accept serves the socket, or none is served."""
         listener = self._listener
         if listener is None:
             return False

@@ -37,10 +37,9 @@ class ConnectionCollector:
     where the idle collection is armed (called each time: the server's is set when it
     starts); ``in_use``: True when the idle collection is not due any more (a connection
     is open again or a client waits to be accepted, or the server stops: a later close
-    arms it again); ``busy``: True
-    while a switch is under way (the collection then waits ``idle_delay_s`` more);
-    ``worker``: where the heap trim runs; ``idle_delay_s``: :data:`COLLECT_IDLE_DELAY_S`.
-    On the event loop."""
+    arms it again); ``busy``: True while a switch is under way (the collection then waits
+    ``idle_delay_s`` more); ``worker``: where the heap trim runs; ``idle_delay_s``:
+    :data:`COLLECT_IDLE_DELAY_S`. On the event loop."""
 
     def __init__(
         self,

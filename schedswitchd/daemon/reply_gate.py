@@ -12,6 +12,8 @@ never written holds the switch no longer than that.
 it looks at its socket with ``SIOCOUTQ`` until its client read the reply, at most
 ``reply_taken_wait_s``, doing nothing else meanwhile); it reports each such reply once
 (:meth:`ReplyGate.taken`, through ``Reconciler.reply_sent``). The gate only counts.
+Right after such a reply's write the connection gives way (:func:`give_way`), so that its
+client can read before the daemon's loop goes on.
 
 Threads: a gate is made and fed on the event loop (:meth:`ReplyGate.expect`,
 :meth:`ReplyGate.taken`, :meth:`ReplyGate.release`) and waited on by the switch's worker
@@ -25,15 +27,17 @@ import threading
 
 
 def give_way() -> None:
-    """After writing a reply its client waits for: let that client read it before this
-    thread goes on. ``sched_yield(2)``: the calling thread goes behind the tasks waiting for
-    its CPU, so a client the write woke onto that CPU runs first; with none waiting it
-    returns at once, and a client on another CPU reads meanwhile anyway. For a daemon
-    whose loop has work left after the write (parking the connection, the switch's
-    bookkeeping): on a machine whose CPUs are all busy -- or in a single-threaded emulated
-    VM, where one host thread runs every CPU in turn -- that work would otherwise go first
-    (docs/performance.md, "Standby hit"; ``tests/daemon/test_reply_gate.py`` has the
-    kernel's side of it)."""
+    """After writing a reply its client waits for: give up the CPU, so that the client the
+    write woke can read it before this thread's work after the write (the connection's
+    parking, the switch's bookkeeping). ``sched_yield(2)``: the thread goes behind the
+    tasks waiting for its CPU -- by ``sched(7)`` for the real-time policies, and in
+    practice also in the kernel's fair class and in sched_ext, whose default yield ends
+    the task's slice and queues it again through the running BPF scheduler's ``enqueue``
+    (so the order then is that scheduler's). With nothing waiting the call returns at
+    once. It pays where the client waits for the daemon's CPU: a machine whose CPUs are
+    all busy, or an emulated VM whose one host thread runs every CPU in turn
+    (docs/performance.md, "Standby hit"). ``tests/daemon/test_reply_gate.py`` holds the
+    kernel's side for ``SCHED_FIFO``."""
     os.sched_yield()
 
 

@@ -721,8 +721,8 @@ def test_the_idle_collection_does_not_fall_on_a_client_waiting_to_be_accepted(
 ) -> None:
     """A due idle collection whose time comes while a client has connected and is not
     accepted yet (its connect came in the loop step that runs the collection's timer) does
-    not run: that client's request would wait for it. The client is then served, and the
-    collection runs once it closed and nothing waits."""
+    not run: that client's request would wait for it. The client is then served, its close
+    arms the collection again, and with nothing waiting the collection runs."""
     from schedswitchd.daemon.collector import COLLECT_IDLE
 
     srv = start(default="fifo", collect_idle_delay_s=30.0)
@@ -746,6 +746,9 @@ def test_the_idle_collection_does_not_fall_on_a_client_waiting_to_be_accepted(
         def connect_then_time_is_up(s: Server) -> bool:
             # On the loop, so the connection cannot be accepted before the timer's call.
             waiting.connect(srv.path)
+            # Only the waiting client keeps the collection from running.
+            assert s.acceptor.waiting() and not s.connections and not s.reconciler.busy
+            assert s.collector._closed >= COLLECT_IDLE
             s.collector._idle_collect()
             return bool(collected)
 
@@ -754,7 +757,8 @@ def test_the_idle_collection_does_not_fall_on_a_client_waiting_to_be_accepted(
         assert json.loads(waiting.makefile("rb").readline())["ok"] is True
         waiting.close()
         srv.wait_for(lambda s: not s.connections)
-        # Nothing waits now: the same call collects (what the first one was kept from).
+        # Its close armed the collection again; with nothing waiting, its call collects.
+        assert srv.read(lambda s: s.collector._due is not None and not s.acceptor.waiting())
         srv.read(lambda s: s.collector._idle_collect())
         assert collected
     finally:
@@ -1041,25 +1045,32 @@ def test_a_hits_connection_gives_way_to_its_client_once_the_reply_is_written(
     held: tuple[Running, Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After writing a standby hit's reply the connection gives way (``give_way``) once,
-    before the reply is reported taken (and so before the switch's second half is
-    submitted); a reply that released no switch (``status``) does not give way."""
+    before it parks to wait for the client's take (and so before the reply is reported
+    taken and the switch's second half submitted); a reply that released no switch
+    (``status``) does not give way."""
     from schedswitchd.daemon import connection
 
     srv, c = held
     rec = srv.read(lambda s: s.reconciler)
-    send = connection.Connection._send
+    send, park = connection.Connection._send, connection.Connection._park
     with _hand_offs(rec) as events:
 
         async def logged_send(self: connection.Connection, data: bytes) -> bool:
             events.append("write")  # before the send: the client may read before it returns
             return await send(self, data)
 
+        def logged_park(self: connection.Connection, *args: Any) -> None:
+            events.append("park")
+            park(self, *args)
+
         monkeypatch.setattr(connection.Connection, "_send", logged_send)
+        monkeypatch.setattr(connection.Connection, "_park", logged_park)
         monkeypatch.setattr(connection, "give_way", lambda: events.append("give_way"))
         hint = c.request(op="hint", workload="gaming")
         assert hint["ok"] and hint["switch"]["standby"] is True, hint
         srv.wait_for(lambda s: s.switcher.history[-1].finished and s.reconciler.idle)
-        assert events[:4] == ["write", "give_way", "reply_sent", "submit"], events
+        assert events[:5] == ["write", "give_way", "park", "reply_sent", "submit"], events
+        assert events.count("give_way") == 1, events
         del events[:]
         assert c.request(op="status")["ok"]
     assert events == ["write"], events

@@ -31,7 +31,7 @@ import socket
 from collections.abc import Callable
 
 from schedswitchd.cpython_internals import has_socket_transport, make_socket_transport, unread_bytes
-from schedswitchd.daemon.connection import Connection, accept_step
+from schedswitchd.daemon.connection import Connection, accept_step, set_on_end
 from schedswitchd.daemon.passed_fds import PassingSocket, accept_passing
 
 log = logging.getLogger("schedswitchd")
@@ -85,6 +85,9 @@ class Acceptor:
         #: Connections whose accept's step sent a reply not read yet: asyncio's transport
         #: takes them over once it is (:meth:`_hand_over_when_taken`).
         self._handing_over: dict[int, tuple[Connection, socket.socket, object]] = {}
+        #: Connections that sent nothing before their accept: their first bytes are read
+        #: by a reader of their own (:meth:`_await_first_bytes`).
+        self._awaiting: dict[int, tuple[Connection, socket.socket, object]] = {}
         self._closing = False
 
     async def start(self, sock: socket.socket) -> None:
@@ -113,6 +116,8 @@ class Acceptor:
         if listener is not None:
             asyncio.get_running_loop().remove_reader(listener.fileno())
             listener.close()
+        for conn_id in list(self._awaiting):
+            self._first_wait_over(conn_id)
         for conn, sock, addr in list(self._handing_over.values()):
             self._hand_over(conn, sock, addr)
         if self._server is not None:
@@ -184,9 +189,11 @@ class Acceptor:
         goes without waiting (:meth:`Connection.data_received`), on a stand-in transport
         (:func:`~schedswitchd.daemon.connection.accept_step`); then asyncio's own transport
         takes the connection over (:meth:`Connection.hand_over`), made as its accept makes
-        it. A launcher connects and sends at once, so its line is usually there; if not,
-        or for the rest of the connection's life, the transport reads as it always does.
-        True if a reply went out in this step and its client has not read it yet."""
+        it. A launcher connects and sends at once, so its line is usually there; if not
+        (its client had not run since its connect), the first bytes are waited for as
+        they would have been read here (:meth:`_first_bytes`), and the transport reads
+        the rest of the connection's life. True if a reply went out in this step and its
+        client has not read it yet."""
         sock.setblocking(False)
         self.accepted += 1
         conn = self.make_connection()
@@ -196,13 +203,71 @@ class Acceptor:
             conn.connection_made(step)
             if not step.is_closing():
                 data = _first_read(sock)
-                if data:  # b"": the client is done writing; the transport sees that too
-                    self.first_read_at_accept += 1
-                # with nothing read too: the connection's idle timeout is armed there
-                conn.data_received(data)
+                if data is None:
+                    # Nothing sent yet. With nothing read the connection's idle timeout is
+                    # armed there (data_received); the first bytes come to _first_bytes.
+                    conn.data_received(b"")
+                    if not step.is_closing():
+                        self._await_first_bytes(conn, sock, addr, step)
+                        return False
+                else:
+                    if data:  # b"": the client is done writing; the transport sees that too
+                        self.first_read_at_accept += 1
+                    conn.data_received(data)
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()
+        return self._first_step_done(conn, sock, addr, step)
+
+    def _await_first_bytes(
+        self, conn: Connection, sock: socket.socket, addr: object, step: asyncio.Transport
+    ) -> None:
+        """Wait for the first bytes of a connection that sent nothing before its accept
+        with a reader of its own, as the accept would have read them: asyncio's transport
+        costs far more to make in the sched_ext VM than this, and a launcher's line comes
+        right after its connect (docs/performance.md, "Standby hit"). A connection the
+        daemon ends meanwhile (its idle timeout, the server stopping: the stand-in closed)
+        is handed over to the transport, which sends and closes."""
+        loop = asyncio.get_running_loop()
+        self._awaiting[conn.id] = (conn, sock, addr)
+        loop.add_reader(sock.fileno(), self._first_bytes, conn.id, step)
+        set_on_end(step, lambda: loop.call_soon(self._first_wait_over, conn.id))
+
+    def _first_bytes(self, conn_id: int, step: asyncio.Transport) -> None:
+        """The first bytes of a connection waited for (:meth:`_await_first_bytes`) came
+        (or its end): read and served as the accept serves them."""
+        held = self._awaiting.get(conn_id)
+        if held is None:
+            return
+        conn, sock, addr = held
+        data = _first_read(sock)
+        if data is None:
+            return  # woken with nothing to read: the reader stays
+        del self._awaiting[conn_id]
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        set_on_end(step, None)
+        try:
+            conn.data_received(data)
+        except Exception:  # a defect: this connection ends (its transport closes it)
+            log.exception("connection %d: its first step failed", conn.id)
+            conn.close()
+        self._first_step_done(conn, sock, addr, step)
+
+    def _first_wait_over(self, conn_id: int) -> None:
+        """The daemon ended a connection still waiting for its first bytes: its transport
+        takes it over (and sends what the stand-in did not, then closes)."""
+        held = self._awaiting.pop(conn_id, None)
+        if held is not None:
+            conn, sock, addr = held
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            self._hand_over(conn, sock, addr)
+
+    def _first_step_done(
+        self, conn: Connection, sock: socket.socket, addr: object, step: asyncio.Transport
+    ) -> bool:
+        """After the step that read a connection's first bytes: asyncio's transport takes
+        it over now, or once its client took a reply sent in that step. True in the
+        latter case."""
         if conn.parked:
             # Its reply was released by a switch and the connection waits for the client to
             # take it (Connection's rule): the transport is made when it goes on, nothing
@@ -252,12 +317,15 @@ class Acceptor:
         conn.hand_over(make_socket_transport(loop, sock, conn, addr))
 
 
-def _first_read(sock: socket.socket) -> bytes:
+def _first_read(sock: socket.socket) -> bytes | None:
     """What the client of a just-accepted ``sock`` (non-blocking) sent already, up to
-    :data:`FIRST_READ_MAX_BYTES`, read :data:`FIRST_READ_BYTES` at a time; ``b""`` when
-    nothing was sent yet, or on an error, which the transport meets too."""
+    :data:`FIRST_READ_MAX_BYTES`, read :data:`FIRST_READ_BYTES` at a time; ``None`` when
+    nothing was sent yet; ``b""`` at its end (the client shut its side) or on an error,
+    which the transport meets too."""
     try:
         data = sock.recv(FIRST_READ_BYTES)
+    except (BlockingIOError, InterruptedError):
+        return None
     except OSError:
         return b""
     while 0 < len(data) < FIRST_READ_MAX_BYTES and len(data) % FIRST_READ_BYTES == 0:

@@ -592,6 +592,15 @@ def accept_step(sock: socket.socket, conn: Connection) -> asyncio.Transport:
     return _AcceptStep(sock, conn)
 
 
+def set_on_end(step: asyncio.Transport, on_end: Callable[[], object] | None) -> None:
+    """Have the stand-in transport ``step`` (:func:`accept_step`) call ``on_end`` once, when
+    its connection closes or aborts it, while the acceptor waits for the connection's first
+    bytes (the stand-in only remembers a close, for :meth:`Connection.hand_over`); ``None``
+    takes it back."""
+    assert isinstance(step, _AcceptStep)
+    step.on_end = on_end
+
+
 class _AcceptStep(asyncio.Transport):
     """What a :class:`Connection` uses of a transport, on a socket in its accept's step:
     ``write`` sends at once what the socket takes; what it does not take waits for the real
@@ -602,7 +611,16 @@ class _AcceptStep(asyncio.Transport):
     (:meth:`pass_on`). A send that fails (the client is gone) drops the bytes: the real
     transport's first read meets the same end and loses the connection."""
 
-    __slots__ = ("_aborted", "_closed", "_conn", "_paused", "_pending", "_sock", "_stalled")
+    __slots__ = (
+        "_aborted",
+        "_closed",
+        "_conn",
+        "_paused",
+        "_pending",
+        "_sock",
+        "_stalled",
+        "on_end",
+    )
 
     def __init__(self, sock: socket.socket, conn: Connection) -> None:
         super().__init__()
@@ -610,6 +628,7 @@ class _AcceptStep(asyncio.Transport):
         self._conn = conn
         self._pending = b""
         self._closed = self._aborted = self._paused = self._stalled = False
+        self.on_end: Callable[[], object] | None = None  # set_on_end
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed or self._aborted:
@@ -633,9 +652,16 @@ class _AcceptStep(asyncio.Transport):
 
     def close(self) -> None:
         self._closed = True
+        self._ended()
 
     def abort(self) -> None:
         self._aborted = True
+        self._ended()
+
+    def _ended(self) -> None:
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
 
     def is_closing(self) -> bool:
         return self._closed or self._aborted

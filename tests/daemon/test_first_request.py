@@ -85,11 +85,15 @@ def _line(**fields: Any) -> bytes:
 
 class Steps:
     """How each request of the server was answered: ``accept`` (its dispatch began in the
-    accept's step, :meth:`Acceptor._accepted`, with no task), ``task`` (in a task), ``step``
-    (in a loop step of its own without a task: the transport read its line)."""
+    accept's step, :meth:`Acceptor._accepted`, with no task), ``first`` (in the step that
+    read the first bytes of a connection that had sent nothing at its accept,
+    :meth:`Acceptor._first_bytes`), ``task`` (in a task), ``step`` (in a loop step of its
+    own without a task: the transport read its line). ``transports``: the connection's
+    transport's class name at each dispatch."""
 
     def __init__(self, srv: Running) -> None:
         self.seen: list[tuple[str, str]] = []
+        self.transports: list[str] = []
         server = srv.server
         assert server is not None
         dispatch = server.dispatch
@@ -101,8 +105,11 @@ class Steps:
                 if asyncio.current_task() is not None
                 else "accept"
                 if "_accepted" in frames
+                else "first"
+                if "_first_bytes" in frames
                 else "step"
             )
+            self.transports.append(type(conn._transport).__name__)
             try:
                 op = str(json.loads(line).get("op", "?"))
             except ValueError:
@@ -620,4 +627,97 @@ def test_a_first_line_longer_than_one_read_is_read_on_or_left_to_the_transport(
     assert reply is not None and reply["ok"] and reply["id"] == 7, reply
     assert steps.seen == [("list", how)], steps.seen
     assert srv.read(lambda s: s.acceptor.first_read_at_accept) == 1
+    c.close()
+
+
+def _accepted_waiting(srv: Running) -> Client:
+    """A client connected and accepted, nothing sent yet (its line comes after the accept)."""
+    accepted = srv.read(lambda s: s.acceptor.accepted)
+    c = srv.client()
+    srv.wait_for(lambda s: s.acceptor.accepted == accepted + 1 and len(s.acceptor._awaiting) == 1)
+    return c
+
+
+def test_a_hint_sent_after_the_accept_is_answered_before_the_transport_is_made(
+    started: list[Running],
+) -> None:
+    """A launcher whose line was not there at the accept (it had not run since its
+    connect): the acceptor reads its first bytes itself and the hit is answered in that
+    step, on the stand-in, as at the accept; asyncio's transport is made after the client
+    took the reply, and reads the connection's later lines."""
+    srv = _start(started, default="fifo", reply_taken_wait_s=10.0)
+    intent = _prepared(srv)
+    steps = Steps(srv)
+    at_accept = srv.read(lambda s: s.acceptor.first_read_at_accept)
+    c = _accepted_waiting(srv)
+    assert _transport_kind(srv)[1] == "_AcceptStep"
+    c.send_raw(_line(op="hint", workload="gaming"))
+    hint = c.recv_line()
+    assert hint is not None and hint["ok"] and hint["switch"]["standby"] is True, hint
+    assert steps.seen == [("hint", "first")]
+    assert steps.transports == ["_AcceptStep"]
+    assert srv.read(lambda s: s.acceptor.first_read_at_accept) == at_accept
+    srv.wait_for(lambda s: s.switcher.history[-1].finished and not s.acceptor.handing_over)
+    assert _transport_kind(srv)[1] == "_SelectorSocketTransport"
+    assert srv.read(lambda s: s.acceptor._awaiting) == {}
+    c.send_raw(_line(op="release", lease=hint["lease"]))
+    release = c.recv_line()
+    assert release is not None and release["ok"] and release["active"] == "fifo", release
+    assert steps.seen[1] == ("release", "step")
+    c.close()
+    intent.close()
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_a_first_line_begun_after_the_accept_is_finished_by_the_transport(
+    started: list[Running],
+) -> None:
+    """First bytes after the accept that are not a whole line: read by the acceptor, then
+    the transport takes the connection over and reads the rest."""
+    srv = _start(started)
+    steps = Steps(srv)
+    c = _accepted_waiting(srv)
+    c.send_raw(b'{"v":1,"op":"li')
+    srv.wait_for(
+        lambda s: [type(x._transport).__name__ for x in s.connections.values()]
+        == ["_SelectorSocketTransport"]
+    )
+    assert srv.read(lambda s: s.acceptor._awaiting) == {}
+    assert steps.seen == []
+    c.send_raw(b'st"}\n')
+    reply = c.recv_line()
+    assert reply is not None and reply["ok"] and reply["op"] == "list", reply
+    assert steps.seen == [("list", "step")]
+    c.close()
+    srv.wait_for(lambda s: not s.connections)
+
+
+def test_a_client_gone_before_its_first_bytes_is_forgotten(started: list[Running]) -> None:
+    srv = _start(started)
+    c = _accepted_waiting(srv)
+    c.close()
+    srv.wait_for(lambda s: not s.connections and not s.acceptor._awaiting)
+
+
+def test_a_connection_silent_since_its_accept_gets_the_idle_timeout(
+    started: list[Running],
+) -> None:
+    """The idle timeout of a connection whose first bytes are waited for: its error line,
+    then the end (the transport, made for it, sends and closes)."""
+    timer = FakeTimer()
+    srv = _start(started, timer=timer)
+    c = _accepted_waiting(srv)
+    srv.advance(31.0)
+    reply = c.recv_line()
+    assert reply is not None and reply["error"]["code"] == "timeout", reply
+    assert c.recv_line() is None
+    srv.wait_for(lambda s: not s.connections and not s.acceptor._awaiting)
+    c.close()
+
+
+def test_the_server_closes_connections_waiting_for_their_first_bytes() -> None:
+    srv = Running(FakeBackend(), poll_timer=FakeTimer())
+    c = _accepted_waiting(srv)
+    srv.stop()
+    assert c.recv_line() is None
     c.close()

@@ -8,6 +8,13 @@ allocator arenas that stay resident once a few survivors are scattered over them
 :data:`COLLECT_EVERY` closed connections, and :data:`COLLECT_IDLE_DELAY_S` after the last
 one closed while no switch is under way; the C heap's free pages are then trimmed on the
 switch worker.
+
+A full collection walks every object the collector tracks, and most of the serving
+daemon's are its imports' (modules, classes, functions): in the sched_ext VM one took
+48-137 ms, holding the event loop -- and a hint that came meanwhile -- for all of it.
+:func:`freeze_startup_objects` moves what exists once the daemon serves out of the
+collector's reach (``gc.freeze``), so later collections walk only what came after
+(docs/performance.md, "Memory").
 """
 
 from __future__ import annotations
@@ -30,6 +37,19 @@ COLLECT_IDLE = 8
 #: when a launcher's hint followed its status or prepare request (docs/performance.md,
 #: "Memory"). The default of ``Server(collect_idle_delay_s=...)``.
 COLLECT_IDLE_DELAY_S = 0.5
+
+
+def freeze_startup_objects() -> int:
+    """Collect the start-up's garbage, then have every object left ignored by later
+    collections (``gc.freeze()``, CPython's ``gc`` module: they move to its permanent
+    generation); returns how many were frozen (``gc.get_freeze_count()``). For the serving
+    daemon once it serves: what it imported and built to start lives as long as it does.
+    A cycle of frozen objects that becomes garbage later is not collected (reference
+    counting still frees everything else), so this is not for a process that goes on
+    making and dropping what it had made before the call (a test run)."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class ConnectionCollector:

@@ -23,6 +23,7 @@ holds no lease, reply write time (framing and timeouts per connection:
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -710,6 +711,7 @@ class Server:
                 "notifications_held": self.reconciler.notes_held,
                 "connections_accepted": self.acceptor.accepted,
                 "first_read_at_accept": self.acceptor.first_read_at_accept,
+                "gc_frozen_objects": gc.get_freeze_count(),
             },
             profile=profile,
             runs=runs_info(self.switcher.current),

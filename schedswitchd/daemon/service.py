@@ -285,10 +285,14 @@ async def serve(
     sock: socket.socket,
     *,
     start_faces: FaceStarter | None = None,
+    freeze_startup: bool = False,
 ) -> None:
     """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented.
     ``start_faces``: started on the server when ``config`` has a ``[dbus]`` table (without
-    one, a ``[dbus]`` table is logged as not served)."""
+    one, a ``[dbus]`` table is logged as not served). ``freeze_startup``: once it serves,
+    the objects of the start-up are left out of later garbage collections
+    (:func:`~schedswitchd.daemon.collector.freeze_startup_objects`; process-wide, so for
+    the daemon's own process only)."""
     import asyncio
 
     from schedswitchd.daemon.reconcile import Reconciler
@@ -324,6 +328,10 @@ async def serve(
         from schedswitchd.daemon.control import DaemonControl
 
         faces = await start_faces(DaemonControl(server))
+    if freeze_startup:
+        from schedswitchd.daemon.collector import freeze_startup_objects
+
+        freeze_startup_objects()
     notify(f"READY=1\nSTATUS={server.summary()}\nMAINPID={os.getpid()}")
     log.info("schedswitchd %s ready (pid %d)", __version__, os.getpid())
     watchdog: asyncio.Task[None] | None = None
@@ -526,7 +534,7 @@ def _main(
         from schedswitchd.daemon.exec_backend import with_executables
 
         backend = with_executables(factory(config))
-        asyncio.run(serve(config, backend, sock, start_faces=start_faces))
+        asyncio.run(serve(config, backend, sock, start_faces=start_faces, freeze_startup=True))
     except SchedSwitchError as exc:
         log.error("%s", exc)
         return 1

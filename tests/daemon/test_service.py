@@ -176,6 +176,8 @@ def test_runs_with_own_socket_notifies_and_stops(workdir: Path) -> None:
         status = ctl(sock, "status")["status"]
         assert status["pid"] == proc.pid
         assert status["leases"] == 0 and status["active"] == "kernel"
+        # the start-up's objects frozen once it served (collector.freeze_startup_objects)
+        assert status["counters"]["gc_frozen_objects"] > 1000, status["counters"]
         listener.wait(lambda m: m == "WATCHDOG=1")
         proc.send_signal(signal.SIGHUP)  # reload: still serving afterwards
         time.sleep(0.2)

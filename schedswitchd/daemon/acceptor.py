@@ -9,7 +9,9 @@ the listening socket instead: it accepts, reads what the client already sent and
 step, on a stand-in transport (:func:`~schedswitchd.daemon.connection.accept_step`); then
 asyncio's selector transport takes the connection over -- once the client took a reply
 sent in that step, so that making the transport does not run instead of the client on a
-machine with one (emulated) CPU. A connection that waits for its client anyway (a reply a
+machine with one (emulated) CPU. A connection whose client had sent nothing yet at the
+accept gets the same first step once its first bytes come, from a reader the acceptor
+puts on its socket (:meth:`Acceptor._await_first_bytes`). A connection that waits for its client anyway (a reply a
 switch released: :attr:`Connection.parked`) is handed over when it goes on
 (``Connection.on_taken``); for any other the acceptor looks at the socket itself.
 

@@ -11,9 +11,10 @@ asyncio's selector transport takes the connection over -- once the client took a
 sent in that step, so that making the transport does not run instead of the client on a
 machine with one (emulated) CPU. A connection whose client had sent nothing yet at the
 accept gets the same first step once its first bytes come, from a reader the acceptor
-puts on its socket (:meth:`Acceptor._await_first_bytes`). A connection that waits for its client anyway (a reply a
-switch released: :attr:`Connection.parked`) is handed over when it goes on
-(``Connection.on_taken``); for any other the acceptor looks at the socket itself.
+puts on its socket (:meth:`Acceptor._await_first_bytes`). A connection that waits for its
+client anyway (a reply a switch released: :attr:`Connection.parked`) is handed over when
+it goes on (``Connection.on_taken``); for any other the acceptor looks at the socket
+itself.
 
 The one asyncio internal this needs -- making a selector transport for an accepted socket,
 ``BaseSelectorEventLoop._make_socket_transport`` (no public call makes one) -- and the

@@ -12,7 +12,7 @@ switch worker.
 A full collection walks every object the collector tracks, and most of the serving
 daemon's are its imports' (modules, classes, functions): in the sched_ext VM one took
 48-137 ms, holding the event loop -- and a hint that came meanwhile -- for all of it.
-:func:`freeze_startup_objects` moves what exists once the daemon serves out of the
+:func:`freeze_startup_objects` moves what the serving daemon's imports made out of the
 collector's reach (``gc.freeze``), so later collections walk only what came after
 (docs/performance.md, "Memory").
 """
@@ -43,10 +43,11 @@ def freeze_startup_objects() -> int:
     """Collect the start-up's garbage, then have every object left ignored by later
     collections (``gc.freeze()``, CPython's ``gc`` module: they move to its permanent
     generation); returns how many were frozen (``gc.get_freeze_count()``). For the serving
-    daemon once it serves: what it imported and built to start lives as long as it does.
-    A cycle of frozen objects that becomes garbage later is not collected (reference
-    counting still frees everything else), so this is not for a process that goes on
-    making and dropping what it had made before the call (a test run)."""
+    daemon once its imports are done and before it builds its state: modules, classes and
+    functions live as long as the process. A cycle of frozen objects that becomes garbage
+    later is never collected (reference counting still frees everything else), so this is
+    not for a process that goes on to drop what it had made before the call (a test
+    run)."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

@@ -285,14 +285,10 @@ async def serve(
     sock: socket.socket,
     *,
     start_faces: FaceStarter | None = None,
-    freeze_startup: bool = False,
 ) -> None:
     """Run the server until SIGTERM/SIGINT; SIGHUP reloads; talks to systemd as documented.
     ``start_faces``: started on the server when ``config`` has a ``[dbus]`` table (without
-    one, a ``[dbus]`` table is logged as not served). ``freeze_startup``: once it serves,
-    the objects of the start-up are left out of later garbage collections
-    (:func:`~schedswitchd.daemon.collector.freeze_startup_objects`; process-wide, so for
-    the daemon's own process only)."""
+    one, a ``[dbus]`` table is logged as not served)."""
     import asyncio
 
     from schedswitchd.daemon.reconcile import Reconciler
@@ -328,10 +324,6 @@ async def serve(
         from schedswitchd.daemon.control import DaemonControl
 
         faces = await start_faces(DaemonControl(server))
-    if freeze_startup:
-        from schedswitchd.daemon.collector import freeze_startup_objects
-
-        freeze_startup_objects()
     notify(f"READY=1\nSTATUS={server.summary()}\nMAINPID={os.getpid()}")
     log.info("schedswitchd %s ready (pid %d)", __version__, os.getpid())
     watchdog: asyncio.Task[None] | None = None
@@ -531,10 +523,18 @@ def _main(
             own_path = args.socket or config.socket.path
             sock = own_socket(own_path, config.socket.mode, config.socket.group)
             owned = socket_identity(own_path)
+        from schedswitchd.daemon.collector import freeze_startup_objects
         from schedswitchd.daemon.exec_backend import with_executables
+        from schedswitchd.daemon.reconcile import Reconciler  # noqa: F401 (frozen with the rest)
+        from schedswitchd.daemon.server import Server  # noqa: F401
 
+        # What the imports made, out of every later full collection's way; before the
+        # backend and the server build their state, part of which is replaced while the
+        # daemon runs and, frozen, would never be collected if cyclic (docs/performance.md,
+        # "Memory").
+        freeze_startup_objects()
         backend = with_executables(factory(config))
-        asyncio.run(serve(config, backend, sock, start_faces=start_faces, freeze_startup=True))
+        asyncio.run(serve(config, backend, sock, start_faces=start_faces))
     except SchedSwitchError as exc:
         log.error("%s", exc)
         return 1

@@ -679,8 +679,10 @@ def test_a_first_line_begun_after_the_accept_is_finished_by_the_transport(
     c = _accepted_waiting(srv)
     c.send_raw(b'{"v":1,"op":"li')
     srv.wait_for(
-        lambda s: [type(x._transport).__name__ for x in s.connections.values()]
-        == ["_SelectorSocketTransport"]
+        lambda s: (
+            [type(x._transport).__name__ for x in s.connections.values()]
+            == ["_SelectorSocketTransport"]
+        )
     )
     assert srv.read(lambda s: s.acceptor._awaiting) == {}
     assert steps.seen == []

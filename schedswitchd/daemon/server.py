@@ -23,7 +23,6 @@ holds no lease, reply write time (framing and timeouts per connection:
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import os
@@ -35,7 +34,11 @@ from dataclasses import dataclass
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.acceptor import Acceptor
-from schedswitchd.daemon.collector import COLLECT_IDLE_DELAY_S, ConnectionCollector
+from schedswitchd.daemon.collector import (
+    COLLECT_IDLE_DELAY_S,
+    ConnectionCollector,
+    frozen_objects,
+)
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import REPLY_TAKEN_WAIT_S, Connection
 from schedswitchd.daemon.exec_backend import runs_info
@@ -711,7 +714,7 @@ class Server:
                 "notifications_held": self.reconciler.notes_held,
                 "connections_accepted": self.acceptor.accepted,
                 "first_read_at_accept": self.acceptor.first_read_at_accept,
-                "gc_frozen_objects": gc.get_freeze_count(),
+                "gc_frozen_objects": frozen_objects(),
             },
             profile=profile,
             runs=runs_info(self.switcher.current),

@@ -3,13 +3,21 @@ checked against the running CPython in a process of its own (the freeze is proce
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 
+import pytest
+
+from schedswitchd.daemon import collector
+
+from .fakes import FakeBackend
+from .harness import Running
+
 _PROBE = r"""
 import gc, json, sys, weakref
-from schedswitchd.daemon.collector import freeze_startup_objects
+from schedswitchd.daemon.collector import freeze_startup_objects, frozen_objects
 
 class Node:
     pass
@@ -34,6 +42,7 @@ json.dump({
     "frozen_cycle_left": kept_ref() is not None,
     "later_cycle_collected": later() is None,
     "count": gc.get_freeze_count(),
+    "kept": frozen_objects(),
 }, sys.stdout)
 """
 
@@ -51,4 +60,26 @@ def test_the_freeze_collects_first_then_leaves_its_objects_to_reference_counting
     assert got["frozen_cycle_left"], got
     assert got["later_cycle_collected"], got
     # the collector's own modules and everything they import: thousands of objects
-    assert got["frozen"] == got["count"] > 1000, got
+    assert got["frozen"] == got["count"] == got["kept"] > 1000, got
+
+
+def test_status_reports_the_frozen_count_without_walking_the_frozen_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``gc.get_freeze_count()`` walks every frozen object (milliseconds in the serving
+    daemon): ``status`` gives the count taken at the freeze instead."""
+
+    def walking() -> int:
+        raise AssertionError("status walked the frozen list")
+
+    monkeypatch.setattr(gc, "get_freeze_count", walking)
+    monkeypatch.setattr(collector, "_frozen", 1234)
+    srv = Running(FakeBackend())
+    try:
+        c = srv.client()
+        reply = c.request(op="status")
+        assert reply["ok"], reply
+        assert reply["status"]["counters"]["gc_frozen_objects"] == 1234
+        c.close()
+    finally:
+        srv.stop()

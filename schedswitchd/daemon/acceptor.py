@@ -228,12 +228,15 @@ class Acceptor:
         """Wait for the first bytes of a connection that sent nothing before its accept
         with a reader of its own, as the accept would have read them: asyncio's transport
         costs far more to make in the sched_ext VM than this, and a launcher's line comes
-        right after its connect (docs/performance.md, "Standby hit"). A connection the
-        daemon ends meanwhile (its idle timeout, the server stopping: the stand-in closed)
-        is handed over to the transport, which sends and closes."""
+        right after its connect (docs/performance.md, "Standby hit"). Meanwhile the
+        stand-in stays the connection's transport; a connection the daemon ends (its idle
+        timeout: the stand-in closed) is handed over to asyncio's transport, which sends
+        its last line and closes (:meth:`_first_wait_over`), as is one still waiting when
+        the acceptor closes."""
         loop = asyncio.get_running_loop()
-        self._awaiting[conn.id] = (conn, sock, addr)
         loop.add_reader(sock.fileno(), self._first_bytes, conn.id, step)
+        # Held only once its reader is in place: a failed add_reader leaves nothing to undo.
+        self._awaiting[conn.id] = (conn, sock, addr)
         set_on_end(step, lambda: loop.call_soon(self._first_wait_over, conn.id))
 
     def _first_bytes(self, conn_id: int, step: asyncio.Transport) -> None:
@@ -254,16 +257,23 @@ class Acceptor:
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()
-        self._first_step_done(conn, sock, addr, step)
+        try:
+            self._first_step_done(conn, sock, addr, step)
+        except Exception as exc:  # a defect: without a transport it would never end
+            _drop(conn, sock, exc)
 
     def _first_wait_over(self, conn_id: int) -> None:
-        """The daemon ended a connection still waiting for its first bytes: its transport
-        takes it over (and sends what the stand-in did not, then closes)."""
+        """A connection still waiting for its first bytes goes to asyncio's transport now:
+        the daemon ended it (the transport then sends what the stand-in did not, and
+        closes), or the acceptor closes (the transport reads on)."""
         held = self._awaiting.pop(conn_id, None)
         if held is not None:
             conn, sock, addr = held
             asyncio.get_running_loop().remove_reader(sock.fileno())
-            self._hand_over(conn, sock, addr)
+            try:
+                self._hand_over(conn, sock, addr)
+            except Exception as exc:  # a defect: without a transport it would never end
+                _drop(conn, sock, exc)
 
     def _first_step_done(
         self, conn: Connection, sock: socket.socket, addr: object, step: asyncio.Transport
@@ -320,8 +330,17 @@ class Acceptor:
         conn.hand_over(make_socket_transport(loop, sock, conn, addr))
 
 
+def _drop(conn: Connection, sock: socket.socket, exc: Exception) -> None:
+    """``conn`` could not get asyncio's transport (a defect): its socket is closed and the
+    connection lost, so that the server forgets it (its leases end) instead of keeping it
+    on the stand-in for ever."""
+    log.error("connection %d: dropped, its transport failed", conn.id, exc_info=exc)
+    sock.close()
+    conn.connection_lost(exc)
+
+
 def _first_read(sock: socket.socket) -> bytes | None:
-    """What the client of a just-accepted ``sock`` (non-blocking) sent already, up to
+    """What the client of an accepted ``sock`` (non-blocking) sent so far, up to
     :data:`FIRST_READ_MAX_BYTES`, read :data:`FIRST_READ_BYTES` at a time; ``None`` when
     nothing was sent yet; ``b""`` at its end (the client shut its side) or on an error,
     which the transport meets too."""

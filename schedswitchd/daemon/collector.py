@@ -10,11 +10,10 @@ one closed while no switch is under way; the C heap's free pages are then trimme
 switch worker.
 
 A full collection walks every object the collector tracks, and most of the serving
-daemon's are its imports' (modules, classes, functions): in the sched_ext VM one took
-48-137 ms, holding the event loop -- and a hint that came meanwhile -- for all of it.
-:func:`freeze_startup_objects` moves what the serving daemon's imports made out of the
-collector's reach (``gc.freeze``), so later collections walk only what came after
-(docs/performance.md, "Memory").
+daemon's are its imports' (modules, classes, functions): one holds the event loop -- and a
+hint that comes meanwhile -- for all of that walk. :func:`freeze_startup_objects` moves
+what the serving daemon's imports made out of the collector's reach (``gc.freeze``), so
+later collections walk only what came after (docs/performance.md, "Memory").
 """
 
 from __future__ import annotations
@@ -62,7 +61,8 @@ def freeze_startup_objects() -> int:
 def frozen_objects() -> int:
     """How many objects :func:`freeze_startup_objects` froze, 0 if it did not run: the
     count taken then, since ``gc.get_freeze_count()`` walks the whole frozen list (CPython
-    3.11's ``gc_list_size``), milliseconds a call for the daemon's ``status``."""
+    3.11's ``gc_list_size``), too slow for every ``status`` (docs/performance.md,
+    "``schedswitchctl status``")."""
     return _frozen
 
 

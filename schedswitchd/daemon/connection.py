@@ -265,9 +265,10 @@ class Connection(asyncio.Protocol):
     # --- for the server -----------------------------------------------------------------------
 
     def hand_over(self, transport: asyncio.Transport) -> None:
-        """The accept's loop step is over (:meth:`Acceptor._accepted
-        <schedswitchd.daemon.acceptor.Acceptor._accepted>`, which served the connection on an
-        :func:`accept_step` stand-in until here): ``transport``, asyncio's for the same
+        """The connection's first step is over (:meth:`Acceptor._accepted
+        <schedswitchd.daemon.acceptor.Acceptor._accepted>` and, for one that sent nothing
+        by its accept, ``Acceptor._first_bytes``, which served it on an :func:`accept_step`
+        stand-in until here): ``transport``, asyncio's for the same
         socket, carries it from now on, and takes over what the step left (reply bytes the
         socket did not take at once, paused reading, a close). Its own ``connection_made``
         call, a loop step later, then does nothing."""
@@ -586,9 +587,11 @@ class Connection(asyncio.Protocol):
 
 def accept_step(sock: socket.socket, conn: Connection) -> asyncio.Transport:
     """A stand-in transport for ``conn`` on a just-accepted ``sock`` (non-blocking) while
-    the accept's loop step serves it (:meth:`Connection.hand_over` ends it): asyncio's own
-    transport takes CPU to make (far more in the emulated sched_ext VM), which a standby
-    hit's reply need not wait for (docs/performance.md, "Standby hit")."""
+    the acceptor serves its first step -- the accept's loop step, or for a connection that
+    sent nothing by then the step that reads its first bytes --
+    (:meth:`Connection.hand_over` ends it): asyncio's own transport takes CPU to make (far
+    more in the emulated sched_ext VM), which a standby hit's reply need not wait for
+    (docs/performance.md, "Standby hit")."""
     return _AcceptStep(sock, conn)
 
 
@@ -602,7 +605,8 @@ def set_on_end(step: asyncio.Transport, on_end: Callable[[], object] | None) -> 
 
 
 class _AcceptStep(asyncio.Transport):
-    """What a :class:`Connection` uses of a transport, on a socket in its accept's step:
+    """What a :class:`Connection` uses of a transport, on a socket in its first step (see
+    :func:`accept_step`):
     ``write`` sends at once what the socket takes; what it does not take waits for the real
     transport, and the connection is told to pause writing (as asyncio's transport tells
     it past its high-water mark: the next reply then waits for the drain, in a task, so a

@@ -695,10 +695,30 @@ def test_a_first_line_begun_after_the_accept_is_finished_by_the_transport(
 
 
 def test_a_client_gone_before_its_first_bytes_is_forgotten(started: list[Running]) -> None:
+    """A client that closes without sending: the acceptor's reader meets the end, and the
+    transport, handed the connection, loses it."""
     srv = _start(started)
     c = _accepted_waiting(srv)
     c.close()
     srv.wait_for(lambda s: not s.connections and not s.acceptor._awaiting)
+
+
+def test_a_connection_whose_transport_cannot_be_made_is_dropped(
+    started: list[Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect in the hand-over after the first bytes (asyncio's transport not made): the
+    connection is closed and forgotten, not left on the stand-in for ever."""
+    srv = _start(started)
+    c = _accepted_waiting(srv)
+
+    def failing(*args: object) -> object:
+        raise RuntimeError("no transport")
+
+    monkeypatch.setattr(acceptor_mod, "make_socket_transport", failing)
+    c.send_raw(b'{"v":1,"op":"li')  # not a whole line: handed over at once
+    srv.wait_for(lambda s: not s.connections and not s.acceptor._awaiting)
+    assert c.recv_line() is None
+    c.close()
 
 
 def test_a_connection_silent_since_its_accept_gets_the_idle_timeout(
@@ -717,9 +737,17 @@ def test_a_connection_silent_since_its_accept_gets_the_idle_timeout(
     c.close()
 
 
-def test_the_server_closes_connections_waiting_for_their_first_bytes() -> None:
+def test_the_acceptor_closing_hands_connections_waiting_for_their_first_bytes_over() -> None:
+    """The acceptor's close gives a connection still waiting for its first bytes to
+    asyncio's transport, which serves it on; the server's stop then ends it."""
     srv = Running(FakeBackend(), poll_timer=FakeTimer())
-    c = _accepted_waiting(srv)
-    srv.stop()
+    try:
+        c = _accepted_waiting(srv)
+        srv.read(lambda s: s.acceptor.close())
+        assert srv.read(lambda s: s.acceptor._awaiting) == {}
+        assert _transport_kind(srv) == ["_SelectorSocketTransport"]
+        assert c.request(op="list")["ok"]
+    finally:
+        srv.stop()
     assert c.recv_line() is None
     c.close()

@@ -220,7 +220,11 @@ class Acceptor:
         except Exception:  # a defect: this connection ends (its transport closes it)
             log.exception("connection %d: its first step failed", conn.id)
             conn.close()
-        return self._first_step_done(conn, sock, addr, step)
+        try:
+            return self._first_step_done(conn, sock, addr, step)
+        except Exception as exc:  # a defect: without a transport it would never end
+            _drop(conn, sock, exc)
+            return False
 
     def _await_first_bytes(
         self, conn: Connection, sock: socket.socket, addr: object, step: asyncio.Transport

@@ -719,6 +719,13 @@ def test_a_connection_whose_transport_cannot_be_made_is_dropped(
     srv.wait_for(lambda s: not s.connections and not s.acceptor._awaiting)
     assert c.recv_line() is None
     c.close()
+    # the same at the accept: a first line begun, handed over in the accept's step
+    with loop_held(srv):
+        at_accept = srv.client()
+        at_accept.send_raw(b'{"v":1,"op":"li')
+    srv.wait_for(lambda s: s.acceptor.accepted == 2 and not s.connections)
+    assert at_accept.recv_line() is None
+    at_accept.close()
 
 
 def test_a_connection_silent_since_its_accept_gets_the_idle_timeout(

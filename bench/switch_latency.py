@@ -271,7 +271,6 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
     import threading
 
     from schedswitchd.daemon import acceptor as acceptor_mod
-    from schedswitchd.daemon import collector as collector_mod
     from schedswitchd.daemon import connection as connection_mod
     from schedswitchd.daemon import direct_switch as direct_switch_mod
     from schedswitchd.daemon import launcher_wire
@@ -322,13 +321,12 @@ def hint_profile_main(config_path: str, out_dir: str, reps: int) -> int:
 
     Server, Reconciler = server_mod.Server, reconcile_mod.Reconciler
     Acceptor = acceptor_mod.Acceptor
-    ConnectionCollector = collector_mod.ConnectionCollector
     DirectSwitch = direct_switch_mod.DirectSwitch
     Connection = connection_mod.Connection
     for owner, attr in [
         (Acceptor, "_accept_ready"), (Acceptor, "_accepted"),
         (Server, "dispatch"), (Server, "_hint"), (Server, "_send_bytes"),
-        (ConnectionCollector, "collect"), (gc, "collect"),
+        (gc, "collect"),
         (Connection, "connection_made"), (Connection, "data_received"),
         (Connection, "_serve"), (Connection, "_send"),
         (proto, "parse_request"), (proto, "encode"), (proto, "parse_reply"),

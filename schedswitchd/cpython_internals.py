@@ -32,6 +32,10 @@ The tricks:
   asyncio's selector transport for a socket the daemon accepted itself, made by the selector
   loop's private ``_make_socket_transport`` (no public call makes one); where the loop has
   none (:func:`has_socket_transport` False) the daemon serves with asyncio's own accept.
+* A closed connection freed at once (:mod:`schedswitchd.daemon.connection`):
+  :func:`release_transport` clears the selector transport's read callback, a bound method
+  of its own that keeps it, its socket and its protocol in a reference cycle until the
+  cyclic collector runs.
 * The daemon's accept itself (:mod:`schedswitchd.daemon.passed_fds`): :func:`accept_fd`,
   ``accept4(2)`` through ``_socket.socket._accept``, which ``socket.socket.accept`` calls
   and then wraps in a socket object of its own (with its family and type looked up as
@@ -232,6 +236,17 @@ def make_socket_transport(loop: Any, sock: Any, protocol: Any, addr: object) -> 
     protocol, waiter=None, *, extra=None, server=None)``. Only for a loop
     :func:`has_socket_transport` accepts."""
     return loop._make_socket_transport(sock, protocol, None, extra={"peername": addr})
+
+
+def release_transport(transport: Any) -> None:
+    """Break the reference cycle a closed selector transport keeps with itself, so that
+    reference counting frees it, and the socket it holds, when its connection ends, not a
+    later collection of the cyclic collector: its read callback is a bound method of its own
+    (CPython's ``asyncio/selector_events.py``, ``_SelectorSocketTransport._read_ready_cb``,
+    set by ``set_protocol`` and never cleared). For a transport whose reader is gone (from
+    its protocol's ``connection_lost`` on); does nothing to any other object."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None
 
 
 def accept_fd(listener: Any) -> tuple[int, Any]:

@@ -292,6 +292,67 @@ def test_asyncio_makes_a_transport_for_an_accepted_socket() -> None:
     assert made, ASYNCIO_MOVED.format(version=version, what="did not call connection_made")
 
 
+class _Releasing(asyncio.Protocol):
+    """A protocol that releases its transport when its connection is lost, or not."""
+
+    def __init__(self, release: bool) -> None:
+        self.release = release
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.release:
+            internals.release_transport(self.transport)
+
+
+def test_release_transport_frees_a_closed_transport_without_the_collector() -> None:
+    """A closed selector transport whose protocol calls ``release_transport`` in its
+    ``connection_lost`` is freed by reference counting (the collector off); one that does
+    not call it is not, as long as CPython's transport keeps its read callback as a bound
+    method of its own: when that stops, this says the trick can go."""
+    import gc
+    import weakref
+
+    version = sys.version.split()[0]
+
+    async def closed_transport(release: bool) -> weakref.ref[asyncio.BaseTransport]:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        protocol = _Releasing(release)
+        transport = internals.make_socket_transport(loop, ours, protocol, "peer")
+        await asyncio.sleep(0)  # connection_made, the reader added
+        ref = weakref.ref(transport)
+        theirs.close()  # the transport reads the end and closes
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert transport.is_closing()
+        del transport, protocol, ours
+        return ref
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        released = asyncio.run(closed_transport(True))
+        kept = asyncio.run(closed_transport(False))
+        assert released() is None, (
+            f"CPython {version}'s selector transport stays in a reference cycle after "
+            "schedswitchd.cpython_internals.release_transport (it clears _read_ready_cb, "
+            "CPython's asyncio/selector_events.py): closed connections wait for the collector"
+        )
+        assert kept() is not None, (
+            f"CPython {version}'s selector transport no longer keeps itself in a cycle: "
+            'release_transport can go (docs/performance.md, "Memory")'
+        )
+    finally:
+        gc.collect()
+        if was_enabled:
+            gc.enable()
+
+
 def test_unread_bytes_is_siocoutq_on_a_unix_socket() -> None:
     """``unread_bytes`` reads the sender's charge of what its peer has not read yet:
     nonzero while a reply waits unread (also partly read), 0 once read and once closed."""

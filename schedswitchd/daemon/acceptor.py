@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import select
 import socket
 from collections.abc import Callable
 
@@ -130,18 +129,6 @@ class Acceptor:
         """Until asyncio's server, if one serves, has closed (after :meth:`close`)."""
         if self._server is not None:
             await self._server.wait_closed()
-
-    def waiting(self) -> bool:
-        """Whether a client waits in the listening socket's accept queue: it connected and
-        this loop has not accepted it yet -- its connect came after the loop's last look at
-        its sockets, or was left for a later step (``poll(2)`` of the listener, not
-        waiting). False when asyncio's own accept serves the socket, or none is served."""
-        listener = self._listener
-        if listener is None:
-            return False
-        poller = select.poll()
-        poller.register(listener, select.POLLIN)
-        return bool(poller.poll(0))
 
     @property
     def handing_over(self) -> int:

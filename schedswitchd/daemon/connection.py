@@ -49,7 +49,7 @@ import socket
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from schedswitchd.cpython_internals import unread_bytes
+from schedswitchd.cpython_internals import release_transport, unread_bytes
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.config import Config
 from schedswitchd.daemon.launcher_wire import LIMIT
@@ -245,6 +245,7 @@ class Connection(asyncio.Protocol):
         the connection now or, while a request is being answered, once it is."""
         self._lost = self._closing = True
         self._cancel_timer()
+        release_transport(self._transport)
         if self.watching is not None:
             self.watching.close()  # ends stream()
         if self._drained is not None and not self._drained.done():
@@ -382,16 +383,24 @@ class Connection(asyncio.Protocol):
         the write, while the client is woken."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        deadline = now + self.owner.reply_taken_wait_s
+        loop.call_at(
+            now + REPLY_TAKEN_POLL_S,
+            self._look_taken,
+            sock,
+            then,
+            now + self.owner.reply_taken_wait_s,
+        )
 
-        def look() -> None:
-            now = loop.time()
-            if not self._closing and now < deadline and unread_bytes(sock):
-                loop.call_at(now + REPLY_TAKEN_POLL_S, look)
-                return
-            then()
-
-        loop.call_at(now + REPLY_TAKEN_POLL_S, look)
+    def _look_taken(self, sock: socket.socket, then: Callable[[], object], deadline: float) -> None:
+        # A method with its state in the timer's arguments, not a closure that re-arms
+        # itself: such a closure refers to itself, and would keep the connection in a
+        # reference cycle (tests/daemon/test_connection_garbage.py).
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if not self._closing and now < deadline and unread_bytes(sock):
+            loop.call_at(now + REPLY_TAKEN_POLL_S, self._look_taken, sock, then, deadline)
+            return
+        then()
 
     def _advance(self) -> bytes | None:
         """The next whole request line in the buffer (without its ``\\n``) or ``None``;

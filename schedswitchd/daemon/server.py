@@ -34,11 +34,7 @@ from dataclasses import dataclass
 from schedswitchd import __version__
 from schedswitchd.daemon import protocol as proto
 from schedswitchd.daemon.acceptor import Acceptor
-from schedswitchd.daemon.collector import (
-    COLLECT_IDLE_DELAY_S,
-    ConnectionCollector,
-    frozen_objects,
-)
+from schedswitchd.daemon.collector import frozen_objects
 from schedswitchd.daemon.config import AUTO, KERNEL, AuthConfig, Config, load_config
 from schedswitchd.daemon.connection import REPLY_TAKEN_WAIT_S, Connection
 from schedswitchd.daemon.exec_backend import runs_info
@@ -75,13 +71,10 @@ class Server:
         reconciler: Reconciler,
         *,
         timer: Timer | None = None,
-        collect_idle_delay_s: float = COLLECT_IDLE_DELAY_S,
         reply_taken_wait_s: float = REPLY_TAKEN_WAIT_S,
     ) -> None:
         """``timer``: where connection timeouts and lease TTLs are scheduled (default: the
         event loop :meth:`start` runs on; tests pass one they move);
-        ``collect_idle_delay_s``: how long after the last connection closed the idle
-        garbage collection runs (s, :mod:`~schedswitchd.daemon.collector`);
         ``reply_taken_wait_s``: how long a connection waits, at most, for its client to take
         a reply a switch released before it goes on (s,
         :data:`~schedswitchd.daemon.connection.REPLY_TAKEN_WAIT_S`)."""
@@ -107,16 +100,6 @@ class Server:
         self.acceptor = Acceptor(lambda: Connection(self, next(self._conn_ids)))
         self._auth_gids: tuple[AuthConfig, frozenset[int], frozenset[int]] | None = None
         self._closing = False
-        #: The closed connections' garbage (docs/performance.md, "Memory").
-        self.collector = ConnectionCollector(
-            lambda: self.timer,
-            # A client waiting to be accepted counts: a full collection started then would
-            # hold its request for the whole of it (docs/performance.md, "Memory").
-            lambda: self._closing or bool(self.connections) or self.acceptor.waiting(),
-            lambda: reconciler.busy,
-            reconciler.worker,
-            collect_idle_delay_s,
-        )
         #: The last reload's outcome (``status``), ``None`` before any.
         self.last_reload: proto.ReloadInfo | None = None
 
@@ -150,7 +133,6 @@ class Server:
         """Stop serving, end every lease without switching (a pinned scheduler stays
         attached, so a restart does not drop it), finish any switch in progress."""
         self._closing = True
-        self.collector.cancel()
         self.acceptor.close()
         await self.reconciler.close()
         for lease_id in list(self.leases):
@@ -197,7 +179,6 @@ class Server:
         """``conn`` is gone and no request of it is being answered: its leases end."""
         if self.connections.pop(conn.id, None) is None:
             return  # refused at the accept
-        self.collector.closed(len(self.connections))
         for lease_id in list(conn.leases):
             self._end_lease(lease_id, "connection closed")
 

@@ -164,7 +164,6 @@ class Running:
         poll_s: float = POLL_S,
         reply_wait_s: float | None = None,
         reply_taken_wait_s: float | None = None,
-        collect_idle_delay_s: float | None = None,
         trim: Callable[[], object] | None = None,
         directory: Path | None = None,
         **overrides: Any,
@@ -178,7 +177,7 @@ class Running:
         :class:`FakeTimer` that stands still, so that only the test's requests and kicks
         start passes, or that the test moves (:meth:`advance_poll`; a large ``poll_s``
         leaves only the deadlines to fire); ``reply_wait_s``, ``reply_taken_wait_s``,
-        ``trim``, ``collect_idle_delay_s``: the reconciler's and the server's (default: theirs);
+        ``trim``: the reconciler's and the server's (default: theirs);
         ``directory``: where its config and socket go (default: a new temp dir), e.g. a
         stopped one's, for a daemon restarted on the same socket path; ``overrides``:
         :func:`make_config` keywords."""
@@ -198,8 +197,6 @@ class Running:
         self._server_options: dict[str, Any] = {}
         if reply_taken_wait_s is not None:
             self._server_options["reply_taken_wait_s"] = reply_taken_wait_s
-        if collect_idle_delay_s is not None:
-            self._server_options["collect_idle_delay_s"] = collect_idle_delay_s
         self.dir = directory or Path(tempfile.mkdtemp(prefix="ssd-"))
         self.dir.mkdir(exist_ok=True)
         os.chmod(self.dir, 0o755)  # so that a client setuid to nobody can reach the socket

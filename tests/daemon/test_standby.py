@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import json
 import logging
 import select
-import socket
 import struct
 import termios
 import threading
@@ -675,97 +673,6 @@ def test_the_direct_path_only_for_its_own_lease_and_no_pass_under_way(
     assert c.request(op="hint", workload="broken")["ok"] is True
     assert probe("gaming", 10**6) is None
     c.close()
-
-
-def test_the_idle_collection_waits_and_does_not_fall_before_a_hint(start: Start) -> None:
-    """The garbage collection due once no connection is left runs
-    ``collect_idle_delay_s`` later (2 s here), not in the close: a hint sent right after a
-    launcher's requests is switched first."""
-    from schedswitchd.daemon.collector import COLLECT_IDLE
-
-    srv = start(default="fifo", collect_idle_delay_s=2.0)
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] == 2:
-            srv.backend.calls.append("collect")
-
-    # The server's collection is a full gc.collect(): seen through the interpreter's own
-    # gc callbacks, with the automatic collections off so that none is taken for it.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    gc.callbacks.append(on_gc)
-    try:
-        c = _prepared(srv)
-        c.close()
-        srv.wait_for(lambda s: not s.connections)
-        for _ in range(COLLECT_IDLE):  # closed connections: a collection is due
-            one = srv.client()
-            assert one.request(op="status")["ok"]
-            one.close()
-            srv.wait_for(lambda s: not s.connections)
-        assert "collect" not in srv.backend.calls  # not in the close
-        hint = srv.client()
-        assert hint.request(op="hint", workload="gaming")["switch"]["standby"] is True
-        hint.close()
-        srv.wait_for(lambda s: "collect" in srv.backend.calls, timeout=10.0)
-        calls = srv.backend.calls
-        assert calls.index("attach gaming") < calls.index("collect")
-    finally:
-        gc.callbacks.remove(on_gc)
-        if was_enabled:
-            gc.enable()
-
-
-def test_the_idle_collection_does_not_fall_on_a_client_waiting_to_be_accepted(
-    start: Start,
-) -> None:
-    """A due idle collection whose time comes while a client has connected and is not
-    accepted yet (its connect came in the loop step that runs the collection's timer) does
-    not run: that client's request would wait for it. The client is then served, its close
-    arms the collection again, and with nothing waiting the collection runs."""
-    from schedswitchd.daemon.collector import COLLECT_IDLE
-
-    srv = start(default="fifo", collect_idle_delay_s=30.0)
-    collected: list[int] = []
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] == 2:
-            collected.append(1)
-
-    was_enabled = gc.isenabled()
-    gc.disable()
-    gc.callbacks.append(on_gc)
-    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        for _ in range(COLLECT_IDLE):  # closed connections: a collection is due
-            one = srv.client()
-            assert one.request(op="status")["ok"]
-            one.close()
-            srv.wait_for(lambda s: not s.connections)
-
-        def connect_then_time_is_up(s: Server) -> bool:
-            # On the loop, so the connection cannot be accepted before the timer's call.
-            waiting.connect(srv.path)
-            # Only the waiting client keeps the collection from running.
-            assert s.acceptor.waiting() and not s.connections and not s.reconciler.busy
-            assert s.collector._closed >= COLLECT_IDLE
-            s.collector._idle_collect()
-            return bool(collected)
-
-        assert srv.read(connect_then_time_is_up) is False
-        waiting.sendall(b'{"v":1,"op":"status"}\n')
-        assert json.loads(waiting.makefile("rb").readline())["ok"] is True
-        waiting.close()
-        srv.wait_for(lambda s: not s.connections)
-        # Its close armed the collection again; with nothing waiting, its call collects.
-        assert srv.read(lambda s: s.collector._due is not None and not s.acceptor.waiting())
-        srv.read(lambda s: s.collector._idle_collect())
-        assert collected
-    finally:
-        waiting.close()
-        gc.callbacks.remove(on_gc)
-        if was_enabled:
-            gc.enable()
 
 
 def test_a_pass_kicked_during_a_hit_on_the_loop_waits_for_its_second_half(

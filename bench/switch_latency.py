@@ -603,8 +603,7 @@ class Daemon:
         at rest, not in the tail of the round that refilled the pool (its pin, its log
         line, its heap trim), and no sample shares the emulated CPUs with the work the one
         before left behind. Polled every 0.2 s on one connection (each ``status`` costs the
-        daemon CPU time under TCG too; each closed connection counts towards its
-        collection of closed connections' garbage), closed before this returns the idle
+        daemon CPU time under TCG too), closed before this returns the idle
         status (its counters are the sample's "before": no request between it and the
         hint)."""
         deadline = time.monotonic() + timeout_s

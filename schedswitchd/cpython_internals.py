@@ -243,9 +243,10 @@ def release_transport(transport: Any) -> None:
     reference counting frees it, and the socket it holds, when its connection ends, not a
     later collection of the cyclic collector: its read callback is a bound method of its own
     (CPython's ``asyncio/selector_events.py``, ``_SelectorSocketTransport._read_ready_cb``,
-    set by ``set_protocol`` and never cleared). For a transport whose reader is gone (from
-    its protocol's ``connection_lost`` on); does nothing to any other object."""
-    if getattr(transport, "_read_ready_cb", None) is not None:
+    set by ``set_protocol`` and never cleared). Only for a transport that is closing (asyncio
+    removes its reader first, and calls its protocol's ``connection_lost`` only then): a live
+    one, or any other object, is left as it is."""
+    if getattr(transport, "_read_ready_cb", None) is not None and transport.is_closing():
         transport._read_ready_cb = None
 
 

@@ -298,9 +298,13 @@ class _Releasing(asyncio.Protocol):
     def __init__(self, release: bool) -> None:
         self.release = release
         self.transport: asyncio.BaseTransport | None = None
+        self.data = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.release:
@@ -311,7 +315,8 @@ def test_release_transport_frees_a_closed_transport_without_the_collector() -> N
     """A closed selector transport whose protocol calls ``release_transport`` in its
     ``connection_lost`` is freed by reference counting (the collector off); one that does
     not call it is not, as long as CPython's transport keeps its read callback as a bound
-    method of its own: when that stops, this says the trick can go."""
+    method of its own: when that stops, this says the trick can go. On a live transport
+    the call changes nothing: it reads on."""
     import gc
     import weakref
 
@@ -324,6 +329,11 @@ def test_release_transport_frees_a_closed_transport_without_the_collector() -> N
         protocol = _Releasing(release)
         transport = internals.make_socket_transport(loop, ours, protocol, "peer")
         await asyncio.sleep(0)  # connection_made, the reader added
+        internals.release_transport(transport)  # live: left as it is
+        theirs.sendall(b"ping\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert protocol.data == b"ping\n", "release_transport stopped a live transport's reads"
         ref = weakref.ref(transport)
         theirs.close()  # the transport reads the end and closes
         for _ in range(5):

@@ -1,7 +1,14 @@
 # schedswitchd: `make demo` runs the main job, `make test` passes the tests.
 # Both install what they need on a fresh Debian 12 machine and are quick once it is there.
 
-PYTHON ?= python3
+# The venv's interpreter: the distribution's python3 when it is 3.11 or newer, the one the
+# service runs (docs/service.md), else the first python3 in PATH. A python3 that a version
+# manager puts first in PATH may be built without the distribution's optimisations, and the
+# benchmarks measure the daemon on the venv's interpreter (docs/performance.md, "The
+# interpreter"). Expanded when the venv is made, after the packages below are installed.
+PYTHON ?= $(shell for p in /usr/bin/python3 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && command -v $$p && break; \
+	done)
 VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD := build
@@ -10,7 +17,8 @@ PYLIBBPF := pylibbpf==0.0.6
 APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
 	systemd \
-	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux
+	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux \
+	python3 python3-venv python3-dev
 
 .PHONY: all deps kernel schedulers test lint typecheck pytest unit demo bench clean test-objects fuzz fuzz-props \
 	man completions install install-desktop

@@ -112,13 +112,38 @@ def host_prepare() -> SidKernel | None:
 
 
 def machine(result: Any, kernel: SidKernel, memory_mib: float = 2048) -> str:
-    """How the VM ran, for a report: accelerator, vCPUs, memory, kernel, host cores."""
+    """How the VM ran, for a report: accelerator, vCPUs, memory, kernel, host cores, and
+    the interpreter the VM's processes ran (:func:`interpreter`)."""
     rr = getattr(result, "ramroot", None) or {}
     return (
         f"qemu {result.accel} (single-threaded TCG, -cpu max, 2 vCPUs, "
         f"{rr.get('memory_mib', memory_mib):.0f} MiB), kernel {kernel.version}, "
-        f"host {os.cpu_count()} cores"
+        f"host {os.cpu_count()} cores; {interpreter()}"
     )
+
+
+def interpreter(maps: Path = Path("/proc/self/maps")) -> str:
+    """The Python running this process, for a report: ``"CPython 3.11.2 (/usr/bin/python3.11,
+    interpreter in the executable)"``, or ``"... in libpython3.11.so.1.0"`` when it runs
+    from a shared library (a ``libpython`` mapped in ``maps``, ``proc(5)``); an executable
+    outside ``/usr`` is said to be ``built outside /usr``. The VM runs
+    the venv's interpreter, as the host side does, and the daemon's figures depend on how
+    that was built (docs/performance.md, "The interpreter")."""
+    import platform
+
+    executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    where = "interpreter in the executable"
+    try:
+        for line in maps.read_text().splitlines():
+            name = line.rsplit("/", 1)[-1]
+            if name.startswith("libpython"):
+                where = f"interpreter in {name}"
+                break
+    except OSError:
+        where = "interpreter's library unknown"
+    # A path outside /usr is a checkout's or a user's own build: named by its kind only.
+    source = executable if executable.startswith("/usr/") else "built outside /usr"
+    return f"{platform.python_implementation()} {platform.python_version()} ({source}, {where})"
 
 
 def utc_now() -> str:

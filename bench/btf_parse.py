@@ -10,8 +10,8 @@ A third series runs our reader on a regular-file copy of the same BTF: the kerne
 ``/sys/kernel/btf/vmlinux`` straight onto its own BTF pages, which RSS does not count, while a
 copy's mapped page-cache pages do.
 
-Prints the medians of ``--runs`` runs per side (>= 7, interleaved) and the ratios; targets
-from issue 2: time ratio <= 10, our added RSS <= 3x the file size.
+Prints the medians of ``--runs`` runs per side (>= 7, interleaved) and the ratios; targets:
+time ratio <= 10, our added RSS <= 3x the file size.
 
 Usage: ``python bench/btf_parse.py [--runs N] [--path /sys/kernel/btf/vmlinux]``.
 """

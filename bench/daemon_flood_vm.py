@@ -1,5 +1,6 @@
 """Benchmark: the real daemon's resident memory before and after a flood of clients, in the
-sched_ext VM (issue 14.10; its figure was 43.8 -> 57.9 MB there for 200 clients x 30 s).
+sched_ext VM (43.8 -> 57.9 MB there for 200 clients x 30 s before idle connections stopped
+keeping their last reply).
 
 One boot of the sched_ext VM (:mod:`tools.vm`, Debian sid's kernel under qemu TCG, the host
 root over 9p), ``uinput`` inserted (``ss_latency`` reads its BTF). The real daemon
@@ -15,7 +16,7 @@ every 0.2 s, ``VmRSS`` at the end and after a pause and one more round of reques
 
 Writes ``daemon_flood_vm.md`` and ``daemon_flood_vm.json`` under ``--out`` (default
 ``bench/results``). Exit status 0 when the run completed and the daemon's RSS after is
-within 2 MiB of before (the issue's target), 2 when it completed above that, 1 on failure.
+within 2 MiB of before (the target), 2 when it completed above that, 1 on failure.
 
 Usage: ``python bench/daemon_flood_vm.py [--clients N] [--seconds S] [--out DIR]
 [--timeout S] [--from-json FILE]`` (``--from-json``: only redo the page from a saved
@@ -51,7 +52,7 @@ from vm_bench import (
 
 sys.path.insert(0, str(REPO))
 
-#: The issue's target: RSS after the flood within this of before, KiB.
+#: The target: RSS after the flood within this of before, KiB.
 SLACK_KIB = 2048
 #: The pauses of the measurement (TCG is slow: reconcile passes, TTL ends), s.
 SETTLE_S = 3.0
@@ -168,8 +169,8 @@ def report(raw: dict[str, Any], meta: dict[str, str]) -> str:
                 f"| {raw['before'] / 1024:.1f} MiB | {raw['peak'] / 1024:.1f} MiB"
                 f" | {raw['after'] / 1024:.1f} MiB | {delta:+d} KiB |",
                 "",
-                f"Target (issue 14.10): after within {SLACK_KIB} KiB of before: {verdict}. The "
-                "issue's figure, measured when it was filed: 43.8 -> 57.9 MB in the VM. The "
+                f"Target: after within {SLACK_KIB} KiB of before: {verdict}. Before idle "
+                "connections stopped keeping their last reply: 43.8 -> 57.9 MB in the VM. The "
                 f"scheduler at the end: `{raw['ops_at_end']}`; the measurement took "
                 f"{raw['wall_s']:.0f} s in the VM.",
             ]

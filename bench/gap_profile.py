@@ -72,7 +72,7 @@ from vm_bench import (
 sys.path.insert(0, str(REPO))
 
 TRACING = Path("/sys/kernel/tracing")
-#: Issue 15: the gap with run-time expedited RCU at most this share of the gap without.
+#: Target: the gap with run-time expedited RCU at most this share of the gap without.
 RCU_TARGET = 0.4
 CONFIGS = {
     "default": ("", 2, "the harness's kernel command line, 2 vCPUs"),

@@ -1,4 +1,4 @@
-"""The host-only benchmarks in one run, one table (issue 8).
+"""The host-only benchmarks in one run, one table.
 
 Runs, each in its own subprocess with ``--json`` (so one's imports and caches do not favour
 another), and prints one markdown table with ours next to libbpf measured in the same run:

@@ -22,7 +22,7 @@ first, in an N order that rotates from round to round, then libbpf, so neither d
 libbpf's cache pollution favours one N. GC is off while timing. Prints the table with ratios
 against (a) and the flatness of (b) and (c) from the smallest to the largest N.
 
-Targets (issue 5): (b) and (c) flat within 5% from 1 to 300 modules; (c) at 300 at most
+Targets: (b) and (c) flat within 5% from 1 to 300 modules; (c) at 300 at most
 1/20 of (a). Exit status 0 when met, 2 when not.
 
 Usage: ``python bench/kmod_btf.py [--runs N] [--declared nf_tables] [--counts 1,10,100,300]``.

@@ -20,7 +20,7 @@ Default object: the largest ``build/tests/bpf/*.bpf.o`` (``make test-objects``).
 
 ``--corpus DIR`` (the community schedulers, ``../shared/corpus``) instead times a cold
 open of every ``DIR/*.bpf.o``, interleaved with libbpf's on the same file, and checks
-issue 15's targets: each object opens in at most 5x libbpf 1.1's time where libbpf 1.1
+the targets: each object opens in at most 5x libbpf 1.1's time where libbpf 1.1
 can open it at all (it cannot open arena objects such as lavd and p2dq: it predates
 arena maps), and ``lavd`` in at most 100 ms; ``open+link`` (the daemon's open, with every
 program linked) is reported beside them, not a target. All are timed in CPU time

@@ -2,7 +2,7 @@
 profiled scheduler, quick (``hotplug_seq``) against full (the CPU topology read again), in
 the sched_ext VM.
 
-A hint whose scheduler is held prepared (issue 15's standby) checks, before the detach,
+A hint whose scheduler is held prepared (a standby) checks, before the detach,
 that the held one is still what a prepare would make now (``KernelBackend.fresh``). For a
 scheduler with a profile that included reading the whole CPU topology from sysfs (~30
 files a CPU), which under the VM's TCG took longer than the no-scheduler gap itself. The

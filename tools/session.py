@@ -336,24 +336,25 @@ def run_checks(config: str, sock: str, out: Path, log: Path) -> None:
     }
     save()
     gamer.kill()
-    issue14: dict[str, Any] = {}
-    results["issue14"] = issue14
-    _issue14_checks(config, sock, log, daemon2, issue14, save)
+    defects: dict[str, Any] = {}
+    results["defects"] = defects
+    _defect_checks(config, sock, log, daemon2, defects, save)
     results["done"] = True
     save()
 
 
-def _issue14_checks(
+def _defect_checks(
     config: str, sock: str, log: Path, daemon: Daemon, out: dict[str, Any], save: Callable[[], None]
 ) -> None:
-    """Issue 14 items 5, 6, 8 and 9 on the real kernel (tests/vm/test_daemon_e2e.py)."""
+    """Defects found by trying the daemon as users and attackers would, on the real kernel
+    (tests/vm/test_daemon_e2e.py): a reload, a failed admin switch, a restart, a release."""
     original = Path(config).read_text()
     pin_dir = "/sys/fs/bpf/schedswitchd"
     with DaemonClient(sock) as admin:
         admin.request(proto.SwitchRequest(scheduler="vtime"))
         wait_for(settled(sock, "ss_vtime", "vtime"), 30)
         before = kernel_view()
-        # 5. a reload that changes the running scheduler's tunables swaps in its new form
+        # a reload that changes the running scheduler's tunables swaps in its new form
         Path(config).write_text(original.replace("slice_ns = 5000000", "slice_ns = 4000000"))
         reloaded = admin.request(proto.ReloadRequest())
         wait_for(lambda: status(sock).last_switch is not None, 30)
@@ -366,7 +367,7 @@ def _issue14_checks(
             "pins": sorted(os.listdir(pin_dir)),
         }
         save()
-        # 6. a failed admin switch (object missing) changes nothing
+        # a failed admin switch (object missing) changes nothing
         before = kernel_view()
         try:
             admin.request(proto.SwitchRequest(scheduler="missing"))
@@ -387,8 +388,8 @@ def _issue14_checks(
         launcher = Launcher(sock, "video-call")  # keeps vtime running without an override
         admin.request(proto.SwitchRequest(scheduler="auto"))
         wait_for(settled(sock, "ss_vtime", "vtime"), 30)
-    # 9. restart after the object was "rebuilt" (vtime's entry now names another object,
-    #    whose ops name differs): the running scheduler is adopted for what it is
+    # restart after the object was "rebuilt" (vtime's entry now names another object, whose
+    # ops name differs): the running scheduler is adopted for what it is
     before = kernel_view()
     daemon.kill9()
     launcher.kill()
@@ -404,7 +405,7 @@ def _issue14_checks(
         "pins": sorted(os.listdir(pin_dir)),
     }
     save()
-    # 8. after the re-adoption, a hint then its release runs the default at once
+    # after the re-adoption, a hint then its release runs the default at once
     with DaemonClient(sock) as client:
         lease = ask(client, proto.HintRequest(workload="video-call"), proto.HintReply).lease
         released = ask(client, proto.ReleaseRequest(lease=lease), proto.ReleaseReply)

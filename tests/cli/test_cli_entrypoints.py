@@ -75,7 +75,7 @@ def test_ctl_family_table_matches_what_the_families_register() -> None:
 
 
 def test_ctl_status_does_not_import_the_loader_or_the_profile_engine(tmp_path: Path) -> None:
-    """``schedswitchctl status`` (issue 15: <= 120 ms start to finish) leaves the object and
+    """``schedswitchctl status`` (target: <= 120 ms start to finish) leaves the object and
     profile families unimported: checked in a fresh interpreter, against no daemon."""
     import subprocess
     import sys

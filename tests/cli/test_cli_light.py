@@ -1,4 +1,4 @@
-"""``schedswitchctl``'s daemon commands run on the standard library alone (issue 15: ``status``
+"""``schedswitchctl``'s daemon commands run on the standard library alone (target: ``status``
 in at most 120 ms; pydantic and asyncio cost more than that to import on the dev host), and
 what they build and print is what the protocol's pydantic models build and print.
 
@@ -264,7 +264,7 @@ def test_the_usual_launch_lines_are_read_quickly() -> None:
 
 
 #: What the usual launch line does not import before the command starts, nor ``status``
-#: at all (issue 15: start to exec at most 60 ms, status 120 ms): each is milliseconds of a
+#: at all (targets: start to exec at most 60 ms, status 120 ms): each is milliseconds of a
 #: start on the dev host (``python -X importtime``).
 _NOT_ON_THE_QUICK_PATHS = (
     "argparse", "json", "re", "enum", "functools", "collections", "socket", "signal",

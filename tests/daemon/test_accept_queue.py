@@ -1,4 +1,4 @@
-"""An admin reaches the daemon while a flood fills its accept queue (issue 14.10).
+"""An admin reaches the daemon while a flood fills its accept queue.
 
 Two halves: the server keeps a long accept queue (asyncio's ``start_unix_server`` re-listens
 with its own default of 100 unless told), and the clients' connect waits in the kernel for

@@ -1,4 +1,4 @@
-"""What an idle connection keeps alive between requests (issue 14.10): not its last reply.
+"""What an idle connection keeps alive between requests: not its last reply.
 
 A reply model (``status``, ``history``: hundreds of small objects) that the connection's
 handler kept referenced while it waited for the next request stayed alive once per idle

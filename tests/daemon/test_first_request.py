@@ -1,4 +1,4 @@
-"""A connection's first request, answered in the loop step that accepted it (issue 15).
+"""A connection's first request, answered in the loop step that accepted it.
 
 The server accepts on its own reader of the listening socket: the connection's transport,
 credentials and admission in that step, then what the client already sent is read and its

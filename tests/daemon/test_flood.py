@@ -1,5 +1,5 @@
 """Many clients against the daemon's serving path (fake backend): resident memory comes
-back afterwards, and an admin's ``status`` is answered throughout (issue 14.10).
+back afterwards, and an admin's ``status`` is answered throughout.
 
 The daemon runs in its own process (:mod:`tests.daemon.serve_fake`, memory tuned as the
 real one); the flood (:mod:`tools.daemon_flood`) runs in a forked child as uid 65534 (a
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = int(os.environ.get("SCHEDSWITCHD_FLOOD_CLIENTS", "8"))
 SECONDS = float(os.environ.get("SCHEDSWITCHD_FLOOD_S", "3"))
-#: How far resident memory may stay above its level before the flood (issue 14.10).
+#: How far resident memory may stay above its level before the flood.
 SLACK_KIB = 2048
 
 

@@ -462,7 +462,7 @@ def test_new_form_of_a_running_scheduler_keeps_its_pin(
     sched_ext: FakeSchedExt,
 ) -> None:
     """A reload swaps a running scheduler for a new handle of the same name: discarding the
-    old handle afterwards must not remove the new one's pin (issue 14.5)."""
+    old handle afterwards must not remove the new one's pin."""
     old = backend.prepare("uei", object_config(bpf_object("uei"), hotplug_seq=False))
     new = backend.prepare(
         "uei", object_config(bpf_object("uei"), rodata={"ssthresh_value": 5}, hotplug_seq=False)
@@ -640,8 +640,7 @@ def test_adopt_takes_the_running_scheduler_whatever_its_file_says_now(
     tmp_path: Path,
 ) -> None:
     """The object was rebuilt (another ops name) or removed after the previous daemon
-    pinned it: the running scheduler is adopted under the kernel's name, its pin kept
-    (issue 14.9)."""
+    pinned it: the running scheduler is adopted under the kernel's name, its pin kept."""
     cfg = object_config(bpf_object("uei"), hotplug_seq=False)
     for now_on_disk in (bpf_object("tcp_ca"), tmp_path / "gone.bpf.o"):
         h = backend.prepare("uei", cfg)

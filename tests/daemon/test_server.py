@@ -742,7 +742,7 @@ def test_reload_with_bad_config_is_logged(srv: Running, caplog: pytest.LogCaptur
     assert "max_conections" in caplog.text
 
 
-# --- issue 14: defects found by trying the daemon as users and attackers would --------------
+# --- defects found by trying the daemon as users and attackers would ------------------------
 
 
 def _config_text(r: Running) -> str:
@@ -755,7 +755,7 @@ def _reload_with(r: Running, c: Client, text: str) -> dict[str, Any]:
 
 
 def test_ttl_end_sends_a_final_message_and_closes(timed: Running) -> None:
-    """A connection whose lease ended on its own is told so and closed (issue 14.1)."""
+    """A connection whose lease ended on its own is told so and closed."""
     c = timed.client()
     lease = c.request(op="hint", workload="gaming", ttl_s=30)["lease"]
     timed.advance(29.9)
@@ -816,7 +816,7 @@ def test_hint_cli_with_ttl_exits_when_the_lease_ends(
 
 
 def test_blank_lines_do_not_keep_an_idle_connection(timed: Running) -> None:
-    """Bare newlines are not requests: they do not reset the idle timer (issue 14.2)."""
+    """Bare newlines are not requests: they do not reset the idle timer."""
     c = timed.client()
     timed.wait_for(lambda s: len(s.connections) == 1)
     for _ in range(3):  # a newline every 0.1 s
@@ -830,7 +830,7 @@ def test_blank_lines_do_not_keep_an_idle_connection(timed: Running) -> None:
 
 
 def test_duplicate_keys_are_refused(srv: Running) -> None:
-    """``{"op":"status","op":"stop"}`` must not run ``stop`` (issue 14.3)."""
+    """``{"op":"status","op":"stop"}`` must not run ``stop``."""
     c = srv.client()
     c.request(op="hint", workload="gaming")
     c.send_raw(b'{"v":1,"op":"status","op":"stop"}\n')
@@ -844,7 +844,7 @@ def test_duplicate_keys_are_refused(srv: Running) -> None:
 
 
 def test_empty_reload_with_a_live_lease_is_refused_and_shown_in_status(srv: Running) -> None:
-    """An empty file would drop every scheduler under a live lease (issue 14.4)."""
+    """An empty file would drop every scheduler under a live lease."""
     c = srv.client()
     assert c.request(op="hint", workload="gaming")["active"] == "gaming"
     assert c.request(op="status")["status"]["reload"] is None
@@ -864,7 +864,7 @@ def test_empty_reload_with_a_live_lease_is_refused_and_shown_in_status(srv: Runn
 
 
 def test_reload_switches_a_running_scheduler_to_its_changed_tunables(srv: Running) -> None:
-    """A changed entry that runs is prepared anew and swapped in (issue 14.5)."""
+    """A changed entry that runs is prepared anew and swapped in."""
     c = srv.client()
     c.request(op="hint", workload="battery")
     first = srv.backend.attached_handle
@@ -905,7 +905,7 @@ def test_failed_refresh_keeps_the_old_form_and_says_so() -> None:
 
 
 def test_failed_admin_switch_changes_nothing(srv: Running) -> None:
-    """The override in force and the scheduler it runs stay (issue 14.6)."""
+    """The override in force and the scheduler it runs stay."""
     srv.backend.fail_prepare.add("broken")
     c = srv.client()
     assert c.request(op="switch", scheduler="vtime")["active"] == "vtime"
@@ -919,7 +919,7 @@ def test_failed_admin_switch_changes_nothing(srv: Running) -> None:
 
 
 def test_another_program_holding_sched_ext_is_not_a_failure(srv: Running) -> None:
-    """Only a scheduler's own failures back it off (issue 14.7)."""
+    """Only a scheduler's own failures back it off."""
     with srv.backend.lock:  # someone else's scheduler runs
         srv.backend.state, srv.backend.ops = "enabled", "scx_simple"
     c = srv.client()
@@ -967,7 +967,7 @@ def test_another_program_attaching_during_the_pass_is_not_a_failure(srv: Running
 
 
 def test_grace_ends_once_a_lease_came_and_went() -> None:
-    """After re-adoption, a hint then its release runs the default at once (issue 14.8)."""
+    """After re-adoption, a hint then its release runs the default at once."""
     backend = FakeBackend()
     backend.preload("vtime")
     r = Running(backend, grace=30.0, default="fifo")
@@ -982,7 +982,7 @@ def test_grace_ends_once_a_lease_came_and_went() -> None:
 
 
 def test_admins_keep_a_reserve_beyond_the_connection_caps() -> None:
-    """A flood by one non-admin uid does not lock out an admin's ``status`` (issue 14.10)."""
+    """A flood by one non-admin uid does not lock out an admin's ``status``."""
     r = Running(per_uid=3, max_conn=4)
     results_r, results_w = os.pipe()
     hold_r, hold_w = os.pipe()
@@ -1027,7 +1027,7 @@ def test_admins_keep_a_reserve_beyond_the_connection_caps() -> None:
 
 
 def test_last_exit_after_a_rollback_is_the_failed_attach(srv: Running) -> None:
-    """Status's ``last_exit`` agrees with ``last_switch.exit`` (issue 14.11)."""
+    """Status's ``last_exit`` agrees with ``last_switch.exit``."""
     srv.backend.fail_attach.add("broken")
     c = srv.client()
     c.request(op="hint", workload="video-call")

@@ -1,4 +1,4 @@
-"""The standby's freshness check on a hit's path (issue 15): one stat of the object and,
+"""The standby's freshness check on a hit's path: one stat of the object and,
 while the watch's uevent listener keeps the module generation true, no listing of
 /sys/kernel/btf. Host kernel (struct_ops of tcp_congestion_ops), real loads."""
 

@@ -1,4 +1,4 @@
-"""What the daemon's start costs before it answers (issue 15.4: fast cold paths).
+"""What the daemon's start costs before it answers (a cold path, kept fast).
 
 Under the VM's emulation a process start takes seconds, so the daemon's start path must not
 start processes of its own. Each check runs in a fresh interpreter: an import happens once

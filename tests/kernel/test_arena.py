@@ -54,7 +54,7 @@ def test_arena_spec_keeps_only_initialised_globals() -> None:
 
 def test_open_does_not_copy_arena_zeros(tmp_path: Path) -> None:
     """A 64 MiB zero tail appended to the arena section costs nothing to open: the file is
-    mapped and the zeros are never copied (issue 15)."""
+    mapped and the zeros are never copied."""
     spec = _spec()  # skips/fails first when the object is missing
     raw = bytearray(OBJ.read_bytes())
     assert spec.map("arena").data is not None

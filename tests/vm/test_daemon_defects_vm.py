@@ -1,4 +1,4 @@
-"""Issue 29's daemon defects on the real sched_ext kernel (one boot; the driver:
+"""Three fixed daemon defects on the real sched_ext kernel (one boot; the driver:
 tests/vm/defects_driver.py). A lease holds ss_fifo throughout.
 
 - A prepare that raises an exception of no project type (injected into the real backend)

@@ -12,10 +12,11 @@ kernel's own scheduler returns); uid 65534 is refused; the error-injecting sched
 kind and reason and falls back to ss_latency; switching to the broken scheduler fails with
 the verifier's log and leaves ss_latency enabled; ``kill -9`` of the daemon leaves
 ss_latency enabled and a new daemon re-adopts it from its pin, and an admin ``stop`` then
-detaches it (unpinned, ``disabled``). Issue 14 on the real kernel: a reload that changes the
-running scheduler's tunables swaps in its new form, pinned (5); a failed admin switch changes
-nothing (6); a restart after the object file changed adopts the running scheduler under the
-kernel's name (9), and a hint then its release there runs the default at once (8).
+detaches it (unpinned, ``disabled``). Defects found by trying the daemon as users and
+attackers would, on the real kernel: a reload that changes the running scheduler's tunables
+swaps in its new form, pinned; a failed admin switch changes nothing; a restart after the
+object file changed adopts the running scheduler under the kernel's name, and a hint then its
+release there runs the default at once.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ description = "rejected by the verifier (tests/vm/bpf/broken.bpf.c)"
 
 [schedulers.missing]
 object = "{REPO / "build" / "tests" / "vm" / "no-such-object.bpf.o"}"
-description = "its object file is gone (issue 14.6)"
+description = "its object file is gone"
 """
 
 SCRIPT = r"""
@@ -180,11 +181,11 @@ def test_readopted_scheduler_detaches(checks: dict[str, Any]) -> None:
     assert s["pins"] == []
 
 
-# --- issue 14 -------------------------------------------------------------------------------
+# --- defects found by trying the daemon as users and attackers would ------------------------
 
 
 def test_reload_swaps_the_running_scheduler_to_its_new_tunables(checks: dict[str, Any]) -> None:
-    r = checks["issue14"]["refresh"]
+    r = checks["defects"]["refresh"]
     assert r["reply"]["ok"], r
     assert r["after"]["ops"] == "ss_vtime" and r["after"]["state"] == "enabled"
     assert r["after"]["enable_seq"] == r["before"]["enable_seq"] + 1  # detached and attached
@@ -194,7 +195,7 @@ def test_reload_swaps_the_running_scheduler_to_its_new_tunables(checks: dict[str
 
 
 def test_failed_admin_switch_changes_nothing_in_the_kernel(checks: dict[str, Any]) -> None:
-    f = checks["issue14"]["failed_switch"]
+    f = checks["defects"]["failed_switch"]
     assert f["error"] is not None, f
     assert f["after"] == f["before"] and f["after"]["ops"] == "ss_vtime"
     assert (f["override"], f["active"]) == ("vtime", "vtime")
@@ -202,7 +203,7 @@ def test_failed_admin_switch_changes_nothing_in_the_kernel(checks: dict[str, Any
 
 
 def test_restart_after_the_object_changed_adopts_what_runs(checks: dict[str, Any]) -> None:
-    r = checks["issue14"]["rebuilt_restart"]
+    r = checks["defects"]["rebuilt_restart"]
     assert r["before"]["ops"] == "ss_vtime"
     assert r["after"] == r["before"]  # not detached, not re-attached
     st = r["status"]
@@ -212,7 +213,7 @@ def test_restart_after_the_object_changed_adopts_what_runs(checks: dict[str, Any
 
 
 def test_release_after_readoption_runs_the_default_at_once(checks: dict[str, Any]) -> None:
-    g = checks["issue14"]["grace_after_release"]
+    g = checks["defects"]["grace_after_release"]
     assert g["waited_ok"], g  # within 5 s, while adopt_grace_s is 30 s
     assert g["reply"]["active"] == "kernel" and g["status_active"] == "kernel"
     assert g["kernel"]["state"] == "disabled"

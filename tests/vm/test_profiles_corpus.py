@@ -125,7 +125,7 @@ def _config(objects: dict[str, str]) -> str:
 def runs(sid_kernel: SidKernel) -> dict[str, Any]:
     objects = _corpus_objects()
     if not _profile_support():
-        pytest.skip("the daemon's config has no 'profile' key yet (issue 13 framework)")
+        pytest.skip("the daemon's config has no 'profile' key yet")
     result = vm.run_in_vm(
         SCRIPT.replace("$OBJECTS_JSON", shlex.quote(json.dumps(objects))).replace(
             "$SOAK_S", str(SOAK_S)

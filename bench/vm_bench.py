@@ -126,9 +126,9 @@ def interpreter(maps: Path = Path("/proc/self/maps")) -> str:
     """The Python running this process, for a report: ``"CPython 3.11.2 (/usr/bin/python3.11,
     interpreter in the executable)"``, or ``"... in libpython3.11.so.1.0"`` when it runs
     from a shared library (a ``libpython`` mapped in ``maps``, ``proc(5)``); an executable
-    outside ``/usr`` is said to be ``built outside /usr``. The VM runs
-    the venv's interpreter, as the host side does, and the daemon's figures depend on how
-    that was built (docs/performance.md, "The interpreter")."""
+    outside ``/usr`` is said to be ``built outside /usr``. The VM runs the venv's
+    interpreter, as the host side does, and the daemon's figures depend on how that was
+    built (docs/performance.md, "The interpreter")."""
     import platform
 
     executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))

@@ -122,28 +122,50 @@ def machine(result: Any, kernel: SidKernel, memory_mib: float = 2048) -> str:
     )
 
 
-def interpreter(maps: Path = Path("/proc/self/maps")) -> str:
-    """The Python running this process, for a report: ``"CPython 3.11.2 (/usr/bin/python3.11,
-    interpreter in the executable)"``, or ``"... in libpython3.11.so.1.0"`` when it runs
-    from a shared library (a ``libpython`` mapped in ``maps``, ``proc(5)``); an executable
-    outside ``/usr`` is said to be ``built outside /usr``. The VM runs the venv's
-    interpreter, as the host side does, and the daemon's figures depend on how that was
-    built (docs/performance.md, "The interpreter")."""
-    import platform
+#: The interpreter the VM's processes run: the venv's (tools/vm.py's ``PY``), whatever
+#: interpreter started the bench on the host.
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+_DESCRIBE = (
+    "import json, os, platform, sys; "
+    "print(json.dumps([platform.python_implementation(), platform.python_version(), "
+    "os.path.realpath(getattr(sys, '_base_executable', sys.executable)), "
+    "open('/proc/self/maps').read()]))"
+)
 
-    executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    where = "interpreter in the executable"
+
+def interpreter(python: Path = VENV_PYTHON) -> str:
+    """The interpreter ``python`` runs (by default the venv's, which the VM runs), for a
+    report, as :func:`describe_interpreter` words it from what a process of it says of
+    itself; ``"interpreter unknown (...)"`` when it cannot be run. The daemon's figures
+    depend on how that interpreter was built (docs/performance.md, "The interpreter")."""
     try:
-        for line in maps.read_text().splitlines():
-            name = line.rsplit("/", 1)[-1]
-            if name.startswith("libpython"):
-                where = f"interpreter in {name}"
-                break
-    except OSError:
-        where = "interpreter's library unknown"
-    # A path outside /usr is a checkout's or a user's own build: named by its kind only.
+        out = subprocess.run(
+            [str(python), "-I", "-S", "-c", _DESCRIBE],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        implementation, version, executable, maps = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return f"interpreter unknown ({exc.__class__.__name__})"
+    return describe_interpreter(implementation, version, executable, maps)
+
+
+def describe_interpreter(implementation: str, version: str, executable: str, maps: str) -> str:
+    """``"CPython 3.11.2 (/usr/bin/python3.11, interpreter in the executable)"``, or ``"...
+    in libpython3.11.so.1.0"`` when a ``libpython`` is mapped in ``maps`` (the process's
+    ``/proc/self/maps``, ``proc(5)``): the interpreter runs from a shared library. An
+    ``executable`` (its real path) outside ``/usr`` is a checkout's or a user's own
+    build, said to be ``built outside /usr``."""
+    where = "interpreter in the executable"
+    for line in maps.splitlines():
+        name = line.rsplit("/", 1)[-1]
+        if name.startswith("libpython"):
+            where = f"interpreter in {name}"
+            break
     source = executable if executable.startswith("/usr/") else "built outside /usr"
-    return f"{platform.python_implementation()} {platform.python_version()} ({source}, {where})"
+    return f"{implementation} {version} ({source}, {where})"
 
 
 def utc_now() -> str:

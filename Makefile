@@ -2,13 +2,14 @@
 # Both install what they need on a fresh Debian 12 machine and are quick once it is there.
 
 # The venv's interpreter: the distribution's python3 when it is 3.11 or newer, the one the
-# service runs (docs/service.md), else the first python3 in PATH. A python3 that a version
-# manager puts first in PATH may be built without the distribution's optimisations, and the
-# benchmarks measure the daemon on the venv's interpreter (docs/performance.md, "The
-# interpreter"). Expanded when the venv is made, after the packages below are installed.
-PYTHON ?= $(shell for p in /usr/bin/python3 python3; do \
+# service runs (docs/service.md), else the first python3 in PATH (whose venv's pip then
+# names the version it needs when it is older). A python3 that a version manager puts first
+# in PATH may be built without the distribution's optimisations, and the benchmarks measure
+# the daemon on the venv's interpreter (docs/performance.md, "The interpreter"). Expanded
+# when the venv is made, after the packages below are installed.
+PYTHON ?= $(or $(shell for p in /usr/bin/python3 python3; do \
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && command -v $$p && break; \
-	done)
+	done),python3)
 VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD := build

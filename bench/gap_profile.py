@@ -62,6 +62,7 @@ from vm_bench import (
     REPO,
     SCHED_DIR,
     host_prepare,
+    interpreter,
     load_text,
     redo_page,
     save_run,
@@ -476,7 +477,8 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, str]) -> str:
         "",
         f"Produced by: python bench/gap_profile.py {meta['argv']}",
         f"Date: {meta['date']}; kernel {meta['kernel']}; qemu {meta['accel']} (single-threaded "
-        f"TCG, -cpu max, 2 GiB); host {meta['host']}, load average at start {meta['load']}.",
+        f"TCG, -cpu max, 2 GiB); host {meta['host']}, load average at start {meta['load']}; "
+        f"{meta.get('interpreter', 'interpreter not recorded')}.",
         "In one process in the VM: the daemon's Switcher + KernelBackend (no socket); medians.",
         "gap = detach start -> BPF_LINK_CREATE returned (the new scheduler enabled, as the",
         "confirmation after it shows); kernel disable = BPF_LINK_DETACH (bpf_scx_unreg); kernel",
@@ -576,6 +578,7 @@ def host_main(args: argparse.Namespace) -> int:
         "accel": accel,
         "host": f"{os.cpu_count()} cores",
         "load": load,
+        "interpreter": interpreter(),
         "switches": str(args.switches),
     }
     save_run(out, "gap_profile.json", {"meta": meta, "runs": runs}, report(runs, meta),

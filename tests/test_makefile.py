@@ -53,10 +53,3 @@ def test_the_venv_is_made_from_the_distributions_python3_before_one_first_in_pat
     line = _venv_command(tmp_path, f"{shim.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     chosen = SYSTEM_PYTHON if recent.returncode == 0 else shim
     assert line.endswith(f"|| {chosen} -m venv {tmp_path / 'v'}"), line
-
-
-def test_an_explicit_python_is_obeyed(tmp_path: Path) -> None:
-    if shutil.which("make") is None:
-        pytest.skip("no make")
-    line = _venv_command(tmp_path, os.environ.get("PATH", "/usr/bin:/bin"), "PYTHON=python3.11")
-    assert line.endswith(f"|| python3.11 -m venv {tmp_path / 'v'}"), line

@@ -9,7 +9,7 @@ so that the host's drift hits every case alike:
   console script starts), in the regular install's venv and in the development venv, and
   ``python -S -c pass`` (without ``site``);
 * ``schedswitch-run gaming -- date +%s%N``: from just before spawning the wrapper to the
-  wall-clock time ``date`` reads once exec'd (``date`` stands for the issue's ``true``: it
+  wall-clock time ``date`` reads once exec'd (``date`` stands for the target's ``true``: it
   reports when it ran), i.e. wrapper start + hint exchange + exec;
 * ``schedswitchctl status``: start to exit;
 

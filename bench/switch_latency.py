@@ -1414,7 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
     cp = sub.add_parser("_cold")
     cp.add_argument("object")
     cp.add_argument("ops")
-    # 21, not the issue's minimum of 7: single-threaded TCG spreads one cell by +-10%, and
+    # 21, not the targets' minimum of 7: single-threaded TCG spreads one cell by +-10%, and
     # with 7 samples two cells doing identical work differed by 10% in their medians.
     ap.add_argument("--reps", type=int, default=21, help="repetitions of (a), (c)-(f)")
     ap.add_argument(

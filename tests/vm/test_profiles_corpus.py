@@ -81,7 +81,7 @@ mount -t tmpfs tmpfs /boot && cp "$KMOD_ROOT/lib/modules/$KVER/config" "/boot/co
 """
 
 #: The object-load pass costs a second boot of about the same length (each load starts the
-#: CLI; lavd's takes ~4 min under TCG): CI runs the daemon pass, which the issue asks for, and
+#: CLI; lavd's takes ~4 min under TCG): CI runs the daemon pass, the one that checks the daemon, and
 #: this one runs with SCHEDSWITCHD_PROFILE_OBJECT_LOAD=1.
 OBJECT_LOAD = os.environ.get("SCHEDSWITCHD_PROFILE_OBJECT_LOAD") == "1"
 

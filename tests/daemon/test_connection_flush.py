@@ -165,6 +165,19 @@ def _gone(conn_id: int, lease: str) -> Callable[[Server], bool]:
     return lambda s: conn_id not in s.connections and lease not in s.policy.leases
 
 
+def _ended_holding_replies(srv: Running) -> tuple[Client, int, str, int, float]:
+    """A leased connection of ``srv`` filled with unread replies (:func:`_fill`), then its
+    client's ``shutdown(SHUT_WR)``, until the daemon closed it: ``(client, connection id,
+    lease, replies sent, monotonic s just before the shutdown)``. The time is taken before
+    the daemon can see the end of file, so the flush bound it arms then runs from later."""
+    c, conn_id, lease = _leased_client(srv)
+    sent = _fill(srv, c, conn_id)
+    ended = time.monotonic()
+    c.sock.shutdown(socket.SHUT_WR)
+    srv.wait_for(lambda s: conn_id not in s.connections or s.connections[conn_id].closing)
+    return c, conn_id, lease, sent, ended
+
+
 def test_a_client_that_never_takes_the_last_replies_is_cut_off_once_the_bound_passed(
     start: Start,
 ) -> None:
@@ -173,13 +186,9 @@ def test_a_client_that_never_takes_the_last_replies_is_cut_off_once_the_bound_pa
     the daemon aborts it -- its side of the socket closed, the replies it still held
     dropped, the connection and its lease gone."""
     srv = start(read_timeout=BOUND_S)
-    c, conn_id, lease = _leased_client(srv)
-    sent = _fill(srv, c, conn_id)
-    # Taken before the daemon can see the end of file: the bound it arms then runs from
-    # later, so nothing of the daemon's can make the wait below shorter than the bound.
-    ended = time.monotonic()
-    c.sock.shutdown(socket.SHUT_WR)
-    srv.wait_for(lambda s: conn_id not in s.connections or s.connections[conn_id].closing)
+    # Nothing of the daemon's can make the wait below shorter than the bound: the clock
+    # starts before the daemon can see the end of file.
+    c, conn_id, lease, sent, ended = _ended_holding_replies(srv)
     hung_up = _hung_up(c.sock, BOUND_S + MARGIN_S)
     waited = time.monotonic() - ended
     assert hung_up, f"the daemon's side still open {waited:.1f} s after the client's end"
@@ -203,12 +212,8 @@ def test_a_client_that_reads_within_the_bound_gets_every_reply_then_the_end(
     then reads: every reply arrives whole and in order, then an end of file (no reset); the
     connection and its lease are gone without waiting for the bound."""
     srv = start(read_timeout=READER_BOUND_S)
-    c, conn_id, lease = _leased_client(srv)
-    sent = _fill(srv, c, conn_id)
-    ended = time.monotonic()
-    c.sock.shutdown(socket.SHUT_WR)
     # Read only once the daemon closed: then the bytes still held are the flush's.
-    srv.wait_for(lambda s: conn_id not in s.connections or s.connections[conn_id].closing)
+    c, conn_id, lease, sent, ended = _ended_holding_replies(srv)
     data, reset = _read_to_end(c)
     took = time.monotonic() - ended
     replies = _replies(data)

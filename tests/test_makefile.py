@@ -16,16 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
-def _venv_command(tmp_path: Path, path: str, *variables: str) -> str:
+def _venv_command(tmp_path: Path, path: str) -> str:
     """The recipe line that makes a venv at ``tmp_path/v``, as ``make -n`` prints it with
-    ``PATH`` set to ``path`` and ``variables`` (``NAME=value``) on its command line (nothing
-    is run; the variables of an enclosing ``make`` are left out so that they cannot choose
-    for it)."""
+    ``PATH`` set to ``path`` (nothing is run; the variables of an enclosing ``make`` are
+    left out so that they cannot choose for it)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS", "MAKELEVEL")}
     env["PATH"] = path
     venv = tmp_path / "v"
     out = subprocess.run(
-        ["make", "-n", "-B", f"{venv}/.stamp", f"VENV={venv}", *variables],
+        ["make", "-n", "-B", f"{venv}/.stamp", f"VENV={venv}"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -760,6 +760,17 @@ def measure_b(py: str) -> dict[str, Any]:
     }
 
 
+def measured(col: str, rep: int, *, reps: int, cold_reps: int, hit_reps: int) -> bool:
+    """Whether column ``col`` (``a``-``f``) is measured in repetition ``rep`` (from 0) of a
+    step: (b) in its first ``cold_reps``, (e) and (f) in their first ``hit_reps`` (at least
+    ``reps``), the others in their first ``reps``."""
+    if col == "b":
+        return rep < cold_reps
+    if col in "ef":
+        return rep < max(reps, hit_reps)
+    return rep < reps
+
+
 def vm_main(args: argparse.Namespace) -> int:
     """Inside the VM: insmod step by step, measure a-d at each step, write JSON results."""
     py = sys.executable
@@ -774,6 +785,7 @@ def vm_main(args: argparse.Namespace) -> int:
     daemon = Daemon(SCRATCH)
     log.write(f"daemon up in {time.monotonic() - t_start:.1f}s\n")
     parked = False
+    hit_reps = max(args.reps, args.hit_reps)
     # (e)'s reference (bench/hit_floor.py): the bare lane, a sixth column of the rotation,
     # measured with the daemon parked and stopped.
     import hit_floor
@@ -793,31 +805,41 @@ def vm_main(args: argparse.Namespace) -> int:
                 for col in "cde":  # warm-up (not recorded): the daemon meets the new module set
                     daemon.hint(col)
                 samples: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTS}
-                for rep in range(max(args.reps, args.cold_reps)):
+                # Past --reps, only (e) and (f) go on (--hit-reps): the target compares
+                # their medians, and their difference needs more hits than the other
+                # columns' figures to settle (docs/performance.md, "Standby hit").
+                for rep in range(max(args.reps, args.cold_reps, args.hit_reps)):
                     order = ROTATION[rep % len(ROTATION) :] + ROTATION[: rep % len(ROTATION)]
                     for col in order:
+                        runs = measured(
+                            col, rep, reps=args.reps, cold_reps=args.cold_reps, hit_reps=hit_reps
+                        )
+                        if not runs and rep >= args.reps:
+                            continue  # past --reps, no park or unpark for a column not run
                         if col in "abf" and not parked:
                             daemon.park()
                             parked = True
                         elif col in "cde" and parked:
                             daemon.unpark()
                             parked = False
-                        if col == "a" and rep < args.reps:
+                        if not runs:
+                            continue
+                        if col == "a":
                             samples["a"].append(measure_a())
-                        elif col == "b" and rep < args.cold_reps:
+                        elif col == "b":
                             samples["b"].append(measure_b(py))
-                        elif col in "cde" and rep < args.reps:
+                        elif col in "cde":
                             samples[col].append(daemon.hint(col))
-                        elif col == "f" and rep < args.reps:
+                        else:
                             with daemon.stopped():
                                 lane.hit()
                     log.write(f"step {target} rep {rep} done ({time.monotonic() - t_ins:.0f}s)\n")
                 results["steps"].append({"target": target, "modules": count, "samples": samples})
                 (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
-            # The lane's times, as its server kept them: --reps of them per step.
+            # The lane's times, as its server kept them: hit_reps of them per step.
             hits = lane.results()
             for i, step in enumerate(results["steps"]):
-                step["lane"] = hits[i * args.reps : (i + 1) * args.reps]
+                step["lane"] = hits[i * hit_reps : (i + 1) * hit_reps]
             (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
     finally:
         daemon.close()
@@ -1091,7 +1113,115 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
             f"over it: the daemon adds {e_over - over:.1f} ms to the bare lane (target <= "
             f"{STANDBY_OVER_LANE_MS:g} ms)."
         )
+        ci = lane_excess_interval(raw)
+        if ci is not None:
+            lines.append(
+                f"- That difference of medians over {len(e)} and {len(lane)} hits: "
+                f"{EXCESS_CONFIDENCE:.0%} bootstrap interval {ci[0]:+.2f} to {ci[1]:+.2f} ms "
+                "(the hits of each side resampled, `scipy.stats.bootstrap`, percentile)."
+            )
+        split = lane_excess_parts(raw)
+        if split is not None:
+            way_in, switch, way_out, n_e, n_lane = split
+            lines.append(
+                f"- Where the daemon adds it, over the hits whose line was there at the "
+                f"accept ({n_e} of (e), {n_lane} of the lane), differences of medians: the "
+                f"way in (the client's send to the pool's take) {way_in:+.2f} ms, the switch "
+                f"beyond its gap (from the take, the same on both sides, to the kernel "
+                f"running the new scheduler) {switch:+.2f} ms, the way out (to the client's "
+                f"checked reply) {way_out:+.2f} ms."
+            )
     return lines
+
+
+#: The confidence of :func:`lane_excess_interval`'s interval.
+EXCESS_CONFIDENCE = 0.9
+
+
+def _overs(samples: list[dict[str, Any]]) -> list[float]:
+    """Each hit's time beyond its own gap, ms."""
+    return [_ms(x["total_ns"] - x["gap_ns"]) for x in samples]
+
+
+def lane_excess_interval(raw: dict[str, Any]) -> tuple[float, float] | None:
+    """The :data:`EXCESS_CONFIDENCE` interval of :func:`lane_excess_ms` (ms, low and high):
+    the difference of the two medians, (e)'s hits and the lane's resampled independently
+    (a percentile bootstrap, ``scipy.stats.bootstrap``, a fixed seed so that the same
+    samples always give the same page). How far one boot's verdict can be from the boot's
+    own: a boot's hits are a sample of what the daemon and the lane cost. ``None`` without
+    a lane or (e) samples, or with fewer than two of either."""
+    import numpy as np
+    from scipy import stats
+
+    lane, _ = lane_samples(raw)
+    e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
+    if not lane or not e or len(lane) < 2 or len(e) < 2:
+        return None
+
+    def excess(a: Any, b: Any, axis: int = -1) -> Any:
+        return np.median(a, axis=axis) - np.median(b, axis=axis)
+
+    res = stats.bootstrap(
+        (np.array(_overs(e)), np.array(_overs(lane))),
+        excess,
+        vectorized=True,
+        paired=False,
+        confidence_level=EXCESS_CONFIDENCE,
+        n_resamples=9999,
+        method="percentile",
+        random_state=np.random.default_rng(0),
+    )
+    ci = res.confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def lane_excess_parts(raw: dict[str, Any]) -> tuple[float, float, float, int, int] | None:
+    """Where (e) at the largest count spends its time beyond the lane's, ms, over the hits
+    of both whose line was there at the accept's read (the like with the like: a line
+    that came later costs a second wake-up on either side): ``(way_in, switch, way_out,
+    e_hits, lane_hits)``, each a difference of medians per hit. The way in runs from the
+    client's send to the pool's take's start on (e)'s side (``before_switch_ns`` less the
+    take) and to the lane's window on the lane's (``in_ns`` + ``checks_ns`` less the
+    lane's take, taken as (e)'s: both make the same check); the switch from there to the
+    kernel running the new scheduler, less the gap; the way out from there to the client's
+    checked reply. ``None`` without a lane that recorded its parts and ``at_accept``, or
+    without such hits."""
+    lane, _ = lane_samples(raw)
+    steps = raw.get("steps") or []
+    e = steps[-1]["samples"].get("e") if steps else None
+    if not lane or not e or not all("at_accept" in x and "in_ns" in x for x in lane):
+        return None
+    e = [x for x in e if x.get("first_read_at_accept") and "before_switch_ns" in x]
+    lane = [x for x in lane if x["at_accept"]]
+    if not e or not lane:
+        return None
+    med = statistics.median
+    take = med(x["phases_ns"].get("standby", 0) for x in e)
+    e_in = med(x["before_switch_ns"] - x["phases_ns"].get("standby", 0) for x in e)
+    e_switch = med(
+        x["phases_ns"].get("until_enabled", x["daemon_total_ns"]) - x["gap_ns"] for x in e
+    )
+    e_out = med(
+        x["total_ns"]
+        - x["before_switch_ns"]
+        - x["phases_ns"].get("until_enabled", x["daemon_total_ns"])
+        + x["phases_ns"].get("standby", 0)
+        for x in e
+    )
+    l_in = med(x["in_ns"] + x["checks_ns"] for x in lane) - take
+    l_switch = (
+        med(x["window_ns"] + x["detach_ns"] + x["link_ns"] + x["confirm_ns"] - x["gap_ns"]
+            for x in lane)
+        + take
+    )  # fmt: skip
+    l_out = med(x["send_ns"] + x["out_ns"] for x in lane)
+    return (
+        _ms(e_in - l_in),
+        _ms(e_switch - l_switch),
+        _ms(e_out - l_out),
+        len(e),
+        len(lane),
+    )
 
 
 def lane_excess_ms(raw: dict[str, Any]) -> float | None:
@@ -1103,8 +1233,7 @@ def lane_excess_ms(raw: dict[str, Any]) -> float | None:
     e = raw["steps"][-1]["samples"].get("e") if raw.get("steps") else None
     if not lane or not e:
         return None
-    over = statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in lane)
-    return float(statistics.median(_ms(x["total_ns"] - x["gap_ns"]) for x in e) - over)
+    return float(statistics.median(_overs(e)) - statistics.median(_overs(lane)))
 
 
 def outside_split(raw: dict[str, Any]) -> list[str]:
@@ -1235,8 +1364,13 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
     summary["checks"] = [{"what": w, "met": ok} for w, ok in checks]
     notes = [
         "",
-        f"Medians of {meta['reps']} switches (± half the interquartile range, % of the median). "
-        f"{meta['machine']}; {meta['date']}; host load average at start {meta['load']}.",
+        f"Medians of {meta['reps']} switches (± half the interquartile range, % of the median)"
+        + (
+            f"; of {meta['hit_reps']} for (e) and the lane, the later ones without (a)-(d). "
+            if meta.get("hit_reps", meta["reps"]) != meta["reps"]
+            else ". "
+        )
+        + f"{meta['machine']}; {meta['date']}; host load average at start {meta['load']}.",
         _counts_note(meta),
         "(c)/(d): the daemon (`schedswitchd`, real kernel backend, ss_fifo running), from "
         "sending the hint on its socket to its reply, which it sends once the kernel reads "
@@ -1343,7 +1477,7 @@ def host_main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     script = (
         f'"$PY" "$REPO/bench/switch_latency.py" _vm --counts {",".join(map(str, counts))} '
-        f"--reps {args.reps} --cold-reps {args.cold_reps} "
+        f"--reps {args.reps} --cold-reps {args.cold_reps} --hit-reps {args.hit_reps} "
         f"{'' if args.no_profile else '--profile '}"
         f"--hint-profile {args.hint_profile} "
         '--modules "$RESULTS/modules.txt" --results "$RESULTS"\n'
@@ -1383,6 +1517,7 @@ def host_main(args: argparse.Namespace) -> int:
         "reps": str(args.reps),
         "accel": result.accel,
         "cold_reps": str(args.cold_reps),
+        "hit_reps": str(max(args.reps, args.hit_reps)),
         "cold_startup_share": _startup_share(raw),
         "vm_wall_s": f"{time.monotonic() - t0:.0f}",
         "hint_when": "idle",  # Daemon.wait_idle before every hint
@@ -1402,6 +1537,7 @@ def main(argv: list[str] | None = None) -> int:
     vmp.add_argument("--modules", required=True)
     vmp.add_argument("--results", required=True)
     vmp.add_argument("--cold-reps", type=int, required=True)
+    vmp.add_argument("--hit-reps", type=int, default=0)
     vmp.add_argument("--profile", action="store_true")
     vmp.add_argument("--hint-profile", type=int, default=0)
     hp = sub.add_parser("_hint_profile")
@@ -1419,6 +1555,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=21, help="repetitions of (a), (c)-(f)")
     ap.add_argument(
         "--cold-reps", type=int, default=3, help="repetitions of (b) (~30 s each under TCG)"
+    )
+    ap.add_argument(
+        "--hit-reps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="repetitions of (e) and (f), the standby hit and its lane, when more than "
+        "--reps: the later ones run without (a)-(d)",
     )
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile'd daemon run")
     ap.add_argument(

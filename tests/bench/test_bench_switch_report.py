@@ -279,3 +279,80 @@ def test_wait_idle_returns_once_the_refill_is_done(sl: ModuleType) -> None:
         if srv.backend.gate is not None:
             srv.backend.gate.set()
         srv.stop()
+
+
+def _hits(overs: list[float], gap_ms: float = 30.0) -> list[dict[str, Any]]:
+    return [_sample(gap_ms + o, gap_ms) for o in overs]
+
+
+def test_the_interval_of_one_boots_verdict(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    assert sl.lane_excess_interval(raw) is None  # no (e), no lane
+    # (e) 1 ms beyond the lane at every quantile: the point 1.0, an interval around it
+    spread = [6.0 + 0.1 * i for i in range(21)]
+    raw["steps"][-1]["samples"]["e"] = _hits([x + 1.0 for x in spread])
+    raw["steps"][-1]["lane"] = _hits(spread)
+    assert sl.lane_excess_ms(raw) == pytest.approx(1.0)
+    low, high = sl.lane_excess_interval(raw)
+    assert low < 1.0 < high
+    assert (low, high) == sl.lane_excess_interval(raw)  # the same samples, the same page
+    # Four times the hits (the same spread): a narrower interval around the same point
+    raw["steps"][-1]["samples"]["e"] = _hits([x + 1.0 for x in spread] * 4)
+    raw["steps"][-1]["lane"] = _hits(spread * 4)
+    low4, high4 = sl.lane_excess_interval(raw)
+    assert low4 < 1.0 < high4
+    assert high4 - low4 < (high - low) * 0.75
+    # Apart: (e) 3 ms beyond, the interval does not reach 1 ms
+    raw["steps"][-1]["samples"]["e"] = _hits([x + 3.0 for x in spread])
+    raw["steps"][-1]["lane"] = _hits(spread)
+    assert sl.lane_excess_interval(raw)[0] > 1.0
+    raw["steps"][-1]["lane"] = _hits([6.0])
+    assert sl.lane_excess_interval(raw) is None  # one hit is no sample to resample
+    raw["steps"][-1]["lane"] = [
+        {**dict.fromkeys(sl.HIT_FLOOR_PARTS, 1), **x} for x in _hits(spread)
+    ]
+    for step in raw["steps"]:  # the page's (e) section wants (e) at every step
+        step["samples"]["e"] = [_standby(30 + x + 3.0, 30) for x in spread]
+    table = sl.build_report(raw, META)[0]
+    assert "- That difference of medians over 21 and 21 hits: 90% bootstrap interval +" in table
+
+
+def test_where_the_daemon_adds_to_the_lane(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    # (e): the take 2 ms, 17 ms from the send to the record (so 15 in), enabled 55 ms into
+    # the switch (so 55 - 46 = 9 of switch beyond the gap), 80 in all (so 80 - 17 - 53 = 10 out)
+    e = {**_standby(80, 46), "before_switch_ns": 17_000_000}
+    for step in raw["steps"]:
+        step["samples"]["e"] = [{**e, "first_read_at_accept": k} for k in (1, 1, 1, 0)]
+    ms = 1_000_000
+    lane = {"total_ns": 0, "gap_ns": 40 * ms, "in_ns": 10 * ms, "checks_ns": 4 * ms,
+            "window_ns": 1 * ms, "detach_ns": 20 * ms, "link_ns": 21 * ms,
+            "confirm_ns": 1 * ms, "send_ns": 2 * ms, "out_ns": 5 * ms}  # fmt: skip
+    raw["steps"][-1]["lane"] = [dict(lane)] * 3
+    assert sl.lane_excess_parts(raw) is None  # a lane that did not record at_accept
+    # a line that came late on either side is left out: it costs a second wake-up
+    raw["steps"][-1]["lane"] = [{**lane, "at_accept": 1}] * 3 + [
+        {**lane, "at_accept": 0, "in_ns": 90 * ms}
+    ]
+    # lane: in 10 + 4 - the take 2 = 12; switch 1 + 20 + 21 + 1 - 40 + 2 = 5; out 2 + 5 = 7
+    way_in, switch, way_out, n_e, n_lane = sl.lane_excess_parts(raw)
+    assert (way_in, switch, way_out) == pytest.approx((3.0, 4.0, 3.0))
+    assert (n_e, n_lane) == (3, 3)
+    table = sl.build_report(raw, META)[0]
+    assert (
+        "the way in (the client's send to the pool's take) +3.00 ms, the switch beyond its "
+        "gap (from the take, the same on both sides, to the kernel running the new "
+        "scheduler) +4.00 ms, the way out (to the client's checked reply) +3.00 ms." in table
+    )
+
+
+def test_which_columns_run_in_a_repetition(sl: ModuleType) -> None:
+    def run(rep: int, **counts: int) -> str:
+        return "".join(c for c in "abcdef" if sl.measured(c, rep, **counts))
+
+    counts = {"reps": 3, "cold_reps": 1, "hit_reps": 5}
+    assert [run(rep, **counts) for rep in range(5)] == ["abcdef", "acdef", "acdef", "ef", "ef"]
+    # --hit-reps below --reps: (e) and (f) run as often as the rest
+    assert run(2, reps=3, cold_reps=1, hit_reps=0) == "acdef"
+    assert run(3, reps=3, cold_reps=1, hit_reps=0) == ""
+    assert run(3, reps=3, cold_reps=5, hit_reps=0) == "b"

@@ -771,6 +771,13 @@ def measured(col: str, rep: int, *, reps: int, cold_reps: int, hit_reps: int) ->
     return rep < reps
 
 
+def deal_lane(hits: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+    """Give each step its ``lane``: the next ``hit_reps`` of the lane's ``hits``, in the
+    order its server kept them (all steps' in one list, the first step's first)."""
+    for step in steps:
+        step["lane"], hits = hits[: step["hit_reps"]], hits[step["hit_reps"] :]
+
+
 def vm_main(args: argparse.Namespace) -> int:
     """Inside the VM: insmod step by step, measure a-d at each step, write JSON results."""
     py = sys.executable
@@ -785,7 +792,6 @@ def vm_main(args: argparse.Namespace) -> int:
     daemon = Daemon(SCRATCH)
     log.write(f"daemon up in {time.monotonic() - t_start:.1f}s\n")
     parked = False
-    hit_reps = max(args.reps, args.hit_reps)
     # (e)'s reference (bench/hit_floor.py): the bare lane, a sixth column of the rotation,
     # measured with the daemon parked and stopped.
     import hit_floor
@@ -793,6 +799,8 @@ def vm_main(args: argparse.Namespace) -> int:
     try:
         with hit_floor.Lane(SCHED_DIR) as lane:
             for target in args.counts:
+                # (e) and (f) past --reps at the largest count only, where the target is
+                hit_reps = max(args.reps, args.hit_reps) if target == args.counts[-1] else args.reps
                 t_ins = time.monotonic()
                 _insmod_until(modules_left, target, log)
                 count = _module_count()
@@ -808,7 +816,7 @@ def vm_main(args: argparse.Namespace) -> int:
                 # Past --reps, only (e) and (f) go on (--hit-reps): the target compares
                 # their medians, and their difference needs more hits than the other
                 # columns' figures to settle (docs/performance.md, "Standby hit").
-                for rep in range(max(args.reps, args.cold_reps, args.hit_reps)):
+                for rep in range(max(args.reps, args.cold_reps, hit_reps)):
                     order = ROTATION[rep % len(ROTATION) :] + ROTATION[: rep % len(ROTATION)]
                     for col in order:
                         runs = measured(
@@ -834,12 +842,11 @@ def vm_main(args: argparse.Namespace) -> int:
                             with daemon.stopped():
                                 lane.hit()
                     log.write(f"step {target} rep {rep} done ({time.monotonic() - t_ins:.0f}s)\n")
-                results["steps"].append({"target": target, "modules": count, "samples": samples})
+                results["steps"].append(
+                    {"target": target, "modules": count, "samples": samples, "hit_reps": hit_reps}
+                )
                 (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
-            # The lane's times, as its server kept them: hit_reps of them per step.
-            hits = lane.results()
-            for i, step in enumerate(results["steps"]):
-                step["lane"] = hits[i * hit_reps : (i + 1) * hit_reps]
+            deal_lane(lane.results(), results["steps"])
             (out_dir / "switch_latency.raw.json").write_text(json.dumps(results))
     finally:
         daemon.close()
@@ -1366,7 +1373,8 @@ def build_report(raw: dict[str, Any], meta: dict[str, str]) -> tuple[str, dict[s
         "",
         f"Medians of {meta['reps']} switches (± half the interquartile range, % of the median)"
         + (
-            f"; of {meta['hit_reps']} for (e) and the lane, the later ones without (a)-(d). "
+            f"; of {meta['hit_reps']} for (e) and the lane at the largest count, the later "
+            "ones without (a)-(d). "
             if meta.get("hit_reps", meta["reps"]) != meta["reps"]
             else ". "
         )
@@ -1561,8 +1569,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="repetitions of (e) and (f), the standby hit and its lane, when more than "
-        "--reps: the later ones run without (a)-(d)",
+        help="repetitions of (e) and (f), the standby hit and its lane, at the largest count "
+        "when more than --reps: the later ones run without (a)-(d)",
     )
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile'd daemon run")
     ap.add_argument(

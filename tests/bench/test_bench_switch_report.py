@@ -356,3 +356,9 @@ def test_which_columns_run_in_a_repetition(sl: ModuleType) -> None:
     assert run(2, reps=3, cold_reps=1, hit_reps=0) == "acdef"
     assert run(3, reps=3, cold_reps=1, hit_reps=0) == ""
     assert run(3, reps=3, cold_reps=5, hit_reps=0) == "b"
+
+
+def test_each_step_gets_its_own_lane_hits(sl: ModuleType) -> None:
+    steps: list[dict[str, Any]] = [{"hit_reps": 2}, {"hit_reps": 5}]
+    sl.deal_lane([{"n": i} for i in range(7)], steps)
+    assert [[h["n"] for h in step["lane"]] for step in steps] == [[0, 1], [2, 3, 4, 5, 6]]

@@ -68,13 +68,15 @@ Targets: (c) and (d) flat within 5% from the smallest to the largest count; (d) 
 most half of (a) at 300; the gap of (c)/(d) at most a fifth of their full switch; warm RSS at
 most 48 MiB. (e), judged against (f), the bare lane
 (``bench/hit_floor.py``): what (e) costs beyond its gap at most 1 ms over what the lane costs
-beyond its own (medians per hit, the largest count), and (e) at most 0.10 of (a) at the
-largest count. A lane-relative target replaces a ratio to (e)'s own gap because the lane
-shows that no implementation of a hit reaches such a ratio under single-threaded TCG
-(docs/performance.md, standby hit). Exit status 0 when all are met, 2 when not, 1 on
-failure.
+beyond its own (medians per hit, the largest count; the page gives that difference's
+bootstrap interval, and ``--hit-reps`` takes more hits of both there than of the other
+columns), and (e) at most 0.10 of (a) at the largest count. A lane-relative target
+replaces a ratio to (e)'s own gap because the lane shows that no implementation of a hit
+reaches such a ratio under single-threaded TCG (docs/performance.md, standby hit). Exit
+status 0 when all are met, 2 when not, 1 on failure.
 
-Usage: ``python bench/switch_latency.py [--reps 21] [--counts 1,10,100,300] [--out DIR]``.
+Usage: ``python bench/switch_latency.py [--reps 21] [--hit-reps 121] [--counts 1,10,100,300]
+[--out DIR]``.
 Internal sub-commands (run inside the VM): ``_vm``, ``_cold``, ``_profile``.
 """
 

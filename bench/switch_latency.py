@@ -75,7 +75,7 @@ replaces a ratio to (e)'s own gap because the lane shows that no implementation 
 reaches such a ratio under single-threaded TCG (docs/performance.md, standby hit). Exit
 status 0 when all are met, 2 when not, 1 on failure.
 
-Usage: ``python bench/switch_latency.py [--reps 21] [--hit-reps 121] [--counts 1,10,100,300]
+Usage: ``python bench/switch_latency.py [--reps 21] [--hit-reps N] [--counts 1,10,100,300]
 [--out DIR]``.
 Internal sub-commands (run inside the VM): ``_vm``, ``_cold``, ``_profile``.
 """
@@ -773,6 +773,15 @@ def measured(col: str, rep: int, *, reps: int, cold_reps: int, hit_reps: int) ->
     return rep < reps
 
 
+def hit_reps_at(target: int, counts: list[int], reps: int, hit_reps: int) -> int:
+    """How many hits of (e) and of the lane (f) the step of ``target`` modules takes: more
+    than ``reps`` only at the largest of ``counts``, where the target is judged, and none
+    past ``reps`` in a profiling run (``reps`` 0)."""
+    if reps and target == max(counts):
+        return max(reps, hit_reps)
+    return reps
+
+
 def deal_lane(hits: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
     """Give each step its ``lane``: the next ``hit_reps`` of the lane's ``hits``, in the
     order its server kept them (all steps' in one list, the first step's first)."""
@@ -801,8 +810,7 @@ def vm_main(args: argparse.Namespace) -> int:
     try:
         with hit_floor.Lane(SCHED_DIR) as lane:
             for target in args.counts:
-                # (e) and (f) past --reps at the largest count only, where the target is
-                hit_reps = max(args.reps, args.hit_reps) if target == args.counts[-1] else args.reps
+                hit_reps = hit_reps_at(target, args.counts, args.reps, args.hit_reps)
                 t_ins = time.monotonic()
                 _insmod_until(modules_left, target, log)
                 count = _module_count()
@@ -1129,6 +1137,21 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
                 f"{EXCESS_CONFIDENCE:.0%} bootstrap interval {ci[0]:+.2f} to {ci[1]:+.2f} ms "
                 "(the hits of each side resampled, `scipy.stats.bootstrap`, percentile)."
             )
+        rotation = len(raw["steps"][-1]["samples"].get("c") or [])
+        if among and 0 < rotation < min(len(e), len(lane)):
+            # Past the rotation (e) and the lane alternate alone: say both parts' figures,
+            # so that a change of conditions between them shows.
+            first, later = (
+                statistics.median(_overs(e[:rotation]))
+                - statistics.median(_overs(lane[:rotation])),
+                statistics.median(_overs(e[rotation:]))
+                - statistics.median(_overs(lane[rotation:])),
+            )
+            lines.append(
+                f"- Over the first {rotation} hits of each, taken among the other columns: "
+                f"{first:+.2f} ms; over the {len(e) - rotation} of (e) and "
+                f"{len(lane) - rotation} of the lane after them, taken alone: {later:+.2f} ms."
+            )
         split = lane_excess_parts(raw)
         if split is not None:
             way_in, switch, way_out, n_e, n_lane = split
@@ -1138,12 +1161,13 @@ def hit_floor_lines(raw: dict[str, Any]) -> list[str]:
                 f"way in (the client's send to the pool's take) {way_in:+.2f} ms, the switch "
                 f"beyond its gap (from the take, the same on both sides, to the kernel "
                 f"running the new scheduler) {switch:+.2f} ms, the way out (to the client's "
-                f"checked reply) {way_out:+.2f} ms."
+                f"checked reply) {way_out:+.2f} ms (medians: the parts need not add up to the "
+                f"difference; the lane's check taken as long as (e)'s take)."
             )
     return lines
 
 
-#: The confidence of :func:`lane_excess_interval`'s interval.
+#: The confidence of :func:`lane_excess_interval`'s interval, a fraction (0.9: 90%).
 EXCESS_CONFIDENCE = 0.9
 
 
@@ -1191,10 +1215,13 @@ def lane_excess_parts(raw: dict[str, Any]) -> tuple[float, float, float, int, in
     e_hits, lane_hits)``, each a difference of medians per hit. The way in runs from the
     client's send to the pool's take's start on (e)'s side (``before_switch_ns`` less the
     take) and to the lane's window on the lane's (``in_ns`` + ``checks_ns`` less the
-    lane's take, taken as (e)'s: both make the same check); the switch from there to the
-    kernel running the new scheduler, less the gap; the way out from there to the client's
-    checked reply. ``None`` without a lane that recorded its parts and ``at_accept``, or
-    without such hits."""
+    lane's take, taken as long as (e)'s, which also takes the pool's entry and starts the
+    switch's record: what that costs beyond the lane's check counts in the way in); the
+    switch from there to the kernel running the new scheduler, less the gap; the way out
+    from there to the client's checked reply. Each side's three parts add up to its time
+    beyond its gap hit by hit; their medians need not add up to the median's difference
+    (:func:`lane_excess_ms`, over all hits). ``None`` without a lane that recorded its
+    parts and ``at_accept``, or without such hits."""
     lane, _ = lane_samples(raw)
     steps = raw.get("steps") or []
     e = steps[-1]["samples"].get("e") if steps else None

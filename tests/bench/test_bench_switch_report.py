@@ -320,30 +320,61 @@ def test_the_interval_of_one_boots_verdict(sl: ModuleType) -> None:
 def test_where_the_daemon_adds_to_the_lane(sl: ModuleType) -> None:
     raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
     # (e): the take 2 ms, 17 ms from the send to the record (so 15 in), enabled 55 ms into
-    # the switch (so 55 - 46 = 9 of switch beyond the gap), 80 in all (so 80 - 17 - 53 = 10 out)
+    # the switch (so 55 - 46 = 9 of switch beyond the gap), 80 in all (so 80 - 15 - 55 = 10 out)
     e = {**_standby(80, 46), "before_switch_ns": 17_000_000}
-    for step in raw["steps"]:
-        step["samples"]["e"] = [{**e, "first_read_at_accept": k} for k in (1, 1, 1, 0)]
+    for step in raw["steps"][:-1]:  # other steps' hits are not the largest count's
+        step["samples"]["e"] = [{**e, "before_switch_ns": 40_000_000, "first_read_at_accept": 1}]
+    raw["steps"][-1]["samples"]["e"] = [{**e, "first_read_at_accept": k} for k in (1, 1, 1, 0)]
     ms = 1_000_000
-    lane = {"total_ns": 0, "gap_ns": 40 * ms, "in_ns": 10 * ms, "checks_ns": 4 * ms,
-            "window_ns": 1 * ms, "detach_ns": 20 * ms, "link_ns": 21 * ms,
-            "confirm_ns": 1 * ms, "send_ns": 2 * ms, "out_ns": 5 * ms}  # fmt: skip
+    # lane: 11 + 4 in, 1 + 20 + 20 + 1 in the window, 2 + 4 out: 63 ms, the gap 40
+    lane = {"total_ns": 63 * ms, "gap_ns": 40 * ms, "in_ns": 11 * ms, "checks_ns": 4 * ms,
+            "window_ns": 1 * ms, "detach_ns": 20 * ms, "link_ns": 20 * ms,
+            "confirm_ns": 1 * ms, "send_ns": 2 * ms, "out_ns": 4 * ms}  # fmt: skip
     raw["steps"][-1]["lane"] = [dict(lane)] * 3
     assert sl.lane_excess_parts(raw) is None  # a lane that did not record at_accept
     # a line that came late on either side is left out: it costs a second wake-up
     raw["steps"][-1]["lane"] = [{**lane, "at_accept": 1}] * 3 + [
-        {**lane, "at_accept": 0, "in_ns": 90 * ms}
+        {**lane, "at_accept": 0, "in_ns": 90 * ms, "total_ns": 142 * ms}
     ]
-    # lane: in 10 + 4 - the take 2 = 12; switch 1 + 20 + 21 + 1 - 40 + 2 = 5; out 2 + 5 = 7
+    # lane: in 11 + 4 - the take 2 = 13; switch 1 + 20 + 20 + 1 - 40 + 2 = 4; out 2 + 4 = 6
     way_in, switch, way_out, n_e, n_lane = sl.lane_excess_parts(raw)
-    assert (way_in, switch, way_out) == pytest.approx((3.0, 4.0, 3.0))
+    assert (way_in, switch, way_out) == pytest.approx((2.0, 5.0, 4.0))
     assert (n_e, n_lane) == (3, 3)
+    # each side's parts add up to its time beyond its gap (e: 34, the lane: 23)
+    assert way_in + switch + way_out == pytest.approx(34 - 23)
+    assert sl.lane_excess_ms(raw) == pytest.approx(34 - 23)
     table = sl.build_report(raw, META)[0]
     assert (
-        "the way in (the client's send to the pool's take) +3.00 ms, the switch beyond its "
+        "the way in (the client's send to the pool's take) +2.00 ms, the switch beyond its "
         "gap (from the take, the same on both sides, to the kernel running the new "
-        "scheduler) +4.00 ms, the way out (to the client's checked reply) +3.00 ms." in table
+        "scheduler) +5.00 ms, the way out (to the client's checked reply) +4.00 ms" in table
     )
+
+
+def test_the_hits_past_the_rotation_are_said_apart(sl: ModuleType) -> None:
+    raw = _raw([400, 400, 450, 600], [200, 200, 200, 202], gap=30, rss=40)
+    parts = dict.fromkeys(sl.HIT_FLOOR_PARTS, 1)
+    for step in raw["steps"]:
+        step["samples"]["e"] = [_standby(30 + over, 30) for over in (9, 9, 9)]
+    # three hits among the other columns (c has 3), then four alone: (e) 9 then 7 over
+    # its gap, the lane 6 then 6.5
+    raw["steps"][-1]["samples"]["e"] += [_standby(37, 30)] * 4
+    raw["steps"][-1]["lane"] = [{**parts, **x} for x in _hits([6.0] * 3 + [6.5] * 4)]
+    table = sl.build_report(raw, META)[0]
+    assert (
+        "- Over the first 3 hits of each, taken among the other columns: +3.00 ms; over the "
+        "4 of (e) and 4 of the lane after them, taken alone: +0.50 ms." in table
+    )
+    raw["steps"][-1]["samples"]["e"] = raw["steps"][-1]["samples"]["e"][:3]
+    raw["steps"][-1]["lane"] = raw["steps"][-1]["lane"][:3]
+    assert "taken alone" not in sl.build_report(raw, META)[0]  # no hits past the rotation
+
+
+def test_more_hits_at_the_largest_count_only(sl: ModuleType) -> None:
+    counts = [1, 10, 300]
+    assert [sl.hit_reps_at(n, counts, 21, 121) for n in counts] == [21, 21, 121]
+    assert sl.hit_reps_at(300, counts, 21, 0) == 21  # --hit-reps below --reps
+    assert sl.hit_reps_at(300, counts, 0, 121) == 0  # a profiling run takes no samples
 
 
 def test_which_columns_run_in_a_repetition(sl: ModuleType) -> None:

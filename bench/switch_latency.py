@@ -1180,9 +1180,10 @@ def lane_excess_interval(raw: dict[str, Any]) -> tuple[float, float] | None:
     """The :data:`EXCESS_CONFIDENCE` interval of :func:`lane_excess_ms` (ms, low and high):
     the difference of the two medians, (e)'s hits and the lane's resampled independently
     (a percentile bootstrap, ``scipy.stats.bootstrap``, a fixed seed so that the same
-    samples always give the same page). How far one boot's verdict can be from the boot's
-    own: a boot's hits are a sample of what the daemon and the lane cost. ``None`` without
-    a lane or (e) samples, or with fewer than two of either."""
+    samples always give the same page): how far the verdict could move with another
+    sample of hits like this boot's, since a boot's hits are a sample of what the daemon
+    and the lane cost. ``None`` without a lane or (e) samples, or with fewer than two of
+    either."""
     import numpy as np
     from scipy import stats
 

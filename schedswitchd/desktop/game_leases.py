@@ -52,6 +52,14 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 
 
+class Released(Exception):
+    """:meth:`GameLeases.hold`: the game was released while its hint was on its way."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(f"game {pid} was released before the daemon's reply")
+        self.pid = pid
+
+
 @dataclass(eq=False)
 class Held:
     """A game's lease: the game's ``pid``, the daemon's ``lease`` id, the connection
@@ -85,6 +93,11 @@ class GameLeases:
         self.path = socket_path(path)
         self.on_end = on_end
         self.held: dict[int, Held] = {}
+        #: Games whose hint is on its way (:meth:`hold` waits for the daemon's reply), and
+        #: those of them released meanwhile: the daemon made the lease before its reply,
+        #: so such a game's connection is closed once the reply comes.
+        self._hinting: set[int] = set()
+        self._dropped: set[int] = set()
 
     async def hold(self, pid: int, pidfd: int) -> Held:
         """Hint :attr:`workload` for the game ``pid`` named by ``pidfd`` (the caller keeps
@@ -96,10 +109,12 @@ class GameLeases:
         hint made once the daemon is back (as after a restart); ``lease`` is then empty.
         Raises :class:`~schedswitchd.daemon.launcher_wire.DaemonError` for a refusal
         (``denied``: ``[auth]``; ``bad_pid``: the game exited; ``unknown_workload``;
-        ``exists``: the game is held already) and :class:`OSError` if the pidfd cannot be
-        copied."""
-        if pid in self.held:
+        ``exists``: the game is held already), :class:`Released` when the game was released
+        (:meth:`release`) while its hint was on its way (its connection is closed, so the
+        daemon ends the lease), and :class:`OSError` if the pidfd cannot be copied."""
+        if self.holds(pid):
             raise DaemonError("exists", f"game {pid} holds a hint already")
+        self._hinting.add(pid)
         try:
             reply, reader, writer = await self._hint(pidfd)
         except DaemonUnavailable as exc:
@@ -107,6 +122,15 @@ class GameLeases:
             reply, reader, writer = {}, None, None
         else:
             unreachable = None
+        finally:
+            self._hinting.discard(pid)
+            dropped = pid in self._dropped
+            self._dropped.discard(pid)
+        if dropped:
+            if writer is not None:
+                writer.close()
+            log.info("game %d: released before the daemon's reply; its lease ends", pid)
+            raise Released(pid)
         held = Held(pid=pid, lease=str(reply.get("lease", "")), writer=writer)
         try:
             held.pidfd = os.dup(pidfd)
@@ -239,11 +263,19 @@ class GameLeases:
         if self.on_end is not None:
             self.on_end(held.pid)
 
+    def holds(self, pid: int) -> bool:
+        """Whether game ``pid`` holds a hint or has one on its way (:meth:`hold`)."""
+        return pid in self.held or pid in self._hinting
+
     def release(self, pid: int) -> bool:
-        """End the lease of game ``pid``; False if it holds none."""
+        """End the lease of game ``pid`` (one whose hint is still on its way ends once the
+        daemon's reply comes: :meth:`hold`); False if it holds none."""
         held = self.held.pop(pid, None)
         if held is None:
-            return False
+            if pid not in self._hinting or pid in self._dropped:
+                return False
+            self._dropped.add(pid)
+            return True
         if held.watcher is not None:
             held.watcher.cancel()
         if held.writer is not None:
@@ -253,8 +285,8 @@ class GameLeases:
         return True
 
     def release_all(self) -> None:
-        """End every lease (the agent stops)."""
-        for pid in list(self.held):
+        """End every lease (the agent stops), those on their way too."""
+        for pid in [*self.held, *self._hinting]:
             self.release(pid)
 
 

@@ -44,7 +44,7 @@ from schedswitchd import __version__
 from schedswitchd.daemon.launcher_wire import DEFAULT_SOCKET, DaemonError
 from schedswitchd.daemon.passed_fds import NotAPidfd, pidfd_target
 from schedswitchd.desktop.bus import bus_daemon, open_bus, request_name
-from schedswitchd.desktop.game_leases import GameLeases
+from schedswitchd.desktop.game_leases import GameLeases, Released
 from schedswitchd.errors import SchedSwitchError
 
 log = logging.getLogger("schedswitch-gamemode")
@@ -79,7 +79,7 @@ class ServedGames:
         the caller's): :data:`OK` once its hint is held, or waits for a daemon that cannot be
         reached (:meth:`GameLeases.hold <schedswitchd.desktop.game_leases.GameLeases.hold>`);
         :data:`ERROR` when the game is not registered."""
-        if pid <= 0 or pid in self.leases.held:
+        if pid <= 0 or self.leases.holds(pid):
             log.warning("game %d: %s", pid, "already registered" if pid > 0 else "bad pid")
             return ERROR
         opened = None
@@ -87,6 +87,8 @@ class ServedGames:
             if pidfd is None:
                 pidfd = opened = os.pidfd_open(pid)
             await self.leases.hold(pid, pidfd)
+        except Released:  # unregistered meanwhile
+            return ERROR
         except OSError as exc:
             log.warning("game %d: %s", pid, exc.strerror or exc)
             return ERROR
@@ -305,7 +307,7 @@ async def follow(bus: sdbus.SdBus, leases: GameLeases) -> None:
     async def catch_up() -> None:
         with contextlib.suppress(sdbus.SdBusBaseError):
             for pid, _ in await gamemode.list_games():
-                if pid not in leases.held:
+                if not leases.holds(pid):
                     start(pid)
 
     async def absent() -> None:
@@ -346,6 +348,8 @@ async def _hold_followed(leases: GameLeases, pid: int) -> None:
         return
     try:
         await leases.hold(pid, pidfd)
+    except Released:  # unregistered meanwhile
+        pass
     except DaemonError as exc:
         log.warning("game %d: the daemon refused the hint: %s", pid, exc)
     except OSError as exc:  # the agent's copy of the pidfd

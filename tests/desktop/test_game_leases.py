@@ -1,0 +1,68 @@
+"""The GameMode agent's leases (:mod:`schedswitchd.desktop.game_leases`) against a real
+daemon (its server over the tests' fake backend), for what the agent's D-Bus tests cannot
+time: a game released while the daemon has made its lease but not yet replied."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from schedswitchd.desktop.game_leases import GameLeases, Released
+from tests.daemon.fakes import FakeBackend
+from tests.daemon.harness import Running
+
+
+def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _leases(srv: Running) -> list[int | None]:
+    return srv.read(lambda s: [lease.pid for lease in s.policy.leases.values()])
+
+
+def test_a_game_released_before_the_reply_leaves_no_lease() -> None:
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)  # the hint's switch waits in prepare: no reply yet
+    srv = Running(backend)
+    game = subprocess.Popen(["sleep", "30"])
+    pidfd = os.pidfd_open(game.pid)
+
+    async def scenario() -> None:
+        leases = GameLeases("gaming", srv.path)
+        hold = asyncio.ensure_future(leases.hold(game.pid, pidfd))
+        # The daemon made the lease and switches; its reply waits for the switch.
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [game.pid])
+        assert backend.preparing.is_set() and not hold.done()
+        assert leases.holds(game.pid)
+        assert leases.release(game.pid)  # the game unregisters now
+        assert not leases.release(game.pid)  # once
+        gate.set()
+        with pytest.raises(Released):
+            await hold
+        assert not leases.holds(game.pid) and game.pid not in leases.held
+        # Its connection closed: the daemon ended the lease, the game still running.
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [])
+        assert game.poll() is None
+        # Registered again, it holds a hint as any game does.
+        held = await leases.hold(game.pid, pidfd)
+        assert held.lease and _leases(srv) == [game.pid]
+        leases.release_all()
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+        os.close(pidfd)
+        game.kill()
+        game.wait()
+        srv.stop()

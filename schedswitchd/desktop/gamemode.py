@@ -18,7 +18,9 @@ the lease is bound to the game's pidfd). Two modes:
   ``RegisterGame*`` 0, or -1 (already registered, no such process, not a pidfd, or the
   daemon refused the hint; a daemon that cannot be reached is waited for: the game is
   registered and its hint made once the daemon is back); ``UnregisterGame*`` 0, or -1
-  (not registered); ``QueryStatus*`` 0 (no game), 1 (games, not this one), 2 (this one);
+  (not registered; a game whose hint is still on its way is released, its
+  ``RegisterGame*`` returns -1 and neither signal is sent for it); ``QueryStatus*`` 0
+  (no game), 1 (games, not this one), 2 (this one);
   ``ListGames`` ``a(io)`` of pid and ``/com/feralinteractive/GameMode/Games/<pid>``;
   ``ClientCount``; the two signals, ``PropertiesChanged`` of ``ClientCount`` with each.
 
@@ -102,10 +104,15 @@ class ServedGames:
         return OK
 
     def unregister(self, pid: int) -> int:
-        """End game ``pid``'s hint: :data:`OK`, or :data:`ERROR` if it is not registered."""
+        """End game ``pid``'s hint: :data:`OK`, or :data:`ERROR` if it is not registered.
+        A game whose registration is still waiting for the daemon's reply is released too
+        (its ``RegisterGame`` then fails), with no ``GameUnregistered``: no
+        ``GameRegistered`` was emitted for it."""
+        registered = pid in self.leases.held
         if not self.leases.release(pid):
             return ERROR
-        self._changed(pid, registered=False)
+        if registered:
+            self._changed(pid, registered=False)
         return OK
 
     def status(self, pid: int) -> int:

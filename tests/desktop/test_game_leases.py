@@ -1,6 +1,7 @@
-"""The GameMode agent's leases (:mod:`schedswitchd.desktop.game_leases`) against a real
-daemon (its server over the tests' fake backend), for what the agent's D-Bus tests cannot
-time: a game released while the daemon has made its lease but not yet replied."""
+"""The GameMode agent's leases (:mod:`schedswitchd.desktop.game_leases`) and its served
+registry (:class:`~schedswitchd.desktop.gamemode.ServedGames`) against a real daemon (its
+server over the tests' fake backend), for what the agent's D-Bus tests cannot time: a game
+released while the daemon has made its lease but not yet replied."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
 from schedswitchd.desktop.game_leases import GameLeases, Released
+from schedswitchd.desktop.gamemode import ERROR, OK, ServedGames
 from tests.daemon.fakes import FakeBackend
 from tests.daemon.harness import Running
 
@@ -63,6 +66,67 @@ def test_a_game_released_before_the_reply_leaves_no_lease() -> None:
     finally:
         gate.set()
         os.close(pidfd)
+        game.kill()
+        game.wait()
+        srv.stop()
+
+
+class _Signal:
+    def __init__(self, name: str, sent: list[tuple[str, object]]) -> None:
+        self.name, self.sent = name, sent
+
+    def emit(self, args: object) -> None:
+        self.sent.append((self.name, args))
+
+
+class _Face:
+    """What :class:`ServedGames` emits through its D-Bus face, in order (the face's own
+    emission over a real bus is the agent's D-Bus tests')."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+        self.game_registered = _Signal("GameRegistered", self.sent)
+        self.game_unregistered = _Signal("GameUnregistered", self.sent)
+        self.properties_changed = _Signal("PropertiesChanged", self.sent)
+
+    def games(self) -> list[tuple[str, object]]:
+        return [(name, args) for name, args in self.sent if name != "PropertiesChanged"]
+
+
+def test_a_game_unregistered_before_the_reply_is_never_announced() -> None:
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    srv = Running(backend)
+    game = subprocess.Popen(["sleep", "30"])
+    path = f"/com/feralinteractive/GameMode/Games/{game.pid}"
+
+    async def scenario() -> None:
+        games = ServedGames(GameLeases("gaming", srv.path))
+        face = _Face()
+        games.face = cast(Any, face)
+        register = asyncio.ensure_future(games.register(game.pid))
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [game.pid])
+        assert not register.done()
+        assert await games.register(game.pid) == ERROR  # registered already, on its way
+        assert games.unregister(game.pid) == OK
+        assert games.unregister(game.pid) == ERROR
+        gate.set()
+        assert await register == ERROR
+        assert face.sent == []  # no GameUnregistered for a game never announced
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [])
+        # A registration that completes is announced, and so is its end.
+        assert await games.register(game.pid) == OK
+        assert games.unregister(game.pid) == OK
+        assert face.games() == [
+            ("GameRegistered", (game.pid, path)),
+            ("GameUnregistered", (game.pid, path)),
+        ]
+        await asyncio.to_thread(_until, lambda: _leases(srv) == [])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
         game.kill()
         game.wait()
         srv.stop()

@@ -10,8 +10,10 @@ hit must do, written as directly as Python allows, around the real kernel backen
 with its watch running, so the module-set check is the daemon's and the switch window
 expedites RCU and hushes the watch as the daemon's does):
 
-- its reader on the listening socket, ``accept``, a non-blocking ``recv`` of the line the
-  client already sent, compared with the one line it answers (no parse);
+- its reader on the listening socket, ``accept`` as the daemon's accept makes it (the
+  descriptor from :func:`~schedswitchd.cpython_internals.accept_fd`, one socket object made
+  of it), a non-blocking ``recv`` of the line the client already sent, compared with the one
+  line it answers (no parse);
 - ``SO_PEERCRED``, the uid compared with root's (no policy, no lease);
 - the take's quick freshness check of the held ``ss_latency`` (``fresh(quick=True)``);
 - the switch window, ``BPF_LINK_DETACH`` of the running ``ss_fifo``, ``BPF_LINK_CREATE``
@@ -94,6 +96,7 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
     the hits' times are written to ``out`` as JSON and it returns."""
     import fcntl
 
+    from schedswitchd.cpython_internals import accept_fd
     from schedswitchd.daemon.config import parse_config
     from schedswitchd.daemon.kernel_backend import create_backend
 
@@ -189,8 +192,11 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
 
         def serve(conn: socket.socket, at_accept: bool = False) -> None:
             """The hit on ``conn`` once its line is there (the daemon's accept step reads
-            it at once when it is, and waits for it otherwise, as this does)."""
-            loop.remove_reader(conn.fileno())
+            it at once when it is, and waits for it otherwise, as this does). The
+            accept's own call has no reader of ``conn`` to remove: asking would cost the
+            hit a selector lookup that fails with a ``KeyError`` inside it."""
+            if not at_accept:
+                loop.remove_reader(conn.fileno())
             try:
                 if not hit(conn, at_accept):
                     loop.add_reader(conn.fileno(), serve, conn)
@@ -202,9 +208,10 @@ def _serve(path: str, sched_dir: str, ctl_fd: int, ready_fd: int, out: str, paus
 
         def on_accept() -> None:
             try:
-                conn, _ = lsock.accept()
+                fd, _ = accept_fd(lsock)
             except BlockingIOError:
                 return
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
             conn.setblocking(False)
             serve(conn, at_accept=True)
 

@@ -2,13 +2,15 @@
 
 A reference for bench/switch_latency.py's standby hit (e), measured in the same boot: a
 server process that does nothing but what any asyncio server on a Unix stream socket must
-(its own reader on the listening socket, ``accept``, a non-blocking ``recv`` of the line
-the client already sent -- the daemon's first step does the same since 2026-12-03 --, a
-canned reply line of a real hint reply's size and shape, ``send``) and the very client the
-bench times (``launcher_wire.LauncherConnection.exchange_line``, what ``schedswitch-run``
-sends, reply envelope checked). Each exchange is timed as (e) is: a fresh connection per
-hint, the clock started after the connect, stopped with the reply checked. No parse, no
-policy, no lease, no switch: what (e) costs over its gap, minus this, is the daemon's own.
+(its own reader on the listening socket, ``accept`` as the daemon's accept makes it -- the
+descriptor from :func:`~schedswitchd.cpython_internals.accept_fd`, one socket object made of
+it --, a non-blocking ``recv`` of the line the client already sent, as the daemon's first
+step reads it, a canned reply line of a real hint reply's size and shape, ``send``) and the
+very client the bench times (``launcher_wire.LauncherConnection.exchange_line``, what
+``schedswitch-run`` sends, reply envelope checked). Each exchange is timed as (e) is: a
+fresh connection per hint, the clock started after the connect, stopped with the reply
+checked. No parse, no policy, no lease, no switch: what (e) costs over its gap, minus this,
+is the daemon's own.
 
 Used in the VM by ``switch_latency.py _vm``; by hand: ``python bench/socket_floor.py N``
 prints the median in ms.
@@ -47,6 +49,8 @@ def _serve(path: str, ready_fd: int) -> None:
     """The server process: answers every line with :data:`REPLY` until killed; writes a
     byte to ``ready_fd`` once it listens."""
 
+    from schedswitchd.cpython_internals import accept_fd
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -67,7 +71,8 @@ def _serve(path: str, ready_fd: int) -> None:
 
         def on_accept() -> None:
             with contextlib.suppress(BlockingIOError):
-                conn, _ = lsock.accept()
+                fd, _ = accept_fd(lsock)
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
                 conn.setblocking(False)
                 on_line(conn)  # the line is usually there already, as at the daemon's accept
                 loop.add_reader(conn.fileno(), on_line, conn)

@@ -17,10 +17,10 @@ the lease is bound to the game's pidfd). Two modes:
   gamemoded's return codes, so ``gamemoderun`` and libgamemode work unchanged:
   ``RegisterGame*`` 0, or -1 (already registered, no such process, not a pidfd, or the
   daemon refused the hint; a daemon that cannot be reached is waited for: the game is
-  registered and its hint made once the daemon is back); ``UnregisterGame*`` 0, or -1
-  (not registered; a game whose hint is still on its way is released, its
-  ``RegisterGame*`` returns -1 and neither signal is sent for it); ``QueryStatus*`` 0
-  (no game), 1 (games, not this one), 2 (this one);
+  registered and its hint made once the daemon is back); ``UnregisterGame*`` 0 (also for a
+  game whose hint is still on its way: it is released, its ``RegisterGame*`` returns -1
+  and neither signal is sent for it), or -1 (not registered); ``QueryStatus*`` 0 (no
+  game), 1 (games, not this one), 2 (this one);
   ``ListGames`` ``a(io)`` of pid and ``/com/feralinteractive/GameMode/Games/<pid>``;
   ``ClientCount``; the two signals, ``PropertiesChanged`` of ``ClientCount`` with each.
 

@@ -42,9 +42,12 @@ def test_a_game_released_before_the_reply_leaves_no_lease() -> None:
     async def scenario() -> None:
         leases = GameLeases("gaming", srv.path)
         hold = asyncio.ensure_future(leases.hold(game.pid, pidfd))
-        # The daemon made the lease and switches; its reply waits for the switch.
-        await asyncio.to_thread(_until, lambda: _leases(srv) == [game.pid])
-        assert backend.preparing.is_set() and not hold.done()
+        # The daemon made the lease and switches; its reply waits for the switch (the
+        # lease is made before the switch's prepare starts).
+        await asyncio.to_thread(
+            _until, lambda: _leases(srv) == [game.pid] and backend.preparing.is_set()
+        )
+        assert not hold.done()
         assert leases.holds(game.pid)
         assert leases.release(game.pid)  # the game unregisters now
         assert not leases.release(game.pid)  # once

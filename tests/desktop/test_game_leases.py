@@ -10,7 +10,8 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
@@ -32,11 +33,34 @@ def _leases(srv: Running) -> list[int | None]:
     return srv.read(lambda s: [lease.pid for lease in s.policy.leases.values()])
 
 
-def test_a_game_released_before_the_reply_leaves_no_lease() -> None:
+@dataclass
+class Gated:
+    """A real daemon whose hints' switches wait in the fake backend's prepare until
+    ``gate`` is set (no reply before that), and a running game process."""
+
+    gate: threading.Event
+    backend: FakeBackend
+    srv: Running
+    game: subprocess.Popen[bytes]
+
+
+@pytest.fixture
+def gated() -> Iterator[Gated]:
     gate = threading.Event()
-    backend = FakeBackend(gate=gate)  # the hint's switch waits in prepare: no reply yet
+    backend = FakeBackend(gate=gate)
     srv = Running(backend)
     game = subprocess.Popen(["sleep", "30"])
+    try:
+        yield Gated(gate, backend, srv, game)
+    finally:
+        gate.set()
+        game.kill()
+        game.wait()
+        srv.stop()
+
+
+def test_a_game_released_before_the_reply_leaves_no_lease(gated: Gated) -> None:
+    gate, backend, srv, game = gated.gate, gated.backend, gated.srv, gated.game
     pidfd = os.pidfd_open(game.pid)
 
     async def scenario() -> None:
@@ -69,9 +93,6 @@ def test_a_game_released_before_the_reply_leaves_no_lease() -> None:
     finally:
         gate.set()
         os.close(pidfd)
-        game.kill()
-        game.wait()
-        srv.stop()
 
 
 class _Signal:
@@ -96,11 +117,8 @@ class _Face:
         return [(name, args) for name, args in self.sent if name != "PropertiesChanged"]
 
 
-def test_a_game_unregistered_before_the_reply_is_never_announced() -> None:
-    gate = threading.Event()
-    backend = FakeBackend(gate=gate)
-    srv = Running(backend)
-    game = subprocess.Popen(["sleep", "30"])
+def test_a_game_unregistered_before_the_reply_is_never_announced(gated: Gated) -> None:
+    gate, srv, game = gated.gate, gated.srv, gated.game
     path = f"/com/feralinteractive/GameMode/Games/{game.pid}"
 
     async def scenario() -> None:
@@ -126,10 +144,4 @@ def test_a_game_unregistered_before_the_reply_is_never_announced() -> None:
         ]
         await asyncio.to_thread(_until, lambda: _leases(srv) == [])
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        gate.set()
-        game.kill()
-        game.wait()
-        srv.stop()
+    asyncio.run(scenario())

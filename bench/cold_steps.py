@@ -47,7 +47,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vm_bench import REPO, host_prepare, interpreter, load_text, save_run, utc_now, vm_run_failed
+from vm_bench import (
+    REPO,
+    argv_without_out,
+    host_prepare,
+    interpreter,
+    load_text,
+    save_run,
+    utc_now,
+    vm_run_failed,
+)
 
 sys.path.insert(0, str(REPO))
 
@@ -312,7 +321,7 @@ def vm_main(args: argparse.Namespace) -> int:
 
 def host_main(args: argparse.Namespace) -> int:
     meta = {
-        "argv": " ".join(a for a in sys.argv[1:] if not a.startswith("--out")),
+        "argv": argv_without_out(sys.argv[1:]),
         "date": utc_now(),
         "load": load_text(),
         "interpreter": interpreter(),

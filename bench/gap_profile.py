@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vm_bench import (
     REPO,
     SCHED_DIR,
+    argv_without_out,
     host_prepare,
     interpreter,
     load_text,
@@ -572,7 +573,7 @@ def host_main(args: argparse.Namespace) -> int:
                 (out / f"gap_{label}_{name}").write_bytes(result.files[name])
         print(f"{label}: VM run {time.monotonic() - t0:.0f} s", file=sys.stderr)
     meta = {
-        "argv": _argv_without_out(sys.argv[1:]),
+        "argv": argv_without_out(sys.argv[1:]),
         "date": utc_now(),
         "kernel": kernel.version,
         "accel": accel,
@@ -584,21 +585,6 @@ def host_main(args: argparse.Namespace) -> int:
     save_run(out, "gap_profile.json", {"meta": meta, "runs": runs}, report(runs, meta),
              "gap_profile.txt")  # fmt: skip
     return 0
-
-
-def _argv_without_out(argv: list[str]) -> str:
-    """The command line for the report's produced-by line, without ``--out DIR`` (a run's
-    output directory is often a temporary one of the machine, not part of how it was made)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--out":
-            skip = True
-        elif not arg.startswith("--out="):
-            kept.append(arg)
-    return " ".join(kept)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,6 +168,21 @@ def describe_interpreter(implementation: str, version: str, executable: str, map
     return f"{implementation} {version} ({source}, {where})"
 
 
+def argv_without_out(argv: list[str]) -> str:
+    """The command line for the report's produced-by line, without ``--out DIR`` (a run's
+    output directory is often a temporary one of the machine, not part of how it was made)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return " ".join(kept)
+
+
 def utc_now() -> str:
     """The report's date: ``YYYY-MM-DD HH:MM UTC``."""
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -150,9 +150,3 @@ def test_rcu_ratio_is_judged_on_the_exact_value(gp: ModuleType) -> None:
     text = gp.report({"expedited": boot}, meta)
     assert "expedited: rcu_expedited is 1 from the boot" in text
     assert "target <= 0.4" not in text
-
-
-def test_produced_by_line_leaves_out_the_output_directory(gp: ModuleType) -> None:
-    argv = ["--configs", "default", "--out", "/some/tmp/dir", "--switches", "8"]
-    assert gp._argv_without_out(argv) == "--configs default --switches 8"
-    assert gp._argv_without_out(["--out=/x", "--switches", "4"]) == "--switches 4"

@@ -1,4 +1,5 @@
-"""bench/vm_bench.py's description of the interpreter a VM report was measured on."""
+"""bench/vm_bench.py's description of the interpreter a VM report was measured on, and
+the command line a report shows."""
 
 from __future__ import annotations
 
@@ -56,3 +57,9 @@ def test_a_vm_report_names_the_venvs_interpreter(
     text = vm_bench.machine(result, SimpleNamespace(version="7.2"))
     assert text.endswith("; CPython 9.9 (here)") and "kernel 7.2" in text
     assert asked == [vm_bench.REPO / ".venv" / "bin" / "python"]
+
+
+def test_produced_by_line_leaves_out_the_output_directory(vm_bench: ModuleType) -> None:
+    argv = ["--configs", "default", "--out", "/some/tmp/dir", "--switches", "8"]
+    assert vm_bench.argv_without_out(argv) == "--configs default --switches 8"
+    assert vm_bench.argv_without_out(["--out=/x", "--switches", "4"]) == "--switches 4"

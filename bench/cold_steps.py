@@ -42,7 +42,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,9 @@ from vm_bench import (
 
 sys.path.insert(0, str(REPO))
 
+from schedswitchd.daemon.peer import Peer
+from schedswitchd.daemon.policy import Lease
+
 PAGE = 4096
 #: The partner process's own memory, touched before each round trip, bytes.
 PARTNER_BYTES = 16 << 20
@@ -70,30 +72,9 @@ _CRED = struct.Struct("3i")
 MODES = ("warm", "switch", "rest")
 
 
-@dataclass(frozen=True)
-class _FrozenLease:
-    id: str
-    workload: str
-    owner_uid: int
-    owner_pid: int
-    pid: int | None
-    created_ns: int
-    expires_ns: int | None
-    seq: int
-
-
 class _Plain:
     def __init__(self) -> None:
         self.a, self.b, self.c, self.d, self.e = 1, 2, 3, None, None
-
-
-class _Slotted:
-    __slots__ = ("a", "b", "c", "d", "e")
-
-    def __init__(self) -> None:
-        setter = object.__setattr__
-        for name, value in (("a", 1), ("b", 2), ("c", 3), ("d", None), ("e", None)):
-            setter(self, name, value)
 
 
 class _WithProperty:
@@ -180,11 +161,11 @@ class Steps:
             "getsockopt SO_PEERCRED + unpack": lambda: _CRED.unpack(
                 self.server.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
             ),
-            "frozen dataclass, 8 fields": lambda: _FrozenLease(
+            "the daemon's Lease (a frozen dataclass of 8 fields)": lambda: Lease(
                 "1-ab", "gaming", 0, 1, None, 5, None, 1
             ),
             "plain object, 5 attributes": _Plain,
-            "__slots__ set by object.__setattr__": _Slotted,
+            "the daemon's Peer (__slots__ set by object.__setattr__)": lambda: Peer(1, 0, 0, None),
             "property": lambda: self.holder.x,
             "lock + OrderedDict get/move_to_end": self.memo_hit,
             "coroutines, 3 deep, stepped by hand": _run_coroutine,
@@ -349,7 +330,6 @@ def host_main(args: argparse.Namespace) -> int:
         rows = json.loads(result.text("cold_steps.json"))
         meta["where"] = f"in the sched_ext VM ({result.accel}, 2 vCPUs, kernel {kernel.version})"
     page = report(rows, meta)
-    print(page)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_run(out, "cold_steps.json", {"meta": meta, "rows": rows}, page, "cold_steps.md")

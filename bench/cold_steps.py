@@ -1,57 +1,68 @@
-"""Benchmark: what one small step of Python costs when it is the first thing run after a
-switch of process, or after rest, against the same step run warm (in the sched_ext VM).
+"""Benchmark: what a small step of Python costs when it runs first after a switch of
+process, or after rest and a switch, against the same step warm (in the sched_ext VM, or on
+this machine with ``--local``).
 
-Why it exists: a standby hit's way in (the client's line to the pool's take) is made of
-about 25 small steps of the daemon's own Python (accept, the connection, the peer's
-credentials, admission, framing, the parse memo, the lease, the policy), and in the sched_ext
-VM each of them costs 20-200 us in a hit although most take 1-10 us when run again at once
-(``bench/results/daemon_targets.md``). This bench measures that effect alone, outside the
-daemon: which kinds of step cost what when run cold, and whether the cost follows the
-number of calls or the number of different kinds of step.
+Why it exists: a standby hit's way in (the client's line to the pool's take) is a row of
+small steps of the daemon's own Python, run right after the launcher's process and often
+after a quiet while, and in the sched_ext VM (TCG) they cost far more there than the same
+calls warm (``bench/results/daemon_targets.md``, "the way in step by step"). This bench
+measures the effect outside the daemon: what one step costs as the first thing run after
+the wake, and whether that follows the number of different Python functions run.
 
-One process inside the VM (``--local``: on this machine) measures each step (:data:`STEPS`)
-in three ways, ``--trials`` times each (the median is reported):
+How: one process pinned to one CPU, and a partner process pinned to the same CPU. Each
+trial times every step (:class:`Steps`) once in each of three ways (:data:`MODES`), all of
+a trial's measurements in a shuffled order, so that every row (the reference included) is
+read over the same stretch of the run:
 
-- **warm**: the step run once untimed, then once timed;
-- **after a switch**: a pipe round trip with a partner process pinned to the same CPU
-  (which touches 16 MiB of its own memory first), then the step timed: the machine ran
-  another process in between, as it runs the launcher before a hint;
-- **after rest**: ``--rest`` s of sleep (default 0.5, as ``switch_latency.REST_S``), then
-  the round trip, then the step timed, as a hint comes after a quiet while.
+- **warm**: the step run once untimed, then timed;
+- **after a switch**: a round trip with the partner, then the step timed. The partner
+  first writes one byte in each page of its own :data:`PARTNER_BYTES`, and sends the line
+  a read row reads just before it answers, as the launcher sends its line;
+- **after rest**: ``--rest`` s of sleep (default ``switch_latency.REST_S``: a hint in that
+  bench comes after as long), then the round trip, then the step timed.
 
-Each row also gives its excess over the empty step (``nothing``: the timing itself)
-measured the same way in the same run, the reference every row is read against. Writes
-``cold_steps.md`` and ``cold_steps.json`` under ``--out`` (default ``bench/results``).
+The page gives each row's medians over ``--trials``, and its cold extra: the row's time in a
+mode less its warm time, less the same difference of the empty step (``nothing``, the
+reference: every row is one call of a lambda, timed the same way). A row is always the
+first thing run after the wake: the rows do not add up to what a sequence of them costs.
+Writes ``cold_steps.md`` and ``cold_steps.json`` under ``--out`` (default
+``bench/results``).
 
-Usage: ``python bench/cold_steps.py [--trials 9] [--rest 0.5] [--local]``. Internal
-sub-command (inside the VM): ``_vm``.
+Usage: ``python bench/cold_steps.py [--trials 9] [--rest 0.5]`` builds the sample
+schedulers and the kernel if needed (as every VM bench: ``make schedulers``, the sid
+kernel) and boots the sched_ext VM once; ``python bench/cold_steps.py --local --out DIR``
+measures on this machine instead; ``--from-json FILE`` writes the page again from a saved
+run. Internal sub-command (inside the VM): ``_vm``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
+import mmap
 import os
+import random
 import signal
 import socket
 import statistics
-import struct
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from switch_latency import REST_S
 from vm_bench import (
     REPO,
     argv_without_out,
+    checkout_commit,
     host_prepare,
     interpreter,
     load_text,
+    redo_page,
     save_run,
     utc_now,
     vm_run_failed,
@@ -59,17 +70,23 @@ from vm_bench import (
 
 sys.path.insert(0, str(REPO))
 
-from schedswitchd.daemon.peer import Peer
+from schedswitchd.daemon.passed_fds import accept_passing
+from schedswitchd.daemon.peer import peer_of
 from schedswitchd.daemon.policy import Lease
+from schedswitchd.daemon.protocol import parse_request
 
-PAGE = 4096
-#: The partner process's own memory, touched before each round trip, bytes.
+#: The partner process's own memory, bytes: it writes one byte in each page before each
+#: answer (as many TLB entries as pages, one cache line each).
 PARTNER_BYTES = 16 << 20
 #: How many calls the two call rows make (one function, or as many different ones).
 CALLS = 50
+#: What ``schedswitch-run gaming`` sends: the line the read rows read.
 LINE = b'{"v":1,"op":"hint","workload":"gaming"}\n'
-_CRED = struct.Struct("3i")
 MODES = ("warm", "switch", "rest")
+REFERENCE = "nothing (the reference)"
+#: The two rows that read the line the client sent.
+FIRST_READ = "the daemon's first read (PassingSocket.recv: recvmsg)"
+PLAIN_RECV = "a plain recv of the line"
 
 
 class _Plain:
@@ -132,186 +149,268 @@ def _functions(count: int) -> list[Callable[[_Plain, int], int | None]]:
 
 
 class Steps:
-    """The steps measured, over one connected ``AF_UNIX`` stream pair (``server`` the
-    accepted end, non-blocking) whose client end sends a request line before each read."""
+    """The steps measured (:attr:`rows`: name -> a call of no arguments), over one
+    connection on an abstract ``AF_UNIX`` stream socket: :attr:`server` is the daemon's
+    kind of accepted socket (``passed_fds.PassingSocket``, non-blocking), :attr:`client`
+    the launcher's end, which sends one :data:`LINE` before each read (:meth:`send_line`,
+    or the partner's copy of it). A context manager: its sockets are closed at the end."""
 
     def __init__(self) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(f"\0cold-steps-{os.getpid()}")
-        self.listener.listen(1)
         self.client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.client.connect(self.listener.getsockname())
-        self.server, _ = self.listener.accept()
+        try:
+            self.listener.bind(f"\0cold-steps-{os.getpid()}")
+            self.listener.listen(1)
+            self.client.connect(self.listener.getsockname())
+            self.server, _ = accept_passing(self.listener)
+        except OSError:
+            self.listener.close()
+            self.client.close()
+            raise
         self.server.setblocking(False)
-        self.lock = threading.Lock()
-        self.memo: collections.OrderedDict[bytes, int] = collections.OrderedDict({LINE: 1})
-        self.holder = _WithProperty()
-        self.plain = _Plain()
-        self.table = {"a": 1, "b": 2}
-        self.many = _functions(CALLS)
+        holder, plain, table, many = _WithProperty(), _Plain(), {"a": 1, "b": 2}, _functions(CALLS)
+
+        def same_function() -> None:
+            for _ in range(CALLS):
+                _one(plain, 1)
+
+        def many_functions() -> None:
+            for f in many:
+                f(plain, 1)
+
         self.rows: dict[str, Callable[[], object]] = {
-            "nothing (the reference)": lambda: None,
-            "one call": lambda: _one(self.plain, 1),
-            f"{CALLS} calls of one function": self.same_function,
-            f"{CALLS} calls of {CALLS} functions": self.many_functions,
-            "recv": lambda: self.server.recv(len(LINE)),
-            "recvmsg with room for descriptors": lambda: self.server.recvmsg(
-                len(LINE), socket.CMSG_SPACE(8)
+            REFERENCE: lambda: None,
+            "one call": lambda: _one(plain, 1),
+            f"{CALLS} calls of one function": lambda: same_function(),
+            f"{CALLS} calls of {CALLS} functions (each its own code object)": lambda: (
+                many_functions()
             ),
-            "getsockopt SO_PEERCRED + unpack": lambda: _CRED.unpack(
-                self.server.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
-            ),
+            FIRST_READ: lambda: self.server.recv(4096),
+            PLAIN_RECV: lambda: socket.socket.recv(self.server, 4096),
+            "the daemon's peer_of (SO_PEERCRED, a Peer)": lambda: peer_of(self.server),
             "the daemon's Lease (a frozen dataclass of 8 fields)": lambda: Lease(
                 "1-ab", "gaming", 0, 1, None, 5, None, 1
             ),
-            "plain object, 5 attributes": _Plain,
-            "the daemon's Peer (__slots__ set by object.__setattr__)": lambda: Peer(1, 0, 0, None),
-            "property": lambda: self.holder.x,
-            "lock + OrderedDict get/move_to_end": self.memo_hit,
-            "coroutines, 3 deep, stepped by hand": _run_coroutine,
-            "raise and catch": _raise_and_catch,
-            "f-string of 2 fields": lambda: f"{self.table['a']} lease {self.table['b']}",
-            "bytes lstrip + find": lambda: LINE.lstrip(b"\n").find(b"\n"),
-            "loop over dict values": lambda: [v for v in self.table.values() if v == 2],
-            "monotonic_ns": time.monotonic_ns,
-            "asyncio get_running_loop (none)": asyncio._get_running_loop,
+            "a plain object of 5 attributes": lambda: _Plain(),
+            "the daemon's parse of a kept line (a lock, an OrderedDict)": lambda: parse_request(
+                LINE
+            ),
+            "a property": lambda: holder.x,
+            "coroutines 3 deep, stepped by hand": lambda: _run_coroutine(),
+            "raise and catch": lambda: _raise_and_catch(),
+            "an f-string of 2 fields": lambda: f"{table['a']} lease {table['b']}",
+            "bytes lstrip and find": lambda: LINE.lstrip(b"\n").find(b"\n"),
+            "a loop over dict values": lambda: [v for v in table.values() if v == 2],
+            "time.monotonic_ns": lambda: time.monotonic_ns(),
+            "asyncio._get_running_loop (no loop running)": lambda: asyncio._get_running_loop(),
         }
-        #: The rows that read: the client sends a line before each.
-        self.reads = {"recv", "recvmsg with room for descriptors"}
+        #: The rows that read the line the client sent.
+        self.reads = frozenset((FIRST_READ, PLAIN_RECV))
+        parse_request(LINE)  # kept from now on, as the daemon keeps a launcher's line
 
-    def same_function(self) -> None:
-        for _ in range(CALLS):
-            _one(self.plain, 1)
-
-    def many_functions(self) -> None:
-        for f in self.many:
-            f(self.plain, 1)
-
-    def memo_hit(self) -> int | None:
-        with self.lock:
-            value = self.memo.get(LINE)
-            self.memo.move_to_end(LINE)
-        return value
+    def send_line(self) -> None:
+        """The client's line, for the next read row."""
+        self.client.sendall(LINE)
 
     def close(self) -> None:
+        """Close the three sockets."""
         for sock in (self.server, self.client, self.listener):
             sock.close()
 
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class PartnerGone(RuntimeError):
+    """The partner process did not answer a round trip (it exited or was killed)."""
+
 
 class Partner:
-    """A process pinned to the CPU the bench runs on, answering each byte written to it
-    after touching its own :data:`PARTNER_BYTES`: a round trip is two switches of process."""
+    """A process pinned to ``cpu`` (the bench's), which answers each byte written to it
+    after writing one byte in each page of its own :data:`PARTNER_BYTES`, and first sends
+    :data:`LINE` on ``client`` when asked to: a round trip (:meth:`round_trip`) is two
+    switches of process on that CPU. A context manager: at its end the partner is told to
+    stop (its pipe closed), and killed if it has not within a second. The partner also
+    stops when the bench's process dies (its pipe's end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: socket.socket, cpu: int) -> None:
         ask_read, ask_write = os.pipe()
         answer_read, answer_write = os.pipe()
         self.pid = os.fork()
-        if self.pid == 0:  # the partner
-            junk = bytearray(PARTNER_BYTES)
-            while os.read(ask_read, 1):
-                junk[::PAGE] = bytes(len(junk) // PAGE)
-                os.write(answer_write, b"r")
-            os._exit(0)
+        if self.pid == 0:  # the partner: never returns into the caller's code
+            status = 1
+            try:
+                os.close(ask_write)
+                os.close(answer_read)
+                os.sched_setaffinity(0, {cpu})
+                junk = bytearray(PARTNER_BYTES)
+                while word := os.read(ask_read, 1):
+                    junk[:: mmap.PAGESIZE] = bytes(len(junk) // mmap.PAGESIZE)
+                    if word == b"l":
+                        client.sendall(LINE)
+                    os.write(answer_write, b"r")
+                status = 0
+            finally:
+                os._exit(status)
         os.close(ask_read)
         os.close(answer_write)
         self._write, self._read = ask_write, answer_read
 
-    def round_trip(self) -> None:
-        os.write(self._write, b"j")
-        os.read(self._read, 1)
+    def round_trip(self, send_line: bool = False) -> None:
+        """One exchange with the partner (``send_line``: it sends :data:`LINE` first).
+        Raises :class:`PartnerGone` when it does not answer."""
+        try:
+            os.write(self._write, b"l" if send_line else b"t")
+            answer = os.read(self._read, 1)
+        except BrokenPipeError:
+            answer = b""
+        if answer != b"r":
+            raise PartnerGone(f"the partner process {self.pid} did not answer")
 
     def close(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
+        """Stop the partner and reap it (if nobody did yet)."""
         os.close(self._write)
         os.close(self._read)
+        deadline = time.monotonic() + 1.0
+        try:
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    return
+                time.sleep(0.01)
+        except ChildProcessError:
+            pass  # reaped already
+
+    def __enter__(self) -> Partner:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
-def measure(trials: int, rest_s: float) -> dict[str, dict[str, float]]:
-    """Median µs of each step of :class:`Steps` per mode (``warm``, ``switch``, ``rest``),
-    ``trials`` times each, in this process (pinned to its first allowed CPU, with its
-    partner). Raises ``OSError`` when a step's socket call fails."""
-    cpu = min(os.sched_getaffinity(0))
+def _time_once(steps: Steps, partner: Partner, name: str, mode: str, rest_s: float) -> int:
+    """One measurement of the row ``name`` in ``mode`` (see the module docstring), ns."""
+    step = steps.rows[name]
+    reads = name in steps.reads
+    if mode == "warm":
+        if reads:
+            steps.send_line()
+        step()
+        if reads:
+            steps.send_line()
+    else:
+        if mode == "rest":
+            time.sleep(rest_s)
+        partner.round_trip(send_line=reads)
+    start = time.perf_counter_ns()
+    step()
+    return time.perf_counter_ns() - start
+
+
+def measure(trials: int, rest_s: float, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Median us of each row of :class:`Steps` per mode (:data:`MODES`), over ``trials``
+    measurements each, taken in this process pinned to its first allowed CPU (its
+    affinity is restored after), with a :class:`Partner`; each trial's measurements in an
+    order shuffled with ``seed``. Raises ``OSError`` when a step's socket call fails
+    (``BlockingIOError``: a read row found no line) and :class:`PartnerGone`."""
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
     os.sched_setaffinity(0, {cpu})
-    steps = Steps()
-    partner = Partner()
     try:
-        out: dict[str, dict[str, float]] = {}
-        for name, step in steps.rows.items():
-            reads = name in steps.reads
-            medians: dict[str, float] = {}
-            for mode in MODES:
-                times = []
-                for _ in range(trials):
-                    if reads:
-                        steps.client.send(LINE)
-                    if mode == "warm":
-                        if reads:
-                            steps.client.send(LINE)  # one line for each read
-                        step()
-                    elif mode == "rest":
-                        time.sleep(rest_s)
-                        partner.round_trip()
-                    else:
-                        partner.round_trip()
-                    start = time.perf_counter_ns()
-                    step()
-                    times.append(time.perf_counter_ns() - start)
-                medians[mode] = statistics.median(times) / 1e3
-            out[name] = medians
-        return out
+        with Steps() as steps, Partner(steps.client, cpu) as partner:
+            times: dict[str, dict[str, list[int]]] = {
+                name: {mode: [] for mode in MODES} for name in steps.rows
+            }
+            order = [(name, mode) for name in steps.rows for mode in MODES]
+            shuffle = random.Random(seed).shuffle
+            for _ in range(trials):
+                shuffle(order)
+                for name, mode in order:
+                    times[name][mode].append(_time_once(steps, partner, name, mode, rest_s))
     finally:
-        partner.close()
-        steps.close()
+        os.sched_setaffinity(0, before)
+    return {
+        name: {mode: statistics.median(values) / 1e3 for mode, values in modes.items()}
+        for name, modes in times.items()
+    }
+
+
+def cold_extra(rows: dict[str, dict[str, float]], name: str, mode: str) -> float:
+    """The row ``name``'s time in ``mode`` less its warm time, less the same difference of
+    the reference row, us."""
+    row, ref = rows[name], rows[REFERENCE]
+    return (row[mode] - row["warm"]) - (ref[mode] - ref["warm"])
 
 
 def report(rows: dict[str, dict[str, float]], meta: dict[str, str]) -> str:
-    """The page: one row per step, its medians and its excess over the reference row."""
-    ref = rows["nothing (the reference)"]
+    """The page (markdown): the run's line, then one row per step with its medians, its cold
+    extra after a switch and after rest, and its time after rest over its warm time."""
+    argv = f" {meta['argv']}" if meta["argv"] else ""
     lines = [
-        "# Cold steps: one small step of Python, first after a switch or after rest",
+        "# Cold steps: a small step of Python first after a switch, or after rest",
         "",
-        f"Produced by `python bench/cold_steps.py {meta['argv']}` on {meta['date']}; "
-        f"{meta['where']}; host load {meta['load']}; {meta['interpreter']}; "
-        f"{meta['trials']} trials per cell, medians, us.",
+        f"Produced by `python bench/cold_steps.py{argv}` on {meta['date']} (checkout "
+        f"{meta['commit']}); {meta['where']}; host load {meta['load']}; {meta['interpreter']}; "
+        f"{meta['trials']} trials per cell, the trials' measurements in a shuffled order; "
+        "medians, us.",
         "",
         "Warm: the step run once untimed, then timed. After a switch: a pipe round trip with "
-        "a process on the same CPU (16 MiB of its memory touched), then the step. After rest: "
-        f"{meta['rest_s']} s of sleep, the round trip, the step. Over the reference: the "
-        "median minus the empty step's median in the same mode (the timing itself).",
+        "a process on the same CPU that first wrote one byte in each page of "
+        f"{int(meta['partner_bytes']) >> 20} MiB of its own (and sent the line a read row "
+        f"reads), then the step. After rest: {meta['rest_s']} s of sleep, the round trip, the "
+        "step. Cold extra: the step's time less its warm time, less the same difference of "
+        "the empty step (the reference). Each step is the first thing run after the wake; "
+        "the rows do not add up to a sequence of them.",
         "",
-        "| step | warm | after a switch | after rest | over the reference, switch | "
-        "over the reference, rest | rest / warm |",
+        "| step | warm | after a switch | after rest | cold extra, switch | cold extra, rest "
+        "| after rest / warm |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in rows.items():
-        ratio = m["rest"] / m["warm"] if m["warm"] > 0 else float("inf")
+        ratio = f"{m['rest'] / m['warm']:.1f}x" if m["warm"] > 0 else "-"
         lines.append(
             f"| {name} | {m['warm']:.1f} | {m['switch']:.1f} | {m['rest']:.1f} | "
-            f"{m['switch'] - ref['switch']:+.1f} | {m['rest'] - ref['rest']:+.1f} | "
-            f"{ratio:.1f}x |"
+            f"{cold_extra(rows, name, 'switch'):+.1f} | {cold_extra(rows, name, 'rest'):+.1f} "
+            f"| {ratio} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def vm_main(args: argparse.Namespace) -> int:
+    """Inside the VM: measure, write ``cold_steps.json`` under ``--results``."""
     rows = measure(args.trials, args.rest)
     Path(args.results, "cold_steps.json").write_text(json.dumps(rows))
     return 0
 
 
-def host_main(args: argparse.Namespace) -> int:
+def host_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure (in the VM, or here with ``--local``), then save the run and its page."""
+    out = Path(args.out)
+    if args.from_json:
+        return redo_page(
+            args.from_json, out, "cold_steps.md", lambda s: report(s["rows"], s["meta"])
+        )
     meta = {
-        "argv": argv_without_out(sys.argv[1:]),
+        "argv": argv_without_out(argv),
         "date": utc_now(),
+        "commit": checkout_commit(),
         "load": load_text(),
-        "interpreter": interpreter(),
         "trials": str(args.trials),
         "rest_s": str(args.rest),
+        "partner_bytes": str(PARTNER_BYTES),
     }
     if args.local:
         rows = measure(args.trials, args.rest)
         meta["where"] = "on this machine (--local)"
+        meta["interpreter"] = interpreter(Path(sys.executable))
     else:
         from tools import vm
 
@@ -329,29 +428,43 @@ def host_main(args: argparse.Namespace) -> int:
             return 1
         rows = json.loads(result.text("cold_steps.json"))
         meta["where"] = f"in the sched_ext VM ({result.accel}, 2 vCPUs, kernel {kernel.version})"
-    page = report(rows, meta)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_run(out, "cold_steps.json", {"meta": meta, "rows": rows}, page, "cold_steps.md")
+        meta["interpreter"] = interpreter()
+    save_run(out, "cold_steps.json", {"meta": meta, "rows": rows}, report(rows, meta),
+             "cold_steps.md")  # fmt: skip
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], allow_abbrev=False)
-    sub = ap.add_subparsers(dest="cmd")
+    """The command line (see the module docstring); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="The sub-command _vm is the bench's own side inside the VM.",
+        allow_abbrev=False,
+    )
+    sub = ap.add_subparsers(dest="cmd", help=argparse.SUPPRESS)
     vmp = sub.add_parser("_vm", allow_abbrev=False)
     vmp.add_argument("--trials", type=int, required=True)
     vmp.add_argument("--rest", type=float, required=True)
     vmp.add_argument("--results", required=True)
     ap.add_argument("--trials", type=int, default=9, help="measurements per step and mode")
-    ap.add_argument("--rest", type=float, default=0.5, help="the rest before a rest row, s")
-    ap.add_argument("--local", action="store_true", help="measure on this machine, no VM")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
-    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument(
+        "--rest", type=float, default=REST_S, help="the sleep before an after-rest measurement, s"
+    )
+    ap.add_argument(
+        "--local", action="store_true", help="measure on this machine, no VM (needs --out)"
+    )
+    ap.add_argument("--out", help="where the page and its JSON go (default: bench/results)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="the VM run's limit, s")
+    ap.add_argument("--from-json", help="only write the page again from a saved cold_steps.json")
     args = ap.parse_args(argv)
     if args.cmd == "_vm":
         return vm_main(args)
-    return host_main(args)
+    if args.local and args.out is None:
+        ap.error("--local needs --out: bench/results holds the VM's figures")
+    if args.out is None:
+        args.out = str(REPO / "bench" / "results")
+    return host_main(args, argv)
 
 
 if __name__ == "__main__":

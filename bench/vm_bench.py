@@ -1,9 +1,10 @@
 """Helpers shared by the benchmarks that run in the sched_ext VM (``switch_latency.py``,
-``gap_profile.py``, ``daemon_rss.py``, ``daemon_flood_vm.py``): the kernel's sched_ext view
-from sysfs, waiting for a state, a process's resident memory, and the host side's common
-steps (build the sample schedulers, get the kernel, describe the VM run and the host's load
-for a report, tell a failed VM run, save a run's data and report, redo a report from the
-saved data with ``--from-json``).
+``gap_profile.py``, ``daemon_rss.py``, ``daemon_flood_vm.py``, ``cold_steps.py``, ...): the
+kernel's sched_ext view from sysfs, waiting for a state, a process's resident memory, and
+the host side's common steps (build the sample schedulers, get the kernel, describe the VM
+run, the host's load and the checkout's commit for a report, a report's command line, tell
+a failed VM run, save a run's data and report, redo a report from the saved data with
+``--from-json``).
 
 Imported by those scripts as ``vm_bench`` (each puts its own directory on ``sys.path``), in
 the VM as on the host. No import of the package here: the VM-side processes time their own
@@ -181,6 +182,23 @@ def argv_without_out(argv: list[str]) -> str:
         elif not arg.startswith("--out="):
             kept.append(arg)
     return " ".join(kept)
+
+
+def checkout_commit() -> str:
+    """The checkout's commit for a report: its short hash, with ``-dirty`` when a tracked
+    file differs from it; ``"unknown"`` without git or outside a checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
 
 
 def utc_now() -> str:

@@ -1,38 +1,42 @@
-"""Benchmark: what a small step of Python costs when it runs first after a switch of
+"""Benchmark: what a small step of Python costs when it runs soon after a switch of
 process, or after rest and a switch, against the same step warm (in the sched_ext VM, or on
-this machine with ``--local``).
+this machine with --local).
 
 Why it exists: a standby hit's way in (the client's line to the pool's take) is a row of
 small steps of the daemon's own Python, run right after the launcher's process and often
-after a quiet while, and in the sched_ext VM (TCG) they cost far more there than the same
-calls warm (``bench/results/daemon_targets.md``, "the way in step by step"). This bench
-measures the effect outside the daemon: what one step costs as the first thing run after
-the wake, and whether that follows the number of different Python functions run.
+after a quiet while, and in the sched_ext VM (QEMU TCG) they cost far more there than the
+same calls warm (``bench/results/daemon_targets.md``, "the way in step by step"). This
+bench measures the effect outside the daemon.
 
-How: one process pinned to one CPU, and a partner process pinned to the same CPU. Each
-trial times every step (:class:`Steps`) once in each of three ways (:data:`MODES`), all of
-a trial's measurements in a shuffled order, so that every row (the reference included) is
-read over the same stretch of the run:
+How: one process pinned to one CPU, and a partner process (:class:`Partner`) pinned to the
+same CPU. After one untimed pass over every step, each trial times every step
+(:class:`Steps`) once in each of four ways (:data:`MODES`), all of a trial's measurements
+in a shuffled order, so that every row (the reference included) is read over the same
+stretch of the run:
 
 - **warm**: the step run once untimed, then timed;
-- **after a switch**: a round trip with the partner, then the step timed. The partner
-  first writes one byte in each page of its own :data:`PARTNER_BYTES`, and sends the line
-  a read row reads just before it answers, as the launcher sends its line;
-- **after rest**: ``--rest`` s of sleep (default ``switch_latency.REST_S``: a hint in that
-  bench comes after as long), then the round trip, then the step timed.
+- **again**: the step run once untimed, a round trip with the partner, then the step timed:
+  the step ran just before, and another process ran in between. The partner first writes
+  one byte in each page of its own :data:`PARTNER_BYTES`, and sends the line a read row
+  reads just before it answers, as the launcher sends its line;
+- **switch**: the round trip, then the step timed. The step last ran about one trial
+  earlier, with the other steps (and their rests) in between;
+- **rest**: ``--rest`` s of sleep (default ``switch_latency.REST_S``: a hint in that bench
+  comes after as long), then the round trip, then the step timed.
 
-The page gives each row's medians over ``--trials``, and its cold extra: the row's time in a
-mode less its warm time, less the same difference of the empty step (``nothing``, the
-reference: every row is one call of a lambda, timed the same way). A row is always the
-first thing run after the wake: the rows do not add up to what a sequence of them costs.
-Writes ``cold_steps.md`` and ``cold_steps.json`` under ``--out`` (default
-``bench/results``).
+The page gives each row's median and quartiles over ``--trials`` per mode, and its cold
+extra: the row's median in a mode less its warm median, less the same difference of the
+empty step (``nothing``, the reference: every row is one call of a lambda, timed the same
+way). A row is the first thing run after the round trip: rows do not add up to what a
+sequence of them costs. Writes ``cold_steps.md`` and ``cold_steps.json`` (every sample)
+under ``--out`` (default ``bench/results``).
 
 Usage: ``python bench/cold_steps.py [--trials 9] [--rest 0.5]`` builds the sample
-schedulers and the kernel if needed (as every VM bench: ``make schedulers``, the sid
-kernel) and boots the sched_ext VM once; ``python bench/cold_steps.py --local --out DIR``
-measures on this machine instead; ``--from-json FILE`` writes the page again from a saved
-run. Internal sub-command (inside the VM): ``_vm``.
+schedulers and gets the kernel if needed (as every VM bench does) and boots the sched_ext
+VM once (about 2.5 min at the defaults); ``python bench/cold_steps.py --local --out DIR``
+measures on this machine instead (silent for about 2 min at the defaults);
+``--from-json FILE`` writes the page again from a saved run, next to it unless ``--out``
+says where. Internal sub-command (inside the VM): ``_vm``.
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import mmap
 import os
 import random
-import signal
+import select
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -70,6 +74,7 @@ from vm_bench import (
 
 sys.path.insert(0, str(REPO))
 
+from schedswitchd.daemon.acceptor import FIRST_READ_BYTES
 from schedswitchd.daemon.passed_fds import accept_passing
 from schedswitchd.daemon.peer import peer_of
 from schedswitchd.daemon.policy import Lease
@@ -82,8 +87,14 @@ PARTNER_BYTES = 16 << 20
 CALLS = 50
 #: What ``schedswitch-run gaming`` sends: the line the read rows read.
 LINE = b'{"v":1,"op":"hint","workload":"gaming"}\n'
-MODES = ("warm", "switch", "rest")
+#: The ways each step is timed (see the module docstring), in the page's order.
+MODES = ("warm", "again", "switch", "rest")
+#: The empty step every row is read against.
 REFERENCE = "nothing (the reference)"
+#: How long a round trip waits for the partner's answer at most, s.
+ANSWER_WAIT_S = 10.0
+#: The order of each trial's measurements is shuffled with this seed.
+SEED = 0
 #: The two rows that read the line the client sent.
 FIRST_READ = "the daemon's first read (PassingSocket.recv: recvmsg)"
 PLAIN_RECV = "a plain recv of the line"
@@ -185,8 +196,8 @@ class Steps:
             f"{CALLS} calls of {CALLS} functions (each its own code object)": lambda: (
                 many_functions()
             ),
-            FIRST_READ: lambda: self.server.recv(4096),
-            PLAIN_RECV: lambda: socket.socket.recv(self.server, 4096),
+            FIRST_READ: lambda: self.server.recv(FIRST_READ_BYTES),
+            PLAIN_RECV: lambda: socket.socket.recv(self.server, FIRST_READ_BYTES),
             "the daemon's peer_of (SO_PEERCRED, a Peer)": lambda: peer_of(self.server),
             "the daemon's Lease (a frozen dataclass of 8 fields)": lambda: Lease(
                 "1-ab", "gaming", 0, 1, None, 5, None, 1
@@ -230,62 +241,72 @@ class PartnerGone(RuntimeError):
     """The partner process did not answer a round trip (it exited or was killed)."""
 
 
+#: The partner's program: its arguments are the CPU, the bytes to touch, the descriptors of
+#: its two pipe ends and of the client's socket, and the line it sends when asked.
+_PARTNER = """
+import os, socket, sys
+cpu, size, ask, answer, client_fd = (int(a) for a in sys.argv[1:6])
+line = sys.argv[6].encode()
+os.sched_setaffinity(0, {cpu})
+client = socket.socket(fileno=client_fd)
+page = os.sysconf("SC_PAGE_SIZE")
+junk = bytearray(size)
+while word := os.read(ask, 1):
+    junk[::page] = bytes(size // page)
+    if word == b"l":
+        client.sendall(line)
+    os.write(answer, b"r")
+"""
+
+
 class Partner:
-    """A process pinned to ``cpu`` (the bench's), which answers each byte written to it
-    after writing one byte in each page of its own :data:`PARTNER_BYTES`, and first sends
-    :data:`LINE` on ``client`` when asked to: a round trip (:meth:`round_trip`) is two
-    switches of process on that CPU. A context manager: at its end the partner is told to
-    stop (its pipe closed), and killed if it has not within a second. The partner also
-    stops when the bench's process dies (its pipe's end)."""
+    """A process of its own (a new interpreter, not a fork of this one) pinned to ``cpu``
+    (the bench's), which answers each byte written to it after writing one byte in each
+    page of its own :data:`PARTNER_BYTES`, and first sends :data:`LINE` on ``client`` when
+    asked to: a round trip (:meth:`round_trip`) is two switches of process on that CPU. It
+    stops at its pipe's end, so also when the bench's process dies. A context manager: at
+    its end it is told to stop, and killed if it has not within a second."""
 
     def __init__(self, client: socket.socket, cpu: int) -> None:
         ask_read, ask_write = os.pipe()
         answer_read, answer_write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the partner: never returns into the caller's code
-            status = 1
-            try:
-                os.close(ask_write)
-                os.close(answer_read)
-                os.sched_setaffinity(0, {cpu})
-                junk = bytearray(PARTNER_BYTES)
-                while word := os.read(ask_read, 1):
-                    junk[:: mmap.PAGESIZE] = bytes(len(junk) // mmap.PAGESIZE)
-                    if word == b"l":
-                        client.sendall(LINE)
-                    os.write(answer_write, b"r")
-                status = 0
-            finally:
-                os._exit(status)
+        fds = (ask_read, answer_write, client.fileno())
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _PARTNER, str(cpu), str(PARTNER_BYTES),
+                 *map(str, fds), LINE.decode()],
+                pass_fds=fds,
+            )  # fmt: skip
+        except BaseException:
+            for fd in (ask_read, ask_write, answer_read, answer_write):
+                os.close(fd)
+            raise
         os.close(ask_read)
         os.close(answer_write)
+        self.pid = self.process.pid
         self._write, self._read = ask_write, answer_read
 
     def round_trip(self, send_line: bool = False) -> None:
         """One exchange with the partner (``send_line``: it sends :data:`LINE` first).
-        Raises :class:`PartnerGone` when it does not answer."""
+        Raises :class:`PartnerGone` when it does not answer within :data:`ANSWER_WAIT_S`."""
         try:
             os.write(self._write, b"l" if send_line else b"t")
-            answer = os.read(self._read, 1)
+            ready, _, _ = select.select([self._read], [], [], ANSWER_WAIT_S)
+            answer = os.read(self._read, 1) if ready else b""
         except BrokenPipeError:
             answer = b""
         if answer != b"r":
             raise PartnerGone(f"the partner process {self.pid} did not answer")
 
     def close(self) -> None:
-        """Stop the partner and reap it (if nobody did yet)."""
+        """Stop the partner and reap it."""
         os.close(self._write)
         os.close(self._read)
-        deadline = time.monotonic() + 1.0
         try:
-            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-                if time.monotonic() > deadline:
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-                    return
-                time.sleep(0.01)
-        except ChildProcessError:
-            pass  # reaped already
+            self.process.wait(1.0)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
     def __enter__(self) -> Partner:
         return self
@@ -300,10 +321,11 @@ def _time_once(steps: Steps, partner: Partner, name: str, mode: str, rest_s: flo
     """One measurement of the row ``name`` in ``mode`` (see the module docstring), ns."""
     step = steps.rows[name]
     reads = name in steps.reads
-    if mode == "warm":
+    if mode in ("warm", "again"):
         if reads:
             steps.send_line()
         step()
+    if mode == "warm":
         if reads:
             steps.send_line()
     else:
@@ -315,18 +337,22 @@ def _time_once(steps: Steps, partner: Partner, name: str, mode: str, rest_s: flo
     return time.perf_counter_ns() - start
 
 
-def measure(trials: int, rest_s: float, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Median us of each row of :class:`Steps` per mode (:data:`MODES`), over ``trials``
-    measurements each, taken in this process pinned to its first allowed CPU (its
-    affinity is restored after), with a :class:`Partner`; each trial's measurements in an
-    order shuffled with ``seed``. Raises ``OSError`` when a step's socket call fails
-    (``BlockingIOError``: a read row found no line) and :class:`PartnerGone`."""
+def measure(trials: int, rest_s: float, seed: int = SEED) -> dict[str, dict[str, list[float]]]:
+    """Every sample, us, of each row of :class:`Steps` per mode (:data:`MODES`),
+    ``trials`` of each, taken in this process pinned to its first allowed CPU (its
+    affinity is restored after) with a :class:`Partner`, after one untimed warm pass over
+    every row; each trial's measurements in an order shuffled with ``seed``. Raises
+    ``OSError`` when a step's socket call fails (``BlockingIOError``: a read row found no
+    line) and :class:`PartnerGone`."""
     before = os.sched_getaffinity(0)
     cpu = min(before)
     os.sched_setaffinity(0, {cpu})
     try:
         with Steps() as steps, Partner(steps.client, cpu) as partner:
-            times: dict[str, dict[str, list[int]]] = {
+            partner.round_trip()  # its pages faulted in, untimed
+            for name in steps.rows:
+                _time_once(steps, partner, name, "warm", rest_s)
+            times: dict[str, dict[str, list[float]]] = {
                 name: {mode: [] for mode in MODES} for name in steps.rows
             }
             order = [(name, mode) for name in steps.rows for mode in MODES]
@@ -334,81 +360,109 @@ def measure(trials: int, rest_s: float, seed: int = 0) -> dict[str, dict[str, fl
             for _ in range(trials):
                 shuffle(order)
                 for name, mode in order:
-                    times[name][mode].append(_time_once(steps, partner, name, mode, rest_s))
+                    ns = _time_once(steps, partner, name, mode, rest_s)
+                    times[name][mode].append(ns / 1e3)
     finally:
         os.sched_setaffinity(0, before)
+    return times
+
+
+def medians(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """Each cell's median, us."""
     return {
-        name: {mode: statistics.median(values) / 1e3 for mode, values in modes.items()}
-        for name, modes in times.items()
+        name: {mode: statistics.median(values) for mode, values in modes.items()}
+        for name, modes in samples.items()
     }
 
 
 def cold_extra(rows: dict[str, dict[str, float]], name: str, mode: str) -> float:
-    """The row ``name``'s time in ``mode`` less its warm time, less the same difference of
-    the reference row, us."""
+    """The row ``name``'s median in ``mode`` less its warm median, less the same difference
+    of the reference row, us (``rows``: :func:`medians`)."""
     row, ref = rows[name], rows[REFERENCE]
     return (row[mode] - row["warm"]) - (ref[mode] - ref["warm"])
 
 
-def report(rows: dict[str, dict[str, float]], meta: dict[str, str]) -> str:
-    """The page (markdown): the run's line, then one row per step with its medians, its cold
-    extra after a switch and after rest, and its time after rest over its warm time."""
-    argv = f" {meta['argv']}" if meta["argv"] else ""
+def _cell(values: list[float]) -> str:
+    """``median (first quartile-third quartile)``, us."""
+    low, _, high = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    digits = 1 if high < 10 else 0
+    return f"{statistics.median(values):.1f} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def report(samples: dict[str, dict[str, list[float]]], meta: dict[str, str]) -> str:
+    """The page (markdown): the run's line, the medians and quartiles of every row per mode,
+    then each row's cold extra per mode and its after-rest median over its warm one."""
+    rows = medians(samples)
     lines = [
-        "# Cold steps: a small step of Python first after a switch, or after rest",
+        "# Cold steps: a small step of Python soon after a switch, or after rest",
         "",
-        f"Produced by `python bench/cold_steps.py{argv}` on {meta['date']} (checkout "
-        f"{meta['commit']}); {meta['where']}; host load {meta['load']}; {meta['interpreter']}; "
-        f"{meta['trials']} trials per cell, the trials' measurements in a shuffled order; "
-        "medians, us.",
+        f"Produced by `python bench/cold_steps.py{' ' if meta['argv'] else ''}{meta['argv']}` "
+        f"on {meta['date']} (checkout {meta['commit']}); {meta['where']}; host load average "
+        f"{meta['load']}; {meta['interpreter']}; {meta['trials']} trials per cell after one "
+        f"untimed pass, each trial's measurements in an order shuffled with seed "
+        f"{meta.get('seed', SEED)}; us.",
         "",
-        "Warm: the step run once untimed, then timed. After a switch: a pipe round trip with "
-        "a process on the same CPU that first wrote one byte in each page of "
+        "Warm: the step run once untimed, then timed. Again: the step run once untimed, a pipe "
+        "round trip with a process on the same CPU that first wrote one byte in each page of "
         f"{int(meta['partner_bytes']) >> 20} MiB of its own (and sent the line a read row "
-        f"reads), then the step. After rest: {meta['rest_s']} s of sleep, the round trip, the "
-        "step. Cold extra: the step's time less its warm time, less the same difference of "
-        "the empty step (the reference). Each step is the first thing run after the wake; "
-        "the rows do not add up to a sequence of them.",
+        "reads), then the step timed. Switch: the round trip, then the step, which last ran "
+        "about one trial before, with the other steps and their rests in between. Rest: "
+        f"{meta['rest_s']} s of sleep, the round trip, the step. Each step is the first thing "
+        "run after the round trip: the rows do not add up to what a sequence of them costs.",
         "",
-        "| step | warm | after a switch | after rest | cold extra, switch | cold extra, rest "
-        "| after rest / warm |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "Median (quartiles) per mode:",
+        "",
+        "| step | " + " | ".join(MODES) + " |",
+        "|---|" + "---:|" * len(MODES),
+    ]
+    for name, modes in samples.items():
+        lines.append(f"| {name} | " + " | ".join(_cell(modes[m]) for m in MODES) + " |")
+    lines += [
+        "",
+        "Cold extra: the step's median less its warm median, less the same difference of the "
+        "empty step (the reference):",
+        "",
+        "| step | again | switch | rest | rest / warm |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, m in rows.items():
         ratio = f"{m['rest'] / m['warm']:.1f}x" if m["warm"] > 0 else "-"
-        lines.append(
-            f"| {name} | {m['warm']:.1f} | {m['switch']:.1f} | {m['rest']:.1f} | "
-            f"{cold_extra(rows, name, 'switch'):+.1f} | {cold_extra(rows, name, 'rest'):+.1f} "
-            f"| {ratio} |"
-        )
+        extras = " | ".join(f"{cold_extra(rows, name, mode):+.1f}" for mode in MODES[1:])
+        lines.append(f"| {name} | {extras} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
 def vm_main(args: argparse.Namespace) -> int:
-    """Inside the VM: measure, write ``cold_steps.json`` under ``--results``."""
-    rows = measure(args.trials, args.rest)
-    Path(args.results, "cold_steps.json").write_text(json.dumps(rows))
+    """Inside the VM: measure, write every sample to ``cold_steps.json`` under
+    ``--results``."""
+    samples = measure(args.trials, args.rest)
+    Path(args.results, "cold_steps.json").write_text(json.dumps(samples))
     return 0
 
 
 def host_main(args: argparse.Namespace, argv: list[str]) -> int:
-    """Measure (in the VM, or here with ``--local``), then save the run and its page."""
-    out = Path(args.out)
+    """Measure (in the VM, or here with ``--local``), then save the run and its page; or,
+    with ``--from-json``, write the page again from a saved run."""
     if args.from_json:
+        saved = Path(args.from_json)
+        out = Path(args.out) if args.out else saved.parent
         return redo_page(
-            args.from_json, out, "cold_steps.md", lambda s: report(s["rows"], s["meta"])
+            str(saved), out, "cold_steps.md", lambda s: report(s["samples"], s["meta"])
         )
+    out = Path(args.out)
+    shown = argv_without_out(argv)
     meta = {
-        "argv": argv_without_out(argv),
+        "argv": f"{shown} --out DIR" if args.local else shown,
         "date": utc_now(),
         "commit": checkout_commit(),
         "load": load_text(),
         "trials": str(args.trials),
         "rest_s": str(args.rest),
+        "seed": str(SEED),
         "partner_bytes": str(PARTNER_BYTES),
     }
     if args.local:
-        rows = measure(args.trials, args.rest)
+        samples = measure(args.trials, args.rest)
         meta["where"] = "on this machine (--local)"
         meta["interpreter"] = interpreter(Path(sys.executable))
     else:
@@ -421,48 +475,76 @@ def host_main(args: argparse.Namespace, argv: list[str]) -> int:
             f'"$PY" "$REPO/bench/cold_steps.py" _vm --trials {args.trials} '
             f'--rest {args.rest} --results "$RESULTS"\n'
         )
+        started = time.monotonic()
         result = vm.run_in_vm(
             script, kernel=kernel, timeout=args.timeout, cpus=2, cwd=str(REPO), memory_mib=2048
         )
         if vm_run_failed(result, "cold_steps.json"):
             return 1
-        rows = json.loads(result.text("cold_steps.json"))
-        meta["where"] = f"in the sched_ext VM ({result.accel}, 2 vCPUs, kernel {kernel.version})"
+        samples = json.loads(result.text("cold_steps.json"))
+        meta["where"] = (
+            f"in the sched_ext VM ({result.accel}, 2 vCPUs, kernel {kernel.version}; "
+            f"VM run {time.monotonic() - started:.0f} s)"
+        )
         meta["interpreter"] = interpreter()
-    save_run(out, "cold_steps.json", {"meta": meta, "rows": rows}, report(rows, meta),
-             "cold_steps.md")  # fmt: skip
+    save_run(out, "cold_steps.json", {"meta": meta, "samples": samples},
+             report(samples, meta), "cold_steps.md")  # fmt: skip
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module docstring); returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        epilog="The sub-command _vm is the bench's own side inside the VM.",
+        description=(
+            "What a small step of Python costs soon after a switch of process, or after rest, "
+            "against the same step warm. By default it boots the sched_ext VM once (building "
+            "the sample schedulers and getting the kernel if needed; about 2.5 min) and writes "
+            "bench/results/cold_steps.{md,json}."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
     sub = ap.add_subparsers(dest="cmd", help=argparse.SUPPRESS)
     vmp = sub.add_parser("_vm", allow_abbrev=False)
-    vmp.add_argument("--trials", type=int, required=True)
-    vmp.add_argument("--rest", type=float, required=True)
+    vmp.add_argument("--trials", type=_positive, required=True)
+    vmp.add_argument("--rest", type=_not_negative, required=True)
     vmp.add_argument("--results", required=True)
-    ap.add_argument("--trials", type=int, default=9, help="measurements per step and mode")
+    ap.add_argument("--trials", type=_positive, default=9, help="measurements per step and mode")
     ap.add_argument(
-        "--rest", type=float, default=REST_S, help="the sleep before an after-rest measurement, s"
+        "--rest", type=_not_negative, default=REST_S, help="the sleep before a rest measurement, s"
     )
     ap.add_argument(
         "--local", action="store_true", help="measure on this machine, no VM (needs --out)"
     )
-    ap.add_argument("--out", help="where the page and its JSON go (default: bench/results)")
+    ap.add_argument(
+        "--out",
+        help="where the page and its JSON go (VM: bench/results; --from-json: beside the JSON)",
+    )
     ap.add_argument("--timeout", type=float, default=900.0, help="the VM run's limit, s")
-    ap.add_argument("--from-json", help="only write the page again from a saved cold_steps.json")
+    ap.add_argument(
+        "--from-json", metavar="FILE", help="only write the page again from a saved cold_steps.json"
+    )
     args = ap.parse_args(argv)
     if args.cmd == "_vm":
         return vm_main(args)
-    if args.local and args.out is None:
+    if args.local and args.out is None and not args.from_json:
         ap.error("--local needs --out: bench/results holds the VM's figures")
-    if args.out is None:
+    if args.out is None and not args.from_json:
         args.out = str(REPO / "bench" / "results")
     return host_main(args, argv)
 

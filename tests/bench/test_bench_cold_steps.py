@@ -1,7 +1,8 @@
 """bench/cold_steps.py on this machine (``--local``, tiny counts): each mode does what the
-page says it did, a read row reads the line the partner sent for it, the run leaves no
-partner and no pinning behind, and the page reads every row against the reference (the
-figures themselves are taken in the sched_ext VM: ``python bench/cold_steps.py``)."""
+page says it did, in that order, a read row reads the line the partner sent for it, the
+partner is a pinned process of its own that the run leaves behind neither it nor any
+pinning, and the page reads every row against the reference (the figures themselves are
+taken in the sched_ext VM: ``python bench/cold_steps.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,33 +23,80 @@ def cold(bench_script: Callable[[str], ModuleType]) -> ModuleType:
     return bench_script("cold_steps")
 
 
-def test_each_mode_sleeps_and_switches_as_the_page_says(
+@pytest.fixture
+def unpinned() -> Iterator[set[int]]:
+    """This process free to run on every CPU it is allowed (as any process starts, whatever
+    ran before in it); its affinity is put back after. Skips with one allowed CPU."""
+    before = os.sched_getaffinity(0)
+    allowed = set(range(os.cpu_count() or 1))
+    try:
+        os.sched_setaffinity(0, allowed)
+    except OSError:
+        allowed = set(before)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one allowed CPU: pinning to it would not show")
+    try:
+        yield os.sched_getaffinity(0)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_each_mode_runs_its_steps_in_order(
     cold: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Per trial and row: one round trip for the switch and one for the rest (the partner
-    sending the line only for a read row), and one sleep of ``rest_s`` for the rest."""
-    trips: list[bool] = []
-    sleeps: list[float] = []
-    real_trip, real_sleep = cold.Partner.round_trip, time.sleep
+    """Per trial and row: warm (the step, then the step timed), again (the step, a round
+    trip, the step), switch (a round trip, the step), rest (a sleep of ``rest_s``, a round
+    trip, the step); the partner sends the line only before a read row's timed read."""
+    events: list[tuple[str, ...]] = []
+    real_trip, real_sleep, real_time_once = (
+        cold.Partner.round_trip, time.sleep, cold._time_once
+    )  # fmt: skip
+
+    inside = [False]  # events count only inside a measurement (not the partner's wait)
 
     def trip(self: Any, send_line: bool = False) -> None:
-        trips.append(send_line)
+        if inside[0]:
+            events.append(("trip", "line" if send_line else ""))
         real_trip(self, send_line)
 
     def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
+        if inside[0]:
+            events.append(("sleep", str(seconds)))
         real_sleep(0)
+
+    def time_once(steps: Any, partner: Any, name: str, mode: str, rest_s: float) -> int:
+        events.append(("measure", name, mode))
+        inside[0] = True
+        try:
+            return int(real_time_once(steps, partner, name, mode, rest_s))
+        finally:
+            inside[0] = False
 
     monkeypatch.setattr(cold.Partner, "round_trip", trip)
     monkeypatch.setattr(cold.time, "sleep", sleep)
-    rows = cold.measure(trials=2, rest_s=0.25)
-    reads = 2 * 2  # two read rows, two trials
-    assert len(trips) == 2 * 2 * len(rows)
-    assert trips.count(True) == 2 * reads
-    assert sleeps.count(0.25) == 2 * len(rows)
-    for name, medians in rows.items():
-        assert set(medians) == set(cold.MODES), name
-        assert all(value > 0 for value in medians.values()), (name, medians)
+    monkeypatch.setattr(cold, "_time_once", time_once)
+    samples = cold.measure(trials=2, rest_s=0.25)
+    reads = {cold.FIRST_READ, cold.PLAIN_RECV}
+    expected = {
+        "warm": [],
+        "again": [("trip", "")],
+        "switch": [("trip", "")],
+        "rest": [("sleep", "0.25"), ("trip", "")],
+    }
+    # after the untimed warm pass, each measurement's own events
+    starts = [i for i, e in enumerate(events) if e[0] == "measure"]
+    timed = starts[len(samples) :]
+    assert len(timed) == 2 * len(samples) * len(cold.MODES)
+    for at, end in zip(timed, [*timed[1:], len(events)], strict=True):
+        _, name, mode = events[at]
+        want = [
+            (kind, "line" if kind == "trip" and name in reads else arg)
+            for kind, arg in expected[mode]
+        ]
+        assert events[at + 1 : end] == want, (name, mode)
+    for name, modes in samples.items():
+        assert set(modes) == set(cold.MODES), name
+        assert all(len(values) == 2 and min(values) > 0 for values in modes.values()), name
 
 
 def test_a_read_row_fails_the_run_when_its_line_never_came(
@@ -71,50 +119,61 @@ def test_a_read_row_reads_the_one_line_sent_for_it(cold: ModuleType) -> None:
                 steps.rows[name]()
 
 
-def test_the_run_leaves_no_partner_and_no_pinning(
-    cold: ModuleType, monkeypatch: pytest.MonkeyPatch
+def test_the_partner_is_pinned_sends_the_line_and_is_gone_after(
+    cold: ModuleType, unpinned: set[int]
 ) -> None:
-    pids: list[int] = []
+    cpu = max(unpinned)
+    with cold.Steps() as steps:
+        with cold.Partner(steps.client, cpu) as partner:
+            partner.round_trip(send_line=True)
+            assert os.sched_getaffinity(partner.pid) == {cpu}
+            assert steps.rows[cold.FIRST_READ]() == cold.LINE
+            pid = partner.pid
+        assert partner.process.returncode == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_the_run_leaves_no_pinning_and_no_partner(
+    cold: ModuleType, monkeypatch: pytest.MonkeyPatch, unpinned: set[int]
+) -> None:
+    partners: list[Any] = []
     real_init = cold.Partner.__init__
 
     def init(self: Any, client: Any, cpu: int) -> None:
         real_init(self, client, cpu)
-        pids.append(self.pid)
+        partners.append(self)
 
     monkeypatch.setattr(cold.Partner, "__init__", init)
-    everywhere = set(range(os.cpu_count() or 1))
-    if len(everywhere) < 2:
-        pytest.skip("one CPU: pinning to it would not show")
-    os.sched_setaffinity(0, everywhere)  # as any process starts, whatever ran before
-    before = os.sched_getaffinity(0)
+    me = os.getpid()
     cold.measure(trials=1, rest_s=0)
-    assert os.sched_getaffinity(0) == before
-    assert len(pids) == 1
-    with pytest.raises(ChildProcessError):  # reaped already
-        os.waitpid(pids[0], os.WNOHANG)
+    assert os.getpid() == me
+    assert os.sched_getaffinity(0) == unpinned
+    assert [p.process.returncode for p in partners] == [0]
 
 
 def test_a_partner_that_died_fails_its_round_trip(cold: ModuleType) -> None:
     with cold.Steps() as steps, cold.Partner(steps.client, min(os.sched_getaffinity(0))) as p:
         p.round_trip()
         os.kill(p.pid, signal.SIGKILL)
-        os.waitpid(p.pid, 0)
+        p.process.wait()
         with pytest.raises(cold.PartnerGone):
             p.round_trip()
 
 
 def test_the_page_reads_each_row_against_the_reference(cold: ModuleType) -> None:
-    rows = {
-        cold.REFERENCE: {"warm": 1.0, "switch": 3.0, "rest": 5.0},
-        "a step": {"warm": 2.0, "switch": 10.0, "rest": 20.0},
+    samples = {
+        cold.REFERENCE: {"warm": [1.0], "again": [2.0], "switch": [3.0], "rest": [5.0]},
+        "a step": {"warm": [2.0], "again": [4.0], "switch": [10.0], "rest": [19.0, 21.0]},
     }
     meta = {
         "argv": "", "date": "d", "commit": "c", "where": "w", "load": "l",
         "interpreter": "i", "trials": "1", "rest_s": "0.5", "partner_bytes": str(16 << 20),
     }  # fmt: skip
-    page = cold.report(rows, meta)
-    assert "| a step | 2.0 | 10.0 | 20.0 | +6.0 | +14.0 | 10.0x |" in page
-    assert f"| {cold.REFERENCE} | 1.0 | 3.0 | 5.0 | +0.0 | +0.0 | 5.0x |" in page
+    page = cold.report(samples, meta)
+    assert "| a step | +1.0 | +6.0 | +14.0 | 10.0x |" in page
+    assert f"| {cold.REFERENCE} | +0.0 | +0.0 | +0.0 | 5.0x |" in page
+    assert "| a step | 2.0 (2.0-2.0) | 4.0 (4.0-4.0) | 10.0 (10-10) | 20.0 (18-22) |" in page
     assert "`python bench/cold_steps.py` on d (checkout c)" in page
     assert "16 MiB" in page
 
@@ -127,11 +186,13 @@ def test_the_local_run_writes_its_page_and_json_and_needs_an_out(
     saved = json.loads((tmp_path / "cold_steps.json").read_text())
     page = (tmp_path / "cold_steps.md").read_text()
     assert saved["meta"]["where"] == "on this machine (--local)"
-    assert saved["meta"]["argv"] == "--local --trials 1 --rest 0"
-    for name, medians in saved["rows"].items():
-        assert f"| {name} | {medians['warm']:.1f} |" in page
-    again = tmp_path / "again"
-    assert cold.main(["--from-json", str(tmp_path / "cold_steps.json"), "--out", str(again)]) == 0
-    assert (again / "cold_steps.md").read_text() == page
-    with pytest.raises(SystemExit):
-        cold.main(["--local", "--trials", "1"])
+    assert saved["meta"]["argv"] == "--local --trials 1 --rest 0 --out DIR"
+    assert {cold.REFERENCE, cold.FIRST_READ, cold.PLAIN_RECV} <= set(saved["samples"])
+    for name in saved["samples"]:
+        assert f"| {name} | " in page
+    (tmp_path / "cold_steps.md").unlink()
+    assert cold.main(["--from-json", str(tmp_path / "cold_steps.json")]) == 0
+    assert (tmp_path / "cold_steps.md").read_text() == page  # beside its JSON
+    for bad in (["--local", "--trials", "1"], ["--local", "--out", "x", "--trials", "0"]):
+        with pytest.raises(SystemExit):
+            cold.main(bad)

@@ -17,7 +17,7 @@ PYLIBBPF := pylibbpf==0.0.6
 
 APT_PACKAGES := clang clang-16 clang-19 llvm bpftool libbpf-dev libsystemd-dev pkg-config gcc make \
 	qemu-system-x86 busybox-static kmod zstd xz-utils cpio binutils \
-	systemd \
+	systemd strace \
 	dbus-daemon dbus-bin libglib2.0-bin polkitd power-profiles-daemon gamemode util-linux \
 	python3 python3-venv python3-dev
 

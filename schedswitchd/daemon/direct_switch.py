@@ -213,7 +213,6 @@ class DirectSwitch:
         waits on ``gate`` (bounded by ``reply_wait_s``: it may have been submitted early,
         ahead of another call), then finishes. Nothing else is set up here (no timer): this
         runs between the kernel running the new scheduler and the reply."""
-        loop = asyncio.get_running_loop()
         host = self.host
 
         def rest() -> _Finished:
@@ -221,6 +220,9 @@ class DirectSwitch:
             return _Finished(pending.record, pending.finish())
 
         def submit_rest() -> None:
+            # The loop is looked up here, once the reply is out: asyncio's lookup asks the
+            # kernel for the process id.
+            loop = asyncio.get_running_loop()
             try:
                 work = loop.run_in_executor(self.worker, rest)
             except RuntimeError:  # the worker was shut down: the daemon is stopping

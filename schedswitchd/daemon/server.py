@@ -343,9 +343,10 @@ class Server:
         runtime = _LeaseRuntime(conn, pidfd)
         self.leases[lease.id] = runtime
         conn.leases.add(lease.id)
-        loop = asyncio.get_running_loop()
         if pidfd is not None:
-            loop.add_reader(pidfd, self._end_itself, lease.id, f"pid {pid} exited")
+            asyncio.get_running_loop().add_reader(
+                pidfd, self._end_itself, lease.id, f"pid {pid} exited"
+            )
         if request.ttl_s is not None:
             runtime.timer = self.timer.call_at(
                 self.timer.time() + request.ttl_s, self._end_itself, lease.id, "ttl"

@@ -214,6 +214,7 @@ class Steps:
             "a loop over dict values": lambda: [v for v in table.values() if v == 2],
             "time.monotonic_ns": lambda: time.monotonic_ns(),
             "asyncio._get_running_loop (no loop running)": lambda: asyncio._get_running_loop(),
+            "os.getpid (a system call: asyncio.get_running_loop makes one)": lambda: os.getpid(),
         }
         #: The rows that read the line the client sent.
         self.reads = frozenset((FIRST_READ, PLAIN_RECV))

@@ -9,10 +9,12 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -86,6 +88,36 @@ def make_config(directory: Path, **overrides: Any) -> Config:
     path = directory / "schedswitchd.toml"
     path.write_text(text)
     return parse_config(text, str(path))
+
+
+#: The checkout, the working directory of a serving process (:func:`start_serve_fake`).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_serve_fake(
+    config: Config, path: str, wrapper: Sequence[str] = (), start_s: float = 60.0
+) -> subprocess.Popen[bytes]:
+    """The daemon's serving path over the fake backend in a process of its own
+    (:mod:`tests.daemon.serve_fake`), serving ``config`` (parsed from a file: its
+    ``source``) on the socket ``path``, started under ``wrapper`` (a command and its
+    arguments, e.g. ``strace``'s) if given; returned once the socket exists. Its stderr is
+    dropped. Raises ``AssertionError`` when it exits or ``start_s`` passes first (it is
+    killed then)."""
+    assert config.source is not None, "the configuration must come from a file"
+    proc = subprocess.Popen(
+        [*wrapper, sys.executable, "-m", "tests.daemon.serve_fake", config.source, path],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + start_s
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the daemon did not start")
+        time.sleep(0.05)
+    return proc
 
 
 class FakeClock:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import pytest
 
 from tools.daemon_flood import measure
 
-from .harness import make_config
+from .harness import make_config, start_serve_fake
 
 #: Seconds of many clients by design: make test runs it, make unit leaves it out.
 pytestmark = pytest.mark.slow
@@ -45,23 +43,15 @@ def daemon() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     os.chmod(directory, 0o755)  # uid 65534 must reach the socket
     # The flood fills both connection caps: the admin's status needs its reserve.
     config = make_config(directory, per_uid=CLIENTS, max_conn=CLIENTS, max_leases=CLIENTS + 8)
-    assert config.source is not None
     path = str(directory / "s.sock")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.daemon.serve_fake", config.source, path],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stderr=subprocess.DEVNULL,
-    )
+    proc = None
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path):
-            assert proc.poll() is None and time.monotonic() < deadline, "daemon did not start"
-            time.sleep(0.05)
+        proc = start_serve_fake(config, path)
         yield proc, path
     finally:
-        proc.terminate()
-        proc.wait(30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
         shutil.rmtree(directory, ignore_errors=True)
 
 

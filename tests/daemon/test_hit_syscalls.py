@@ -20,8 +20,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,9 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import make_config
+from .harness import make_config, start_serve_fake
 
-ROOT = Path(__file__).resolve().parents[2]
 HINT = b'{"v":1,"op":"hint","workload":"gaming"}\n'
 #: The event loop thread's calls from the hit's accept (excluded) to its reply's write
 #: (excluded), in order; the fake backend's switch adds none.
@@ -44,33 +41,25 @@ pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace i
 
 
 @pytest.fixture
-def traced(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    """The daemon's serving path under ``strace -f``, fifo its default: (``strace``'s
-    process, socket path, trace file)."""
+def traced(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The daemon's serving path under ``strace -f``, fifo its default: (socket path,
+    trace file)."""
     directory = Path(tempfile.mkdtemp(prefix="ssd-sys-"))
-    config = make_config(directory, default="fifo")
-    assert config.source is not None
     path = str(directory / "s.sock")
     trace = tmp_path / "trace.txt"
-    serve = [sys.executable, "-m", "tests.daemon.serve_fake", config.source, path]
-    proc = subprocess.Popen(
-        ["strace", "-f", "-o", str(trace), *serve],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stderr=subprocess.DEVNULL,
-    )
+    proc = None
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(path):
-            assert proc.poll() is None and time.monotonic() < deadline, "daemon did not start"
-            time.sleep(0.05)
-        yield proc, path, trace
+        proc = start_serve_fake(
+            make_config(directory, default="fifo"), path, ["strace", "-f", "-o", str(trace)]
+        )
+        yield path, trace
     finally:
         # strace detaches on SIGTERM and leaves the daemon running: it is stopped first.
         with contextlib.suppress(OSError, ValueError, IndexError):
             os.kill(_daemon_pid(trace), signal.SIGTERM)
-        proc.terminate()
-        proc.wait(30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -134,9 +123,9 @@ def _daemon_pid(trace: Path) -> int:
 
 
 def test_a_standby_hit_makes_only_the_calls_it_needs_before_its_reply(
-    traced: tuple[subprocess.Popen[bytes], str, Path],
+    traced: tuple[str, Path],
 ) -> None:
-    _, path, trace = traced
+    path, trace = traced
     first, _ = _hint(path)
     first.close()  # its lease ends: fifo runs again, and gaming is held as a standby
     for _ in range(5):

@@ -69,7 +69,7 @@ from schedswitchd.daemon.memory_tuning import trim_heap
 from schedswitchd.daemon.policy import NS_PER_S, Policy
 from schedswitchd.daemon.protocol import SwitchInfo
 from schedswitchd.daemon.reply_gate import ReplyGate
-from schedswitchd.daemon.standby import StandbyError
+from schedswitchd.daemon.standby import StandbyError, StandbyPool
 from schedswitchd.daemon.switcher import NO_SCHED_EXT, Switcher
 from schedswitchd.daemon.timer import Cancellable, LoopTimer, Timer
 from schedswitchd.daemon.worker import SwitchWorker
@@ -549,7 +549,8 @@ class Reconciler:
         """A launcher announced ``workload``: hold its scheduler as a standby for ``ttl_s``
         seconds. Returns the scheduler's name once it is held (or already runs). Raises
         :class:`KeyError` for a workload with no rule; ``SchedSwitchError`` when the
-        scheduler cannot be prepared (the prepare's error) or the pool cannot hold it."""
+        scheduler is not held: backed off, held after an ejection, its prepare's error or the
+        pool's limits (:class:`StandbyError`)."""
         rule = self.config.hints[workload]
         self.intents[workload] = self.clock() + int(ttl_s * NS_PER_S)
         await self._refill_standby()
@@ -557,13 +558,7 @@ class Reconciler:
         name = rule.scheduler
         if name in (KERNEL, self.switcher.active) or name in self.switcher.standby.entries:
             return name
-        pool = self.switcher.standby
-        if pool.last_error is not None and pool.last_error[0] == name:
-            raise StandbyError(f"cannot prepare {name}: {pool.last_error[1]}")
-        raise StandbyError(
-            f"{name} is not held: [standby] max = {pool.max_entries}, max_kernel_bytes = "
-            f"{pool.max_kernel_bytes}, or it is held back after failures"
-        )
+        raise _not_held(name, self.policy, self.ejections, self.switcher.standby, self.clock())
 
     # --- what the standby hit asks (daemon/direct_switch.py's HitHost) ----------------------
 
@@ -776,3 +771,31 @@ class Reconciler:
         if self.policy.override is not None:
             text += f"; admin override {self.policy.override}"
         return text
+
+
+def _not_held(
+    name: str, policy: Policy, ejections: Ejections, pool: StandbyPool, now: int
+) -> StandbyError:
+    """Why an intent's scheduler ``name`` is not held after the refill (``now``: the
+    policy's clock, ns): backed off after failed switches, held back after a CPU hotplug's
+    ejection, its prepare's error, or the pool's limits."""
+    hold = policy.backoff.get(name)
+    if hold is not None and hold.until_ns > now:  # standby_wanted skips it meanwhile
+        plural = "es" if hold.failures != 1 else ""
+        return StandbyError(
+            f"{name} is held back after {hold.failures} failed switch{plural}, "
+            f"{(hold.until_ns - now) / NS_PER_S:.0f} s more (`schedswitchctl status` shows "
+            "the last one)"
+        )
+    ejected_until = ejections.holds.get(name, 0)
+    if ejected_until > now:
+        return StandbyError(
+            f"{name} is held back after its ejection by a CPU hotplug, "
+            f"{(ejected_until - now) / NS_PER_S:.0f} s more"
+        )
+    if pool.last_error is not None and pool.last_error[0] == name:
+        return StandbyError(f"cannot prepare {name}: {pool.last_error[1]}")
+    return StandbyError(
+        f"{name} is not held: [standby] max = {pool.max_entries}, max_kernel_bytes = "
+        f"{pool.max_kernel_bytes}"
+    )

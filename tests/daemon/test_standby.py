@@ -128,6 +128,19 @@ def test_a_failing_prepare_is_the_intents_error(start: Start) -> None:
     c.close()
 
 
+def test_a_backed_off_schedulers_intent_says_so(start: Start) -> None:
+    running = start(FakeBackend(fail_attach={"gaming"}))
+    c = running.client()
+    hint = c.request(op="hint", workload="gaming")
+    assert hint["ok"] and hint["switch"]["result"] == "rolled_back", hint
+    reply = c.request(op="prepare", workload="gaming")
+    assert not reply["ok"] and reply["error"]["code"] == "standby", reply
+    message = reply["error"]["message"]
+    assert message.startswith("gaming is held back after 1 failed switch, "), message
+    assert "[standby] max" not in message
+    c.close()
+
+
 def test_an_expired_intent_is_no_longer_wanted(srv: Running) -> None:
     c = srv.client()
     assert c.request(op="prepare", workload="gaming", ttl_s=30)["ok"]

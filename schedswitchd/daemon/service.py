@@ -468,6 +468,12 @@ def _main(
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"schedswitchd: {exc}", file=sys.stderr)
+        if not os.path.exists(args.config):
+            print(
+                "schedswitchd: name a configuration file with --config PATH or "
+                "$SCHEDSWITCHD_CONFIG",
+                file=sys.stderr,
+            )
         return os.EX_CONFIG
     factory = backend_factory
     if factory is None:

@@ -34,6 +34,18 @@ def test_missing_configuration(
     err = capsys.readouterr().err
     assert err.startswith(f"schedswitchd: {path}: cannot read: No such file or directory")
     _said_once(err, path, "the daemon's TOML configuration file")
+    assert err.endswith("name a configuration file with --config PATH or $SCHEDSWITCHD_CONFIG\n")
+
+
+def test_a_configuration_that_does_not_parse_gets_no_hint_about_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("default = \n")
+    assert service.main(["--config", str(path), "--check-config"]) == os.EX_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith(f"schedswitchd: {path}: (syntax)"), err
+    assert "--config PATH" not in err
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory"])

@@ -62,6 +62,11 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
 
 
+class TargetBtfError(SchedSwitchError):
+    """The kernel BTF file given to check against (``--vmlinux``) cannot be read or is not
+    BTF; the message names it and why."""
+
+
 def kernel_btf(path: Path = VMLINUX) -> Btf | None:
     """The kernel's BTF from ``path`` (a raw BTF file: ``/sys/kernel/btf/vmlinux`` or
     ``bpftool btf dump file ... format raw``'s input), or ``None`` when it cannot be
@@ -177,16 +182,24 @@ def check_config(
     backend: SchedulerBackend | None,
     *,
     sysfs_root: str | os.PathLike[str] = "/sys",
-    vmlinux: Path = VMLINUX,
+    vmlinux: Path | None = None,
 ) -> list[CheckResult]:
     """Check every scheduler of an already validated ``config``; see the module docstring.
     On a kernel without sched_ext (see :func:`sched_ext_missing`) only the static checks
     run: preparing would fail on the first sched_ext kfunc for every scheduler alike.
-    ``sysfs_root``: the topology profiles are resolved for; ``vmlinux``: the kernel BTF
-    flags and ``kernel_enum()`` come from in the static checks."""
+    ``sysfs_root``: the topology profiles are resolved for; ``vmlinux``: a raw BTF file,
+    the target kernel's, which flags and ``kernel_enum()`` come from in the static checks
+    (``None``: the running kernel's, :data:`VMLINUX`, when it has one). Raises
+    :class:`TargetBtfError` when a ``vmlinux`` given cannot be read or is not BTF."""
     results = []
     prepare = backend is not None and not sched_ext_missing(backend)
-    btf = kernel_btf(vmlinux)
+    if vmlinux is None:
+        btf = kernel_btf()
+    else:
+        try:
+            btf = Btf.from_file(vmlinux, name="vmlinux")
+        except (SchedSwitchError, OSError) as exc:
+            raise TargetBtfError(f"{vmlinux}: {exc}") from None
     across: dict[tuple[str, str], str] = {}
     topology: Topology | None = None
     topo_problem: str | None = None
@@ -266,10 +279,12 @@ def format_report(
     backend_name: str | None,
     *,
     no_sched_ext: bool = False,
+    vmlinux: Path | None = None,
 ) -> str:
     """The text ``--check-config`` prints: the file (its syntax and keys are valid by now,
-    the schedulers not yet vetted), what was checked, one block per scheduler, then the
-    verdict over them all as the last line, with the config's warnings
+    the schedulers not yet vetted), what was checked and against which kernel BTF
+    (``vmlinux``: the one given, else the running kernel's), one block per scheduler, then
+    the verdict over them all as the last line, with the config's warnings
     (:func:`config_warnings`) before it. ``no_sched_ext``: the kernel has no sched_ext,
     said first."""
     lines = [f"{config.source}: configuration file is valid; checking schedulers..."]
@@ -287,6 +302,12 @@ def format_report(
         )
     else:
         lines.append(f"{static}, then prepared with {backend_name}")
+    if vmlinux is not None:
+        lines.append(f"kernel BTF: {vmlinux} (given)")
+    elif VMLINUX.exists():
+        lines.append(f"kernel BTF: {VMLINUX} (the running kernel's)")
+    else:
+        lines.append(f"kernel BTF: none ({VMLINUX} is absent; --vmlinux gives a kernel's)")
     for result in results:
         verdict = "ok" if result.ok else "FAILED"
         lines.append(f"  {result.name}: {verdict} [{result.depth}] {result.object}")

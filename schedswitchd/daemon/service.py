@@ -458,7 +458,12 @@ def _main(
         skip_pydantic_plugins()
     import asyncio
 
-    from schedswitchd.daemon.check_config import check_config, format_report, sched_ext_missing
+    from schedswitchd.daemon.check_config import (
+        TargetBtfError,
+        check_config,
+        format_report,
+        sched_ext_missing,
+    )
     from schedswitchd.daemon.config import json_schema, load_config
 
     if args.print_schema:
@@ -503,19 +508,20 @@ def _main(
         if args.vmlinux is not None and not os.path.isfile(args.vmlinux):
             print(f"schedswitchd: --vmlinux: {args.vmlinux} is not a file", file=sys.stderr)
             return 1
-        if args.vmlinux is None:
-            results = check_config(config, backend, sysfs_root=args.sysfs)
-        else:
-            from pathlib import Path
+        from pathlib import Path
 
-            results = check_config(
-                config, backend, sysfs_root=args.sysfs, vmlinux=Path(args.vmlinux)
-            )
+        vmlinux = None if args.vmlinux is None else Path(args.vmlinux)
+        try:
+            results = check_config(config, backend, sysfs_root=args.sysfs, vmlinux=vmlinux)
+        except TargetBtfError as exc:
+            print(f"schedswitchd: --vmlinux: {exc}", file=sys.stderr)
+            return 1
         report = format_report(
             config,
             results,
             f"{factory.__module__}.{factory.__qualname__}" if backend is not None else None,
             no_sched_ext=backend is not None and sched_ext_missing(backend),
+            vmlinux=vmlinux,
         )
         print(report)
         return 0 if all(r.ok for r in results) else 1

@@ -301,7 +301,16 @@ def test_check_config_against_a_target_kernels_btf(
     assert main([*argv, "--vmlinux", str(SID_BTF)]) == 0
     out = capsys.readouterr().out
     assert "demo@gaming: ok" in out and "dropped" not in out
-    assert main([*argv, "--vmlinux", str(tmp_path / "nope")]) == 1
+    assert f"kernel BTF: {SID_BTF} (given)" in out
+    missing = tmp_path / "nope"
+    assert main([*argv, "--vmlinux", str(missing)]) == 1
+    assert capsys.readouterr().err == f"schedswitchd: --vmlinux: {missing} is not a file\n"
+    not_btf = tmp_path / "not.btf"
+    not_btf.write_bytes(b"\x9f\xeb" + bytes(40))  # BTF's magic, then no valid header
+    assert main([*argv, "--vmlinux", str(not_btf)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"schedswitchd: --vmlinux: {not_btf}: "), captured.err
+    assert "checking schedulers" not in captured.out  # nothing checked against no BTF
     if not Path("/sys/kernel/sched_ext").exists():  # this host's BTF has no sched_ext
         assert main(argv) == 1
         assert "kernel_enum" in capsys.readouterr().out

@@ -30,7 +30,6 @@ from .harness import make_config, start_serve_fake
 #: Seconds of many clients by design: make test runs it, make unit leaves it out.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = int(os.environ.get("SCHEDSWITCHD_FLOOD_CLIENTS", "8"))
 SECONDS = float(os.environ.get("SCHEDSWITCHD_FLOOD_S", "3"))
 #: How far resident memory may stay above its level before the flood.

@@ -3,9 +3,10 @@
 The daemon's serving path (:mod:`tests.daemon.serve_fake`: the real ``Server`` and accept
 over the fake backend, which makes no system call of its own) runs under ``strace(1)``.
 From the accept of a hint's connection to the write of its reply, the event loop's thread
-makes exactly the calls the bare lane of ``bench/hit_floor.py`` makes around its backend:
-the accept, the socket object's check of its descriptor, non-blocking mode, the peer's
-credentials and the read of the line. In the sched_ext VM a system call after rest costs
+makes the calls the bare lane of ``bench/hit_floor.py`` makes around its backend, and no
+other: after the accept, the socket object's check of its descriptor, non-blocking mode,
+the peer's credentials and the read of the line (a ``recvmsg`` here, which keeps a passed
+pidfd, where the lane's is a ``recv``). In the sched_ext VM a system call after rest costs
 tens to hundreds of microseconds (docs/performance.md, "Standby hit"); an added one -- a log
 line written before the reply, ``asyncio.get_running_loop()``, which asks for the process
 id -- fails this test.

@@ -210,3 +210,21 @@ def test_whole_file_errors_have_no_empty_key_prefix() -> None:
     message = error_of('[hints.gaming]\nscheduler = "nope"')
     assert message.startswith("/etc/s.toml: hints.gaming.scheduler 'nope'"), message
     assert "(top level)" not in message
+
+
+def test_the_report_names_the_kernel_btf_it_checked_against(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = parse_config("", "/etc/s.toml")
+    given = tmp_path / "vmlinux.btf"
+    assert f"kernel BTF: {given} (given)\n" in check_config.format_report(
+        config, [], None, vmlinux=given
+    )
+    running = tmp_path / "running"
+    running.write_bytes(b"")
+    monkeypatch.setattr(check_config, "VMLINUX", running)
+    assert f"kernel BTF: {running} (the running kernel's)\n" in check_config.format_report(
+        config, [], None
+    )
+    running.unlink()
+    assert f"kernel BTF: none ({running} is absent" in check_config.format_report(config, [], None)

@@ -34,9 +34,11 @@ HINT = b'{"v":1,"op":"hint","workload":"gaming"}\n'
 #: The event loop thread's calls from the hit's accept (excluded) to its reply's write
 #: (excluded), in order; the fake backend's switch adds none.
 EXPECTED = ["getsockname", "ioctl", "getsockopt", "recvmsg"]
-#: A line of ``strace -f -o``: ``PID name(...`` for a call begun (``<... name resumed>``
-#: lines continue one).
+#: A line of ``strace -f -o``: ``PID name(...`` for a call begun; one that another thread's
+#: line interrupted ends in ``<unfinished ...>`` and goes on in a ``<... name resumed>`` line.
 _CALL = re.compile(r"^(\d+)\s+([a-z_0-9]+)\((.*)$")
+_RESUMED = re.compile(r"^(\d+)\s+<\.\.\. ([a-z_0-9]+) resumed>(.*)$")
+_UNFINISHED = " <unfinished ...>"
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 
@@ -82,11 +84,15 @@ def calls_to_reply(trace: str, main_pid: int) -> list[str] | None:
     last accept of a connection and that connection's first write, from ``strace -f -o``
     text; ``None`` when that connection's first read found nothing (its client had not
     sent yet: the hit took the other way in)."""
-    calls: list[tuple[str, str]] = []
+    calls: list[tuple[str, str]] = []  # (name, its arguments and result, joined if split)
     for line in trace.splitlines():
         m = _CALL.match(line)
         if m and int(m.group(1)) == main_pid:
-            calls.append((m.group(2), m.group(3)))
+            calls.append((m.group(2), m.group(3).removesuffix(_UNFINISHED)))
+            continue
+        m = _RESUMED.match(line)
+        if m and int(m.group(1)) == main_pid and calls and calls[-1][0] == m.group(2):
+            calls[-1] = (m.group(2), calls[-1][1] + m.group(3))
     accepts = [
         i for i, (name, rest) in enumerate(calls) if name == "accept4" and "= -1" not in rest
     ]
@@ -138,3 +144,23 @@ def test_a_standby_hit_makes_only_the_calls_it_needs_before_its_reply(
             assert names == EXPECTED
             return
     pytest.fail("in 5 standby hits, the hint's line was never there at the accept")
+
+
+def test_the_trace_reader_joins_calls_another_thread_interrupted() -> None:
+    trace = "\n".join(
+        [
+            "7 accept4(3, {sa_family=AF_UNIX}, [110 => 2], SOCK_CLOEXEC <unfinished ...>",
+            "8 futex(0x1, FUTEX_WAKE_PRIVATE, 1) = 1",
+            "7 <... accept4 resumed>) = 9",
+            "7 getsockname(9, {sa_family=AF_UNIX}, [128 => 26]) = 0",
+            "7 recvmsg(9, {msg_iov=[]}, MSG_CMSG_CLOEXEC <unfinished ...>",
+            "8 getpid() = 7",
+            "7 <... recvmsg resumed>) = -1 EAGAIN (Resource temporarily unavailable)",
+        ]
+    )
+    assert calls_to_reply(trace, 7) is None  # the split read found nothing
+    done = trace.replace("= -1 EAGAIN (Resource temporarily unavailable)", "= 40")
+    with pytest.raises(AssertionError, match="no write on descriptor 9"):
+        calls_to_reply(done, 7)
+    written = done + '\n7 sendto(9, "{}", 2, 0, NULL, 0) = 2'
+    assert calls_to_reply(written, 7) == ["getsockname", "recvmsg"]

@@ -21,8 +21,12 @@ from typing import Any, cast
 import pytest
 
 from schedswitchd.cli import ctl, run
-from schedswitchd.daemon.policy import NS_PER_S
+from schedswitchd.daemon.ejections import Ejections
+from schedswitchd.daemon.feed import ChangeFeed
+from schedswitchd.daemon.policy import NS_PER_S, Backoff, Policy
+from schedswitchd.daemon.reconcile import _not_held
 from schedswitchd.daemon.server import Server
+from schedswitchd.daemon.standby import StandbyPool
 
 from .fakes import FakeBackend, FakePrepared
 from .harness import Client, FakeClock, FakeTimer, Running
@@ -1042,3 +1046,23 @@ def test_a_lease_that_ends_before_its_announcement_is_announced_first(srv: Runni
     srv.read(made_and_ended)
     kinds = srv.read(lambda s: [ch.kind for ch in sub._queue])
     assert kinds == ["lease_added", "lease_ended"], kinds
+
+
+def test_why_an_intents_scheduler_is_not_held_in_order_of_precedence() -> None:
+    policy = Policy(rules={})
+    ejections = Ejections(policy, ChangeFeed())
+    pool = StandbyPool(FakeBackend(), max_entries=1, max_kernel_bytes=1 << 20)
+    now = 100 * NS_PER_S
+
+    def why() -> str:
+        return str(_not_held("gaming", policy, ejections, pool, now))
+
+    assert why() == "gaming is not held: [standby] max = 1, max_kernel_bytes = 1048576"
+    pool.last_error = ("gaming", "kfunc scx_bpf_nope not found")
+    assert why() == "cannot prepare gaming: kfunc scx_bpf_nope not found"
+    ejections.holds["gaming"] = now + 7 * NS_PER_S
+    assert why() == "gaming is held back after its ejection by a CPU hotplug, 7 s more"
+    policy.backoff["gaming"] = Backoff(failures=2, until_ns=now + 30 * NS_PER_S)
+    assert why().startswith("gaming is held back after 2 failed switches, 30 s more")
+    policy.backoff["gaming"] = Backoff(failures=2, until_ns=now)  # over: the next reason
+    assert why().startswith("gaming is held back after its ejection")

@@ -67,6 +67,14 @@ BINDS_FILE = ".vm/binds"  # in the results share: host directories the init bind
 #: demo and benchmarks name by host path: always made visible to the guest.
 SHARED = REPO.parent / "shared"
 KVM_PROBE_TIMEOUT_S = 12.0
+#: The kernel's line as it starts the initramfs's init: past it the boot is the init's.
+INIT_STARTED = "Run /init as init process"
+#: Seconds of console silence before init starts after which a boot counts as stalled. A
+#: kernel booting under TCG prints a line at least every few seconds even on a loaded host;
+#: a guest wedged in early boot (seen once, bringing up the second CPU) prints nothing more.
+BOOT_STALL_S = 30.0
+#: Boots :func:`run_in_vm` tries before it reports every one stalled (the script never ran).
+BOOT_ATTEMPTS = 3
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -88,6 +96,10 @@ class VmResult:
     failed or ``keep=True`` was asked, else None. ``ramroot`` (ramroot mode only, once the
     init got that far) holds :func:`ramroot_stats` of the console plus the host's
     ``archive_bytes``, ``archive_s`` (seconds to compute and write it) and ``memory_mib``.
+    ``stalled_boots`` counts the boots abandoned before this one because the kernel stalled
+    before init (:func:`boot_stalled`); ``console``, ``elapsed_s`` and ``timed_out`` are the
+    last boot's, and the stalled consoles are kept as ``console.stalled-N.log`` in the work
+    directory. When every attempt stalled, ``returncode`` is None and ``timed_out`` False.
     """
 
     returncode: int | None
@@ -99,6 +111,7 @@ class VmResult:
     timed_out: bool
     log_dir: Path | None = None
     ramroot: dict[str, float] | None = None
+    stalled_boots: int = 0
 
     def text(self, name: str) -> str:
         """A result file decoded as UTF-8 (replacement for bad bytes); VmError if absent."""
@@ -112,6 +125,8 @@ class VmResult:
         con = "\n".join(self.console.splitlines()[-lines:])
         where = f" (kept in {self.log_dir})" if self.log_dir else ""
         status = "timed out" if self.timed_out else f"exit status {self.returncode}"
+        if self.stalled_boots:
+            status += f", after {self.stalled_boots} boot(s) stalled before init"
         return (
             f"--- VM {status} after {self.elapsed_s:.1f}s, accel {self.accel}{where}\n"
             f"--- output (tail):\n{out}\n--- console (tail):\n{con}"
@@ -442,6 +457,26 @@ def _numa_args(nodes: int, cpus: int, memory_mib: int) -> list[str]:
     return out
 
 
+def boot_stalled(console: bytes, silent_s: float, limit_s: float = BOOT_STALL_S) -> bool:
+    """Whether a boot whose console holds ``console`` and has not grown for ``silent_s``
+    seconds is stalled: silent for ``limit_s`` seconds or more while the kernel had neither
+    started init (:data:`INIT_STARTED`) nor the init reported ready. Past init a silent
+    console is the script's business, bounded by the caller's timeout."""
+    if silent_s < limit_s:
+        return False
+    return INIT_STARTED.encode() not in console and READY_MARK.encode() not in console
+
+
+@dataclass
+class _Boot:
+    """One qemu run: whether the timeout or the stall rule ended it, seconds, console."""
+
+    timed_out: bool
+    stalled: bool
+    elapsed_s: float
+    console: str
+
+
 def _die_with_parent() -> None:
     """In the qemu child: get SIGKILL when the Python process that started it dies, so a
     killed test run never leaves a VM behind (prctl(2) PR_SET_PDEATHSIG)."""
@@ -460,10 +495,11 @@ def _boot(
     stop_on_ready: bool = False,
     initramfs: Path | None = None,
     numa_nodes: int = 1,
-) -> tuple[bool, float, str]:
-    """Boot once; (timed_out, elapsed seconds, console text). ``stop_on_ready`` ends the VM as
-    soon as init reports the root mounted (for the KVM probe); ``initramfs`` replaces the
-    default chroot one (:func:`build_initramfs`)."""
+    stall_s: float | None = None,
+) -> _Boot:
+    """Boot once. ``stop_on_ready`` ends the VM as soon as init reports the root mounted (for
+    the KVM probe); ``initramfs`` replaces the default chroot one (:func:`build_initramfs`);
+    ``stall_s`` ends it when :func:`boot_stalled` says so with that limit."""
     console = work / "console.log"
     console.write_bytes(b"")
     argv = _qemu_argv(
@@ -483,14 +519,22 @@ def _boot(
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, preexec_fn=_die_with_parent
         )
-        timed_out = False
+        timed_out = stalled = False
+        size, grew = 0, start
         try:
             while proc.poll() is None:
-                if time.monotonic() - start > timeout:
+                now = time.monotonic()
+                if now - start > timeout:
                     timed_out = True
                     break
                 if stop_on_ready and READY_MARK.encode() in console.read_bytes():
                     break
+                if stall_s is not None:
+                    if (new_size := console.stat().st_size) != size:
+                        size, grew = new_size, now
+                    elif boot_stalled(console.read_bytes(), now - grew, stall_s):
+                        stalled = True
+                        break
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
@@ -498,9 +542,9 @@ def _boot(
             proc.wait()
     elapsed = time.monotonic() - start
     text = console.read_text(errors="replace")
-    if proc.returncode not in (0, None, -9) and not timed_out:
+    if proc.returncode not in (0, None, -9) and not (timed_out or stalled):
         text += "\n--- qemu stderr:\n" + (work / "qemu.stderr").read_text(errors="replace")
-    return timed_out, elapsed, text
+    return _Boot(timed_out, stalled, elapsed, text)
 
 
 def choose_accel(kernel: SidKernel) -> str:
@@ -521,7 +565,7 @@ def choose_accel(kernel: SidKernel) -> str:
             work = Path(tmp)
             (work / "results" / ".vm").mkdir(parents=True)
             _write_script(work / "results", "true\n", {}, "/", [])
-            _, _, console = _boot(
+            probe = _boot(
                 kernel,
                 work,
                 accel="kvm",
@@ -531,7 +575,7 @@ def choose_accel(kernel: SidKernel) -> str:
                 cmdline="",
                 stop_on_ready=True,
             )
-            if READY_MARK in console:
+            if READY_MARK in probe.console:
                 accel = "kvm"
     try:
         verdict.parent.mkdir(exist_ok=True)
@@ -644,6 +688,8 @@ def run_in_vm(
     initramfs: Path | None = None,
     share: Iterable[Path | str] = (),
     numa_nodes: int = 1,
+    boot_stall_s: float = BOOT_STALL_S,
+    boot_attempts: int = BOOT_ATTEMPTS,
 ) -> VmResult:
     """Boot the sched_ext VM, run ``script`` with bash as root in the host root, power off.
 
@@ -651,7 +697,10 @@ def run_in_vm(
     ``RESULTS`` (writable dir whose files come back in ``VmResult.files``; ``inputs`` are
     placed there before boot), ``KVER`` (kernel release), ``KMOD_ROOT`` (for
     ``modprobe -d $KMOD_ROOT``), ``REPO`` (this repository) and ``PY`` (its venv python).
-    ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires.
+    ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires. A boot
+    whose kernel stalls before init (no console output for ``boot_stall_s`` seconds, see
+    :func:`boot_stalled`) is killed and tried again, up to ``boot_attempts`` boots in all,
+    each with the whole ``timeout``; ``VmResult.stalled_boots`` says how many were abandoned.
 
     The script sees the host's files at their host paths, except under the tmpfs mounts of
     :data:`GUEST_TMPFS`; of those it sees the checkout, ``../shared`` (:data:`SHARED`), the
@@ -659,7 +708,8 @@ def run_in_vm(
     (:func:`guest_binds`): pass there any host path under ``/tmp`` that the script reads.
     (A ramroot holds the files its spec lists at their host paths; ``share`` is unused there.)
     The work directory (console log, qemu command line, results) is deleted on success and
-    kept under ``log_root`` (default ``build/vm-logs``) on failure or with ``keep``.
+    kept under ``log_root`` (default ``build/vm-logs``) on failure, after a stalled boot or
+    with ``keep``.
 
     With ``ramroot`` the script runs instead in a tmpfs root holding only what the spec lists
     (:mod:`tools.ramroot`; files at their host paths, ``$RESULTS`` inside the tmpfs, copied
@@ -714,11 +764,20 @@ def run_in_vm(
         memory_mib += -(-int(host_stats["tree_bytes"]) // (256 << 20)) * 256
         host_stats["memory_mib"] = float(memory_mib)
         cmdline = f"{cmdline} {RAMROOT_FLAG}".strip()
+    stalled_boots = 0
     try:
-        timed_out, elapsed, console = _boot(
-            kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
-            cmdline=cmdline, initramfs=initramfs, numa_nodes=numa_nodes,
-        )  # fmt: skip
+        while True:
+            boot = _boot(
+                kernel, work, accel=accel, timeout=timeout, memory_mib=memory_mib, cpus=cpus,
+                cmdline=cmdline, initramfs=initramfs, numa_nodes=numa_nodes,
+                stall_s=boot_stall_s,
+            )  # fmt: skip
+            if not boot.stalled:
+                break
+            stalled_boots += 1
+            (work / f"console.stalled-{stalled_boots}.log").write_text(boot.console)
+            if stalled_boots >= boot_attempts:
+                break
     finally:
         (results / RAMROOT_ARCHIVE).unlink(missing_ok=True)  # ~100+ MB, never worth keeping
     rc_file = results / ".vm" / "rc"
@@ -727,16 +786,17 @@ def run_in_vm(
     result = VmResult(
         returncode=int(rc_text) if rc_text.lstrip("-").isdigit() else None,
         output=out_file.read_text(errors="replace") if out_file.is_file() else "",
-        console=console,
+        console=boot.console,
         files=_collect(results),
-        elapsed_s=elapsed,
+        elapsed_s=boot.elapsed_s,
         accel=accel,
-        timed_out=timed_out,
+        timed_out=boot.timed_out,
+        stalled_boots=stalled_boots,
     )
     if ramroot is not None:
-        guest = ramroot_stats(console)
+        guest = ramroot_stats(boot.console)
         result.ramroot = {**host_stats, **guest} if guest is not None else None
-    if keep or result.returncode != 0:
+    if keep or result.returncode != 0 or stalled_boots:
         result.log_dir = work
     else:
         shutil.rmtree(work, ignore_errors=True)

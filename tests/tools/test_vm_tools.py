@@ -139,3 +139,15 @@ def test_guest_binds_keeps_what_the_guest_tmpfs_hides() -> None:
             vm.guest_binds([hidden / "a\nb"])
     finally:
         shutil.rmtree(hidden)
+
+
+def test_boot_stalled_only_before_init_and_only_when_silent_long_enough() -> None:
+    """A console that stopped before the kernel started init counts as stalled once silent
+    for the limit; a shorter silence, a started init or the init's ready mark never do."""
+    early = b"[    0.884286] smpboot: x86: Booting SMP configuration:\n"
+    assert vm.boot_stalled(early, 30.0, 30.0)
+    assert vm.boot_stalled(b"", 31.0, 30.0)  # nothing at all since qemu started
+    assert not vm.boot_stalled(early, 29.9, 30.0)
+    assert not vm.boot_stalled(early + f"[ 6.1] {vm.INIT_STARTED}\n".encode(), 300.0, 30.0)
+    assert not vm.boot_stalled(early + vm.READY_MARK.encode(), 300.0, 30.0)
+    assert vm.boot_stalled(early, vm.BOOT_STALL_S)  # the default limit

@@ -306,9 +306,10 @@ def check_reply(raw: bytes, op: object) -> dict[str, Any]:
 def hint_summary(workload: str, reply: dict[str, Any]) -> str:
     """One line for people on what a hint achieved, from its reply object (the protocol's
     ``HintReply``: ``lease``, ``scheduler``, ``desired``, ``active``, ``switch``,
-    ``pending``): the lease and the running scheduler and, when it is not the workload's,
-    why (the failed switch and its error, a better lease, an override or backoff, a
-    switch still in progress). ``schedswitchctl hint`` and ``schedswitch-run`` print it."""
+    ``pending``, ``passed_over``): the lease and the running scheduler and, when it is not
+    the workload's, why (the failed switch and its error, the daemon's ``passed_over``
+    reason, a switch still in progress). ``schedswitchctl hint`` and ``schedswitch-run``
+    print it."""
     text = f"lease {reply.get('lease')}: {workload} -> running {reply.get('active')}"
     wanted = reply.get("scheduler")
     sw = reply.get("switch")
@@ -320,7 +321,10 @@ def hint_summary(workload: str, reply: dict[str, Any]) -> str:
         text += f" (switch to {reply.get('desired')} still in progress)"
     elif wanted is not None and reply.get("active") != wanted:
         if reply.get("desired") != wanted:
-            text += f" ({wanted} not chosen: a higher-priority lease, an override or backoff)"
+            why = reply.get("passed_over")
+            if not isinstance(why, str):  # a daemon that does not say
+                why = "a higher-priority lease, an override or backoff"
+            text += f" ({wanted} not chosen: {why})"
         else:
             text += f" (not {wanted}: see `schedswitchctl status`)"
     return text

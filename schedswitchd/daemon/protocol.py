@@ -553,7 +553,9 @@ class HintReply(_Reply):
     ``desired``: what policy wants now; ``active``: what runs now; ``switch``: the switch
     this hint caused, if any (a failed attempt at ``scheduler`` is preferred over a later
     fallback, so its ``error`` says why ``scheduler`` does not run); ``pending``: the
-    switch was still running when the reply was sent."""
+    switch was still running when the reply was sent; ``passed_over``: when ``desired`` is
+    not ``scheduler``, why, for people (:meth:`~schedswitchd.daemon.policy.Policy.passed_over`:
+    an override, backoff, a higher-ranked lease)."""
 
     op: Literal["hint"] = "hint"
     lease: str
@@ -562,6 +564,7 @@ class HintReply(_Reply):
     active: str
     switch: SwitchInfo | None = None
     pending: bool = False
+    passed_over: str | None = None
 
 
 class PrepareReply(_Reply):
@@ -908,7 +911,7 @@ _switch_json = SwitchInfo.__pydantic_serializer__.to_json
 #: :class:`HintReply`'s line, its fields in their order.
 _HINT_HIT = (
     b'{"v":1,"id":%s,"ok":true,"op":"hint","lease":%s,"scheduler":%s,"desired":%s,'
-    b'"active":%s,"switch":%s,"pending":%s}\n'
+    b'"active":%s,"switch":%s,"pending":%s,"passed_over":null}\n'
 )
 
 
@@ -927,8 +930,9 @@ def encode_hint_hit(
     reply is written this way, in the time between the kernel running the new scheduler
     and the client having its answer (docs/performance.md, "Standby hit"). The arguments
     are taken as they are, unvalidated: the daemon's own values and the request's ``id``
-    its parse validated. ``tests/daemon/test_protocol_fast.py`` holds the two equal and
-    fails when :class:`HintReply` gains a field or its fields change order."""
+    its parse validated. ``passed_over`` is always null: a hit runs the scheduler that
+    the policy chose for this lease. ``tests/daemon/test_protocol_fast.py`` holds the two
+    equal and fails when :class:`HintReply` gains a field or its fields change order."""
     return _HINT_HIT % (
         b"null" if id is None else (_json_str(id) if isinstance(id, str) else str(id)).encode(),
         _json_str(lease).encode(),

@@ -384,14 +384,16 @@ class Server:
             made, settled = await self.reconciler.settle_records(early=True)
         failed = [r for r in made if r.target == wanted and not r.ok]
         record = failed[0] if failed else (made[-1] if made else None)
+        now = self.clock()
         return proto.HintReply(
             id=request.id,
             lease=lease.id,
             scheduler=wanted,
-            desired=self.policy.decide(self.clock()).scheduler,
+            desired=self.policy.decide(now).scheduler,
             active=self.switcher.active,
             switch=record,
             pending=not settled,
+            passed_over=self.policy.passed_over(lease, now),
         )
 
     def new_lease(

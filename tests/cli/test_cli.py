@@ -198,6 +198,33 @@ def test_schedswitch_run_says_why_its_workloads_scheduler_does_not_run(
         r.stop()
 
 
+def test_the_launch_line_says_why_the_policy_passed_its_scheduler_over(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After a failed switch the next launch names the backoff; an admin override and a
+    higher-ranked lease are named too (the line once offered all three as guesses)."""
+    r = Running(FakeBackend(fail_prepare={"gaming"}))
+    try:
+        assert run.main(["--socket", r.path, "gaming", "--", "true"]) == 0
+        assert "switch to gaming failed" in capsys.readouterr().err
+        assert run.main(["--socket", r.path, "gaming", "--", "true"]) == 0
+        err = capsys.readouterr().err
+        assert "gaming -> running kernel (gaming not chosen: gaming is held back after 1 " in err
+        assert " s left)" in err, err
+        holder = r.client()
+        lease = holder.request(op="hint", workload="video-call")["lease"]
+        assert run.main(["--socket", r.path, "battery", "--", "true"]) == 0
+        err = capsys.readouterr().err
+        assert f"(fifo not chosen: lease {lease} (video-call, priority 30) ranks higher)" in err
+        assert ctl.main(["switch", "fifo", "--socket", r.path]) == 0
+        capsys.readouterr()
+        assert run.main(["--socket", r.path, "video-call", "--", "true"]) == 0
+        err = capsys.readouterr().err
+        assert "(vtime not chosen: an admin override runs fifo)" in err, err
+    finally:
+        r.stop()
+
+
 def test_schedswitch_run_needs_workload_before_dashes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         run.main(["--socket", "/nonexistent/s", "--", "echo", "hi"])

@@ -144,6 +144,39 @@ def test_count_for_uid() -> None:
     assert (p.count_for_uid(1), p.count_for_uid(2), p.count_for_uid(3)) == (2, 1, 0)
 
 
+def test_passed_over_names_what_keeps_a_leases_scheduler_off() -> None:
+    """The first reason that applies, in order: the lease ended, an override, backoff (its
+    failures and whole seconds left, rounded up), a higher-ranked lease; ``None`` when the
+    lease's scheduler is what runs, even when another lease chose it."""
+    p = Policy(RULES, base_ns=5 * NS_PER_S)
+    video, gaming = lease(1, "video-call"), lease(2, "gaming")
+    p.add(video)
+    assert p.passed_over(video, 0) is None
+    p.add(gaming)
+    assert p.passed_over(gaming, 0) is None
+    assert p.passed_over(video, 0) == "lease L2 (gaming, priority 50) ranks higher"
+    p.record_failure("gaming", 0)
+    p.record_failure("gaming", 0)  # two failures: held 10 s
+    assert p.passed_over(gaming, NS_PER_S // 2) == (
+        "gaming is held back after 2 failure(s), 10 s left"
+    )
+    assert p.passed_over(video, NS_PER_S) is None  # vtime runs while gaming is held
+    p.override = "fifo"
+    assert p.passed_over(gaming, 0) == "an admin override runs fifo"
+    p.override = None
+    p.remove("L1")
+    assert p.passed_over(video, 0) == "lease L1 has ended"
+    short = lease(3, "video-call", expires=5)
+    p.add(short)
+    assert p.passed_over(short, 5) == "lease L3 has ended"
+    second = lease(4, "gaming")  # same scheduler as the held one: held too, not outranked
+    p.add(second)
+    assert p.passed_over(second, 0) == "gaming is held back after 2 failure(s), 10 s left"
+    p.clear_backoff()
+    assert p.passed_over(gaming, 0) is None and p.passed_over(second, 0) is None
+    assert p.passed_over(lease(5, "unknown"), 0) is None  # no rule, nothing to explain
+
+
 # --- properties ------------------------------------------------------------------------------
 
 WORKLOADS = [*RULES, "unknown"]

@@ -462,9 +462,12 @@ def boot_stalled(console: bytes, silent_s: float, limit_s: float = BOOT_STALL_S)
     seconds is stalled: silent for ``limit_s`` seconds or more while the kernel had neither
     started init (:data:`INIT_STARTED`) nor the init reported ready. Past init a silent
     console is the script's business, bounded by the caller's timeout."""
-    if silent_s < limit_s:
-        return False
-    return INIT_STARTED.encode() not in console and READY_MARK.encode() not in console
+    return silent_s >= limit_s and not _init_started(console)
+
+
+def _init_started(console: bytes) -> bool:
+    """Whether the kernel started init, or the init reported ready, in ``console``."""
+    return INIT_STARTED.encode() in console or READY_MARK.encode() in console
 
 
 @dataclass
@@ -520,6 +523,7 @@ def _boot(
             argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, preexec_fn=_die_with_parent
         )
         timed_out = stalled = False
+        watching = stall_s is not None  # until init starts: the stall rule ends there
         size, grew = 0, start
         try:
             while proc.poll() is None:
@@ -529,9 +533,10 @@ def _boot(
                     break
                 if stop_on_ready and READY_MARK.encode() in console.read_bytes():
                     break
-                if stall_s is not None:
+                if watching and stall_s is not None:
                     if (new_size := console.stat().st_size) != size:
                         size, grew = new_size, now
+                        watching = not _init_started(console.read_bytes())
                     elif boot_stalled(console.read_bytes(), now - grew, stall_s):
                         stalled = True
                         break

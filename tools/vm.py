@@ -97,7 +97,7 @@ class VmResult:
     init got that far) holds :func:`ramroot_stats` of the console plus the host's
     ``archive_bytes``, ``archive_s`` (seconds to compute and write it) and ``memory_mib``.
     ``stalled_boots`` counts the boots abandoned before this one because the kernel stalled
-    before init (:func:`boot_stalled`); ``console``, ``elapsed_s`` and ``timed_out`` are the
+    before init (:class:`StallWatch`); ``console``, ``elapsed_s`` and ``timed_out`` are the
     last boot's, and the stalled consoles are kept as ``console.stalled-N.log`` in the work
     directory. When every attempt stalled, ``returncode`` is None and ``timed_out`` False.
     """
@@ -457,17 +457,32 @@ def _numa_args(nodes: int, cpus: int, memory_mib: int) -> list[str]:
     return out
 
 
-def boot_stalled(console: bytes, silent_s: float, limit_s: float = BOOT_STALL_S) -> bool:
-    """Whether a boot whose console holds ``console`` and has not grown for ``silent_s``
-    seconds is stalled: silent for ``limit_s`` seconds or more while the kernel had neither
-    started init (:data:`INIT_STARTED`) nor the init reported ready. Past init a silent
-    console is the script's business, bounded by the caller's timeout."""
-    return silent_s >= limit_s and not _init_started(console)
+@dataclass
+class StallWatch:
+    """The stall rule for one boot's console file: stalled once it has not grown for
+    ``limit_s`` seconds while the kernel had neither started init (:data:`INIT_STARTED`)
+    nor the init reported ready (:data:`READY_MARK`). Past init a silent console is the
+    script's business, bounded by the caller's timeout. A kernel command line with
+    ``quiet`` (or a ``loglevel`` below 7) hides the init line, and the watch then lasts
+    until the ready mark. ``grew_at`` and the ``now`` passed in are monotonic seconds."""
 
+    limit_s: float
+    grew_at: float
+    size: int = 0
+    init_started: bool = False
 
-def _init_started(console: bytes) -> bool:
-    """Whether the kernel started init, or the init reported ready, in ``console``."""
-    return INIT_STARTED.encode() in console or READY_MARK.encode() in console
+    def stalled(self, console: Path, now: float) -> bool:
+        """Whether the boot writing ``console`` is stalled at ``now``; reads the file only
+        when it grew."""
+        if self.init_started:
+            return False
+        size = console.stat().st_size
+        if size != self.size:
+            self.size, self.grew_at = size, now
+            data = console.read_bytes()
+            self.init_started = INIT_STARTED.encode() in data or READY_MARK.encode() in data
+            return False
+        return now - self.grew_at >= self.limit_s
 
 
 @dataclass
@@ -502,7 +517,7 @@ def _boot(
 ) -> _Boot:
     """Boot once. ``stop_on_ready`` ends the VM as soon as init reports the root mounted (for
     the KVM probe); ``initramfs`` replaces the default chroot one (:func:`build_initramfs`);
-    ``stall_s`` ends it when :func:`boot_stalled` says so with that limit."""
+    ``stall_s`` ends it when a :class:`StallWatch` with that limit says so."""
     console = work / "console.log"
     console.write_bytes(b"")
     argv = _qemu_argv(
@@ -523,8 +538,7 @@ def _boot(
             argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, preexec_fn=_die_with_parent
         )
         timed_out = stalled = False
-        watching = stall_s is not None  # until init starts: the stall rule ends there
-        size, grew = 0, start
+        watch = StallWatch(stall_s, start) if stall_s is not None else None
         try:
             while proc.poll() is None:
                 now = time.monotonic()
@@ -533,13 +547,9 @@ def _boot(
                     break
                 if stop_on_ready and READY_MARK.encode() in console.read_bytes():
                     break
-                if watching and stall_s is not None:
-                    if (new_size := console.stat().st_size) != size:
-                        size, grew = new_size, now
-                        watching = not _init_started(console.read_bytes())
-                    elif boot_stalled(console.read_bytes(), now - grew, stall_s):
-                        stalled = True
-                        break
+                if watch is not None and watch.stalled(console, now):
+                    stalled = True
+                    break
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
@@ -704,7 +714,7 @@ def run_in_vm(
     ``modprobe -d $KMOD_ROOT``), ``REPO`` (this repository) and ``PY`` (its venv python).
     ``timeout`` (seconds) bounds the whole boot; the VM is killed when it expires. A boot
     whose kernel stalls before init (no console output for ``boot_stall_s`` seconds, see
-    :func:`boot_stalled`) is killed and tried again, up to ``boot_attempts`` boots in all,
+    :class:`StallWatch`) is killed and tried again, up to ``boot_attempts`` boots in all,
     each with the whole ``timeout``; ``VmResult.stalled_boots`` says how many were abandoned.
 
     The script sees the host's files at their host paths, except under the tmpfs mounts of

@@ -141,13 +141,23 @@ def test_guest_binds_keeps_what_the_guest_tmpfs_hides() -> None:
         shutil.rmtree(hidden)
 
 
-def test_boot_stalled_only_before_init_and_only_when_silent_long_enough() -> None:
+def test_stall_watch_only_before_init_and_only_when_silent_long_enough(tmp_path: Path) -> None:
     """A console that stopped before the kernel started init counts as stalled once silent
-    for the limit; a shorter silence, a started init or the init's ready mark never do."""
-    early = b"[    0.884286] smpboot: x86: Booting SMP configuration:\n"
-    assert vm.boot_stalled(early, 30.0, 30.0)
-    assert vm.boot_stalled(b"", 31.0, 30.0)  # nothing at all since qemu started
-    assert not vm.boot_stalled(early, 29.9, 30.0)
-    assert not vm.boot_stalled(early + f"[ 6.1] {vm.INIT_STARTED}\n".encode(), 300.0, 30.0)
-    assert not vm.boot_stalled(early + vm.READY_MARK.encode(), 300.0, 30.0)
-    assert vm.boot_stalled(early, vm.BOOT_STALL_S)  # the default limit
+    for the limit, counted from its last growth; once it shows init starting (or the init's
+    ready mark) no silence counts any more."""
+    console = tmp_path / "console.log"
+    console.write_bytes(b"")
+    watch = vm.StallWatch(30.0, grew_at=100.0)
+    assert not watch.stalled(console, 129.9)
+    assert watch.stalled(console, 130.0)  # nothing at all since qemu started
+    console.write_bytes(b"[    0.884286] smpboot: x86: Booting SMP configuration:\n")
+    assert not watch.stalled(console, 140.0)  # it grew: the silence starts again
+    assert not watch.stalled(console, 169.9)
+    assert watch.stalled(console, 170.0)
+    with console.open("ab") as f:
+        f.write(f"[    6.1] {vm.INIT_STARTED}\n".encode())
+    assert not watch.stalled(console, 171.0)
+    assert not watch.stalled(console, 10_000.0)
+    ready = vm.StallWatch(vm.BOOT_STALL_S, grew_at=0.0)
+    console.write_bytes(vm.READY_MARK.encode())  # `quiet` hides the kernel's init line
+    assert not ready.stalled(console, 1.0) and not ready.stalled(console, 1000.0)

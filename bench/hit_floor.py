@@ -70,7 +70,7 @@ REPLY = (
     b'"previous":"fifo","target":"lat","result":"ok","reason":"lease 1-0123abcd gaming",'
     b'"phases_ns":{"standby":%d,"detach":%d,"attach":%d,"until_enabled":%d},"gap_ns":%d,'
     b'"expedited":%s,"standby":true,"error":null,"exit":null,"finished":false},'
-    b'"pending":false}\n'
+    b'"pending":false,"passed_over":null}\n'
 )
 CONFIG = """
 [switch]

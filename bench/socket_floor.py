@@ -41,7 +41,7 @@ REPLY = (
     b'"previous":"fifo","target":"lat","result":"ok","reason":"lease 1-0123abcd gaming",'
     b'"phases_ns":{"standby":512345,"detach":10823456,"attach":11734567,'
     b'"until_enabled":23123456},"gap_ns":22558123,"expedited":true,"standby":true,'
-    b'"error":null,"exit":null,"finished":false},"pending":false}\n'
+    b'"error":null,"exit":null,"finished":false},"pending":false,"passed_over":null}\n'
 )
 
 

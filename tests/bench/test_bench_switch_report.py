@@ -393,3 +393,16 @@ def test_each_step_gets_its_own_lane_hits(sl: ModuleType) -> None:
     steps: list[dict[str, Any]] = [{"hit_reps": 2}, {"hit_reps": 5}]
     sl.deal_lane([{"n": i} for i in range(7)], steps)
     assert [[h["n"] for h in step["lane"]] for step in steps] == [[0, 1], [2, 3, 4, 5, 6]]
+
+
+def test_the_lanes_replies_are_the_daemons_lines(bench_script: Callable[[str], ModuleType]) -> None:
+    """The socket floor and the hit's lane send a standby hit's reply as the daemon writes it
+    (same fields, same order, same bytes), so they copy and parse as much as the daemon's
+    client does; a field added to the daemon's reply fails this until the lanes have it."""
+    from schedswitchd.daemon import protocol as proto
+
+    filled = bench_script("hit_floor").REPLY % (3, 1796310945.25, 5, 6, 7, 8, 9, b"true")
+    for line in (bench_script("socket_floor").REPLY, filled):
+        reply = proto.parse_reply(line)
+        assert isinstance(reply, proto.HintReply)
+        assert proto.encode(reply) == line

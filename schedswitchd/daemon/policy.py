@@ -194,20 +194,19 @@ class Policy:
             return Decision(KERNEL, None, "default-held")
         return Decision(self.default, None, "default")
 
-    def passed_over(self, lease: Lease, now_ns: int) -> str | None:
-        """Why :meth:`decide` at ``now_ns`` does not run ``lease``'s scheduler, as a phrase
-        for people (``schedswitchctl hint`` prints it); ``None`` when it runs it, whichever
-        lease chose it, or when the lease's workload has no rule.
+    def passed_over(self, lease: Lease, scheduler: str, now_ns: int) -> str | None:
+        """Why :meth:`decide` at ``now_ns`` does not run ``scheduler``, the one ``lease``'s
+        hint asked for (its rule's, read when the hint came), as a phrase for people
+        (``schedswitchctl hint`` prints it); ``None`` when it runs it, whichever lease
+        chose it.
 
         The first that applies: the lease has ended (removed or past its TTL); an admin
-        override; the scheduler is held back by backoff (failures and whole seconds left);
-        a lease that ranks higher (its id, workload and priority).
+        override; the workload has no rule now (a reload dropped it); a lease that ranks
+        higher (its id, workload and priority; at the same priority, newer); the scheduler
+        is held back by backoff (failures and whole seconds left, rounded up).
         """
-        rule = self.rules.get(lease.workload)
-        if rule is None:
-            return None
         decision = self.decide(now_ns)
-        if decision.scheduler == rule.scheduler:
+        if decision.scheduler == scheduler:
             return None
         if lease.id not in self.leases or (
             lease.expires_ns is not None and lease.expires_ns <= now_ns
@@ -215,16 +214,19 @@ class Policy:
             return f"lease {lease.id} has ended"
         if decision.why == "override":
             return f"an admin override runs {decision.scheduler}"
+        rule = self.rules.get(lease.workload)
+        if rule is None:
+            return f"the configuration has no hint rule for {lease.workload} now"
+        winner = decision.lease
+        if winner is not None:
+            theirs = self.rules[winner.workload]
+            if _rank((winner, theirs)) > _rank((lease, rule)):
+                how = "is newer" if theirs.priority == rule.priority else "ranks higher"
+                return f"lease {winner.id} ({winner.workload}, priority {theirs.priority}) {how}"
         hold = self.backoff.get(rule.scheduler)
         if rule.scheduler != KERNEL and hold is not None and now_ns < hold.until_ns:
             left_s = -(-(hold.until_ns - now_ns) // NS_PER_S)
             return (
                 f"{rule.scheduler} is held back after {hold.failures} failure(s), {left_s} s left"
-            )
-        if decision.lease is not None:
-            better = self.rules[decision.lease.workload]
-            return (
-                f"lease {decision.lease.id} ({decision.lease.workload}, priority "
-                f"{better.priority}) ranks higher"
             )
         return None

@@ -555,7 +555,8 @@ class HintReply(_Reply):
     fallback, so its ``error`` says why ``scheduler`` does not run); ``pending``: the
     switch was still running when the reply was sent; ``passed_over``: when ``desired`` is
     not ``scheduler``, why, for people (:meth:`~schedswitchd.daemon.policy.Policy.passed_over`:
-    an override, backoff, a higher-ranked lease)."""
+    the lease ended, an override, the rule dropped by a reload, a higher-ranked lease,
+    backoff), else null."""
 
     op: Literal["hint"] = "hint"
     lease: str

@@ -393,7 +393,7 @@ class Server:
             active=self.switcher.active,
             switch=record,
             pending=not settled,
-            passed_over=self.policy.passed_over(lease, now),
+            passed_over=self.policy.passed_over(lease, wanted, now),
         )
 
     def new_lease(

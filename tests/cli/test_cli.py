@@ -225,6 +225,19 @@ def test_the_launch_line_says_why_the_policy_passed_its_scheduler_over(
         r.stop()
 
 
+def test_the_launch_line_guesses_for_a_daemon_that_does_not_say_why() -> None:
+    """A reply without ``passed_over`` (a daemon from before it) still gets a reason."""
+    from schedswitchd.daemon.launcher_wire import hint_summary
+
+    reply = {"lease": "1-ab", "scheduler": "gaming", "desired": "vtime", "active": "vtime"}
+    assert hint_summary("gaming", reply) == (
+        "lease 1-ab: gaming -> running vtime"
+        " (gaming not chosen: a higher-priority lease, an override or backoff)"
+    )
+    said = hint_summary("gaming", {**reply, "passed_over": "an admin override runs vtime"})
+    assert said.endswith("(gaming not chosen: an admin override runs vtime)")
+
+
 def test_schedswitch_run_needs_workload_before_dashes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         run.main(["--socket", "/nonexistent/s", "--", "echo", "hi"])

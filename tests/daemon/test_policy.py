@@ -145,36 +145,52 @@ def test_count_for_uid() -> None:
 
 
 def test_passed_over_names_what_keeps_a_leases_scheduler_off() -> None:
-    """The first reason that applies, in order: the lease ended, an override, backoff (its
-    failures and whole seconds left, rounded up), a higher-ranked lease; ``None`` when the
-    lease's scheduler is what runs, even when another lease chose it."""
-    p = Policy(RULES, base_ns=5 * NS_PER_S)
+    """The first reason that applies, in order: the lease ended, an override, its rule gone,
+    a lease that ranks higher (or is newer at the same priority), backoff (failures and
+    whole seconds left, rounded up); ``None`` when the lease's scheduler is what runs, even
+    when another lease chose it."""
+    p = Policy(dict(RULES), base_ns=5 * NS_PER_S)
+
+    def over(held: Lease, now: int) -> str | None:
+        return p.passed_over(held, RULES[held.workload].scheduler, now)
+
     video, gaming = lease(1, "video-call"), lease(2, "gaming")
     p.add(video)
-    assert p.passed_over(video, 0) is None
+    assert over(video, 0) is None
     p.add(gaming)
-    assert p.passed_over(gaming, 0) is None
-    assert p.passed_over(video, 0) == "lease L2 (gaming, priority 50) ranks higher"
+    assert over(gaming, 0) is None
+    assert over(video, 0) == "lease L2 (gaming, priority 50) ranks higher"
+    p.record_failure("vtime", 0)  # held and outranked: the lease that runs is the reason
+    assert over(video, 0) == "lease L2 (gaming, priority 50) ranks higher"
+    p.clear_backoff()
     p.record_failure("gaming", 0)
     p.record_failure("gaming", 0)  # two failures: held 10 s
-    assert p.passed_over(gaming, NS_PER_S // 2) == (
-        "gaming is held back after 2 failure(s), 10 s left"
-    )
-    assert p.passed_over(video, NS_PER_S) is None  # vtime runs while gaming is held
+    assert over(gaming, NS_PER_S // 2) == "gaming is held back after 2 failure(s), 10 s left"
+    assert over(video, NS_PER_S) is None  # vtime runs while gaming is held
     p.override = "fifo"
-    assert p.passed_over(gaming, 0) == "an admin override runs fifo"
+    assert over(gaming, 0) == "an admin override runs fifo"
     p.override = None
     p.remove("L1")
-    assert p.passed_over(video, 0) == "lease L1 has ended"
+    assert over(video, 0) == "lease L1 has ended"
     short = lease(3, "video-call", expires=5)
     p.add(short)
-    assert p.passed_over(short, 5) == "lease L3 has ended"
-    second = lease(4, "gaming")  # same scheduler as the held one: held too, not outranked
+    assert over(short, 5) == "lease L3 has ended"
+    second = lease(4, "gaming")  # the held scheduler's second lease: outranks L3, still held
     p.add(second)
-    assert p.passed_over(second, 0) == "gaming is held back after 2 failure(s), 10 s left"
+    assert over(second, 0) == "gaming is held back after 2 failure(s), 10 s left"
     p.clear_backoff()
-    assert p.passed_over(gaming, 0) is None and p.passed_over(second, 0) is None
-    assert p.passed_over(lease(5, "unknown"), 0) is None  # no rule, nothing to explain
+    assert over(gaming, 0) is None and over(second, 0) is None
+    p.remove("L4")
+    p.remove("L2")
+    p.add(lease(5, "video-call"))  # newer, same priority as L3
+    assert over(short, 0) is None  # it chose the same scheduler: L3's runs
+    p.rules = {**RULES, "quiet": HintRule(scheduler="fifo", priority=50)}
+    early, late = lease(6, "quiet"), lease(7, "gaming")
+    p.add(early)
+    p.add(late)
+    assert p.passed_over(early, "fifo", 0) == "lease L7 (gaming, priority 50) is newer"
+    p.rules = {w: r for w, r in p.rules.items() if w != "quiet"}  # a reload dropped it
+    assert p.passed_over(early, "fifo", 0) == "the configuration has no hint rule for quiet now"
 
 
 # --- properties ------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ class VmResult:
 
     def check(self) -> VmResult:
         """Return self if the script exited 0, else raise VmError with the tails."""
+        if self.returncode is None and self.stalled_boots and not self.timed_out:
+            raise VmError(f"every VM boot stalled before init\n{self.tail()}")
         if self.returncode != 0:
             raise VmError(f"VM script failed\n{self.tail()}")
         return self

@@ -65,4 +65,6 @@ def test_a_boot_silent_before_init_is_retried_then_reported(
         "console.stalled-2.log",
     ]
     assert "stalled before init" in result.tail()
+    with pytest.raises(vm.VmError, match="every VM boot stalled before init"):
+        result.check()
     shutil.rmtree(result.log_dir)

@@ -83,11 +83,14 @@ class Ejections:
             )
         else:
             gone, ran_for = ejected
-            hold = self.policy.record_failure(gone.previous, now, ran_for)
+            exit_ = gone.exit
+            why = "ejected by the kernel" + (
+                f": {exit_.kind_name} ({exit_.reason}: {exit_.message})" if exit_ else ""
+            )
+            hold = self.policy.record_failure(gone.previous, now, ran_for, reason=why)
             self._publish(gone, (hold.until_ns - now) / NS_PER_S)
             if self.policy.override == gone.previous:
                 self.drop_override(gone.previous, "it was ejected by the kernel")
-            exit_ = gone.exit
             log.warning(
                 "scheduler %s ejected by the kernel: %s%s; held back %.1f s",
                 gone.previous,

@@ -50,10 +50,21 @@ class Lease:
 
 @dataclass(frozen=True)
 class Backoff:
-    """``failures`` consecutive failures; held back until monotonic ``until_ns``."""
+    """``failures`` consecutive failures; held back until monotonic ``until_ns``;
+    ``reason``: the last failure's, for people (a failed switch's error, an ejection's
+    exit), or empty when the caller gave none."""
 
     failures: int
     until_ns: int
+    reason: str = ""
+
+    def describe(self, scheduler: str, now_ns: int) -> str:
+        """``scheduler`` (the one held) held back as a phrase for people: the failures,
+        the whole seconds left at ``now_ns`` (rounded up) and the last reason, if any."""
+        left_s = -(-(self.until_ns - now_ns) // NS_PER_S)
+        plural = "s" if self.failures != 1 else ""
+        text = f"{scheduler} is held back after {self.failures} failure{plural}, {left_s} s left"
+        return f"{text}; the last: {self.reason}" if self.reason else text
 
 
 def _rank(pair: tuple[Lease, HintRule]) -> tuple[int, int]:
@@ -145,14 +156,17 @@ class Policy:
         state = self.backoff.get(scheduler)
         return state is not None and now_ns < state.until_ns
 
-    def record_failure(self, scheduler: str, now_ns: int, ran_for_ns: int = 0) -> Backoff:
+    def record_failure(
+        self, scheduler: str, now_ns: int, ran_for_ns: int = 0, reason: str = ""
+    ) -> Backoff:
         """Count a failure of ``scheduler`` (ejected after running ``ran_for_ns``, or 0 for a
-        failed switch) and return its new hold: ``base * 2**(failures-1)``, at most ``cap``."""
+        failed switch; ``reason`` kept for :meth:`Backoff.describe`) and return its new
+        hold: ``base * 2**(failures-1)``, at most ``cap``."""
         previous = self.backoff.get(scheduler)
         failures = 1 if previous is None or ran_for_ns >= self.stable_ns else previous.failures + 1
         # Cap the exponent too, so a long-lived flapping scheduler cannot build huge ints.
         hold = min(self.cap_ns, self.base_ns << min(failures - 1, 62))
-        state = Backoff(failures=failures, until_ns=now_ns + hold)
+        state = Backoff(failures=failures, until_ns=now_ns + hold, reason=reason)
         self.backoff[scheduler] = state
         return state
 
@@ -203,7 +217,7 @@ class Policy:
         The first that applies: the lease has ended (removed or past its TTL); an admin
         override; the workload has no rule now (a reload dropped it); a lease that ranks
         higher (its id, workload and priority; at the same priority, newer); the scheduler
-        is held back by backoff (failures and whole seconds left, rounded up).
+        is held back by backoff (:meth:`Backoff.describe`).
         """
         decision = self.decide(now_ns)
         if decision.scheduler == scheduler:
@@ -225,8 +239,5 @@ class Policy:
                 return f"lease {winner.id} ({winner.workload}, priority {theirs.priority}) {how}"
         hold = self.backoff.get(rule.scheduler)
         if rule.scheduler != KERNEL and hold is not None and now_ns < hold.until_ns:
-            left_s = -(-(hold.until_ns - now_ns) // NS_PER_S)
-            return (
-                f"{rule.scheduler} is held back after {hold.failures} failure(s), {left_s} s left"
-            )
+            return hold.describe(rule.scheduler, now_ns)
         return None

@@ -588,7 +588,7 @@ class Reconciler:
             if record.ok:
                 self.stale = None
             else:
-                self.policy.record_failure(target, self.clock())
+                self.policy.record_failure(target, self.clock(), reason=_failure(record))
         self.kick()
 
     async def reconcile_once(self) -> None:
@@ -660,7 +660,7 @@ class Reconciler:
                 # Another program took sched_ext between this pass's look and the attach:
                 # not the target's failure; that program's departure kicks a pass again.
                 break
-            self.policy.record_failure(target, self.clock())
+            self.policy.record_failure(target, self.clock(), reason=_failure(record))
             if decision.why == "override":
                 # A failed admin switch changes nothing: the override before it (or the
                 # leases) rule again, and the failed one is not retried on every pass.
@@ -773,6 +773,11 @@ class Reconciler:
         return text
 
 
+def _failure(record: SwitchInfo) -> str:
+    """A failed switch's reason for its backoff: its error's message, else its result."""
+    return record.error.message if record.error is not None else record.result
+
+
 def _not_held(
     name: str, policy: Policy, ejections: Ejections, pool: StandbyPool, now: int
 ) -> StandbyError:
@@ -781,12 +786,7 @@ def _not_held(
     ejection, its prepare's error, or the pool's limits."""
     hold = policy.backoff.get(name)
     if hold is not None and hold.until_ns > now:  # standby_wanted skips it meanwhile
-        plural = "es" if hold.failures != 1 else ""
-        return StandbyError(
-            f"{name} is held back after {hold.failures} failed switch{plural}, "
-            f"{(hold.until_ns - now) / NS_PER_S:.0f} s more (`schedswitchctl status` shows "
-            "the last one)"
-        )
+        return StandbyError(hold.describe(name, now))
     ejected_until = ejections.holds.get(name, 0)
     if ejected_until > now:
         return StandbyError(

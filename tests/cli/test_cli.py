@@ -210,7 +210,7 @@ def test_the_launch_line_says_why_the_policy_passed_its_scheduler_over(
         assert run.main(["--socket", r.path, "gaming", "--", "true"]) == 0
         err = capsys.readouterr().err
         assert "gaming -> running kernel (gaming not chosen: gaming is held back after 1 " in err
-        assert " s left)" in err, err
+        assert " s left; the last: gaming: kfunc scx_bpf_nope not found in kernel BTF)" in err
         holder = r.client()
         lease = holder.request(op="hint", workload="video-call")["lease"]
         assert run.main(["--socket", r.path, "battery", "--", "true"]) == 0

@@ -164,8 +164,8 @@ def test_passed_over_names_what_keeps_a_leases_scheduler_off() -> None:
     assert over(video, 0) == "lease L2 (gaming, priority 50) ranks higher"
     p.clear_backoff()
     p.record_failure("gaming", 0)
-    p.record_failure("gaming", 0)  # two failures: held 10 s
-    assert over(gaming, NS_PER_S // 2) == "gaming is held back after 2 failure(s), 10 s left"
+    p.record_failure("gaming", 0)  # two failures: held 10 s; no reason given
+    assert over(gaming, NS_PER_S // 2) == "gaming is held back after 2 failures, 10 s left"
     assert over(video, NS_PER_S) is None  # vtime runs while gaming is held
     p.override = "fifo"
     assert over(gaming, 0) == "an admin override runs fifo"
@@ -177,7 +177,7 @@ def test_passed_over_names_what_keeps_a_leases_scheduler_off() -> None:
     assert over(short, 5) == "lease L3 has ended"
     second = lease(4, "gaming")  # the held scheduler's second lease: outranks L3, still held
     p.add(second)
-    assert over(second, 0) == "gaming is held back after 2 failure(s), 10 s left"
+    assert over(second, 0) == "gaming is held back after 2 failures, 10 s left"
     p.clear_backoff()
     assert over(gaming, 0) is None and over(second, 0) is None
     p.remove("L4")

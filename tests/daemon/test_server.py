@@ -175,6 +175,12 @@ def test_ejection_falls_back_and_backs_off(srv: Running) -> None:
     assert status["kernel"]["ops"] == "fifo_ops"
     results = [h["result"] for h in c.request(op="history")["entries"]]
     assert results[-2:] == ["ejected", "ok"]
+    why = c.request(op="hint", workload="gaming")["passed_over"]  # held: its ejection says why
+    assert why.startswith("gaming is held back after 1 failure, "), why
+    assert why.endswith(
+        "; the last: ejected by the kernel: ERROR_STALL (watchdog failed for gaming: runnable "
+        "task stall)"
+    ), why
 
 
 #: The kernel's CPU-hotplug ejection (kernel/sched/ext.c): SCX_EXIT_UNREG_KERN with

@@ -140,7 +140,8 @@ def test_a_backed_off_schedulers_intent_says_so(start: Start) -> None:
     reply = c.request(op="prepare", workload="gaming")
     assert not reply["ok"] and reply["error"]["code"] == "standby", reply
     message = reply["error"]["message"]
-    assert message.startswith("gaming is held back after 1 failed switch, "), message
+    assert message.startswith("gaming is held back after 1 failure, "), message
+    assert message.endswith("s left; the last: gaming: sched_ext disabled during enable"), message
     assert "[standby] max" not in message
     c.close()
 
@@ -419,7 +420,7 @@ def test_a_failed_direct_attach_falls_back_like_the_pass(start: Start) -> None:
     assert {k: direct[k] for k in keys} == {k: normal[k] for k in keys}
     assert direct["active"] == "fifo" and direct["desired"] == "fifo"
     for reply in (direct, normal):  # the seconds left may differ by one between the two
-        assert str(reply["passed_over"]).startswith("gaming is held back after 1 failure(s), ")
+        assert str(reply["passed_over"]).startswith("gaming is held back after 1 failure, ")
     view = ("active", "desired")
     assert {k: direct_status[k] for k in view} == {k: normal_status[k] for k in view}
     backoff = [(b["scheduler"], b["failures"]) for b in direct_status["backoff"]]  # type: ignore[attr-defined]
@@ -1065,6 +1066,10 @@ def test_why_an_intents_scheduler_is_not_held_in_order_of_precedence() -> None:
     ejections.holds["gaming"] = now + 7 * NS_PER_S
     assert why() == "gaming is held back after its ejection by a CPU hotplug, 7 s more"
     policy.backoff["gaming"] = Backoff(failures=2, until_ns=now + 30 * NS_PER_S)
-    assert why().startswith("gaming is held back after 2 failed switches, 30 s more")
+    assert why() == "gaming is held back after 2 failures, 30 s left"
+    policy.backoff["gaming"] = Backoff(2, now + 30 * NS_PER_S, reason="verifier: R1 !read_ok")
+    assert (
+        why() == "gaming is held back after 2 failures, 30 s left; the last: verifier: R1 !read_ok"
+    )
     policy.backoff["gaming"] = Backoff(failures=2, until_ns=now)  # over: the next reason
     assert why().startswith("gaming is held back after its ejection")

@@ -71,7 +71,7 @@ KVM_PROBE_TIMEOUT_S = 12.0
 INIT_STARTED = "Run /init as init process"
 #: Seconds of console silence before init starts after which a boot counts as stalled. A
 #: kernel booting under TCG prints a line at least every few seconds even on a loaded host;
-#: a guest wedged in early boot (seen once, bringing up the second CPU) prints nothing more.
+#: a guest wedged in early boot (bringing up the second CPU, say) prints nothing more.
 BOOT_STALL_S = 30.0
 #: Boots :func:`run_in_vm` tries before it reports every one stalled (the script never ran).
 BOOT_ATTEMPTS = 3
@@ -96,10 +96,11 @@ class VmResult:
     failed or ``keep=True`` was asked, else None. ``ramroot`` (ramroot mode only, once the
     init got that far) holds :func:`ramroot_stats` of the console plus the host's
     ``archive_bytes``, ``archive_s`` (seconds to compute and write it) and ``memory_mib``.
-    ``stalled_boots`` counts the boots abandoned before this one because the kernel stalled
-    before init (:class:`StallWatch`); ``console``, ``elapsed_s`` and ``timed_out`` are the
-    last boot's, and the stalled consoles are kept as ``console.stalled-N.log`` in the work
-    directory. When every attempt stalled, ``returncode`` is None and ``timed_out`` False.
+    ``stalled_boots`` counts the boots abandoned because the kernel stalled before init
+    (:class:`StallWatch`); ``console``, ``elapsed_s`` and ``timed_out`` are the last boot's,
+    and each stalled console is kept as ``console.stalled-N.log`` in the work directory.
+    When every attempt stalled (``stalled_boots`` equals the attempts, the last boot among
+    them), ``returncode`` is None and ``timed_out`` False.
     """
 
     returncode: int | None
